@@ -1,0 +1,47 @@
+# docstream — the two commands of the README, plus the stack and benchmarks.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test stack-up stack-down stack-status bench chaos lint clean
+
+# Create or refresh the virtualenv whenever pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --upgrade pip
+	@echo "installing docstream into $(VENV) (first time: downloads torch, a few minutes)"
+	@$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	@$(BIN)/docstream run examples/ --out .docstream/results.jsonl; rc=$$?; \
+	$(BIN)/python -m docstream.results_preview .docstream/results.jsonl; exit $$rc
+
+test: setup
+	@bash tests/run.sh $(BIN)
+
+chaos: setup
+	@DOCSTREAM_CHAOS_FULL=1 bash tests/run.sh $(BIN) tests/chaos
+
+stack-up:
+	@deploy/local/stack up
+
+stack-down:
+	@deploy/local/stack down
+
+stack-status:
+	@deploy/local/stack status
+
+bench: setup
+	@$(BIN)/python benchmarks/run_all.py
+
+lint: setup
+	@$(BIN)/ruff check libs services tests benchmarks
+	@$(BIN)/mypy libs/common/docstream
+
+clean:
+	rm -rf .docstream .pytest_cache

@@ -1,0 +1,99 @@
+"""Typed errors with machine-readable codes.
+
+``DocstreamError`` is the root. The consume loop treats the three families differently:
+
+* ``PoisonRecord``: this input can never succeed (bytes won't decode, handler rejects it):
+  send it to the DLQ, commit, go on.
+* ``RetryableError``: a dependency blipped (broker, Cassandra timeout): back off and retry,
+  commit nothing past it.
+* ``FatalError``: bad config, a dependency gone past its deadline, a bug: log once, exit non-zero.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DocstreamError",
+    "DocumentError",
+    "FatalError",
+    "PoisonRecord",
+    "RetryableError",
+    "SchemaError",
+    "StoreError",
+    "InputError",
+]
+
+
+class DocstreamError(Exception):
+    """Root of docstream's errors; ``code`` is a stable snake_case identifier."""
+
+    code: str = "docstream_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        """The human-readable message."""
+        return str(self.args[0]) if self.args else self.code
+
+
+class FatalError(DocstreamError):
+    """Unrecoverable: the process should log once and exit non-zero."""
+
+    code = "fatal"
+
+
+class ConfigError(FatalError):
+    """Settings are invalid or impossible."""
+
+    code = "config_invalid"
+
+
+class RetryableError(DocstreamError):
+    """A transient fault of a dependency; retrying later may succeed."""
+
+    code = "transient"
+
+
+class StoreError(RetryableError):
+    """The result store failed transiently (timeout, unavailable)."""
+
+    code = "store_unavailable"
+
+
+class PoisonRecord(DocstreamError):
+    """A record that can never be processed; it goes to the DLQ.
+
+    Attributes:
+        raw: the raw value bytes, kept for the DLQ.
+    """
+
+    code = "poison_record"
+
+    def __init__(self, message: str, *, code: str | None = None, raw: bytes | None = None) -> None:
+        super().__init__(message, code=code)
+        self.raw = raw
+
+
+class SchemaError(PoisonRecord):
+    """Bytes that decode under neither wire format, or a record that violates its schema."""
+
+    code = "schema_error"
+
+
+class DocumentError(DocstreamError):
+    """A document that cannot be processed (encrypted, corrupt, empty, ...).
+
+    Its ``code`` becomes the ``error_code`` of a failed DocumentCompleted.
+    """
+
+    code = "document_error"
+
+
+class InputError(DocstreamError):
+    """User input refused at a boundary (CLI, HTTP): bad path, archive rules, limits."""
+
+    code = "invalid_input"

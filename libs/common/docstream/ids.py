@@ -1,0 +1,30 @@
+"""Deterministic identities (DESIGN.md "Identity and idempotency"). Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+__all__ = ["chunk_id", "content_sha256", "doc_id", "new_job_id"]
+
+_NAMESPACE = uuid.UUID("5b0f3e1c-6a43-4c57-9a55-0d1f2c3b4a59")
+
+
+def content_sha256(data: bytes) -> str:
+    """Hex SHA-256 of document bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def doc_id(job_id: str, sha256_hex: str) -> str:
+    """Document id: the same file re-submitted to the same job is the same document."""
+    return str(uuid.uuid5(_NAMESPACE, f"doc:{job_id}:{sha256_hex}"))
+
+
+def chunk_id(sha256_hex: str, chunker_settings: str, index: int) -> str:
+    """Chunk id from the document content, the chunker settings and the chunk's index."""
+    return str(uuid.uuid5(_NAMESPACE, f"chunk:{sha256_hex}:{chunker_settings}:{index}"))
+
+
+def new_job_id() -> str:
+    """A fresh random job id."""
+    return str(uuid.uuid4())

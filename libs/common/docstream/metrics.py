@@ -1,0 +1,102 @@
+"""Prometheus metrics, named docstream_*, and the /metrics /healthz /readyz endpoint."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["Metrics", "MetricsServer"]
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class Metrics:
+    """The metrics of DESIGN.md "Operations", in one registry per process."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.records_in = Counter("docstream_records_in", "Records consumed.", ["service", "topic"], registry=r)
+        self.records_out = Counter("docstream_records_out", "Records produced.", ["service", "topic"], registry=r)
+        self.records_failed = Counter(
+            "docstream_records_failed", "Records that failed.", ["service", "error_code"], registry=r
+        )
+        self.dlq = Counter("docstream_dlq", "Records sent to a DLQ.", ["service", "topic"], registry=r)
+        self.retries = Counter("docstream_retries", "Retries of transient faults.", ["service", "operation"], registry=r)
+        self.consumer_lag = Gauge(
+            "docstream_consumer_lag", "Records behind the high watermark.", ["service", "topic", "partition"], registry=r
+        )
+        self.batch_size = Histogram(
+            "docstream_batch_size", "Records per model batch.", ["service"], buckets=_SIZE_BUCKETS, registry=r
+        )
+        self.batch_wait = Histogram(
+            "docstream_batch_wait_seconds", "Wait of a batch's oldest record.", ["service"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.model_latency = Histogram(
+            "docstream_model_latency_seconds", "Model forward time per batch.", ["service"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.write_latency = Histogram(
+            "docstream_write_latency_seconds", "Store write time per batch.", ["service"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.paused = Gauge("docstream_consumer_paused", "1 while partitions are paused.", ["service"], registry=r)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """/metrics, /healthz and /readyz on a background thread."""
+
+    def __init__(self, metrics: Metrics, *, host: str, port: int, ready: Callable[[], bool] | None = None) -> None:
+        self._metrics = metrics
+        self._ready = ready or (lambda: True)
+        outer = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                if self.path == "/metrics":
+                    self._send(200, outer._metrics.render(), CONTENT_TYPE_LATEST)
+                elif self.path == "/healthz":
+                    self._send(200, b'{"status":"ok"}', "application/json")
+                elif self.path == "/readyz":
+                    ok = outer._ready()
+                    self._send(200 if ok else 503, b'{"ready":%s}' % (b"true" if ok else b"false"), "application/json")
+                else:
+                    self._send(404, b'{"error_code":"not_found"}', "application/json")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer((host, port), _Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> MetricsServer:
+        """Serve in the background."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()

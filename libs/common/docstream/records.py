@@ -1,0 +1,176 @@
+"""Domain records: frozen dataclasses mirroring schemas/*.avsc, with paired converters.
+
+``to_record()`` gives the dict fastavro writes; ``from_record()`` takes the dict fastavro
+reads. Timestamps are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal, TypeVar
+
+__all__ = [
+    "AnyRecord",
+    "ChunkCreated",
+    "ChunkEmbedded",
+    "DocumentCompleted",
+    "DocumentSubmitted",
+    "JobStatus",
+    "RECORD_TYPES",
+    "utc_now",
+]
+
+ChunkStatus = Literal["ok", "failed"]
+DocumentStatus = Literal["completed", "partial", "failed"]
+JobState = Literal["running", "completed", "cancelled"]
+
+_R = TypeVar("_R", bound="_Record")
+
+
+def utc_now() -> datetime:
+    """Now, UTC, millisecond precision (what timestamp-millis keeps)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=(now.microsecond // 1000) * 1000)
+
+
+class _Record:
+    schema_name: ClassVar[str]
+
+    def to_record(self) -> dict[str, Any]:
+        """The dict written by the Avro serializer."""
+        return asdict(self)  # type: ignore[call-overload,no-any-return]
+
+    @classmethod
+    def from_record(cls: type[_R], record: dict[str, Any]) -> _R:
+        """Build from a decoded Avro dict; fields the class doesn't know are ignored."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        values = {k: v for k, v in record.items() if k in names}
+        for key, value in values.items():
+            if isinstance(value, datetime) and value.tzinfo is None:
+                values[key] = value.replace(tzinfo=UTC)
+        return cls(**values)
+
+    @property
+    def key(self) -> str:
+        """The Kafka record key."""
+        return str(getattr(self, "doc_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentSubmitted(_Record):
+    """A document handed to docstream (intake topic)."""
+
+    schema_name: ClassVar[str] = "DocumentSubmitted"
+
+    job_id: str
+    doc_id: str
+    source_uri: str
+    content_sha256: str
+    size_bytes: int
+    submitted_at: datetime
+    tenant: str = "default"
+    filename: str | None = None
+    media_type: str | None = None
+    model_id: str | None = None
+    chunk_max_tokens: int | None = None
+    chunk_overlap_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCreated(_Record):
+    """One chunk of a document (chunks topic)."""
+
+    schema_name: ClassVar[str] = "ChunkCreated"
+
+    job_id: str
+    doc_id: str
+    chunk_id: str
+    chunk_index: int
+    chunk_count: int
+    content_sha256: str
+    text: str
+    page_start: int
+    page_end: int
+    char_start: int
+    char_end: int
+    token_count: int
+    chunker_settings: str
+    created_at: datetime
+    heading: str | None = None
+    model_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkEmbedded(_Record):
+    """The model's result for one chunk (chunks.embedded topic)."""
+
+    schema_name: ClassVar[str] = "ChunkEmbedded"
+
+    job_id: str
+    doc_id: str
+    chunk_id: str
+    chunk_index: int
+    chunk_count: int
+    model_id: str
+    status: ChunkStatus
+    token_count: int
+    page_start: int
+    page_end: int
+    embedded_at: datetime
+    embedding: list[float] = field(default_factory=list)
+    error_code: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentCompleted(_Record):
+    """A document reached a terminal state (documents.completed topic)."""
+
+    schema_name: ClassVar[str] = "DocumentCompleted"
+
+    job_id: str
+    doc_id: str
+    status: DocumentStatus
+    completed_at: datetime
+    model_id: str | None = None
+    source_uri: str | None = None
+    filename: str | None = None
+    content_sha256: str | None = None
+    page_count: int | None = None
+    chunk_count: int = 0
+    failed_chunks: int = 0
+    token_count: int = 0
+    embedding: list[float] = field(default_factory=list)
+    error_code: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus(_Record):
+    """Progress of a job (jobs topic, key job_id)."""
+
+    schema_name: ClassVar[str] = "JobStatus"
+
+    job_id: str
+    state: JobState
+    document_count: int
+    updated_at: datetime
+    tenant: str = "default"
+    completed: int = 0
+    partial: int = 0
+    failed: int = 0
+    final: bool = False
+
+    @property
+    def key(self) -> str:
+        """The Kafka record key: job_id."""
+        return self.job_id
+
+
+AnyRecord = DocumentSubmitted | ChunkCreated | ChunkEmbedded | DocumentCompleted | JobStatus
+
+RECORD_TYPES: dict[str, type[_Record]] = {
+    cls.schema_name: cls
+    for cls in (DocumentSubmitted, ChunkCreated, ChunkEmbedded, DocumentCompleted, JobStatus)
+}

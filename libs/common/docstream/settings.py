@@ -1,0 +1,320 @@
+"""Settings: one pydantic-settings model, read once in ``main()`` and passed down.
+
+Environment variables use the ``DOCSTREAM_`` prefix and ``__`` between sections,
+e.g. ``DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS`` or ``DOCSTREAM_INFERENCE__MAX_LATENCY_MS``.
+An optional TOML file (``DOCSTREAM_CONFIG_FILE`` or ``load_settings(config_file=...)``)
+supplies values below the environment in precedence.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from docstream.errors import ConfigError
+
+__all__ = [
+    "CassandraSettings",
+    "ChunkerSettings",
+    "FaultSettings",
+    "InferenceSettings",
+    "IngestSettings",
+    "KafkaSettings",
+    "LogSettings",
+    "MetricsSettings",
+    "ObjectStoreSettings",
+    "ReducerSettings",
+    "RetrySettings",
+    "Settings",
+    "StoreSettings",
+    "load_settings",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(BaseModel):
+    """Kafka client and topic settings."""
+
+    model_config = _FROZEN
+
+    bootstrap_servers: str = Field("127.0.0.1:19092", description="Comma-separated host:port list of brokers.")
+    topic_prefix: str = Field("docstream", description="Prefix of every topic name.")
+    partitions: int = Field(6, ge=1, le=10_000, description="Partitions for topics docstream creates.")
+    replication_factor: int = Field(1, ge=1, le=16, description="Replication factor for topics docstream creates.")
+    intake_retention_ms: int = Field(
+        7 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the intake and chunks topics: the replay window."
+    )
+    results_retention_ms: int = Field(
+        7 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the embedded, completed and jobs topics."
+    )
+    dlq_retention_ms: int = Field(30 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the *.dlq topics.")
+    max_message_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="Largest record docstream produces or accepts."
+    )
+    session_timeout_ms: int = Field(
+        6000, ge=1000, description="Consumer session.timeout.ms; small keeps a new group's first assignment fast."
+    )
+    heartbeat_interval_ms: int = Field(1000, ge=100, description="Consumer heartbeat.interval.ms.")
+    max_poll_interval_ms: int = Field(300_000, ge=10_000, description="Consumer max.poll.interval.ms.")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="security.protocol passed to every client."
+    )
+    sasl_mechanism: str | None = Field(None, description="sasl.mechanism (PLAIN, SCRAM-SHA-256, ...).")
+    sasl_username: str | None = Field(None, description="sasl.username.")
+    sasl_password: SecretStr | None = Field(None, description="sasl.password; never logged.")
+    ssl_ca_location: str | None = Field(None, description="ssl.ca.location.")
+    client_options: dict[str, str] = Field(
+        default_factory=dict, description="Extra librdkafka options passed through verbatim to every client."
+    )
+    schema_registry_url: str | None = Field(
+        None, description="Schema Registry URL; set: Confluent wire format, unset: Avro single-object encoding."
+    )
+    schema_registry_basic_auth: SecretStr | None = Field(None, description="Schema Registry user:password.")
+    transactions: bool = Field(False, description="Exactly-once (transactions) where the broker supports them.")
+
+
+class CassandraSettings(BaseModel):
+    """Cassandra connection settings."""
+
+    model_config = _FROZEN
+
+    contact_points: list[str] = Field(default_factory=lambda: ["127.0.0.1"], description="Cassandra hosts.")
+    port: int = Field(19042, ge=1, le=65535, description="Native protocol port.")
+    keyspace: str = Field("docstream", pattern=r"^[a-z][a-z0-9_]{0,47}$", description="Keyspace name.")
+    replication: str = Field(
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}", description="Keyspace replication map (CQL)."
+    )
+    local_dc: str | None = Field(None, description="Local datacenter for DC-aware load balancing.")
+    username: str | None = Field(None, description="Username for PlainTextAuthProvider.")
+    password: SecretStr | None = Field(None, description="Password; never logged.")
+    consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "ALL"] = Field(
+        "LOCAL_QUORUM", description="Consistency level of reads and writes."
+    )
+    write_concurrency: int = Field(64, ge=1, le=4096, description="Concurrent asynchronous writes in flight.")
+    request_timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
+    ssl_ca_location: str | None = Field(None, description="CA file for TLS; unset: no TLS.")
+
+
+class StoreSettings(BaseModel):
+    """Which result store to use."""
+
+    model_config = _FROZEN
+
+    backend: Literal["cassandra", "sqlite"] = Field("cassandra", description="Result store implementation.")
+    sqlite_path: Path = Field(Path(".docstream/docstream.db"), description="SQLite file for the sqlite backend.")
+
+
+class ObjectStoreSettings(BaseModel):
+    """Where submitted documents are kept."""
+
+    model_config = _FROZEN
+
+    url: str = Field(".docstream/objects", description="fsspec URL or local folder for document bytes.")
+    allowed_schemes: list[str] = Field(
+        default_factory=lambda: ["file", "s3", "gs"], description="URL schemes a source_uri may use."
+    )
+    allowed_roots: list[str] = Field(
+        default_factory=list, description="Extra roots (prefixes) a source_uri may point into besides `url`."
+    )
+    storage_options: dict[str, str] = Field(default_factory=dict, description="fsspec storage options.")
+
+
+class IngestSettings(BaseModel):
+    """Intake limits."""
+
+    model_config = _FROZEN
+
+    max_document_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Largest document accepted.")
+    max_files_per_job: int = Field(100_000, ge=1, description="Most documents in one job.")
+    max_archive_members: int = Field(10_000, ge=1, description="Most files expanded from one archive.")
+    max_archive_expanded_bytes: int = Field(
+        2 * 1024 * 1024 * 1024, ge=1, description="Most bytes expanded from one archive."
+    )
+    max_compression_ratio: float = Field(200.0, gt=1, description="Refuse archive members compressed beyond this.")
+
+
+class ChunkerSettings(BaseModel):
+    """Extraction and chunking."""
+
+    model_config = _FROZEN
+
+    max_tokens: int = Field(256, ge=8, le=8192, description="Most tokens in a chunk (model tokenizer).")
+    overlap_tokens: int = Field(32, ge=0, le=4096, description="Tokens shared by consecutive chunks.")
+    max_pages: int = Field(5000, ge=1, description="Documents with more pages fail with too_many_pages.")
+    max_document_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Larger documents fail with too_large.")
+    timeout_s: float = Field(300.0, gt=0, description="Per-document time limit; past it: error_code timeout.")
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkerSettings:
+        if self.overlap_tokens >= self.max_tokens:
+            raise ValueError("chunker.overlap_tokens must be smaller than chunker.max_tokens")
+        return self
+
+
+class InferenceSettings(BaseModel):
+    """Model and micro-batching."""
+
+    model_config = _FROZEN
+
+    model_id: str = Field("all-MiniLM-L6-v2", description="Model name recorded with results (and its revision).")
+    model_path: str | None = Field(
+        None, description="Local sentence-transformers folder; unset: the bundled all-MiniLM-L6-v2."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA (fp16) when present, else CPU.")
+    cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that support it.")
+    backend: Literal["torch", "onnx", "onnx-int8"] = Field("torch", description="Model runtime.")
+    normalize: bool = Field(True, description="L2-normalize embeddings.")
+    max_batch_size: int = Field(16, ge=1, le=4096, description="A batch closes at this many records.")
+    max_batch_tokens: int = Field(8192, ge=16, description="A batch closes at this many tokens.")
+    max_latency_ms: int = Field(200, ge=1, le=600_000, description="A batch closes when its oldest record waited this long.")
+    queue_batches: int = Field(4, ge=1, le=1024, description="Batches buffered between stages before pausing.")
+    warmup: bool = Field(True, description="Run one batch through the model at start.")
+
+
+class ReducerSettings(BaseModel):
+    """Reducer (faust-streaming) settings."""
+
+    model_config = _FROZEN
+
+    app_id: str = Field("docstream-reducer", description="Faust app id (consumer group, changelog topic prefix).")
+    data_dir: Path = Field(Path(".docstream/reducer"), description="Faust data directory.")
+    job_status_interval_s: float = Field(1.0, gt=0, description="Least time between two JobStatus of one job.")
+    webhook_timeout_s: float = Field(10.0, gt=0, description="Timeout of one webhook call.")
+    webhook_max_attempts: int = Field(5, ge=1, le=50, description="Webhook attempts before giving up.")
+
+
+class RetrySettings(BaseModel):
+    """Retries of transient faults (exponential backoff with full jitter)."""
+
+    model_config = _FROZEN
+
+    max_attempts: int = Field(8, ge=1, le=1000, description="Attempts before a transient fault becomes fatal.")
+    base_delay_ms: int = Field(100, ge=1, description="First backoff ceiling.")
+    max_delay_ms: int = Field(10_000, ge=1, description="Largest backoff ceiling.")
+    handler_attempts: int = Field(3, ge=1, le=100, description="Attempts of a failing handler before the DLQ.")
+
+
+class LogSettings(BaseModel):
+    """Logging."""
+
+    model_config = _FROZEN
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    format: Literal["json", "console", "auto"] = Field("auto", description="auto: console on a TTY, else JSON.")
+
+
+class MetricsSettings(BaseModel):
+    """Prometheus endpoint."""
+
+    model_config = _FROZEN
+
+    port: int = Field(0, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 disables.")
+    host: str = Field("0.0.0.0", description="Bind address of the metrics endpoint.")
+
+
+class FaultSettings(BaseModel):
+    """Fault injection for chaos tests; all off by default."""
+
+    model_config = _FROZEN
+
+    inference_delay_ms: int = Field(0, ge=0, description="Sleep added to every model batch.")
+    fail_chunk_text: str | None = Field(None, description="Model fails on chunks whose text contains this string.")
+    crash_after_write: bool = Field(False, description="Exit the process after a write and before its commit.")
+    crash_after_batches: int = Field(0, ge=0, description="With crash_after_write: after this many batches.")
+
+
+class Settings(BaseSettings):
+    """All docstream settings."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DOCSTREAM_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    service: str = Field("docstream", description="Service name bound into logs and metrics.")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="Kafka.")  # type: ignore[arg-type]
+    cassandra: CassandraSettings = Field(default_factory=CassandraSettings, description="Cassandra.")  # type: ignore[arg-type]
+    store: StoreSettings = Field(default_factory=StoreSettings, description="Result store.")  # type: ignore[arg-type]
+    object_store: ObjectStoreSettings = Field(default_factory=ObjectStoreSettings, description="Document bytes.")  # type: ignore[arg-type]
+    ingest: IngestSettings = Field(default_factory=IngestSettings, description="Intake limits.")  # type: ignore[arg-type]
+    chunker: ChunkerSettings = Field(default_factory=ChunkerSettings, description="Chunking.")  # type: ignore[arg-type]
+    inference: InferenceSettings = Field(default_factory=InferenceSettings, description="Inference.")  # type: ignore[arg-type]
+    reducer: ReducerSettings = Field(default_factory=ReducerSettings, description="Reducer.")  # type: ignore[arg-type]
+    retry: RetrySettings = Field(default_factory=RetrySettings, description="Retries.")  # type: ignore[arg-type]
+    log: LogSettings = Field(default_factory=LogSettings, description="Logging.")  # type: ignore[arg-type]
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Metrics.")  # type: ignore[arg-type]
+    faults: FaultSettings = Field(default_factory=FaultSettings, description="Fault injection (tests).")  # type: ignore[arg-type]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_file = settings_cls.model_config.get("toml_file") or os.environ.get("DOCSTREAM_CONFIG_FILE")
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+    def with_overrides(self, **sections: dict[str, Any]) -> Settings:
+        """Return a copy with some fields of some sections replaced (validated)."""
+        data = self.model_dump()
+        for section, values in sections.items():
+            if section not in data:
+                raise ConfigError(f"unknown settings section {section!r}")
+            if isinstance(data[section], dict):
+                data[section] = {**data[section], **values}
+            else:
+                data[section] = values
+        return Settings.model_validate(_unsecret(data))
+
+
+def _unsecret(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, dict):
+        return {k: _unsecret(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unsecret(v) for v in value]
+    return value
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from the environment (and a TOML file), validated.
+
+    Args:
+        config_file: optional TOML file; the environment still wins over it.
+        **overrides: top-level fields or sections to set directly (highest precedence).
+
+    Raises:
+        ConfigError: the settings are invalid or impossible.
+    """
+    cls: type[Settings] = Settings
+    if config_file is not None:
+        if not Path(config_file).is_file():
+            raise ConfigError(f"config file not found: {config_file}")
+
+        class _FileSettings(Settings):
+            model_config = SettingsConfigDict(**{**Settings.model_config, "toml_file": str(config_file)})
+
+        cls = _FileSettings
+    try:
+        return cls(**overrides)
+    except ValueError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc

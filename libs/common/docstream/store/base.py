@@ -1,0 +1,177 @@
+"""The ResultStore protocol and the rows it holds (DESIGN.md "Cassandra").
+
+Every write is an upsert on a primary key built from deterministic ids: writing the
+same row any number of times leaves the same state. No counters, no read-before-write,
+no lightweight transactions on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "ChunkRow",
+    "DocumentResultRow",
+    "DocumentRow",
+    "JobDocumentRow",
+    "JobRow",
+    "ResultStore",
+    "SearchHit",
+]
+
+JobState = Literal["running", "completed", "cancelled"]
+DocState = Literal["submitted", "chunking", "chunked", "completed", "partial", "failed", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """jobs: (job_id)."""
+
+    job_id: str
+    tenant: str
+    created_at: datetime
+    status: JobState
+    document_count: int
+    options: dict[str, str] = field(default_factory=dict)
+    webhook_url: str | None = None
+    completed: int = 0
+    partial: int = 0
+    failed: int = 0
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobDocumentRow:
+    """job_documents: ((job_id), doc_id)."""
+
+    job_id: str
+    doc_id: str
+    status: DocState
+    updated_at: datetime
+    filename: str | None = None
+    error_code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRow:
+    """documents: ((doc_id))."""
+
+    doc_id: str
+    job_id: str
+    source_uri: str
+    content_sha256: str
+    status: DocState
+    updated_at: datetime
+    media_type: str | None = None
+    filename: str | None = None
+    page_count: int | None = None
+    error_code: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentResultRow:
+    """document_results: ((doc_id), model_id)."""
+
+    doc_id: str
+    model_id: str
+    job_id: str
+    status: Literal["completed", "partial", "failed"]
+    chunk_count: int
+    failed_chunks: int
+    token_count: int
+    embedding: list[float]
+    chunker_settings: str
+    completed_at: datetime
+    content_sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """chunks: ((doc_id), model_id, chunk_index)."""
+
+    doc_id: str
+    model_id: str
+    chunk_index: int
+    chunk_id: str
+    job_id: str
+    text: str
+    page_start: int
+    page_end: int
+    char_start: int
+    char_end: int
+    token_count: int
+    embedding: list[float]
+    heading: str | None = None
+    status: Literal["ok", "failed"] = "ok"
+    error_code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One result of a similarity search."""
+
+    chunk: ChunkRow
+    score: float
+
+
+@runtime_checkable
+class ResultStore(Protocol):
+    """Where chunk and document results live. Cassandra in production, SQLite embedded.
+
+    Methods block; callers on an event loop run them in a thread. Transient failures
+    raise ``StoreError`` (retryable); everything else is a bug or bad config.
+    """
+
+    def migrate(self) -> None:
+        """Create or upgrade the schema (idempotent)."""
+
+    def ping(self) -> None:
+        """Raise ``StoreError`` unless the store answers."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+    def upsert_job(self, row: JobRow) -> None:
+        """Write a jobs row."""
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        """Read a jobs row."""
+
+    def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
+        """A tenant's jobs ordered by job_id, strictly after ``after`` (paging)."""
+
+    def upsert_job_document(self, row: JobDocumentRow) -> None:
+        """Write a job_documents row."""
+
+    def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
+        """Stream a job's documents ordered by doc_id, fetched page by page."""
+
+    def upsert_document(self, row: DocumentRow) -> None:
+        """Write a documents row."""
+
+    def get_document(self, doc_id: str) -> DocumentRow | None:
+        """Read a documents row."""
+
+    def upsert_document_result(self, row: DocumentResultRow) -> None:
+        """Write a document_results row."""
+
+    def get_document_result(self, doc_id: str, model_id: str) -> DocumentResultRow | None:
+        """Read a document_results row."""
+
+    def upsert_chunks(self, rows: Sequence[ChunkRow]) -> None:
+        """Write chunk rows concurrently; returns when every write is acknowledged."""
+
+    def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
+        """Stream a document's chunks for one model, by chunk_index."""
+
+    def count_chunks(self, doc_id: str, model_id: str) -> int:
+        """Number of chunk rows of a document for one model."""
+
+    def search(
+        self, embedding: Sequence[float], model_id: str, *, k: int = 10, job_id: str | None = None
+    ) -> list[SearchHit]:
+        """Nearest chunks by cosine similarity, best first."""

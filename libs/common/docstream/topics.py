@@ -1,0 +1,48 @@
+"""Topic names, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Topics", "dlq_topic"]
+
+
+def dlq_topic(topic: str) -> str:
+    """The dead-letter topic of ``topic``."""
+    return f"{topic}.dlq"
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topics of DESIGN.md under one prefix (default ``docstream``)."""
+
+    prefix: str = "docstream"
+
+    @property
+    def submitted(self) -> str:
+        """Intake: DocumentSubmitted, key doc_id."""
+        return f"{self.prefix}.documents.submitted"
+
+    @property
+    def chunks(self) -> str:
+        """ChunkCreated, key doc_id."""
+        return f"{self.prefix}.chunks"
+
+    @property
+    def embedded(self) -> str:
+        """ChunkEmbedded, key doc_id."""
+        return f"{self.prefix}.chunks.embedded"
+
+    @property
+    def completed(self) -> str:
+        """DocumentCompleted, key doc_id."""
+        return f"{self.prefix}.documents.completed"
+
+    @property
+    def jobs(self) -> str:
+        """JobStatus, key job_id."""
+        return f"{self.prefix}.jobs"
+
+    def all(self) -> tuple[str, ...]:
+        """Every main topic (without DLQs)."""
+        return (self.submitted, self.chunks, self.embedded, self.completed, self.jobs)

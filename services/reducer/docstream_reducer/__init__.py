@@ -1,0 +1,1 @@
+"""docstream reducer service."""

@@ -1,0 +1,7 @@
+"""Shared fixtures: each area keeps its fixtures in tests/fixtures/<area>.py."""
+
+pytest_plugins = [
+    "tests.fixtures.kafka",
+    "tests.fixtures.cassandra",
+    "tests.fixtures.documents",
+]

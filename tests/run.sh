@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Run the test suite against the real stack: start it when it is not running, stop what we started.
+set -uo pipefail
+bin=${1:?usage: tests/run.sh VENV_BIN [pytest args...]}
+shift
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+started=0
+if ! deploy/local/stack status --quiet; then
+  deploy/local/stack up || { echo "could not start the local stack" >&2; exit 1; }
+  started=1
+fi
+"$bin/pytest" "${@:-tests}"
+rc=$?
+if [ "$started" = 1 ]; then deploy/local/stack down; fi
+if [ "$rc" = 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
+exit "$rc"
