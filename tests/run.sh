@@ -6,7 +6,7 @@ shift
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 started=0
-if ! deploy/local/stack status --quiet; then
+if ! deploy/local/stack status >/dev/null 2>&1; then
   deploy/local/stack up || { echo "could not start the local stack" >&2; exit 1; }
   started=1
 fi
