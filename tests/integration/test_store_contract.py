@@ -1,0 +1,463 @@
+"""The ResultStore contract, run against both backends (SQLite and the real Cassandra).
+
+Each test writes rows under ids of its own (uuid4), so tests share the session keyspace
+without seeing each other's rows. Embeddings read back as float32 values, timestamps as
+aware UTC with millisecond precision (docs/storage.md).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from docstream.errors import StoreError
+from docstream.settings import CassandraSettings
+from docstream.store import (
+    ChunkRow,
+    DocumentResultRow,
+    DocumentRow,
+    JobDocumentRow,
+    JobRow,
+    ResultStore,
+    SqliteStore,
+)
+from docstream.store.codec import float32_values
+
+from tests.fixtures.cassandra import STORE_PAGE_SIZE
+
+pytestmark = pytest.mark.integration
+
+DIM = 384
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
+
+
+def _uid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _vector(seed: int, dim: int = DIM) -> list[float]:
+    values = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return float32_values((values / np.linalg.norm(values)).tolist())
+
+
+def _job(job_id: str, tenant: str, **changes: object) -> JobRow:
+    row = JobRow(
+        job_id=job_id,
+        tenant=tenant,
+        created_at=T0,
+        status="running",
+        document_count=3,
+        options={"chunker.max_tokens": "256", "priority": "high"},
+        webhook_url="https://example.invalid/hook",
+        completed=1,
+        partial=0,
+        failed=0,
+        updated_at=T0 + timedelta(seconds=5),
+    )
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+def _document(doc_id: str, job_id: str, **changes: object) -> DocumentRow:
+    row = DocumentRow(
+        doc_id=doc_id,
+        job_id=job_id,
+        source_uri=f"file:///objects/{doc_id}.pdf",
+        content_sha256="ab" * 32,
+        status="chunked",
+        updated_at=T0,
+        media_type="application/pdf",
+        filename="report.pdf",
+        page_count=12,
+    )
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+def _result(doc_id: str, model_id: str, job_id: str, **changes: object) -> DocumentResultRow:
+    row = DocumentResultRow(
+        doc_id=doc_id,
+        model_id=model_id,
+        job_id=job_id,
+        status="completed",
+        chunk_count=7,
+        failed_chunks=0,
+        token_count=1234,
+        embedding=_vector(1),
+        chunker_settings="max_tokens=256,overlap=32",
+        completed_at=T0 + timedelta(minutes=1),
+        content_sha256="cd" * 32,
+    )
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+def _chunk(doc_id: str, model_id: str, job_id: str, index: int, **changes: object) -> ChunkRow:
+    row = ChunkRow(
+        doc_id=doc_id,
+        model_id=model_id,
+        chunk_index=index,
+        chunk_id=f"{doc_id}:{index}",
+        job_id=job_id,
+        text=f"chunk {index} of {doc_id}: Ünïcode ✓",
+        page_start=index,
+        page_end=index + 1,
+        char_start=index * 100,
+        char_end=index * 100 + 99,
+        token_count=40 + index,
+        embedding=_vector(1000 + index),
+        heading="Introduction" if index % 2 else None,
+    )
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+def _chunks(doc_id: str, model_id: str, job_id: str, count: int) -> list[ChunkRow]:
+    return [_chunk(doc_id, model_id, job_id, i) for i in range(count)]
+
+
+# -- lifecycle -------------------------------------------------------------------------
+
+
+def test_migrate_twice_and_ping(store: ResultStore) -> None:
+    store.migrate()
+    store.ping()
+    assert isinstance(store, ResultStore)
+
+
+def test_migrations_recorded_once_each(store: ResultStore) -> None:
+    before = store.applied_migrations()  # type: ignore[attr-defined]
+    store.migrate()
+    after = store.applied_migrations()  # type: ignore[attr-defined]
+    assert after == before
+    assert "001_init" in after
+    if not isinstance(store, SqliteStore):
+        assert f"002_chunk_vectors@{DIM}" in after
+
+
+# -- jobs ------------------------------------------------------------------------------
+
+
+def test_job_round_trip_and_missing(store: ResultStore) -> None:
+    row = _job(_uid("job"), _uid("tenant"))
+    store.upsert_job(row)
+    assert store.get_job(row.job_id) == row
+    assert store.get_job(_uid("job")) is None
+
+
+def test_job_upsert_overwrites(store: ResultStore) -> None:
+    row = _job(_uid("job"), _uid("tenant"))
+    store.upsert_job(row)
+    changed = replace(
+        row, status="completed", completed=2, failed=1, options={}, webhook_url=None, updated_at=T0 + timedelta(hours=1)
+    )
+    store.upsert_job(changed)
+    assert store.get_job(row.job_id) == changed
+
+
+def test_job_timestamps_truncated_to_milliseconds_utc(store: ResultStore) -> None:
+    naive = datetime(2024, 5, 1, 12, 0, 0, 123456)
+    row = _job(_uid("job"), _uid("tenant"), created_at=naive, updated_at=None)
+    store.upsert_job(row)
+    found = store.get_job(row.job_id)
+    assert found is not None
+    assert found.created_at == datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
+    assert found.updated_at is None
+
+
+def test_list_jobs_by_tenant_pages(store: ResultStore) -> None:
+    tenant, other = _uid("tenant"), _uid("tenant")
+    jobs = [_job(f"job-{i:02d}-{uuid.uuid4().hex[:6]}", tenant) for i in range(7)]
+    for row in reversed(jobs):
+        store.upsert_job(row)
+    store.upsert_job(_job(_uid("job"), other))
+
+    pages: list[list[JobRow]] = []
+    after: str | None = None
+    while True:
+        page = store.list_jobs(tenant, limit=3, after=after)
+        if not page:
+            break
+        pages.append(page)
+        after = page[-1].job_id
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert [row for page in pages for row in page] == sorted(jobs, key=lambda r: r.job_id)
+    assert store.list_jobs(tenant, limit=50, after=jobs[5].job_id) == [jobs[6]]
+    assert store.list_jobs(_uid("tenant")) == []
+    assert [r.tenant for r in store.list_jobs(other)] == [other]
+
+
+# -- documents -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [STORE_PAGE_SIZE * 2, STORE_PAGE_SIZE * 2 + 1, 0])
+def test_iter_job_documents_pages(store: ResultStore, count: int) -> None:
+    job_id = _uid("job")
+    rows = [
+        JobDocumentRow(job_id=job_id, doc_id=f"doc-{i:03d}", status="submitted", updated_at=T0, filename=f"{i}.pdf")
+        for i in range(count)
+    ]
+    for row in reversed(rows):
+        store.upsert_job_document(row)
+    store.upsert_job_document(JobDocumentRow(job_id=_uid("job"), doc_id="doc-000", status="failed", updated_at=T0))
+
+    assert list(store.iter_job_documents(job_id, page_size=STORE_PAGE_SIZE)) == rows
+    assert list(store.iter_job_documents(job_id, page_size=1)) == rows
+    assert list(store.iter_job_documents(job_id)) == rows
+
+
+def test_job_document_upsert_overwrites(store: ResultStore) -> None:
+    job_id = _uid("job")
+    first = JobDocumentRow(job_id=job_id, doc_id=_uid("doc"), status="chunking", updated_at=T0, filename="a.pdf")
+    store.upsert_job_document(first)
+    failed = replace(first, status="failed", error_code="encrypted", updated_at=T0 + timedelta(seconds=1))
+    store.upsert_job_document(failed)
+    assert list(store.iter_job_documents(job_id)) == [failed]
+
+
+def test_document_round_trip_overwrite_and_missing(store: ResultStore) -> None:
+    row = _document(_uid("doc"), _uid("job"))
+    store.upsert_document(row)
+    assert store.get_document(row.doc_id) == row
+    failed = replace(row, status="failed", page_count=None, error_code="corrupt", error="xref table broken")
+    store.upsert_document(failed)
+    assert store.get_document(row.doc_id) == failed
+    cleared = replace(failed, status="completed", error_code=None, error=None, media_type=None, filename=None)
+    store.upsert_document(cleared)
+    assert store.get_document(row.doc_id) == cleared
+    assert store.get_document(_uid("doc")) is None
+
+
+def test_document_results_per_model_side_by_side(store: ResultStore) -> None:
+    doc_id, job_id = _uid("doc"), _uid("job")
+    old = _result(doc_id, "model-a@1", job_id)
+    new = _result(doc_id, "model-b@2", job_id, embedding=_vector(7, dim=8), status="partial", failed_chunks=2)
+    store.upsert_document_result(old)
+    store.upsert_document_result(new)
+    assert store.get_document_result(doc_id, "model-a@1") == old
+    assert store.get_document_result(doc_id, "model-b@2") == new
+    assert store.get_document_result(doc_id, "model-c@1") is None
+
+    failed = replace(old, status="failed", embedding=[], content_sha256=None)
+    store.upsert_document_result(failed)
+    assert store.get_document_result(doc_id, "model-a@1") == failed
+    assert store.get_document_result(doc_id, "model-b@2") == new
+
+
+def test_document_result_embedding_is_float32(store: ResultStore) -> None:
+    row = _result(_uid("doc"), _uid("model"), _uid("job"), embedding=[0.1, 1 / 3, -2.5e-8])
+    store.upsert_document_result(row)
+    found = store.get_document_result(row.doc_id, row.model_id)
+    assert found is not None
+    assert found.embedding == float32_values([0.1, 1 / 3, -2.5e-8])
+
+
+# -- chunks ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [STORE_PAGE_SIZE * 2, STORE_PAGE_SIZE * 2 + 1, 1])
+def test_iter_chunks_pages_and_count(store: ResultStore, count: int) -> None:
+    doc_id, model_id, job_id = _uid("doc"), _uid("model"), _uid("job")
+    rows = _chunks(doc_id, model_id, job_id, count)
+    store.upsert_chunks(list(reversed(rows)))
+    assert list(store.iter_chunks(doc_id, model_id)) == rows
+    assert store.count_chunks(doc_id, model_id) == count
+    assert store.count_chunks(doc_id, _uid("model")) == 0
+    assert list(store.iter_chunks(_uid("doc"), model_id)) == []
+
+
+def test_chunks_of_two_models_do_not_collide(store: ResultStore) -> None:
+    doc_id, job_id = _uid("doc"), _uid("job")
+    model_a, model_b = _uid("model-a"), _uid("model-b")
+    rows_a = _chunks(doc_id, model_a, job_id, 4)
+    rows_b = [
+        replace(r, model_id=model_b, text=f"other {r.chunk_index}", embedding=_vector(r.chunk_index))
+        for r in rows_a[:3]
+    ]
+    store.upsert_chunks(rows_a)
+    store.upsert_chunks(rows_b)
+    assert list(store.iter_chunks(doc_id, model_a)) == rows_a
+    assert list(store.iter_chunks(doc_id, model_b)) == rows_b
+    assert (store.count_chunks(doc_id, model_a), store.count_chunks(doc_id, model_b)) == (4, 3)
+
+
+def test_chunk_upsert_overwrites(store: ResultStore) -> None:
+    doc_id, model_id, job_id = _uid("doc"), _uid("model"), _uid("job")
+    rows = _chunks(doc_id, model_id, job_id, 3)
+    store.upsert_chunks(rows)
+    changed = [
+        replace(rows[0], text="rewritten", heading="New heading", embedding=_vector(99)),
+        replace(rows[1], status="failed", error_code="model_error", embedding=[], heading=None),
+    ]
+    store.upsert_chunks(changed)
+    assert list(store.iter_chunks(doc_id, model_id)) == [*changed, rows[2]]
+    assert store.count_chunks(doc_id, model_id) == 3
+
+
+def test_upsert_no_chunks_is_a_no_op(store: ResultStore) -> None:
+    store.upsert_chunks([])
+    assert store.count_chunks(_uid("doc"), _uid("model")) == 0
+
+
+def test_concurrent_chunk_writers(store: ResultStore) -> None:
+    model_id, job_id = _uid("model"), _uid("job")
+    docs = [_uid("doc") for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def _write(doc_id: str) -> None:
+        try:
+            for start in range(0, 10, 2):
+                store.upsert_chunks(_chunks(doc_id, model_id, job_id, 10)[start : start + 2])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=_write, args=(d,)) for d in docs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert [store.count_chunks(d, model_id) for d in docs] == [10, 10, 10, 10]
+
+
+def _snapshot(store: ResultStore, job_id: str, tenant: str, doc_ids: list[str], models: list[str]) -> dict[str, object]:
+    return {
+        "job": store.get_job(job_id),
+        "jobs": store.list_jobs(tenant),
+        "job_documents": list(store.iter_job_documents(job_id, page_size=2)),
+        "documents": [store.get_document(d) for d in doc_ids],
+        "results": [store.get_document_result(d, m) for d in doc_ids for m in models],
+        "chunks": [list(store.iter_chunks(d, m)) for d in doc_ids for m in models],
+        "counts": [store.count_chunks(d, m) for d in doc_ids for m in models],
+    }
+
+
+def test_writing_everything_twice_leaves_the_same_state(store: ResultStore) -> None:
+    job_id, tenant = _uid("job"), _uid("tenant")
+    doc_ids, models = [_uid("doc") for _ in range(3)], [_uid("model-a"), _uid("model-b")]
+
+    def _write_all() -> None:
+        store.upsert_job(_job(job_id, tenant))
+        for doc_id in doc_ids:
+            store.upsert_job_document(JobDocumentRow(job_id=job_id, doc_id=doc_id, status="completed", updated_at=T0))
+            store.upsert_document(_document(doc_id, job_id))
+            for model_id in models:
+                store.upsert_document_result(_result(doc_id, model_id, job_id))
+                store.upsert_chunks(_chunks(doc_id, model_id, job_id, 5))
+
+    _write_all()
+    first = _snapshot(store, job_id, tenant, doc_ids, models)
+    _write_all()
+    second = _snapshot(store, job_id, tenant, doc_ids, models)
+    assert second == first
+    assert first["counts"] == [5] * 6
+    assert len(first["job_documents"]) == 3  # type: ignore[arg-type]
+
+
+# -- search ----------------------------------------------------------------------------
+
+
+def _searchable(store: ResultStore) -> tuple[str, str, str, list[ChunkRow]]:
+    model_id, job_a, job_b = _uid("model"), _uid("job"), _uid("job")
+    rows = _chunks(_uid("doc"), model_id, job_a, 6) + _chunks(_uid("doc"), model_id, job_b, 6)
+    rows = [replace(row, embedding=_vector(2000 + i)) for i, row in enumerate(rows)]
+    rows[3] = replace(rows[3], status="failed", error_code="model_error", embedding=[])
+    store.upsert_chunks(rows)
+    return model_id, job_a, job_b, rows
+
+
+def test_search_finds_the_known_vector_first(store: ResultStore) -> None:
+    model_id, _, _, rows = _searchable(store)
+    target = rows[8]
+    hits = store.search(target.embedding, model_id, k=3)
+    assert len(hits) == 3
+    assert hits[0].chunk == target
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert all(h.chunk.model_id == model_id for h in hits)
+
+
+def test_search_respects_k_and_skips_chunks_without_embedding(store: ResultStore) -> None:
+    model_id, _, _, rows = _searchable(store)
+    assert len(store.search(rows[0].embedding, model_id, k=1)) == 1
+    everything = store.search(rows[0].embedding, model_id, k=50)
+    assert sorted((h.chunk.doc_id, h.chunk.chunk_index) for h in everything) == sorted(
+        (r.doc_id, r.chunk_index) for r in rows if r.embedding
+    )
+
+
+def test_search_filters_by_job(store: ResultStore) -> None:
+    model_id, job_a, job_b, rows = _searchable(store)
+    target = rows[9]  # a job_b row
+    hits = store.search(target.embedding, model_id, k=4, job_id=job_a)
+    assert len(hits) == 4
+    assert {h.chunk.job_id for h in hits} == {job_a}
+    assert target not in [h.chunk for h in hits]
+    own = store.search(target.embedding, model_id, k=2, job_id=job_b)
+    assert own[0].chunk == target
+    assert store.search(target.embedding, model_id, k=2, job_id=_uid("job")) == []
+
+
+def test_search_of_unknown_model_or_dimension_is_empty(store: ResultStore) -> None:
+    model_id, _, _, rows = _searchable(store)
+    assert store.search(rows[0].embedding, _uid("model"), k=3) == []
+    assert store.search(_vector(5, dim=12), model_id, k=3) == []
+
+
+def test_search_other_dimension_side_by_side(store: ResultStore) -> None:
+    doc_id, job_id = _uid("doc"), _uid("job")
+    small_model = _uid("model-16")
+    small = [_chunk(doc_id, small_model, job_id, i, embedding=_vector(50 + i, dim=16)) for i in range(4)]
+    big_model = _uid("model-384")
+    big = _chunks(doc_id, big_model, job_id, 2)
+    store.upsert_chunks(small + big)
+    hits = store.search(small[2].embedding, small_model, k=2)
+    assert hits[0].chunk == small[2]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert store.search(big[1].embedding, big_model, k=1)[0].chunk == big[1]
+
+
+def test_search_refuses_bad_queries(store: ResultStore) -> None:
+    with pytest.raises(ValueError, match="k must be"):
+        store.search(_vector(1), _uid("model"), k=0)
+    with pytest.raises(ValueError, match="zero vector"):
+        store.search([0.0] * DIM, _uid("model"))
+    with pytest.raises(ValueError, match="non-empty"):
+        store.search([], _uid("model"))
+
+
+# -- failures --------------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+def unreachable_store(request: pytest.FixtureRequest, tmp_path: Path) -> ResultStore:
+    if request.param == "sqlite":
+        blocker = tmp_path / "not-a-folder"
+        blocker.write_text("a file where the store's folder should be")
+        store: ResultStore = SqliteStore(blocker / "store.db")
+    else:
+        from docstream.store.cassandra import CassandraStore
+
+        store = CassandraStore(
+            CassandraSettings.model_validate(
+                {"contact_points": ["127.0.0.1"], "port": _closed_port(), "request_timeout_s": 2.0}
+            )
+        )
+    request.addfinalizer(store.close)
+    return store
+
+
+def test_unreachable_store_raises_store_error(unreachable_store: ResultStore) -> None:
+    with pytest.raises(StoreError) as caught:
+        unreachable_store.ping()
+    assert caught.value.code in {"store_unavailable", "store_timeout"}
+    with pytest.raises(StoreError):
+        unreachable_store.upsert_chunks(_chunks(_uid("doc"), _uid("model"), _uid("job"), 1))
