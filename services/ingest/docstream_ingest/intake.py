@@ -1,0 +1,510 @@
+"""Intake: files, folders and archives → object store → job rows → DocumentSubmitted records.
+
+``submit_paths`` runs in three phases, in this order, so that the reducer can always know a
+job's document_count before it sees the job's first result:
+
+1. collect: walk the paths, expand archives, hash each document (SHA-256, streamed) and
+   put its bytes in the object store (content-addressed, idempotent);
+2. record: write the job_documents and documents rows (status submitted), then the jobs row
+   with document_count;
+3. produce: one DocumentSubmitted per document, keyed by doc_id, then flush and check every
+   delivery.
+
+A crash between 2 and 3 leaves rows in status submitted; submitting the same paths again
+with the same job id produces them (documents past submitted are left alone). The rules
+are written down in docs/intake.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Protocol
+from urllib.parse import urlsplit
+
+from docstream import ids
+from docstream.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
+from docstream.client import validate_id
+from docstream.errors import InputError
+from docstream.logging import get_logger
+from docstream.objectstore import ObjectStore
+from docstream.records import AnyRecord, DocumentSubmitted, utc_now
+from docstream.settings import Settings
+from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.topics import Topics
+
+__all__ = [
+    "DuplicateFile",
+    "IntakeProducer",
+    "RecordSerializer",
+    "RefusedFile",
+    "SubmitResult",
+    "SubmittedDocument",
+    "submit_paths",
+]
+
+_log = get_logger(__name__)
+
+_CHUNK = 1024 * 1024
+_SPOOL_IN_MEMORY = 8 * 1024 * 1024
+_HIDDEN_PREFIXES = (".", "__MACOSX")
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class IntakeProducer(Protocol):
+    """What intake needs of a producer (``docstream.kafka.clients.ReliableProducer`` fits)."""
+
+    def produce(self, topic: str, key: str | bytes | None, value: bytes | None) -> None:
+        """Queue one record; raise a kept delivery error."""
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for every delivery; raise if any failed or is still in flight."""
+
+
+class RecordSerializer(Protocol):
+    """What intake needs of a serde (``docstream.avro.serde.AvroSerde`` fits)."""
+
+    def serialize(self, record: AnyRecord, topic: str) -> bytes:
+        """Encode a record for a topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedDocument:
+    """A document of the job, produced on the intake topic by this submission."""
+
+    doc_id: str
+    filename: str
+    source_uri: str
+    content_sha256: str
+    size_bytes: int
+    media_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedFile:
+    """A file (or archive member) that was not submitted, and why (``code`` is stable)."""
+
+    path: str
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateFile:
+    """A file whose content is already a document of the job (same doc_id)."""
+
+    path: str
+    doc_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """What one submission did."""
+
+    job_id: str
+    documents: tuple[SubmittedDocument, ...]
+    refused: tuple[RefusedFile, ...]
+    duplicates: tuple[DuplicateFile, ...] = ()
+    document_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    tenant: str
+    model_id: str | None
+    chunk_max_tokens: int | None
+    chunk_overlap_tokens: int | None
+    webhook_url: str | None
+
+    def as_job_options(self) -> dict[str, str]:
+        values = {
+            "model_id": self.model_id,
+            "chunk_max_tokens": self.chunk_max_tokens,
+            "chunk_overlap_tokens": self.chunk_overlap_tokens,
+        }
+        return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def _validate_options(options: _Options, settings: Settings) -> None:
+    validate_id(options.tenant, "tenant")
+    max_tokens = options.chunk_max_tokens or settings.chunker.max_tokens
+    overlap = options.chunk_overlap_tokens if options.chunk_overlap_tokens is not None else 0
+    if not 8 <= max_tokens <= 8192 or not 0 <= overlap < max_tokens:
+        raise InputError(
+            "chunk_max_tokens must be 8-8192 and chunk_overlap_tokens 0 to below it", code="invalid_chunk_options"
+        )
+    if options.webhook_url is not None and urlsplit(options.webhook_url).scheme not in ("http", "https"):
+        raise InputError("webhook_url must be an http(s) URL", code="invalid_webhook_url")
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    path: Path  # resolved path of a regular file
+    display: str  # what the user sees (and the document's filename)
+
+
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith(_HIDDEN_PREFIXES) for part in relative.split("/"))
+
+
+def _real(path: Path) -> Path:
+    # os.path.realpath, unlike Path.resolve on 3.11, does not raise on a link loop.
+    return Path(os.path.realpath(path))
+
+
+def _walk(paths: Sequence[str | Path], refuse: Callable[[str, str, str], None]) -> Iterator[_Candidate]:
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            yield from _walk_dir(path, refuse)
+        elif path.is_file():
+            yield _Candidate(_real(path), str(given))
+        elif path.exists():
+            refuse(str(given), "not_a_file", "not a regular file or folder")
+        else:
+            refuse(str(given), "not_found", "no such file or folder")
+
+
+def _walk_dir(root: Path, refuse: Callable[[str, str, str], None]) -> Iterator[_Candidate]:
+    """Regular files under ``root``, sorted, hidden ones skipped; links followed only inside ``root``."""
+    real_root = _real(root)
+
+    def on_error(exc: OSError) -> None:
+        refuse(str(exc.filename or root), "unreadable", exc.strerror or str(exc))
+
+    for folder, subfolders, files in os.walk(root, onerror=on_error):
+        here = Path(folder)
+        subfolders[:] = sorted(name for name in subfolders if not _is_hidden(name))
+        for name in subfolders:
+            # os.walk does not descend into linked folders; one pointing outside is refused, loudly.
+            if (here / name).is_symlink() and not _real(here / name).is_relative_to(real_root):
+                refuse(str(here / name), "symlink_outside_root", "link to a folder outside the submitted folder")
+        for name in sorted(files):
+            if _is_hidden(name):
+                continue
+            path = here / name
+            target = _real(path)
+            if path.is_symlink() and not target.is_relative_to(real_root):
+                refuse(str(path), "symlink_outside_root", "link to a file outside the submitted folder")
+            elif not target.is_file():
+                refuse(str(path), "not_a_file", "not a regular file")
+            else:
+                yield _Candidate(target, str(path))
+
+
+def _open_file(path: Path) -> IO[bytes]:
+    # The path is already resolved: refusing a link here closes the swap-after-check window.
+    return os.fdopen(os.open(path, os.O_RDONLY | _O_NOFOLLOW), "rb")
+
+
+def _hash_stream(stream: IO[bytes], limit: int, sink: IO[bytes] | None = None) -> tuple[str, int] | None:
+    """(sha256, size) of the stream's bytes, copied to ``sink``; None once past ``limit`` bytes."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := stream.read(_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            return None
+        digest.update(chunk)
+        if sink is not None:
+            sink.write(chunk)
+    return digest.hexdigest(), size
+
+
+@dataclass(slots=True)
+class _Blob:
+    display: str
+    sha256: str
+    size: int
+    source_uri: str
+
+
+@dataclass(slots=True)
+class _Collector:
+    """Phase 1: what a submission holds, accumulated file by file."""
+
+    job_id: str
+    settings: Settings
+    objects: ObjectStore
+    existing: Mapping[str, DocState]
+    documents: dict[str, SubmittedDocument] = field(default_factory=dict)
+    refused: list[RefusedFile] = field(default_factory=list)
+    duplicates: list[DuplicateFile] = field(default_factory=list)
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.count = len(self.existing)
+
+    @property
+    def _max_bytes(self) -> int:
+        return self.settings.ingest.max_document_bytes
+
+    def refuse(self, path: str, code: str, reason: str) -> None:
+        self.refused.append(RefusedFile(path, code, reason))
+
+    def add(self, candidate: _Candidate) -> None:
+        kind = archive_kind(candidate.path.name)
+        try:
+            if kind is None:
+                self._add_file(candidate)
+            else:
+                self._add_archive(candidate, kind)
+        except InputError as exc:
+            self.refuse(candidate.display, exc.code, exc.message)
+        except OSError as exc:
+            self.refuse(candidate.display, "unreadable", exc.strerror or str(exc))
+
+    def _full(self, display: str) -> bool:
+        if self.count < self.settings.ingest.max_files_per_job:
+            return False
+        limit = self.settings.ingest.max_files_per_job
+        self.refuse(display, "too_many_files", f"the job already holds {limit} documents (ingest.max_files_per_job)")
+        return True
+
+    def _too_large(self, display: str) -> None:
+        self.refuse(display, "too_large", f"larger than {self._max_bytes} bytes (ingest.max_document_bytes)")
+
+    def _empty(self, display: str) -> None:
+        self.refuse(display, "empty", "the file is empty")
+
+    def _add_file(self, candidate: _Candidate) -> None:
+        size = candidate.path.stat().st_size
+        if size > self._max_bytes:
+            self._too_large(candidate.display)
+        elif size == 0:
+            self._empty(candidate.display)
+        elif not self._full(candidate.display):
+            with _open_file(candidate.path) as stream:
+                hashed = _hash_stream(stream, self._max_bytes)
+            if hashed is None:
+                self._too_large(candidate.display)
+            elif self._is_new(candidate.display, hashed[0]):
+                with _open_file(candidate.path) as stream:
+                    uri = self.objects.put(stream, hashed[0])
+                self._accept(_Blob(candidate.display, hashed[0], hashed[1], uri))
+
+    def _add_archive(self, candidate: _Candidate, kind: ArchiveKind) -> None:
+        # All or nothing: members are kept aside until the whole archive has passed its checks.
+        blobs: list[_Blob] = []
+        refused: list[RefusedFile] = []
+        limits = ArchiveLimits.from_settings(self.settings.ingest)
+        with _open_file(candidate.path) as stream:
+            for member in expand_archive(stream, kind, limits):
+                display = f"{candidate.display}/{member.name}"
+                if _is_hidden(member.name):
+                    continue
+                outcome = self._spool_member(display, member.name, member.size, member.stream)
+                if isinstance(outcome, RefusedFile):
+                    refused.append(outcome)
+                else:
+                    blobs.append(outcome)
+        self.refused.extend(refused)
+        for blob in blobs:
+            if self._is_new(blob.display, blob.sha256) and not self._full(blob.display):
+                self._accept(blob)
+
+    def _spool_member(self, display: str, name: str, size: int, stream: IO[bytes]) -> _Blob | RefusedFile:
+        if archive_kind(name) is not None:
+            return RefusedFile(display, "archive_nested", "archives inside archives are not expanded")
+        if size > self._max_bytes:
+            return RefusedFile(display, "too_large", f"larger than {self._max_bytes} bytes")
+        if size == 0:
+            return RefusedFile(display, "empty", "the file is empty")
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
+            hashed = _hash_stream(stream, self._max_bytes, spool)
+            if hashed is None:
+                return RefusedFile(display, "too_large", f"larger than {self._max_bytes} bytes")
+            spool.seek(0)
+            uri = self.objects.put(spool, hashed[0])
+        return _Blob(display, hashed[0], hashed[1], uri)
+
+    def _is_new(self, display: str, sha256: str) -> bool:
+        doc_id = ids.doc_id(self.job_id, sha256)
+        earlier = self.existing.get(doc_id)
+        if doc_id in self.documents or (earlier is not None and earlier != "submitted"):
+            self.duplicates.append(DuplicateFile(display, doc_id))
+            return False
+        return True
+
+    def _accept(self, blob: _Blob) -> None:
+        doc_id = ids.doc_id(self.job_id, blob.sha256)
+        if doc_id not in self.existing:
+            self.count += 1
+        media_type, _ = mimetypes.guess_type(blob.display, strict=False)
+        self.documents[doc_id] = SubmittedDocument(
+            doc_id, blob.display, blob.source_uri, blob.sha256, blob.size, media_type
+        )
+
+
+def _existing_job(store: ResultStore, job_id: str, tenant: str) -> tuple[JobRow | None, dict[str, DocState]]:
+    job = store.get_job(job_id)
+    if job is None:
+        return None, {}
+    if job.tenant != tenant:
+        raise InputError(f"job {job_id} belongs to another tenant", code="job_tenant_mismatch")
+    if job.status == "cancelled":
+        raise InputError(f"job {job_id} is cancelled", code="job_cancelled")
+    return job, {row.doc_id: row.status for row in store.iter_job_documents(job_id)}
+
+
+def _write_rows(
+    store: ResultStore,
+    job_id: str,
+    earlier: JobRow | None,
+    collected: _Collector,
+    options: _Options,
+    now: datetime,
+) -> None:
+    for doc in collected.documents.values():
+        store.upsert_document(
+            DocumentRow(
+                doc_id=doc.doc_id,
+                job_id=job_id,
+                source_uri=doc.source_uri,
+                content_sha256=doc.content_sha256,
+                status="submitted",
+                updated_at=now,
+                media_type=doc.media_type,
+                filename=doc.filename,
+            )
+        )
+        store.upsert_job_document(JobDocumentRow(job_id, doc.doc_id, "submitted", now, filename=doc.filename))
+    # The jobs row goes last: it never counts documents whose rows are not written yet.
+    store.upsert_job(
+        JobRow(
+            job_id=job_id,
+            tenant=options.tenant,
+            created_at=earlier.created_at if earlier else now,
+            status="running",
+            document_count=collected.count,
+            options={**(earlier.options if earlier else {}), **options.as_job_options()},
+            webhook_url=options.webhook_url or (earlier.webhook_url if earlier else None),
+            completed=earlier.completed if earlier else 0,
+            partial=earlier.partial if earlier else 0,
+            failed=earlier.failed if earlier else 0,
+            updated_at=now,
+        )
+    )
+
+
+def _produce(
+    documents: Sequence[SubmittedDocument],
+    *,
+    job_id: str,
+    options: _Options,
+    topic: str,
+    producer: IntakeProducer,
+    serde: RecordSerializer,
+    now: datetime,
+    flush_timeout_s: float,
+) -> None:
+    for doc in documents:
+        record = DocumentSubmitted(
+            job_id=job_id,
+            doc_id=doc.doc_id,
+            source_uri=doc.source_uri,
+            content_sha256=doc.content_sha256,
+            size_bytes=doc.size_bytes,
+            submitted_at=now,
+            tenant=options.tenant,
+            filename=doc.filename,
+            media_type=doc.media_type,
+            model_id=options.model_id,
+            chunk_max_tokens=options.chunk_max_tokens,
+            chunk_overlap_tokens=options.chunk_overlap_tokens,
+        )
+        producer.produce(topic, doc.doc_id, serde.serialize(record, topic))
+    producer.flush(flush_timeout_s)
+
+
+def submit_paths(
+    paths: Sequence[str | Path],
+    *,
+    settings: Settings,
+    store: ResultStore,
+    producer: IntakeProducer,
+    serde: RecordSerializer,
+    objects: ObjectStore | None = None,
+    job_id: str | None = None,
+    tenant: str = "default",
+    model_id: str | None = None,
+    chunk_max_tokens: int | None = None,
+    chunk_overlap_tokens: int | None = None,
+    webhook_url: str | None = None,
+    flush_timeout_s: float = 60.0,
+    clock: Callable[[], datetime] = utc_now,
+) -> SubmitResult:
+    """Submit files, folders and archives as one job.
+
+    Folders are walked (sorted; hidden entries skipped; links followed only inside the
+    folder); .zip/.tar/.tar.gz/.tgz archives are expanded safely (``docstream.archives``);
+    every document's bytes go to the object store, its rows to ``store`` and one
+    DocumentSubmitted (key doc_id) to the intake topic. The same content twice in a job is
+    one document. Files that cannot go are listed in ``refused`` with a code and a reason.
+
+    Args:
+        paths: files and folders.
+        settings: all settings (ingest limits, topic prefix, object store).
+        store: where jobs, job_documents and documents rows go.
+        producer: delivers the records; ``flush`` must raise on any failed delivery.
+        serde: encodes the records.
+        objects: the object store (default: one from ``settings.object_store``).
+        job_id: the job to submit to (new or existing); default: a new one.
+        tenant: the job's tenant.
+        model_id: model requested for the job (None: the service default).
+        chunk_max_tokens: per-job chunk size (None: the service default).
+        chunk_overlap_tokens: per-job chunk overlap (None: the service default).
+        webhook_url: called by the reducer when the job ends.
+        flush_timeout_s: how long to wait for every delivery.
+        clock: now, UTC.
+
+    Raises:
+        InputError: bad job id, tenant, chunk options or webhook URL; the job belongs to
+            another tenant or is cancelled.
+        RetryableError: the object store, the result store or the broker failed; rows may be
+            written, and submitting again with the same job id completes the job.
+        FatalError: the broker refused the records.
+    """
+    job_id = validate_id(job_id or ids.new_job_id())
+    options = _Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url)
+    _validate_options(options, settings)
+    log = _log.bind(job_id=job_id, tenant=tenant)
+    earlier, existing = _existing_job(store, job_id, tenant)
+    collected = _Collector(job_id, settings, objects or ObjectStore(settings.object_store), existing)
+    for candidate in _walk(paths, collected.refuse):
+        collected.add(candidate)
+    documents = tuple(collected.documents.values())
+    if documents:
+        now = clock()
+        _write_rows(store, job_id, earlier, collected, options, now)
+        topic = Topics(settings.kafka.topic_prefix).submitted
+        _produce(
+            documents,
+            job_id=job_id,
+            options=options,
+            topic=topic,
+            producer=producer,
+            serde=serde,
+            now=now,
+            flush_timeout_s=flush_timeout_s,
+        )
+    log.info(
+        "job_submitted",
+        documents=len(documents),
+        refused=len(collected.refused),
+        duplicates=len(collected.duplicates),
+        document_count=collected.count,
+    )
+    return SubmitResult(
+        job_id=job_id,
+        documents=documents,
+        refused=tuple(collected.refused),
+        duplicates=tuple(collected.duplicates),
+        document_count=collected.count,
+    )

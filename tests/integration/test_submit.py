@@ -1,0 +1,404 @@
+"""submit_paths and `docstream submit` on the real Kafka, with a SQLite store and a local object store."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from docstream import ids
+from docstream.avro.serde import AvroSerde
+from docstream.errors import InputError
+from docstream.kafka.clients import ReliableProducer, consumer_config
+from docstream.objectstore import ObjectStore
+from docstream.records import DocumentSubmitted
+from docstream.settings import Settings
+from docstream.store.base import JobDocumentRow, JobRow
+from docstream.store.sqlite import SqliteStore
+from docstream.topics import Topics
+from docstream_ingest.commands import EXIT_OK, wait_for_job
+from docstream_ingest.intake import SubmitResult, submit_paths
+from docstream_ingest.main import main as ingest_main
+from rich.console import Console
+
+from tests.fixtures.documents import make_pdf, make_text_document
+from tests.fixtures.kafka import kafka_settings
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Intake:
+    settings: Settings
+    store: SqliteStore
+    objects: ObjectStore
+    producer: ReliableProducer
+    serde: AvroSerde
+    topic: str
+
+    def submit(self, *paths: Path, **options: object) -> SubmitResult:
+        return submit_paths(
+            list(paths),
+            settings=self.settings,
+            store=self.store,
+            producer=self.producer,
+            serde=self.serde,
+            objects=self.objects,
+            **options,  # type: ignore[arg-type]
+        )
+
+    def records(self) -> dict[str, DocumentSubmitted]:
+        """Every record on the intake topic, by key; fails on a key seen twice."""
+        found: dict[str, DocumentSubmitted] = {}
+        for key, value in _read_topic(self.settings, self.topic):
+            record = self.serde.deserialize(value, self.topic)
+            assert isinstance(record, DocumentSubmitted)
+            assert key not in found, f"doc_id {key} produced twice"
+            found[key] = record
+        return found
+
+
+def _read_topic(settings: Settings, topic: str) -> list[tuple[str, bytes]]:
+    conf = consumer_config(settings.kafka, group_id=f"submit-test-{uuid.uuid4().hex}")
+    consumer = Consumer(conf)
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        expected = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        out: list[tuple[str, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            out.append((msg.key().decode(), msg.value()))
+        assert len(out) == expected, f"read {len(out)} of {expected} records"
+        return out
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def make_intake(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> Iterator[Callable[..., Intake]]:
+    stores: list[SqliteStore] = []
+
+    def make(**ingest: object) -> Intake:
+        prefix = unique_name("submit")
+        settings = kafka_settings(kafka_bootstrap, topic_prefix=prefix).with_overrides(
+            object_store={"url": str(tmp_path / "objects")},
+            store={"backend": "sqlite", "sqlite_path": str(tmp_path / f"{prefix}.db")},
+            ingest=dict(ingest),
+        )
+        topic = Topics(prefix).submitted
+        create_topics(kafka_bootstrap, topic, partitions=3)
+        store = SqliteStore(settings.store.sqlite_path)
+        store.migrate()
+        stores.append(store)
+        return Intake(
+            settings,
+            store,
+            ObjectStore(settings.object_store),
+            ReliableProducer(settings.kafka),
+            AvroSerde(settings.kafka),
+            topic,
+        )
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _tar_gz(entries: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _write(path: Path, data: bytes) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return data
+
+
+def test_submit_folder_with_archives_and_duplicates(
+    make_intake: Callable[..., Intake], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    intake = make_intake()
+    root = tmp_path / "inbox"
+    expected = {
+        "inbox/a.txt": _write(root / "a.txt", make_text_document(1)),
+        "inbox/sub/b.txt": _write(root / "sub" / "b.txt", make_text_document(2)),
+        "inbox/sub/deeper/c.pdf": _write(root / "sub" / "deeper" / "c.pdf", make_pdf(2, seed=3).data),
+        "inbox/bundle.zip/z1.txt": make_text_document(4),
+        "inbox/bundle.zip/dir/z2.txt": make_text_document(5),
+        "inbox/bundle.tar.gz/t1.txt": make_text_document(6),
+        "inbox/bundle.tar.gz/nested/t2.txt": make_text_document(7),
+    }
+    _write(root / "sub" / "copy-of-b.txt", expected["inbox/sub/b.txt"])
+    _write(root / ".hidden.txt", b"hidden")
+    _write(root / ".git" / "config", b"hidden folder")
+    _write(root / "empty.txt", b"")
+    zipped = {"z1.txt": expected["inbox/bundle.zip/z1.txt"], "dir/z2.txt": expected["inbox/bundle.zip/dir/z2.txt"]}
+    _write(root / "bundle.zip", _zip({**zipped, "copy-of-a.txt": expected["inbox/a.txt"]}))
+    _write(
+        root / "bundle.tar.gz",
+        _tar_gz(
+            {
+                "t1.txt": expected["inbox/bundle.tar.gz/t1.txt"],
+                "nested/t2.txt": expected["inbox/bundle.tar.gz/nested/t2.txt"],
+            }
+        ),
+    )
+    _write(root / "evil.zip", _zip({"fine.txt": b"would be fine", "../../evil.txt": b"zip slip"}))
+
+    monkeypatch.chdir(tmp_path)  # display names are the paths as given
+    result = intake.submit(Path("inbox"), tenant="acme", model_id="m-1")
+
+    by_name = {doc.filename: doc for doc in result.documents}
+    assert set(by_name) == set(expected)
+    assert result.document_count == len(expected)
+    assert {(r.path, r.code) for r in result.refused} == {
+        ("inbox/evil.zip", "archive_path_traversal"),
+        ("inbox/empty.txt", "empty"),
+    }
+    assert "leaves the archive root" in next(r.reason for r in result.refused if r.code == "archive_path_traversal")
+    assert sorted(d.path for d in result.duplicates) == ["inbox/bundle.zip/copy-of-a.txt", "inbox/sub/copy-of-b.txt"]
+
+    records = intake.records()
+    assert set(records) == {doc.doc_id for doc in result.documents}
+    for name, data in expected.items():
+        doc = by_name[name]
+        record = records[doc.doc_id]
+        sha = ids.content_sha256(data)
+        assert record.doc_id == ids.doc_id(result.job_id, sha)
+        assert (record.job_id, record.content_sha256, record.size_bytes) == (result.job_id, sha, len(data))
+        assert (record.filename, record.tenant, record.model_id) == (name, "acme", "m-1")
+        assert intake.objects.open_bounded(record.source_uri, len(data)) == data
+        assert record.source_uri.startswith(intake.objects.root_uri + "/")
+    assert records[by_name["inbox/sub/deeper/c.pdf"].doc_id].media_type == "application/pdf"
+    assert records[by_name["inbox/a.txt"].doc_id].media_type == "text/plain"
+
+    job = intake.store.get_job(result.job_id)
+    assert job is not None
+    assert (job.status, job.tenant, job.document_count) == ("running", "acme", len(expected))
+    assert job.options == {"model_id": "m-1"}
+    rows = list(intake.store.iter_job_documents(result.job_id))
+    assert {row.doc_id for row in rows} == set(records)
+    assert {row.status for row in rows} == {"submitted"}
+    document = intake.store.get_document(by_name["inbox/a.txt"].doc_id)
+    assert document is not None and document.source_uri == records[document.doc_id].source_uri
+
+
+def test_limits_refuse_files_with_reasons_and_the_rest_goes(make_intake: Callable[..., Intake], tmp_path: Path) -> None:
+    intake = make_intake(max_document_bytes=5000, max_files_per_job=2, max_archive_members=2)
+    small = [_write(tmp_path / f"in/{name}.txt", f"small document {name}".encode()) for name in ("a", "b", "c")]
+    _write(tmp_path / "in/big.txt", b"x" * 5001)
+    _write(tmp_path / "in/many.zip", _zip({f"m{i}.txt": b"member" for i in range(3)}))
+
+    result = intake.submit(tmp_path / "in")
+
+    assert [doc.size_bytes for doc in result.documents] == [len(small[0]), len(small[1])]
+    codes = {Path(r.path).name: r.code for r in result.refused}
+    assert codes == {"big.txt": "too_large", "c.txt": "too_many_files", "many.zip": "archive_too_many_files"}
+    assert len(intake.records()) == 2
+    job = intake.store.get_job(result.job_id)
+    assert job is not None and job.document_count == 2
+
+
+def test_links_out_of_the_folder_are_refused(make_intake: Callable[..., Intake], tmp_path: Path) -> None:
+    intake = make_intake()
+    _write(tmp_path / "outside" / "secret.txt", b"not for submission")
+    inbox = tmp_path / "inbox"
+    inside = _write(inbox / "doc.txt", b"a document")
+    (inbox / "secret-link.txt").symlink_to(tmp_path / "outside" / "secret.txt")
+    (inbox / "outside-dir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (inbox / "alias.txt").symlink_to(inbox / "doc.txt")
+
+    result = intake.submit(inbox)
+
+    assert [doc.size_bytes for doc in result.documents] == [len(inside)]
+    assert {(Path(r.path).name, r.code) for r in result.refused} == {
+        ("secret-link.txt", "symlink_outside_root"),
+        ("outside-dir", "symlink_outside_root"),
+    }
+    assert [Path(d.path).name for d in result.duplicates] == ["doc.txt"]  # alias.txt sorts first
+    assert len(intake.records()) == 1
+
+
+def test_resubmitting_to_a_job_adds_only_new_documents(make_intake: Callable[..., Intake], tmp_path: Path) -> None:
+    intake = make_intake()
+    first = _write(tmp_path / "one.txt", b"first document")
+    second = _write(tmp_path / "two.txt", b"second document")
+    third = _write(tmp_path / "three.txt", b"third document")
+    job_id = f"job-{uuid.uuid4().hex}"
+    initial = intake.submit(tmp_path / "one.txt", tmp_path / "two.txt", job_id=job_id)
+    assert initial.document_count == 2
+    created = intake.store.get_job(job_id).created_at  # type: ignore[union-attr]
+    done = ids.doc_id(job_id, ids.content_sha256(first))
+    intake.store.upsert_job_document(JobDocumentRow(job_id, done, "completed", datetime.now(UTC)))
+
+    # one.txt was processed (duplicate), two.txt is still "submitted" (produced again), three.txt is new
+    again = intake.submit(tmp_path / "one.txt", tmp_path / "two.txt", tmp_path / "three.txt", job_id=job_id)
+
+    assert [d.doc_id for d in again.duplicates] == [done]
+    assert {doc.size_bytes for doc in again.documents} == {len(second), len(third)}
+    assert again.document_count == 3
+    job = intake.store.get_job(job_id)
+    assert job is not None and (job.document_count, job.created_at, job.status) == (3, created, "running")
+    keys = sorted(key for key, _ in _read_topic(intake.settings, intake.topic))
+    two = ids.doc_id(job_id, ids.content_sha256(second))
+    three = ids.doc_id(job_id, ids.content_sha256(third))
+    assert keys == sorted([done, two, two, three])  # two.txt again: its rows said "submitted", never processed
+
+
+def test_bad_requests_are_refused_before_anything_is_written(
+    make_intake: Callable[..., Intake], tmp_path: Path
+) -> None:
+    intake = make_intake()
+    doc = tmp_path / "a.txt"
+    _write(doc, b"document")
+    for options, code in [
+        ({"job_id": "../../etc"}, "invalid_job_id"),
+        ({"tenant": "a b"}, "invalid_tenant"),
+        ({"chunk_max_tokens": 64, "chunk_overlap_tokens": 64}, "invalid_chunk_options"),
+        ({"webhook_url": "file:///etc/passwd"}, "invalid_webhook_url"),
+    ]:
+        with pytest.raises(InputError) as caught:
+            intake.submit(doc, **options)
+        assert caught.value.code == code
+    job_id = f"job-{uuid.uuid4().hex}"
+    intake.store.upsert_job(JobRow(job_id, "other", datetime.now(UTC), "running", 0))
+    with pytest.raises(InputError) as other:
+        intake.submit(doc, job_id=job_id)
+    assert other.value.code == "job_tenant_mismatch"
+    assert intake.records() == {}
+
+
+def _cli(args: list[str], intake: Intake, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS": intake.settings.kafka.bootstrap_servers,
+        "DOCSTREAM_KAFKA__TOPIC_PREFIX": intake.settings.kafka.topic_prefix,
+        "DOCSTREAM_KAFKA__PARTITIONS": "1",
+        "DOCSTREAM_STORE__BACKEND": "sqlite",
+        "DOCSTREAM_STORE__SQLITE_PATH": str(intake.settings.store.sqlite_path),
+        "DOCSTREAM_OBJECT_STORE__URL": intake.settings.object_store.url,
+        "DOCSTREAM_LOG__LEVEL": "WARNING",
+        "COLUMNS": "200",
+    }
+    command = [str(Path(sys.executable).parent / "docstream"), "submit", *args]
+    return subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_prints_the_job_id_first_and_submits(make_intake: Callable[..., Intake], tmp_path: Path) -> None:
+    intake = make_intake()
+    _write(tmp_path / "docs" / "a.txt", b"cli document")
+    _write(tmp_path / "docs" / "bad.zip", b"not a zip")
+
+    done = _cli(["docs", "--tenant", "cli"], intake, tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.splitlines()[0]
+    assert str(uuid.UUID(job_id)) == job_id
+    assert "archive_corrupt" in done.stdout
+    job = intake.store.get_job(job_id)
+    assert job is not None and (job.document_count, job.tenant) == (1, "cli")
+    assert [r.job_id for r in intake.records().values()] == [job_id]
+
+
+def test_cli_fails_when_nothing_was_submitted(make_intake: Callable[..., Intake], tmp_path: Path) -> None:
+    intake = make_intake()
+    _write(tmp_path / "empty.txt", b"")
+
+    done = _cli(["empty.txt", "missing.pdf", "--job-id", "my-job"], intake, tmp_path)
+
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[0] == "my-job"
+    assert "not_found" in done.stdout and "empty" in done.stdout
+    assert intake.store.get_job("my-job") is None
+
+
+def test_wait_returns_when_the_job_is_terminal(make_intake: Callable[..., Intake]) -> None:
+    intake = make_intake()
+    now = datetime.now(UTC)
+    intake.store.upsert_job(JobRow("done-job", "default", now, "completed", 2, completed=1, failed=1))
+    intake.store.upsert_job(JobRow("busy-job", "default", now, "running", 2, completed=1))
+    console = Console(file=io.StringIO())
+
+    assert wait_for_job(intake.store, "done-job", timeout_s=30, console=console) == EXIT_OK
+    assert wait_for_job(intake.store, "busy-job", timeout_s=0.2, console=console) == 2
+    assert "1 completed, 0 partial, 1 failed" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_ingest_main_prepares_topics_and_store(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    prefix = unique_name("ingest")
+    settings = kafka_settings(kafka_bootstrap, topic_prefix=prefix, partitions=1).with_overrides(
+        store={"backend": "sqlite", "sqlite_path": str(tmp_path / "ingest.db")},
+        log={"format": "json"},
+    )
+
+    try:
+        assert ingest_main(settings) == 0
+    finally:
+        structlog.contextvars.unbind_contextvars("service")  # main() binds it for its process
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_name("probe")})
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+    finally:
+        consumer.close()
+    assert set(Topics(prefix).all()) <= set(topics)
+    store = SqliteStore(tmp_path / "ingest.db")
+    try:
+        assert store.pending_migrations() == []
+    finally:
+        store.close()
+
+
+def test_nested_archives_and_linked_members(make_intake: Callable[..., Intake], tmp_path: Path) -> None:
+    intake = make_intake()
+    inner = _zip({"deep.txt": b"never expanded"})
+    _write(tmp_path / "in" / "outer.zip", _zip({"inner.zip": inner, "ok.txt": b"sibling of a nested archive"}))
+    linked = io.BytesIO()
+    with tarfile.open(fileobj=linked, mode="w") as archive:
+        link = tarfile.TarInfo("passwd")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(link)
+    _write(tmp_path / "in" / "links.tar", linked.getvalue())
+
+    result = intake.submit(tmp_path / "in")
+
+    assert [Path(doc.filename).name for doc in result.documents] == ["ok.txt"]
+    assert {(r.path.removeprefix(str(tmp_path / "in") + "/"), r.code) for r in result.refused} == {
+        ("links.tar", "archive_link"),
+        ("outer.zip/inner.zip", "archive_nested"),
+    }
+    assert len(intake.records()) == 1
