@@ -6,7 +6,7 @@ Commands import their service lazily so `docstream --help` stays fast.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -59,3 +59,34 @@ def reducer(config: str | None = _ConfigOpt) -> None:
 def ingest(config: str | None = _ConfigOpt) -> None:
     """Run the ingest service (creates topics and the store schema, then serves the HTTP intake API)."""
     _run_service("ingest", config)
+
+
+@app.command()
+def submit(
+    paths: Annotated[list[str], typer.Argument(help="Files, folders (walked) and .zip/.tar/.tar.gz archives.")],
+    job_id: Annotated[str | None, typer.Option("--job-id", help="Job to submit to (new or existing).")] = None,
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant owning the job.")] = "default",
+    model: Annotated[str | None, typer.Option("--model", help="Model id for the job; default: the service's.")] = None,
+    chunk_max_tokens: Annotated[int | None, typer.Option(help="Per-job chunk size in tokens.")] = None,
+    chunk_overlap_tokens: Annotated[int | None, typer.Option(help="Per-job chunk overlap in tokens.")] = None,
+    webhook: Annotated[str | None, typer.Option("--webhook", help="URL the reducer calls when the job ends.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the job is completed, with a progress bar.")] = False,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after N seconds.")] = None,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Submit documents: print the job id at once, then what was submitted and refused (docs/intake.md)."""
+    module: Any = import_module("docstream_ingest.commands")
+    raise typer.Exit(
+        module.submit_command(
+            paths,
+            config=config,
+            job_id=job_id,
+            tenant=tenant,
+            model_id=model,
+            chunk_max_tokens=chunk_max_tokens,
+            chunk_overlap_tokens=chunk_overlap_tokens,
+            webhook_url=webhook,
+            wait=wait,
+            timeout_s=timeout,
+        )
+    )
