@@ -43,6 +43,10 @@ class Topics:
         """JobStatus, key job_id."""
         return f"{self.prefix}.jobs"
 
+    def group(self, service: str) -> str:
+        """Consumer group id of a service: ``<prefix>-<service>`` (e.g. docstream-inference)."""
+        return f"{self.prefix}-{service}"
+
     def all(self) -> tuple[str, ...]:
         """Every main topic (without DLQs)."""
         return (self.submitted, self.chunks, self.embedded, self.completed, self.jobs)
