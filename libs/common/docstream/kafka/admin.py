@@ -1,0 +1,128 @@
+"""Topic creation: the topics of docstream.topics.Topics (and their DLQs), idempotent, bounded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from docstream.errors import RetryableError
+from docstream.kafka.clients import admin_config, kafka_error
+from docstream.logging import get_logger
+from docstream.settings import KafkaSettings
+from docstream.topics import Topics, dlq_topic
+
+__all__ = ["TopicSpec", "create_topics", "ensure_topics", "topic_specs"]
+
+_log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create.
+
+    Attributes:
+        name: topic name.
+        partitions: partition count.
+        replication_factor: replicas per partition.
+        config: topic configs (retention.ms, max.message.bytes, ...).
+    """
+
+    name: str
+    partitions: int
+    replication_factor: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def topic_specs(kafka: KafkaSettings, topics: Topics, *, include_dlq: bool = True) -> list[TopicSpec]:
+    """The specs of docstream's topics: intake and chunks keep ``intake_retention_ms``, results
+    ``results_retention_ms``, DLQs ``dlq_retention_ms``; all get ``max.message.bytes``."""
+    intake = {topics.submitted, topics.chunks}
+    specs: list[TopicSpec] = []
+    for name in topics.all():
+        retention = kafka.intake_retention_ms if name in intake else kafka.results_retention_ms
+        specs.append(_spec(kafka, name, retention))
+    if include_dlq:
+        specs.extend(_spec(kafka, dlq_topic(name), kafka.dlq_retention_ms) for name in topics.all())
+    return specs
+
+
+def _spec(kafka: KafkaSettings, name: str, retention_ms: int) -> TopicSpec:
+    return TopicSpec(
+        name=name,
+        partitions=kafka.partitions,
+        replication_factor=kafka.replication_factor,
+        config={"retention.ms": str(retention_ms), "max.message.bytes": str(kafka.max_message_bytes)},
+    )
+
+
+def create_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec], *, timeout_s: float = 30.0) -> list[str]:
+    """Create ``specs`` that do not exist yet and wait until every one is in the metadata.
+
+    Existing topics are left as they are (TOPIC_ALREADY_EXISTS is success).
+
+    Returns:
+        The names created by this call.
+
+    Raises:
+        RetryableError: the broker did not answer, or the topics did not appear, in ``timeout_s``.
+        FatalError: the broker refused a topic (bad config, authorization).
+    """
+    specs = list(specs)
+    if not specs:
+        return []
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient(admin_config(kafka))
+    new = [
+        NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=dict(s.config))
+        for s in specs
+    ]
+    created: list[str] = []
+    futures = admin.create_topics(new, request_timeout=max(1.0, timeout_s))
+    for name, future in futures.items():
+        try:
+            future.result(timeout=max(0.1, deadline - time.monotonic()))
+            created.append(name)
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise kafka_error(err, f"create topic {name}") from exc
+        except TimeoutError as exc:
+            raise RetryableError(f"create topic {name}: no answer in {timeout_s} s", code="kafka_timeout") from exc
+    _wait_for_metadata(admin, [s.name for s in specs], deadline)
+    if created:
+        _log.info("topics_created", topics=created)
+    return created
+
+
+def _wait_for_metadata(admin: AdminClient, names: list[str], deadline: float) -> None:
+    missing = set(names)
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            missing = {n for n in missing if n not in metadata.topics or metadata.topics[n].error is not None}
+        except KafkaException as exc:
+            _log.warning("topic_metadata_unavailable", error=str(exc))
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            raise RetryableError(f"topics not in metadata in time: {sorted(missing)}", code="kafka_timeout")
+        time.sleep(0.1)
+
+
+def ensure_topics(
+    kafka: KafkaSettings, topics: Topics, *, include_dlq: bool = True, timeout_s: float = 30.0
+) -> list[str]:
+    """Create docstream's topics (and their ``.dlq``) where missing; idempotent.
+
+    Returns:
+        The names created by this call.
+
+    Raises:
+        RetryableError: the broker did not answer in ``timeout_s``.
+        FatalError: the broker refused a topic.
+    """
+    return create_topics(kafka, topic_specs(kafka, topics, include_dlq=include_dlq), timeout_s=timeout_s)

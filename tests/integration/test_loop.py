@@ -1,0 +1,221 @@
+"""ConsumeLoop on both brokers: DLQ of poison bytes, commit only after delivery, retries, fatal exhaustion."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+from docstream.avro import AvroSerde
+from docstream.errors import FatalError, RetryableError
+from docstream.kafka.clients import ReliableProducer
+from docstream.kafka.loop import ConsumeLoop, Envelope, Output
+from docstream.metrics import Metrics
+from docstream.records import ChunkCreated
+from docstream.settings import Settings
+from docstream.topics import dlq_topic
+
+from tests.fixtures.kafka import committed_offset, consume_messages, kafka_settings, wait_until
+
+pytestmark = pytest.mark.integration
+
+_AT = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def _chunk(doc_id: str, index: int = 0) -> ChunkCreated:
+    return ChunkCreated(
+        job_id="job", doc_id=doc_id, chunk_id=f"{doc_id}-{index}", chunk_index=index, chunk_count=3,
+        content_sha256="0" * 64, text="text", page_start=1, page_end=1, char_start=0, char_end=4, token_count=1,
+        chunker_settings="s", created_at=_AT,
+    )
+
+
+def _settings(bootstrap: str) -> Settings:
+    return kafka_settings(bootstrap).with_overrides(
+        retry={"base_delay_ms": 5, "max_delay_ms": 20, "max_attempts": 3, "handler_attempts": 3}
+    )
+
+
+def _produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> None:
+    producer = ReliableProducer(kafka_settings(bootstrap).kafka)
+    for value in values:
+        producer.produce(topic, "key", value)
+    producer.flush(30)
+    producer.close()
+
+
+class _Echo:
+    """Handler: every input record goes to ``out`` unchanged; records what it saw."""
+
+    def __init__(self, out: str, fail: Callable[[Envelope, int], None] | None = None) -> None:
+        self.out = out
+        self.fail = fail
+        self.calls: list[Envelope] = []
+
+    def __call__(self, envelope: Envelope) -> list[Output]:
+        self.calls.append(envelope)
+        if self.fail is not None:
+            self.fail(envelope, sum(1 for e in self.calls if e.offset == envelope.offset))
+        return [Output(self.out, envelope.value.key, envelope.value)]
+
+
+@contextmanager
+def _running(loop: ConsumeLoop) -> Iterator[list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            loop.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="consume-loop")
+    thread.start()
+    try:
+        yield errors
+    finally:
+        loop.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "the loop stops when asked"
+
+
+def test_poison_bytes_go_to_the_dlq_and_the_loop_commits_past_them(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=1)
+    serde = AvroSerde(_settings(broker).kafka)
+    garbage = b"\xde\xad\xbe\xef not avro"
+    _produce(broker, src, [serde.serialize(_chunk("d1"), src), garbage, serde.serialize(_chunk("d2"), src)])
+    group = unique_name("group")
+    metrics = Metrics()
+    handler = _Echo(out)
+    loop = ConsumeLoop(_settings(broker), group_id=group, topics=[src], handler=handler, serde=serde,
+                       service="test-svc", metrics=metrics, commit_interval_s=0.1)
+
+    with _running(loop) as errors:
+        outputs = consume_messages(broker, out, 2)
+        dead = consume_messages(broker, dlq_topic(src), 1)
+        wait_until(lambda: committed_offset(broker, group, src) == 3, 30, "a commit past all three records")
+
+    assert errors == []
+    assert [serde.deserialize(m.value() or b"", out).doc_id for m in outputs] == ["d1", "d2"]  # type: ignore[union-attr]
+    assert [e.offset for e in handler.calls] == [0, 2]
+    assert len(dead) == 1 and dead[0].value() == garbage and dead[0].key() == b"key"
+    headers = dict(dead[0].headers() or [])
+    assert headers["original_topic"] == src.encode()
+    assert (headers["original_partition"], headers["original_offset"]) == (b"0", b"1")
+    assert headers["error_code"] == b"schema_unknown_format" and headers["error"]
+    assert (headers["attempts"], headers["service"]) == (b"1", b"test-svc")
+    assert int(headers["timestamp"]) > 0
+    assert metrics.dlq.labels("test-svc", src)._value.get() == 1
+    assert metrics.records_in.labels("test-svc", src)._value.get() == 3
+    assert metrics.records_out.labels("test-svc", out)._value.get() == 2
+
+
+def test_offsets_are_committed_only_after_the_outputs_are_delivered(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=1)
+    settings = _settings(broker)
+    serde = AvroSerde(settings.kafka)
+    _produce(broker, src, [serde.serialize(_chunk("d1"), src)])
+    group = unique_name("group")
+    # outputs wait in the producer (long linger) until the test flushes them
+    producer = ReliableProducer(settings.kafka, overrides={"linger.ms": 60_000})
+    handler = _Echo(out)
+    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
+                       producer=producer, commit_interval_s=0.05)
+
+    with _running(loop) as errors:
+        wait_until(lambda: handler.calls, 30, "the handler to run")
+        seen_before = [committed_offset(broker, group, src) for _ in range(10)]  # ~10 commit intervals or more
+        assert len(producer) == 1, "the output is still in flight"
+        producer.flush(30)
+        wait_until(lambda: committed_offset(broker, group, src) == 1, 30, "the commit after delivery")
+
+    producer.close()
+    assert errors == []
+    assert set(seen_before) == {-1001}, "nothing was committed while the output was undelivered"
+    assert len(consume_messages(broker, out, 1)) == 1
+
+
+def test_failing_handlers_are_retried_then_dead_lettered(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=1)
+    settings = _settings(broker)
+    serde = AvroSerde(settings.kafka)
+    _produce(broker, src, [serde.serialize(_chunk(d), src) for d in ("flaky", "broken", "fine")])
+
+    def fail(envelope: Envelope, attempt: int) -> None:
+        doc = envelope.value.doc_id  # type: ignore[union-attr]
+        if doc == "flaky" and attempt < 3:
+            raise RetryableError("dependency blipped")
+        if doc == "broken":
+            raise ValueError("handler bug")
+
+    group = unique_name("group")
+    handler = _Echo(out, fail)
+    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
+                       commit_interval_s=0.1)
+    with _running(loop) as errors:
+        outputs = consume_messages(broker, out, 2)
+        dead = consume_messages(broker, dlq_topic(src), 1)
+        wait_until(lambda: committed_offset(broker, group, src) == 3, 30, "a commit past all three records")
+
+    assert errors == []
+    assert sorted(serde.deserialize(m.value() or b"", out).doc_id for m in outputs) == ["fine", "flaky"]  # type: ignore[union-attr]
+    assert [e.value.doc_id for e in handler.calls].count("flaky") == 3  # type: ignore[union-attr]
+    headers = dict(dead[0].headers() or [])
+    assert (headers["original_offset"], headers["attempts"]) == (b"1", b"3")
+    assert (headers["error_code"], headers["error_type"]) == (b"unhandled_error", b"ValueError")
+
+
+def test_a_transient_fault_past_the_retry_budget_is_fatal_and_commits_nothing_past_it(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=1)
+    settings = _settings(broker)
+    serde = AvroSerde(settings.kafka)
+    _produce(broker, src, [serde.serialize(_chunk(d), src) for d in ("ok", "down", "never")])
+
+    def fail(envelope: Envelope, attempt: int) -> None:
+        if envelope.value.doc_id == "down":  # type: ignore[union-attr]
+            raise RetryableError("store unavailable")
+
+    group = unique_name("group")
+    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=_Echo(out, fail), serde=serde,
+                       service="test", commit_interval_s=0.1)
+
+    with pytest.raises(FatalError) as info:
+        loop.run(max_idle_s=60)
+
+    assert info.value.code == "retries_exhausted"
+    assert committed_offset(broker, group, src) == 1, "committed up to the failing record, not past it"
+    assert [m.offset() for m in consume_messages(broker, out, 1)] == [0]
+
+
+def test_static_assignment_consumes_without_a_group_join(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=2)
+    settings = _settings(broker)
+    serde = AvroSerde(settings.kafka)
+    _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(4)])
+    group = unique_name("group")
+    handler = _Echo(out)
+    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
+                       static_assignment=True)
+
+    loop.run(max_idle_s=3)
+
+    assert sorted(e.value.chunk_index for e in handler.calls) == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert sum(max(0, committed_offset(broker, group, src, p)) for p in (0, 1)) == 4

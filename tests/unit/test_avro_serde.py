@@ -1,0 +1,148 @@
+"""AvroSerde: every record type in both wire formats, cross-format reading, schema evolution, poison bytes."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import fastavro
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from docstream.avro import AvroSchema, AvroSerde, SchemaSet, find_schemas_dir, frame_confluent, frame_single_object
+from docstream.errors import SchemaError
+from docstream.records import ChunkCreated, DocumentSubmitted, JobStatus
+from docstream.settings import KafkaSettings
+
+from tests.fixtures.kafka import records_of_every_type
+
+_TOPIC = "docstream.test"
+
+
+def _registry() -> SchemaRegistryClient:
+    return SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+
+
+@pytest.fixture
+def single() -> AvroSerde:
+    return AvroSerde(KafkaSettings())
+
+
+@pytest.fixture
+def confluent() -> AvroSerde:
+    return AvroSerde(KafkaSettings(), registry=_registry())
+
+
+@pytest.mark.parametrize("record", records_of_every_type(), ids=lambda r: type(r).__name__)
+def test_single_object_round_trip(single: AvroSerde, record: object) -> None:
+    data = single.serialize(record, _TOPIC)  # type: ignore[arg-type]
+    assert single.wire_format == "single_object"
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == single.schemas.get(record.schema_name).fingerprint  # type: ignore[attr-defined]
+    assert single.deserialize(data, _TOPIC) == record
+
+
+@pytest.mark.parametrize("record", records_of_every_type(), ids=lambda r: type(r).__name__)
+def test_confluent_round_trip(confluent: AvroSerde, record: object) -> None:
+    data = confluent.serialize(record, _TOPIC)  # type: ignore[arg-type]
+    assert confluent.wire_format == "confluent"
+    assert data[0] == 0
+    assert confluent.deserialize(data, _TOPIC) == record
+
+
+def test_timestamps_come_back_aware_utc(single: AvroSerde) -> None:
+    record = records_of_every_type()[0]
+    back = single.deserialize(single.serialize(record, _TOPIC), _TOPIC)
+    assert isinstance(back, DocumentSubmitted)
+    assert back.submitted_at.utcoffset() is not None and back.submitted_at.utcoffset().total_seconds() == 0
+
+
+def test_each_reader_accepts_both_formats() -> None:
+    registry = _registry()
+    confluent = AvroSerde(KafkaSettings(), registry=registry)
+    single = AvroSerde(KafkaSettings(), registry=None)
+    reader = AvroSerde(KafkaSettings(), registry=registry)
+    record = records_of_every_type()[1]
+    assert reader.deserialize(confluent.serialize(record, _TOPIC), _TOPIC) == record
+    assert reader.deserialize(single.serialize(record, _TOPIC), _TOPIC) == record
+    assert single.deserialize(single.serialize(record, _TOPIC), _TOPIC) == record
+
+
+def test_confluent_schema_is_registered_under_the_topic_value_subject() -> None:
+    registry = _registry()
+    serde = AvroSerde(KafkaSettings(), registry=registry)
+    data = serde.serialize(records_of_every_type()[-1], "docstream.jobs")
+    latest = registry.get_latest_version("docstream.jobs-value")
+    assert latest.schema_id == int.from_bytes(data[1:5], "big")
+    assert json.loads(latest.schema.schema_str)["name"] == "JobStatus"
+
+
+def test_settings_url_selects_the_confluent_format() -> None:
+    serde = AvroSerde(KafkaSettings(schema_registry_url=f"mock://{uuid.uuid4().hex}"))
+    record = records_of_every_type()[-1]
+    data = serde.serialize(record, _TOPIC)
+    assert data[0] == 0
+    assert serde.deserialize(data, _TOPIC) == record
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"", "schema_unknown_format"),
+        (b"\xff\xfe garbage", "schema_unknown_format"),
+        (b"\xc3\x01" + b"\x00" * 8 + b"body", "schema_unknown_fingerprint"),
+        (frame_confluent(7, b"body"), "schema_registry_missing"),
+    ],
+)
+def test_undecodable_bytes_raise_schema_error_with_raw_bytes(single: AvroSerde, data: bytes, code: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        single.deserialize(data, _TOPIC)
+    assert info.value.code == code
+    assert info.value.raw == data
+
+
+def test_unknown_registry_id_is_a_schema_error(confluent: AvroSerde) -> None:
+    with pytest.raises(SchemaError) as info:
+        confluent.deserialize(frame_confluent(4242, b"\x00"), _TOPIC)
+    assert info.value.code == "schema_unknown_id"
+
+
+def test_corrupt_or_trailing_body_is_a_schema_error(single: AvroSerde) -> None:
+    good = single.serialize(records_of_every_type()[-1], _TOPIC)
+    for data in (good[:-3], good + b"\x01\x02", good[:10] + b"\xff" * 40):
+        with pytest.raises(SchemaError) as info:
+            single.deserialize(data, _TOPIC)
+        assert info.value.code == "schema_corrupt_body"
+        assert info.value.raw == data
+
+
+def test_record_that_violates_its_schema_is_refused(single: AvroSerde) -> None:
+    at = records_of_every_type()[-1].updated_at  # type: ignore[union-attr]
+    bad = JobStatus(job_id="j", state="exploded", document_count=1, updated_at=at)  # type: ignore[arg-type]
+    with pytest.raises(SchemaError):
+        single.serialize(bad, _TOPIC)
+
+
+def test_records_of_an_older_schema_version_are_read_through_schema_resolution(tmp_path: Path) -> None:
+    schemas = tmp_path / "schemas"
+    shutil.copytree(find_schemas_dir(), schemas)
+    current = json.loads((schemas / "ChunkCreated.avsc").read_text())
+    older = {**current, "fields": [f for f in current["fields"] if f["name"] not in ("heading", "model_id")]}
+    (schemas / "history").mkdir()
+    (schemas / "history" / "ChunkCreated.v0.avsc").write_text(json.dumps(older))
+    old_schema = AvroSchema.from_json(older, schemas / "history" / "ChunkCreated.v0.avsc")
+    assert SchemaSet.load(schemas).by_fingerprint(old_schema.fingerprint) == old_schema
+    serde = AvroSerde(KafkaSettings(), schemas_dir=schemas)
+    record = records_of_every_type()[1]
+    assert isinstance(record, ChunkCreated)
+    body = io.BytesIO()
+    values = {k: v for k, v in record.to_record().items() if k not in ("heading", "model_id")}
+    fastavro.schemaless_writer(body, old_schema.parsed, values)
+
+    back = serde.deserialize(frame_single_object(old_schema.fingerprint, body.getvalue()), _TOPIC)
+
+    assert isinstance(back, ChunkCreated)
+    assert back.heading is None and back.model_id is None
+    assert back.text == record.text and back.created_at == record.created_at

@@ -1,0 +1,182 @@
+"""Every schemas/*.avsc reads data written with its previous committed version (DESIGN.md "Avro").
+
+The previous version of a schema is HEAD's when the working copy differs from HEAD, else the
+version just before the latest commit that touched the file. A schema with no previous version
+(its first commit) is checked against itself, and the test says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from docstream.avro import check_backward_compatible, find_schemas_dir, sample_records
+from fastavro.read import SchemaResolutionError
+
+_SCHEMAS = find_schemas_dir()
+_REPO = _SCHEMAS.parent
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+
+
+def _previous_version(path: Path, repo: Path = _REPO) -> tuple[dict[str, Any] | None, str]:
+    rel = path.relative_to(repo).as_posix()
+    if _git(repo, "rev-parse", "--git-dir").returncode != 0:
+        return None, "not a git checkout"
+    head = _git(repo, "show", f"HEAD:{rel}")
+    if head.returncode != 0:
+        return None, "not committed yet"
+    if head.stdout != path.read_text(encoding="utf-8"):
+        return json.loads(head.stdout), "HEAD"
+    commits = _git(repo, "log", "--format=%H", "--", rel).stdout.split()
+    if not commits:
+        return None, "no commit touches it"
+    before = _git(repo, "show", f"{commits[0]}^:{rel}")
+    if before.returncode != 0:
+        return None, f"first added in {commits[0][:10]}"
+    return json.loads(before.stdout), f"{commits[0][:10]}^"
+
+
+def _write(schema: Any, record: Any) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(copy.deepcopy(schema), named_schemas={}), record)
+    return out.getvalue()
+
+
+def _read(data: bytes, writer: Any, reader: Any) -> Any:
+    parse = fastavro.parse_schema
+    return fastavro.schemaless_reader(
+        io.BytesIO(data), parse(copy.deepcopy(writer), named_schemas={}), parse(copy.deepcopy(reader), named_schemas={})
+    )
+
+
+def _assert_old_data_reads_with_new_schema(old: dict[str, Any], new: dict[str, Any]) -> int:
+    new_fields = {f["name"]: f for f in new["fields"]}
+    samples = sample_records(old)
+    for sample in samples:
+        data = _write(old, sample)
+        as_old = _read(data, old, old)
+        as_new = _read(data, old, new)
+        assert set(as_new) == set(new_fields)
+        for name, value in as_old.items():
+            assert as_new[name] == value, f"field {name} changed when read with the new schema"
+        for name in new_fields.keys() - as_old.keys():
+            assert as_new[name] == new_fields[name]["default"]
+    return len(samples)
+
+
+@pytest.mark.parametrize("path", sorted(_SCHEMAS.glob("*.avsc")), ids=lambda p: p.stem)
+def test_schema_is_backward_compatible_with_its_previous_version(path: Path) -> None:
+    new = json.loads(path.read_text(encoding="utf-8"))
+    old, origin = _previous_version(path)
+    if old is None:
+        warnings.warn(f"{path.name}: no previous version ({origin}); checked against itself", stacklevel=1)
+        old = new
+    assert check_backward_compatible(old, new) == [], f"{path.name} vs {origin}"
+    assert _assert_old_data_reads_with_new_schema(old, new) >= 2
+
+
+_BASE: dict[str, Any] = {
+    "type": "record",
+    "name": "Thing",
+    "namespace": "io.docstream.test",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "count", "type": "int"},
+        {"name": "status", "type": {"type": "enum", "name": "State", "symbols": ["a", "b"]}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+
+
+def _changed(change: Any) -> dict[str, Any]:
+    schema = copy.deepcopy(_BASE)
+    change(schema)
+    return schema
+
+
+def test_checker_catches_a_new_field_without_default_and_so_does_fastavro() -> None:
+    new = _changed(lambda s: s["fields"].append({"name": "extra", "type": "int"}))
+    assert check_backward_compatible(_BASE, new) == ["Thing.extra: new field has no default"]
+    data = _write(_BASE, sample_records(_BASE)[0])
+    with pytest.raises(SchemaResolutionError):
+        _read(data, _BASE, new)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda s: s["fields"].pop(1), "Thing.count: field removed or renamed"),
+        (lambda s: s["fields"][1].update(name="total"), "Thing.total: new field has no default"),
+        (lambda s: s["fields"][0].update(type="int"), "Thing.id: type changed from string to int (not a promotion)"),
+        (lambda s: s["fields"][2]["type"].update(symbols=["a"]), "Thing.status: enum symbols removed: ['b']"),
+        (
+            lambda s: s["fields"][3].update(type="string", default="x"),
+            "Thing.note<branch 0>: type changed from null to string",
+        ),
+        (lambda s: s["fields"][4]["type"].update(logicalType="timestamp-micros"), "Thing.at: logical type changed"),
+        (lambda s: s.update(name="Other"), "Thing: record renamed from io.docstream.test.Thing"),
+        (
+            lambda s: s["fields"].append({"name": "n", "type": "int", "default": "x"}),
+            "new schema is invalid: Default value <x>",
+        ),
+    ],
+)
+def test_checker_catches_incompatible_changes(change: Any, problem: str) -> None:
+    problems = check_backward_compatible(_BASE, _changed(change))
+    assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_compatible_evolution_passes_and_reads_old_data() -> None:
+    def evolve(s: dict[str, Any]) -> None:
+        s["fields"][1]["type"] = "long"  # int → long promotion
+        s["fields"][2]["type"]["symbols"] = ["a", "b", "c"]
+        s["fields"][3]["type"] = ["null", "string", "int"]
+        s["fields"].append({"name": "extra", "type": ["null", "string"], "default": None})
+        s["fields"].append({"name": "tags", "type": {"type": "array", "items": "string"}, "default": []})
+
+    new = _changed(evolve)
+    assert check_backward_compatible(_BASE, new) == []
+    assert _assert_old_data_reads_with_new_schema(_BASE, new) >= 2
+
+
+def test_sample_records_cover_every_field_branch_and_symbol() -> None:
+    samples = sample_records(_BASE)
+    assert {s["status"] for s in samples} == {"a", "b"}
+    assert {s["note"] is None for s in samples} == {True, False}
+    assert all(set(s) == {f["name"] for f in _BASE["fields"]} for s in samples)
+
+
+def test_previous_version_comes_from_git_history(tmp_path: Path) -> None:
+    def commit(message: str) -> None:
+        _git(tmp_path, "add", "-A")
+        result = _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", message)
+        assert result.returncode == 0, result.stderr
+
+    assert _git(tmp_path, "init", "-q").returncode == 0
+    schema = tmp_path / "schemas" / "Thing.avsc"
+    schema.parent.mkdir()
+    (tmp_path / "other.txt").write_text("x")
+    commit("unrelated first commit")
+    v1 = _BASE
+    v2 = _changed(lambda s: s["fields"].append({"name": "extra", "type": ["null", "string"], "default": None}))
+    schema.write_text(json.dumps(v1))
+    commit("v1")
+    assert _previous_version(schema, tmp_path)[0] is None  # first version: nothing before it
+    schema.write_text(json.dumps(v2))
+    assert _previous_version(schema, tmp_path) == (v1, "HEAD")  # working copy differs from HEAD
+    commit("v2")
+    (tmp_path / "other.txt").write_text("y")
+    commit("unrelated later commit")
+    previous, origin = _previous_version(schema, tmp_path)
+    assert previous == v1 and origin.endswith("^")  # before the latest commit that touched the schema
