@@ -23,6 +23,7 @@ from pydantic_settings import (
 from docstream.errors import ConfigError
 
 __all__ = [
+    "ApiSettings",
     "CassandraSettings",
     "ChunkerSettings",
     "FaultSettings",
@@ -153,6 +154,9 @@ class ChunkerSettings(BaseModel):
     max_pages: int = Field(5000, ge=1, description="Documents with more pages fail with too_many_pages.")
     max_document_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Larger documents fail with too_large.")
     timeout_s: float = Field(300.0, gt=0, description="Per-document time limit; past it: error_code timeout.")
+    group_id: str | None = Field(
+        None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-chunker."
+    )
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> ChunkerSettings:
@@ -179,6 +183,9 @@ class InferenceSettings(BaseModel):
     max_latency_ms: int = Field(200, ge=1, le=600_000, description="A batch closes when its oldest record waited this long.")
     queue_batches: int = Field(4, ge=1, le=1024, description="Batches buffered between stages before pausing.")
     warmup: bool = Field(True, description="Run one batch through the model at start.")
+    group_id: str | None = Field(
+        None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-inference."
+    )
 
 
 class ReducerSettings(BaseModel):
@@ -222,6 +229,36 @@ class MetricsSettings(BaseModel):
     host: str = Field("0.0.0.0", description="Bind address of the metrics endpoint.")
 
 
+class ApiSettings(BaseModel):
+    """The HTTP intake API (`docstream api`, docs/api.md)."""
+
+    model_config = _FROZEN
+
+    host: str = Field("0.0.0.0", description="Bind address of the API.")
+    port: int = Field(8080, ge=1, le=65535, description="Port of the API (and of its /metrics, /healthz, /readyz).")
+    max_upload_bytes: int = Field(
+        1024 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body of POST /v1/jobs, counted while it streams in; larger: 413.",
+    )
+    max_files_per_job: int = Field(
+        1000,
+        ge=1,
+        description="Most documents one API request may submit (uploaded files, archive members and source "
+        "URIs together); also capped by ingest.max_files_per_job.",
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Longest time to receive a request body; a slower client gets 408."
+    )
+    auth_cache_s: float = Field(
+        30.0, ge=0, description="How long a verified API key is trusted before the store is read again."
+    )
+    ready_timeout_s: float = Field(5.0, gt=0, description="Time limit of each /readyz probe (broker, store).")
+    flush_timeout_s: float = Field(
+        60.0, gt=0, description="How long a submission waits for the broker to acknowledge its records."
+    )
+
+
 class FaultSettings(BaseModel):
     """Fault injection for chaos tests; all off by default."""
 
@@ -256,6 +293,7 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings, description="Logging.")  # type: ignore[arg-type]
     metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Metrics.")  # type: ignore[arg-type]
     faults: FaultSettings = Field(default_factory=FaultSettings, description="Fault injection (tests).")  # type: ignore[arg-type]
+    api: ApiSettings = Field(default_factory=ApiSettings, description="HTTP intake API.")  # type: ignore[arg-type]
 
     @classmethod
     def settings_customise_sources(

@@ -1,7 +1,9 @@
 """Intake: files, folders and archives → object store → job rows → DocumentSubmitted records.
 
-``submit_paths`` runs in three phases, in this order, so that the reducer can always know a
-job's document_count before it sees the job's first result:
+``submit_paths`` (local paths), ``submit_uploads`` (seekable streams, e.g. HTTP uploads) and
+``submit_uris`` (documents already in object storage, read in place) run in three phases, in
+this order, so that the reducer can always know a job's document_count before it sees the
+job's first result:
 
 1. collect: walk the paths, expand archives, hash each document (SHA-256, streamed) and
    put its bytes in the object store (content-addressed, idempotent);
@@ -21,12 +23,16 @@ import hashlib
 import mimetypes
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import IO, Protocol
-from urllib.parse import urlsplit
+from typing import IO, Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+from fsspec.core import url_to_fs
 
 from docstream import ids
 from docstream.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
@@ -46,7 +52,10 @@ __all__ = [
     "RefusedFile",
     "SubmitResult",
     "SubmittedDocument",
+    "Upload",
     "submit_paths",
+    "submit_uploads",
+    "submit_uris",
 ]
 
 _log = get_logger(__name__)
@@ -72,6 +81,19 @@ class RecordSerializer(Protocol):
 
     def serialize(self, record: AnyRecord, topic: str) -> bytes:
         """Encode a record for a topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file handed over as a stream (an HTTP upload): read from its start, never closed by intake.
+
+    Attributes:
+        filename: the name its sender gave it (the document's filename; ``.zip`` etc. mark archives).
+        stream: its bytes; must be seekable (a spooled temporary file is).
+    """
+
+    filename: str
+    stream: IO[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +167,54 @@ def _validate_options(options: _Options, settings: Settings) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Candidate:
-    path: Path  # resolved path of a regular file
     display: str  # what the user sees (and the document's filename)
+    name: str  # the file name that tells an archive
+    opener: Callable[[], AbstractContextManager[IO[bytes]]]  # its bytes, from the start
+    size: Callable[[], int | None]  # known size, or None: counted while reading
+    in_place: str | None = None  # a source URI read where it is: the bytes are not copied
+
+
+def _path_candidate(path: Path, display: str) -> _Candidate:
+    return _Candidate(display, path.name, partial(_open_file, path), lambda: path.stat().st_size)
+
+
+@contextmanager
+def _borrowed(stream: IO[bytes]) -> Iterator[IO[bytes]]:
+    stream.seek(0)
+    yield stream
+
+
+def _stream_size(stream: IO[bytes]) -> int:
+    size = stream.seek(0, os.SEEK_END)
+    stream.seek(0)
+    return size
+
+
+def _upload_candidate(upload: Upload) -> _Candidate:
+    return _Candidate(
+        upload.filename,
+        upload.filename,
+        partial(_borrowed, upload.stream),
+        partial(_stream_size, upload.stream),
+    )
+
+
+def _open_uri(uri: str, objects: ObjectStore, settings: Settings) -> IO[bytes]:
+    """The bytes at a source URI, confined like the chunker's reads (``ObjectStore.check_uri``)."""
+    path = objects.check_uri(uri)
+    scheme = urlsplit(uri).scheme.lower() or "file"
+    if scheme == "file":
+        return _open_file(Path(path))
+    store_scheme = urlsplit(settings.object_store.url).scheme.lower() or "file"
+    options: dict[str, Any] = dict(settings.object_store.storage_options) if scheme == store_scheme else {}
+    fs, _ = url_to_fs(uri, **options)
+    stream: IO[bytes] = fs.open(path, "rb")
+    return stream
+
+
+def _uri_candidate(uri: str, objects: ObjectStore, settings: Settings) -> _Candidate:
+    name = unquote(urlsplit(uri).path).rsplit("/", 1)[-1]
+    return _Candidate(uri, name, partial(_open_uri, uri, objects, settings), lambda: None, in_place=uri)
 
 
 def _is_hidden(relative: str) -> bool:
@@ -164,7 +232,7 @@ def _walk(paths: Sequence[str | Path], refuse: Callable[[str, str, str], None]) 
         if path.is_dir():
             yield from _walk_dir(path, refuse)
         elif path.is_file():
-            yield _Candidate(_real(path), str(given))
+            yield _path_candidate(_real(path), str(given))
         elif path.exists():
             refuse(str(given), "not_a_file", "not a regular file or folder")
         else:
@@ -195,7 +263,7 @@ def _walk_dir(root: Path, refuse: Callable[[str, str, str], None]) -> Iterator[_
             elif not target.is_file():
                 refuse(str(path), "not_a_file", "not a regular file")
             else:
-                yield _Candidate(target, str(path))
+                yield _path_candidate(target, str(path))
 
 
 def _open_file(path: Path) -> IO[bytes]:
@@ -249,7 +317,7 @@ class _Collector:
         self.refused.append(RefusedFile(path, code, reason))
 
     def add(self, candidate: _Candidate) -> None:
-        kind = archive_kind(candidate.path.name)
+        kind = archive_kind(candidate.name)
         try:
             if kind is None:
                 self._add_file(candidate)
@@ -257,6 +325,8 @@ class _Collector:
                 self._add_archive(candidate, kind)
         except InputError as exc:
             self.refuse(candidate.display, exc.code, exc.message)
+        except FileNotFoundError:
+            self.refuse(candidate.display, "not_found", "no such file or object")
         except OSError as exc:
             self.refuse(candidate.display, "unreadable", exc.strerror or str(exc))
 
@@ -274,27 +344,33 @@ class _Collector:
         self.refuse(display, "empty", "the file is empty")
 
     def _add_file(self, candidate: _Candidate) -> None:
-        size = candidate.path.stat().st_size
-        if size > self._max_bytes:
+        size = candidate.size()
+        if size is not None and size > self._max_bytes:
             self._too_large(candidate.display)
         elif size == 0:
             self._empty(candidate.display)
         elif not self._full(candidate.display):
-            with _open_file(candidate.path) as stream:
+            with candidate.opener() as stream:
                 hashed = _hash_stream(stream, self._max_bytes)
             if hashed is None:
                 self._too_large(candidate.display)
+            elif hashed[1] == 0:
+                self._empty(candidate.display)
             elif self._is_new(candidate.display, hashed[0]):
-                with _open_file(candidate.path) as stream:
-                    uri = self.objects.put(stream, hashed[0])
+                uri = candidate.in_place or self._put(candidate, hashed[0])
                 self._accept(_Blob(candidate.display, hashed[0], hashed[1], uri))
+
+    def _put(self, candidate: _Candidate, sha256: str) -> str:
+        with candidate.opener() as stream:
+            uri: str = self.objects.put(stream, sha256)
+        return uri
 
     def _add_archive(self, candidate: _Candidate, kind: ArchiveKind) -> None:
         # All or nothing: members are kept aside until the whole archive has passed its checks.
         blobs: list[_Blob] = []
         refused: list[RefusedFile] = []
         limits = ArchiveLimits.from_settings(self.settings.ingest)
-        with _open_file(candidate.path) as stream:
+        with candidate.opener() as stream:
             for member in expand_archive(stream, kind, limits):
                 display = f"{candidate.display}/{member.name}"
                 if _is_hidden(member.name):
@@ -423,6 +499,63 @@ def _produce(
     producer.flush(flush_timeout_s)
 
 
+def _submit(
+    candidates: Callable[[Callable[[str, str, str], None]], Iterable[_Candidate]],
+    *,
+    settings: Settings,
+    store: ResultStore,
+    producer: IntakeProducer,
+    serde: RecordSerializer,
+    objects: ObjectStore | None,
+    job_id: str | None,
+    options: _Options,
+    flush_timeout_s: float,
+    clock: Callable[[], datetime],
+    atomic: bool = False,
+) -> SubmitResult:
+    job_id = validate_id(job_id or ids.new_job_id())
+    _validate_options(options, settings)
+    log = _log.bind(job_id=job_id, tenant=options.tenant)
+    earlier, existing = _existing_job(store, job_id, options.tenant)
+    collected = _Collector(job_id, settings, objects or ObjectStore(settings.object_store), existing)
+    for candidate in candidates(collected.refuse):
+        collected.add(candidate)
+    documents = tuple(collected.documents.values())
+    if atomic and collected.refused:
+        # nothing of a refused request is recorded; stored bytes stay, unreferenced and harmless
+        log.info("job_refused", refused=len(collected.refused), error_code=collected.refused[0].code)
+        return SubmitResult(job_id=job_id, documents=(), refused=tuple(collected.refused),
+                            duplicates=tuple(collected.duplicates), document_count=len(existing))
+    if documents:
+        now = clock()
+        _write_rows(store, job_id, earlier, collected, options, now)
+        topic = Topics(settings.kafka.topic_prefix).submitted
+        _produce(
+            documents,
+            job_id=job_id,
+            options=options,
+            topic=topic,
+            producer=producer,
+            serde=serde,
+            now=now,
+            flush_timeout_s=flush_timeout_s,
+        )
+    log.info(
+        "job_submitted",
+        documents=len(documents),
+        refused=len(collected.refused),
+        duplicates=len(collected.duplicates),
+        document_count=collected.count,
+    )
+    return SubmitResult(
+        job_id=job_id,
+        documents=documents,
+        refused=tuple(collected.refused),
+        duplicates=tuple(collected.duplicates),
+        document_count=collected.count,
+    )
+
+
 def submit_paths(
     paths: Sequence[str | Path],
     *,
@@ -471,40 +604,113 @@ def submit_paths(
             written, and submitting again with the same job id completes the job.
         FatalError: the broker refused the records.
     """
-    job_id = validate_id(job_id or ids.new_job_id())
-    options = _Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url)
-    _validate_options(options, settings)
-    log = _log.bind(job_id=job_id, tenant=tenant)
-    earlier, existing = _existing_job(store, job_id, tenant)
-    collected = _Collector(job_id, settings, objects or ObjectStore(settings.object_store), existing)
-    for candidate in _walk(paths, collected.refuse):
-        collected.add(candidate)
-    documents = tuple(collected.documents.values())
-    if documents:
-        now = clock()
-        _write_rows(store, job_id, earlier, collected, options, now)
-        topic = Topics(settings.kafka.topic_prefix).submitted
-        _produce(
-            documents,
-            job_id=job_id,
-            options=options,
-            topic=topic,
-            producer=producer,
-            serde=serde,
-            now=now,
-            flush_timeout_s=flush_timeout_s,
-        )
-    log.info(
-        "job_submitted",
-        documents=len(documents),
-        refused=len(collected.refused),
-        duplicates=len(collected.duplicates),
-        document_count=collected.count,
-    )
-    return SubmitResult(
+    return _submit(
+        partial(_walk, paths),
+        settings=settings,
+        store=store,
+        producer=producer,
+        serde=serde,
+        objects=objects,
         job_id=job_id,
-        documents=documents,
-        refused=tuple(collected.refused),
-        duplicates=tuple(collected.duplicates),
-        document_count=collected.count,
+        options=_Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url),
+        flush_timeout_s=flush_timeout_s,
+        clock=clock,
+    )
+
+
+def submit_uploads(
+    uploads: Sequence[Upload],
+    *,
+    settings: Settings,
+    store: ResultStore,
+    producer: IntakeProducer,
+    serde: RecordSerializer,
+    objects: ObjectStore | None = None,
+    job_id: str | None = None,
+    tenant: str = "default",
+    model_id: str | None = None,
+    chunk_max_tokens: int | None = None,
+    chunk_overlap_tokens: int | None = None,
+    webhook_url: str | None = None,
+    atomic: bool = False,
+    flush_timeout_s: float = 60.0,
+    clock: Callable[[], datetime] = utc_now,
+) -> SubmitResult:
+    """Submit streams (files and archives, told apart by ``filename``) as one job.
+
+    The same rules as ``submit_paths`` apply to each upload as to a file on disk. Arguments
+    not listed here are those of ``submit_paths``.
+
+    Args:
+        uploads: the files, each a seekable stream read from its start (left open).
+        atomic: when anything is refused, submit nothing (no rows, no records) and return
+            the refusals with an empty ``documents``.
+
+    Raises:
+        InputError: as ``submit_paths``.
+        RetryableError: as ``submit_paths``.
+        FatalError: as ``submit_paths``.
+    """
+    return _submit(
+        lambda _refuse: (_upload_candidate(upload) for upload in uploads),
+        settings=settings,
+        store=store,
+        producer=producer,
+        serde=serde,
+        objects=objects,
+        job_id=job_id,
+        options=_Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url),
+        flush_timeout_s=flush_timeout_s,
+        clock=clock,
+        atomic=atomic,
+    )
+
+
+def submit_uris(
+    uris: Sequence[str],
+    *,
+    settings: Settings,
+    store: ResultStore,
+    producer: IntakeProducer,
+    serde: RecordSerializer,
+    objects: ObjectStore | None = None,
+    job_id: str | None = None,
+    tenant: str = "default",
+    model_id: str | None = None,
+    chunk_max_tokens: int | None = None,
+    chunk_overlap_tokens: int | None = None,
+    webhook_url: str | None = None,
+    atomic: bool = False,
+    flush_timeout_s: float = 60.0,
+    clock: Callable[[], datetime] = utc_now,
+) -> SubmitResult:
+    """Submit documents that already live in object storage, read where they are.
+
+    Each URI must pass ``ObjectStore.check_uri`` (an allowed scheme, under the store root or
+    an ``allowed_roots`` prefix), else it is refused with ``source_not_allowed``. A document
+    is read once, streamed, to hash it; its record keeps the URI as ``source_uri`` (the bytes
+    are not copied). An archive URI is expanded as in ``submit_paths`` and its members are put
+    in the object store. Arguments not listed here are those of ``submit_uploads``.
+
+    Args:
+        uris: source URIs (``file:///...``, ``s3://bucket/key``...).
+
+    Raises:
+        InputError: as ``submit_paths``.
+        RetryableError: as ``submit_paths``.
+        FatalError: as ``submit_paths``.
+    """
+    store_objects = objects or ObjectStore(settings.object_store)
+    return _submit(
+        lambda _refuse: (_uri_candidate(uri, store_objects, settings) for uri in uris),
+        settings=settings,
+        store=store,
+        producer=producer,
+        serde=serde,
+        objects=store_objects,
+        job_id=job_id,
+        options=_Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url),
+        flush_timeout_s=flush_timeout_s,
+        clock=clock,
+        atomic=atomic,
     )

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "ApiKeyRow",
     "ChunkRow",
     "DocumentResultRow",
     "DocumentRow",
@@ -111,6 +112,18 @@ class ChunkRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiKeyRow:
+    """api_keys: (key_id). Holds only a hash of the key (``docstream.apikeys``)."""
+
+    key_id: str
+    tenant: str
+    key_hash: str
+    created_at: datetime
+    name: str | None = None
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SearchHit:
     """One result of a similarity search."""
 
@@ -144,8 +157,14 @@ class ResultStore(Protocol):
     def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
         """A tenant's jobs ordered by job_id, strictly after ``after`` (paging)."""
 
+    def set_job_status(self, job_id: str, tenant: str, status: JobState, updated_at: datetime) -> None:
+        """Set only the status and updated_at of an existing jobs row (its counts are left alone)."""
+
     def upsert_job_document(self, row: JobDocumentRow) -> None:
         """Write a job_documents row."""
+
+    def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
+        """One page of a job's documents ordered by doc_id, strictly after ``after``."""
 
     def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
         """Stream a job's documents ordered by doc_id, fetched page by page."""
@@ -175,3 +194,9 @@ class ResultStore(Protocol):
         self, embedding: Sequence[float], model_id: str, *, k: int = 10, job_id: str | None = None
     ) -> list[SearchHit]:
         """Nearest chunks by cosine similarity, best first."""
+
+    def upsert_api_key(self, row: ApiKeyRow) -> None:
+        """Write an api_keys row."""
+
+    def get_api_key(self, key_id: str) -> ApiKeyRow | None:
+        """Read an api_keys row."""

@@ -43,7 +43,16 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.settings import CassandraSettings
-from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, SearchHit
+from docstream.store.base import (
+    ApiKeyRow,
+    ChunkRow,
+    DocumentResultRow,
+    DocumentRow,
+    JobDocumentRow,
+    JobRow,
+    JobState,
+    SearchHit,
+)
 from docstream.store.codec import decode_embedding, encode_embedding, none_if_empty, utc_millis
 from docstream.store.ranking import cosine_scores, unit_vector
 from docstream.store.schema import Migration, load_migrations
@@ -85,6 +94,7 @@ _CHUNK_COLUMNS = (
     "token_count, embedding, heading, status, error_code"
 )
 _VECTOR_COLUMNS = "doc_id, model_id, chunk_index, job_id, embedding"
+_API_KEY_COLUMNS = "key_id, tenant, key_hash, created_at, name, revoked_at"
 
 
 def _insert(table: str, columns: str) -> str:
@@ -387,6 +397,31 @@ class CassandraStore:
         )
         return [_job(row) for row in rows]
 
+    def set_job_status(self, job_id: str, tenant: str, status: JobState, updated_at: datetime) -> None:
+        """Set only the status and updated_at of a jobs row and its jobs_by_tenant copy (one logged batch).
+
+        The row must exist (read it first): like every Cassandra write this is an upsert, and a
+        missing job would get a row holding only these columns. The counts are not written, so
+        a concurrent progress write by the reducer is not undone.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        at = _ts(updated_at)
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch.add(
+            self._prepare(f"UPDATE {self._ks}.jobs SET status = ?, updated_at = ? WHERE job_id = ?"),
+            (status, at, job_id),
+        )
+        batch.add(
+            self._prepare(
+                f"UPDATE {self._ks}.jobs_by_tenant SET status = ?, updated_at = ? WHERE tenant = ? AND job_id = ?"
+            ),
+            (status, at, tenant, job_id),
+        )
+        with self._errors("set_job_status"):
+            self._connect().execute(batch)
+
     # -- documents -----------------------------------------------------------------
 
     def upsert_job_document(self, row: JobDocumentRow) -> None:
@@ -410,24 +445,40 @@ class CassandraStore:
         return self._iter_job_documents(job_id, page_size)
 
     def _iter_job_documents(self, job_id: str, page_size: int) -> Iterator[JobDocumentRow]:
-        cql = (
-            f"SELECT {_JOB_DOCUMENT_COLUMNS} FROM {self._ks}.job_documents WHERE job_id = ? AND doc_id > ? LIMIT ?"
-        )
         after = ""
         while True:
-            page = self._execute(cql, (job_id, after, page_size), "iter_job_documents")
-            for row in page:
-                yield JobDocumentRow(
-                    job_id=row.job_id,
-                    doc_id=row.doc_id,
-                    status=row.status,
-                    updated_at=_dt(row.updated_at),
-                    filename=none_if_empty(row.filename),
-                    error_code=none_if_empty(row.error_code),
-                )
+            page = self._job_documents_page(job_id, after, page_size)
+            yield from page
             if len(page) < page_size:
                 return
             after = page[-1].doc_id
+
+    def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
+        """One page of a job's documents ordered by doc_id, strictly after ``after`` (one partition).
+
+        Raises:
+            ValueError: limit < 1.
+            StoreError: the read failed transiently.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return self._job_documents_page(job_id, after or "", limit)
+
+    def _job_documents_page(self, job_id: str, after: str, limit: int) -> list[JobDocumentRow]:
+        cql = (
+            f"SELECT {_JOB_DOCUMENT_COLUMNS} FROM {self._ks}.job_documents WHERE job_id = ? AND doc_id > ? LIMIT ?"
+        )
+        return [
+            JobDocumentRow(
+                job_id=row.job_id,
+                doc_id=row.doc_id,
+                status=row.status,
+                updated_at=_dt(row.updated_at),
+                filename=none_if_empty(row.filename),
+                error_code=none_if_empty(row.error_code),
+            )
+            for row in self._execute(cql, (job_id, after, limit), "list_job_documents")
+        ]
 
     def upsert_document(self, row: DocumentRow) -> None:
         """Write a documents row.
@@ -635,6 +686,45 @@ class CassandraStore:
                 raise_on_first_error=True,
             )
         return [_chunk(row) for result in results for row in result.result_or_exc]
+
+    # -- API keys ------------------------------------------------------------------
+
+    def upsert_api_key(self, row: ApiKeyRow) -> None:
+        """Write an api_keys row.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        params = (
+            row.key_id,
+            row.tenant,
+            row.key_hash,
+            _ts(row.created_at),
+            _text(row.name),
+            None if row.revoked_at is None else _ts(row.revoked_at),
+        )
+        self._execute(_insert(f"{self._ks}.api_keys", _API_KEY_COLUMNS), params, "upsert_api_key")
+
+    def get_api_key(self, key_id: str) -> ApiKeyRow | None:
+        """Read an api_keys row.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        rows = self._execute(
+            f"SELECT {_API_KEY_COLUMNS} FROM {self._ks}.api_keys WHERE key_id = ?", (key_id,), "get_api_key"
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        return ApiKeyRow(
+            key_id=row.key_id,
+            tenant=row.tenant,
+            key_hash=row.key_hash,
+            created_at=_dt(row.created_at),
+            name=none_if_empty(row.name),
+            revoked_at=_dt_or_none(row.revoked_at),
+        )
 
 
 def _chunk_params(row: ChunkRow) -> tuple[Any, ...]:

@@ -23,7 +23,16 @@ import numpy as np
 
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
-from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, SearchHit
+from docstream.store.base import (
+    ApiKeyRow,
+    ChunkRow,
+    DocumentResultRow,
+    DocumentRow,
+    JobDocumentRow,
+    JobRow,
+    JobState,
+    SearchHit,
+)
 from docstream.store.codec import decode_embedding, encode_embedding, none_if_empty, utc_millis
 from docstream.store.ranking import TopK, cosine_scores, unit_vector
 from docstream.store.schema import load_migrations
@@ -48,6 +57,7 @@ _CHUNK_COLUMNS = (
     "doc_id, model_id, chunk_index, chunk_id, job_id, text, page_start, page_end, char_start, char_end, "
     "token_count, embedding, heading, status, error_code"
 )
+_API_KEY_COLUMNS = "key_id, tenant, key_hash, created_at, name, revoked_at"
 
 _MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -70,6 +80,7 @@ _UPSERT_JOB_DOCUMENT = _upsert_sql("job_documents", _JOB_DOCUMENT_COLUMNS, "job_
 _UPSERT_DOCUMENT = _upsert_sql("documents", _DOCUMENT_COLUMNS, "doc_id")
 _UPSERT_RESULT = _upsert_sql("document_results", _RESULT_COLUMNS, "doc_id, model_id")
 _UPSERT_CHUNK = _upsert_sql("chunks", _CHUNK_COLUMNS, "doc_id, model_id, chunk_index")
+_UPSERT_API_KEY = _upsert_sql("api_keys", _API_KEY_COLUMNS, "key_id")
 
 
 def _ts(value: datetime) -> str:
@@ -303,6 +314,18 @@ class SqliteStore:
         )
         return [_job(found) for found in rows]
 
+    def set_job_status(self, job_id: str, tenant: str, status: JobState, updated_at: datetime) -> None:
+        """Set only the status and updated_at of a jobs row (no row: nothing happens).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._write(
+            "UPDATE jobs SET status = ?, updated_at = ? WHERE job_id = ? AND tenant = ?",
+            (status, _ts(updated_at), job_id, tenant),
+            "set_job_status",
+        )
+
     # -- documents -----------------------------------------------------------------
 
     def upsert_job_document(self, row: JobDocumentRow) -> None:
@@ -335,24 +358,41 @@ class SqliteStore:
     def _iter_job_documents(self, job_id: str, page_size: int) -> Iterator[JobDocumentRow]:
         after = ""
         while True:
-            page = self._all(
-                f"SELECT {_JOB_DOCUMENT_COLUMNS} FROM job_documents "
-                "WHERE job_id = ? AND doc_id > ? ORDER BY doc_id LIMIT ?",
-                (job_id, after, page_size),
-                "iter_job_documents",
-            )
-            for found in page:
-                yield JobDocumentRow(
-                    job_id=found[0],
-                    doc_id=found[1],
-                    status=found[2],
-                    updated_at=_dt(found[3]),
-                    filename=found[4],
-                    error_code=found[5],
-                )
+            page = self._job_documents_page(job_id, after, page_size)
+            yield from page
             if len(page) < page_size:
                 return
-            after = page[-1][1]
+            after = page[-1].doc_id
+
+    def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
+        """One page of a job's documents ordered by doc_id, strictly after ``after``.
+
+        Raises:
+            ValueError: limit < 1.
+            StoreError: the read failed transiently.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return self._job_documents_page(job_id, after or "", limit)
+
+    def _job_documents_page(self, job_id: str, after: str, limit: int) -> list[JobDocumentRow]:
+        page = self._all(
+            f"SELECT {_JOB_DOCUMENT_COLUMNS} FROM job_documents "
+            "WHERE job_id = ? AND doc_id > ? ORDER BY doc_id LIMIT ?",
+            (job_id, after, limit),
+            "list_job_documents",
+        )
+        return [
+            JobDocumentRow(
+                job_id=found[0],
+                doc_id=found[1],
+                status=found[2],
+                updated_at=_dt(found[3]),
+                filename=found[4],
+                error_code=found[5],
+            )
+            for found in page
+        ]
 
     def upsert_document(self, row: DocumentRow) -> None:
         """Write a documents row.
@@ -538,6 +578,43 @@ class SqliteStore:
         )
         by_rowid = {found[0]: _chunk(found[1:]) for found in rows}
         return [SearchHit(chunk=by_rowid[rowid], score=score) for score, rowid in ranked if rowid in by_rowid]
+
+
+    # -- API keys ------------------------------------------------------------------
+
+    def upsert_api_key(self, row: ApiKeyRow) -> None:
+        """Write an api_keys row.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        params = (
+            row.key_id,
+            row.tenant,
+            row.key_hash,
+            _ts(row.created_at),
+            none_if_empty(row.name),
+            _ts_or_none(row.revoked_at),
+        )
+        self._write(_UPSERT_API_KEY, params, "upsert_api_key")
+
+    def get_api_key(self, key_id: str) -> ApiKeyRow | None:
+        """Read an api_keys row.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._one(f"SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,), "get_api_key")
+        if found is None:
+            return None
+        return ApiKeyRow(
+            key_id=found[0],
+            tenant=found[1],
+            key_hash=found[2],
+            created_at=_dt(found[3]),
+            name=found[4],
+            revoked_at=_dt_or_none(found[5]),
+        )
 
 
 def _chunk_params(row: ChunkRow) -> tuple[Any, ...]:

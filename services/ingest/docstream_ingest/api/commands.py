@@ -1,0 +1,122 @@
+"""`docstream api` (serve, or dump the OpenAPI spec) and `docstream apikey create|revoke`.
+
+typer parsing stays in docstream.cli. `apikey create` prints the new key alone on the first
+line of stdout (scripts: `KEY=$(docstream apikey create --tenant acme | head -1)`); only its
+hash is stored, so it is shown this once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+
+from docstream.apikeys import generate_api_key, key_id_of
+from docstream.client import validate_id
+from docstream.errors import DocstreamError
+from docstream.logging import configure_logging, get_logger
+from docstream.records import utc_now
+from docstream.settings import Settings, load_settings
+from docstream.store import open_store
+from docstream.store.base import ApiKeyRow
+from docstream_ingest.api.app import create_app, openapi_spec
+from docstream_ingest.commands import prepare_intake
+
+__all__ = ["api_command", "apikey_create_command", "apikey_revoke_command", "dump_openapi", "serve"]
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def dump_openapi(settings: Settings, target: str) -> None:
+    """Write the OpenAPI spec as JSON to ``target`` (``-``: stdout); needs no broker or store."""
+    text = json.dumps(openapi_spec(create_app(settings)), indent=2, ensure_ascii=False) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+    else:
+        Path(target).write_text(text, encoding="utf-8")
+
+
+def serve(settings: Settings) -> int:
+    """Prepare the store schema and topics, then serve the API until SIGTERM/SIGINT."""
+    configure_logging(level=settings.log.level, fmt=settings.log.format, service="api")
+    log = get_logger(__name__)
+    try:
+        prepare_intake(settings)
+        app = create_app(settings)
+    except DocstreamError as exc:
+        log.error("api_start_failed", error_code=exc.code, error=exc.message)
+        return EXIT_FAILED
+    log.info("api_starting", host=settings.api.host, port=settings.api.port)
+    # uvicorn's own logging is left off: every request is logged once, by the app, through structlog
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None, access_log=False)
+    log.info("api_stopped")
+    return EXIT_OK
+
+
+def api_command(*, config: str | None = None, dump: str | None = None) -> int:
+    """Run `docstream api`; with ``dump`` write the OpenAPI spec there and exit."""
+    try:
+        settings = load_settings(config)
+    except DocstreamError as exc:
+        Console(stderr=True).print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
+        return EXIT_FAILED
+    if dump is not None:
+        dump_openapi(settings, dump)
+        return EXIT_OK
+    return serve(settings)
+
+
+def apikey_create_command(*, tenant: str, name: str | None = None, config: str | None = None) -> int:
+    """Run `docstream apikey create`: store the hash of a new key, print the key once."""
+    errors = Console(stderr=True)
+    try:
+        settings = load_settings(config)
+        configure_logging(level="WARNING", fmt=settings.log.format, service="apikey")
+        validate_id(tenant, "tenant")
+        new = generate_api_key()
+        store = open_store(settings)
+        try:
+            store.migrate()
+            store.upsert_api_key(
+                ApiKeyRow(key_id=new.key_id, tenant=tenant, key_hash=new.key_hash, created_at=utc_now(), name=name)
+            )
+        finally:
+            store.close()
+    except DocstreamError as exc:
+        errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
+        return EXIT_FAILED
+    sys.stdout.write(new.key + "\n")
+    sys.stdout.flush()
+    errors.print(
+        f"API key {new.key_id} for tenant {tenant}. It is shown only now: only its hash is stored.", highlight=False
+    )
+    return EXIT_OK
+
+
+def apikey_revoke_command(*, key: str, config: str | None = None) -> int:
+    """Run `docstream apikey revoke KEY_ID_OR_KEY`: the key stops working (within api.auth_cache_s)."""
+    errors = Console(stderr=True)
+    key_id = key_id_of(key) or key
+    try:
+        settings = load_settings(config)
+        configure_logging(level="WARNING", fmt=settings.log.format, service="apikey")
+        store = open_store(settings)
+        try:
+            store.migrate()
+            row = store.get_api_key(key_id)
+            if row is None:
+                errors.print(f"error [api_key_not_found]: no API key {key_id}", highlight=False, markup=False)
+                return EXIT_FAILED
+            if row.revoked_at is None:
+                store.upsert_api_key(replace(row, revoked_at=utc_now()))
+        finally:
+            store.close()
+    except DocstreamError as exc:
+        errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
+        return EXIT_FAILED
+    errors.print(f"API key {key_id} of tenant {row.tenant} is revoked.", highlight=False)
+    return EXIT_OK

@@ -1,0 +1,450 @@
+"""The routes: /v1/jobs (submit, list, status, results, cancel) and /healthz, /readyz, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from confluent_kafka import KafkaException
+from fastapi import APIRouter, Depends, Path, Query, Request, Security
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
+
+from docstream.errors import DocstreamError
+from docstream.logging import get_logger
+from docstream.store.base import JobDocumentRow, JobRow, ResultStore
+from docstream_ingest.api.auth import Principal
+from docstream_ingest.api.context import ApiContext
+from docstream_ingest.api.delivery import RequestDeliveries
+from docstream_ingest.api.errors import ApiError, status_of_input_error
+from docstream_ingest.api.results import iter_result_lines
+from docstream_ingest.api.schemas import (
+    ID_PATTERN,
+    MULTIPART_SCHEMA,
+    AcceptedDocument,
+    DocumentErrorOut,
+    DuplicateOut,
+    ErrorBody,
+    Health,
+    JobAccepted,
+    JobCreateJson,
+    JobDetail,
+    JobList,
+    JobOptionsIn,
+    JobSummary,
+    Readiness,
+    RefusalOut,
+)
+from docstream_ingest.api.uploads import read_json, read_multipart
+from docstream_ingest.intake import SubmitResult, submit_uploads, submit_uris
+
+__all__ = ["NdjsonResponse", "health_router", "jobs_router"]
+
+_log = get_logger(__name__)
+
+_MAX_JSON_BYTES = 4 * 1024 * 1024
+_ERROR_SCAN_PAGE = 500
+_ERROR_MESSAGES = {
+    400: "Malformed request body.",
+    401: "Missing, malformed, unknown or revoked API key.",
+    404: "No such job for this tenant.",
+    408: "The request body took longer than api.request_timeout_s.",
+    409: "The job is already finished.",
+    413: "The body, or a document in it, is too large.",
+    415: "Neither application/json nor multipart/form-data.",
+    422: "Invalid request, or documents refused (see error_code and refused).",
+    503: "The store or the broker is unavailable; retry later.",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody, "description": _ERROR_MESSAGES[code]} for code in codes}
+
+
+def _json_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    # for routes whose success body is not JSON: "model" would document errors in that media type
+    schema = {"$ref": "#/components/schemas/ErrorBody"}
+    return {
+        code: {"description": _ERROR_MESSAGES[code], "content": {"application/json": {"schema": schema}}}
+        for code in codes
+    }
+
+
+class NdjsonResponse(StreamingResponse):
+    """A streamed JSON Lines body."""
+
+    media_type = "application/x-ndjson"
+
+
+def context(request: Request) -> ApiContext:
+    """The app's ApiContext."""
+    ctx: ApiContext = request.app.state.context
+    return ctx
+
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from `docstream apikey create --tenant T`.")
+
+
+def principal(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+) -> Principal:
+    """The caller, from its bearer API key (runs in a worker thread: it may read the store)."""
+    return context(request).auth.authenticate(credentials.credentials if credentials else None)
+
+
+Ctx = Annotated[ApiContext, Depends(context)]
+Caller = Annotated[Principal, Depends(principal)]
+JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job's id.")]
+
+jobs_router = APIRouter(prefix="/v1", tags=["jobs"])
+health_router = APIRouter(tags=["operations"])
+
+
+# -- job rows as responses -------------------------------------------------------------
+
+
+def job_summary(job: JobRow, now: datetime) -> JobSummary:
+    """A jobs row as the API shows it."""
+    done = job.completed + job.partial + job.failed
+    end = job.updated_at if job.status != "running" and job.updated_at is not None else now
+    return JobSummary(
+        job_id=job.job_id,
+        status=job.status,
+        document_count=job.document_count,
+        completed=job.completed,
+        partial=job.partial,
+        failed=job.failed,
+        pending=max(job.document_count - done, 0),
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        elapsed_s=round(max((end - job.created_at).total_seconds(), 0.0), 3),
+        options=dict(job.options),
+        webhook_url=job.webhook_url,
+    )
+
+
+def _owned_job(store: ResultStore, caller: Principal, job_id: str) -> JobRow:
+    job = store.get_job(job_id)
+    if job is None or job.tenant != caller.tenant:
+        # another tenant's job is indistinguishable from none at all
+        raise ApiError(404, "job_not_found", f"no job {job_id}")
+    return job
+
+
+def _error_rows(store: ResultStore, job_id: str, after: str | None, limit: int) -> tuple[list[JobDocumentRow], bool]:
+    """Up to ``limit`` failed or partial documents after ``after``, and whether more follow."""
+    found: list[JobDocumentRow] = []
+    cursor = after
+    while True:
+        page = store.list_job_documents(job_id, limit=_ERROR_SCAN_PAGE, after=cursor)
+        for row in page:
+            if row.status in ("failed", "partial") or row.error_code:
+                if len(found) == limit:
+                    return found, True
+                found.append(row)
+        if len(page) < _ERROR_SCAN_PAGE:
+            return found, False
+        cursor = page[-1].doc_id
+
+
+def _job_detail(ctx: ApiContext, caller: Principal, job_id: str, after: str | None, limit: int) -> JobDetail:
+    job = _owned_job(ctx.store, caller, job_id)
+    rows, more = _error_rows(ctx.store, job_id, after, limit)
+    errors = []
+    for row in rows:
+        document = ctx.store.get_document(row.doc_id)
+        errors.append(
+            DocumentErrorOut(
+                doc_id=row.doc_id,
+                filename=row.filename,
+                status=row.status,
+                error_code=row.error_code or (document.error_code if document else None),
+                error=document.error if document else None,
+            )
+        )
+    summary = job_summary(job, ctx.clock())
+    return JobDetail(
+        **summary.model_dump(), errors=errors, next_errors_cursor=rows[-1].doc_id if more and rows else None
+    )
+
+
+# -- submission -----------------------------------------------------------------------
+
+
+def _refusal(result: SubmitResult) -> ApiError:
+    codes = sorted({refused.code for refused in result.refused})
+    code = codes[0] if len(codes) == 1 else "documents_refused"
+    status = max(status_of_input_error(c) for c in codes) if len(codes) == 1 else 422
+    first = result.refused[0]
+    message = f"{len(result.refused)} refused, nothing submitted; {first.path}: {first.reason}"
+    refused = [RefusalOut(file=r.path, error_code=r.code, message=r.reason).model_dump() for r in result.refused]
+    return ApiError(status, code, message, extra={"refused": refused})
+
+
+def _accepted(result: SubmitResult, store: ResultStore) -> JobAccepted:
+    job = store.get_job(result.job_id)
+    return JobAccepted(
+        job_id=result.job_id,
+        status=job.status if job is not None else "running",
+        document_count=result.document_count,
+        documents=[
+            AcceptedDocument(
+                doc_id=d.doc_id,
+                filename=d.filename,
+                size_bytes=d.size_bytes,
+                content_sha256=d.content_sha256,
+                media_type=d.media_type,
+            )
+            for d in result.documents
+        ],
+        duplicates=[DuplicateOut(file=d.path, doc_id=d.doc_id) for d in result.duplicates],
+    )
+
+
+def _submit(
+    ctx: ApiContext, caller: Principal, submit: Callable[..., SubmitResult], items: list[Any], options: JobOptionsIn
+) -> JobAccepted:
+    """Store, record and produce (blocking: runs in a worker thread); a refusal submits nothing."""
+    result = submit(
+        items,
+        settings=ctx.intake_settings,
+        store=ctx.store,
+        producer=RequestDeliveries(lambda: ctx.producer.producer),
+        serde=ctx.serde,
+        objects=ctx.objects,
+        tenant=caller.tenant,
+        model_id=options.model_id,
+        chunk_max_tokens=options.chunk_max_tokens,
+        chunk_overlap_tokens=options.chunk_overlap_tokens,
+        webhook_url=options.webhook_url,
+        atomic=True,
+        flush_timeout_s=ctx.settings.api.flush_timeout_s,
+        clock=ctx.clock,
+    )
+    if result.refused or not result.documents:
+        raise _refusal(result) if result.refused else ApiError(422, "no_documents", "nothing to submit")
+    ctx.metrics.records_out.labels("api", ctx.topics.submitted).inc(len(result.documents))
+    _log.info("job_accepted", job_id=result.job_id, tenant=caller.tenant, documents=len(result.documents))
+    return _accepted(result, ctx.store)
+
+
+def _check_uris(ctx: ApiContext, uris: list[str]) -> None:
+    limit = ctx.intake_settings.ingest.max_files_per_job
+    if len(uris) > limit:
+        raise ApiError(422, "too_many_files", f"more than {limit} source URIs in one request (api.max_files_per_job)")
+    for uri in uris:
+        if "://" not in uri:
+            raise ApiError(422, "invalid_source_uri", f"source URI {uri[:200]!r} is not a URL (file://, s3://...)")
+        ctx.objects.check_uri(uri)  # InputError source_not_allowed → 422
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def _read_timeout(ctx: ApiContext) -> ApiError:
+    limit = ctx.settings.api.request_timeout_s
+    return ApiError(408, "request_timeout", f"the request body took longer than {limit} s (api.request_timeout_s)")
+
+
+async def _submit_json(request: Request, ctx: ApiContext, caller: Principal) -> JobAccepted:
+    limit = min(ctx.settings.api.max_upload_bytes, _MAX_JSON_BYTES)
+    try:
+        async with asyncio.timeout(ctx.settings.api.request_timeout_s):
+            body: JobCreateJson = await read_json(request, limit, JobCreateJson)
+    except TimeoutError as exc:
+        raise _read_timeout(ctx) from exc
+    _check_uris(ctx, body.source_uris)
+    return await run_in_threadpool(_submit, ctx, caller, submit_uris, list(body.source_uris), body)
+
+
+async def _submit_multipart(request: Request, ctx: ApiContext, caller: Principal) -> JobAccepted:
+    api = ctx.settings.api
+    limit = ctx.intake_settings.ingest.max_files_per_job
+    # only receiving the body is timed: once submission starts it runs to its end (a job half
+    # recorded behind a 408 would be worse than a slow answer)
+    try:
+        async with asyncio.timeout(api.request_timeout_s):
+            body = await read_multipart(request, max_bytes=api.max_upload_bytes, max_files=limit)
+    except TimeoutError as exc:
+        raise _read_timeout(ctx) from exc
+    try:
+        return await run_in_threadpool(_submit, ctx, caller, submit_uploads, body.uploads, body.options)
+    finally:
+        await body.close()
+
+
+_SUBMIT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": JobCreateJson.model_json_schema()},
+            "multipart/form-data": {"schema": MULTIPART_SCHEMA},
+        },
+    }
+}
+
+
+@jobs_router.post(
+    "/jobs",
+    status_code=202,
+    response_model=JobAccepted,
+    summary="Submit a job",
+    responses=_errors(400, 401, 408, 413, 415, 422, 503),
+    openapi_extra=_SUBMIT_BODY,
+)
+async def create_job(request: Request, ctx: Ctx, caller: Caller) -> JSONResponse:
+    """Submit documents as a new job: upload files and archives (multipart/form-data, field `files`),
+    or name documents already in object storage (JSON `source_uris`). Answers 202 once the documents
+    are stored, recorded and on the intake topic; they are then chunked, embedded and reduced.
+    Anything refused refuses the whole request (4xx, nothing submitted)."""
+    media = _media_type(request)
+    if media == "application/json":
+        accepted = await _submit_json(request, ctx, caller)
+    elif media == "multipart/form-data":
+        accepted = await _submit_multipart(request, ctx, caller)
+    else:
+        raise ApiError(415, "unsupported_media_type", "send application/json or multipart/form-data")
+    return JSONResponse(
+        accepted.model_dump(mode="json"), status_code=202, headers={"Location": f"/v1/jobs/{accepted.job_id}"}
+    )
+
+
+# -- reading jobs -----------------------------------------------------------------------
+
+
+@jobs_router.get("/jobs", response_model=JobList, summary="List the tenant's jobs", responses=_errors(401, 422, 503))
+def list_jobs(
+    ctx: Ctx,
+    caller: Caller,
+    limit: Annotated[int, Query(ge=1, le=500, description="Jobs per page.")] = 50,
+    after: Annotated[str | None, Query(pattern=ID_PATTERN, description="next_cursor of the previous page.")] = None,
+) -> JobList:
+    """The caller's tenant's jobs, ordered by job_id, one page at a time."""
+    rows = ctx.store.list_jobs(caller.tenant, limit=limit, after=after)
+    now = ctx.clock()
+    return JobList(
+        items=[job_summary(row, now) for row in rows], next_cursor=rows[-1].job_id if len(rows) == limit else None
+    )
+
+
+@jobs_router.get(
+    "/jobs/{job_id}", response_model=JobDetail, summary="A job's status", responses=_errors(401, 404, 422, 503)
+)
+def get_job(
+    ctx: Ctx,
+    caller: Caller,
+    job_id: JobId,
+    errors_limit: Annotated[int, Query(ge=1, le=1000, description="Failed documents per page.")] = 100,
+    errors_after: Annotated[
+        str | None, Query(max_length=128, description="next_errors_cursor of the previous page.")
+    ] = None,
+) -> JobDetail:
+    """Status, counts and timings of a job, with one page of its failed (and partial) documents."""
+    return _job_detail(ctx, caller, job_id, errors_after, errors_limit)
+
+
+@jobs_router.get(
+    "/jobs/{job_id}/results",
+    response_class=NdjsonResponse,
+    summary="A job's results (JSON Lines)",
+    responses={
+        200: {
+            "description": "One JSON object per finished document, in doc_id order (docs/api.md).",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        },
+        **_json_errors(401, 404, 422, 503),
+    },
+)
+def get_results(
+    ctx: Ctx,
+    caller: Caller,
+    job_id: JobId,
+    include: Annotated[Literal["chunks"] | None, Query(description="chunks: each document's chunks too.")] = None,
+    model_id: Annotated[
+        str | None, Query(max_length=128, description="Whose results; default: the job's model.")
+    ] = None,
+) -> NdjsonResponse:
+    """Stream the finished documents of a job (and, with include=chunks, their chunks)."""
+    job = _owned_job(ctx.store, caller, job_id)
+    model = model_id or job.options.get("model_id") or ctx.settings.inference.model_id
+    lines = iter_result_lines(ctx.store, job_id, model_id=model, include_chunks=include == "chunks")
+    return NdjsonResponse(lines, headers={"X-Job-Status": job.status})
+
+
+@jobs_router.post(
+    "/jobs/{job_id}/cancel",
+    status_code=202,
+    response_model=JobSummary,
+    summary="Cancel a job",
+    responses=_errors(401, 404, 409, 422, 503),
+)
+def cancel_job(ctx: Ctx, caller: Caller, job_id: JobId) -> JSONResponse:
+    """Cancel a job: documents not chunked yet are skipped, work in flight finishes. Repeating it is harmless."""
+    job = _owned_job(ctx.store, caller, job_id)
+    if job.status == "completed":
+        raise ApiError(409, "job_finished", f"job {job_id} is already completed")
+    now = ctx.clock()
+    if job.status != "cancelled":
+        ctx.store.set_job_status(job_id, job.tenant, "cancelled", now)
+        _log.info("job_cancelled", job_id=job_id, tenant=caller.tenant)
+        job = replace(job, status="cancelled", updated_at=now)
+    return JSONResponse(job_summary(job, now).model_dump(mode="json"), status_code=202)
+
+
+# -- operations -------------------------------------------------------------------------
+
+
+@health_router.get("/healthz", response_model=Health, summary="Liveness")
+def healthz() -> Health:
+    """The process answers."""
+    return Health(status="ok")
+
+
+def _probe_store(ctx: ApiContext) -> None:
+    ctx.store.ping()
+
+
+def _probe_broker(ctx: ApiContext) -> None:
+    ctx.producer.producer.list_topics(timeout=ctx.settings.api.ready_timeout_s)
+
+
+async def _probe(ctx: ApiContext, probe: Callable[[ApiContext], None]) -> str:
+    try:
+        await asyncio.wait_for(run_in_threadpool(probe, ctx), ctx.settings.api.ready_timeout_s + 1.0)
+    except TimeoutError:
+        return "timed out"
+    except DocstreamError as exc:
+        return f"{exc.code}: {exc.message}"[:300]
+    except KafkaException as exc:
+        return f"kafka: {exc.args[0].str() if exc.args else exc}"[:300]
+    return "ok"
+
+
+@health_router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Readiness",
+    responses={503: {"model": Readiness, "description": "The broker or the store does not answer."}},
+)
+async def readyz(ctx: Ctx) -> JSONResponse:
+    """Ready when the broker and the result store answer."""
+    broker, store = await asyncio.gather(_probe(ctx, _probe_broker), _probe(ctx, _probe_store))
+    body = Readiness(ready=broker == "ok" and store == "ok", checks={"broker": broker, "store": store})
+    return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
+
+
+@health_router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    summary="Prometheus metrics",
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Text format."}},
+)
+def metrics(ctx: Ctx) -> PlainTextResponse:
+    """The process's metrics in Prometheus text format."""
+    return PlainTextResponse(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

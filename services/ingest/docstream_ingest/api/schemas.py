@@ -1,0 +1,185 @@
+"""Request and response bodies of the intake API (the OpenAPI components)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ID_PATTERN",
+    "MULTIPART_SCHEMA",
+    "AcceptedDocument",
+    "DocumentErrorOut",
+    "DuplicateOut",
+    "ErrorBody",
+    "Health",
+    "JobAccepted",
+    "JobCreateJson",
+    "JobDetail",
+    "JobList",
+    "JobOptionsIn",
+    "JobSummary",
+    "Readiness",
+    "RefusalOut",
+]
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+"""Job ids and tenants (``docstream.client.validate_id``)."""
+
+_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
+_URL_PATTERN = r"^[hH][tT][tT][pP][sS]?://[^\s]+$"
+
+
+class JobOptionsIn(BaseModel):
+    """Per-job options (JSON members, or multipart form fields)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_id: str | None = Field(
+        None, pattern=_MODEL_PATTERN, description="Model for the job (name and revision); default: the service's."
+    )
+    chunk_max_tokens: int | None = Field(None, ge=8, le=8192, description="Most tokens in a chunk for this job.")
+    chunk_overlap_tokens: int | None = Field(
+        None, ge=0, le=8191, description="Tokens shared by consecutive chunks (below chunk_max_tokens)."
+    )
+    webhook_url: str | None = Field(
+        None, max_length=2048, pattern=_URL_PATTERN, description="http(s) URL called when the job ends."
+    )
+
+
+class JobCreateJson(JobOptionsIn):
+    """POST /v1/jobs as JSON: documents that already live in object storage."""
+
+    source_uris: list[str] = Field(
+        ...,
+        min_length=1,
+        description="Documents (or archives) to submit, read where they are. Each must use an allowed scheme "
+        "and lie under the object store root or an allowed root (object_store.allowed_roots).",
+    )
+
+
+MULTIPART_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "files": {
+            "type": "array",
+            "items": {"type": "string", "format": "binary"},
+            "description": "Documents and .zip/.tar/.tar.gz/.tgz archives (expanded safely, docs/intake.md).",
+        },
+        "model_id": {"type": "string", "pattern": _MODEL_PATTERN, "description": "Model for the job."},
+        "chunk_max_tokens": {"type": "integer", "minimum": 8, "maximum": 8192, "description": "Chunk size."},
+        "chunk_overlap_tokens": {"type": "integer", "minimum": 0, "maximum": 8191, "description": "Chunk overlap."},
+        "webhook_url": {
+            "type": "string",
+            "maxLength": 2048,
+            "pattern": _URL_PATTERN,
+            "description": "http(s) URL called when the job ends.",
+        },
+    },
+    "required": ["files"],
+    "additionalProperties": False,
+}
+"""The multipart/form-data body of POST /v1/jobs (parsed by hand, so described by hand)."""
+
+
+class RefusalOut(BaseModel):
+    """A refused file, archive member or source URI."""
+
+    file: str = Field(..., description="Its name (archive members: archive/member).")
+    error_code: str = Field(..., description="Why, as a stable code (docs/intake.md).")
+    message: str = Field(..., description="Why, for humans.")
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx and 5xx body."""
+
+    error_code: str = Field(..., description="Stable snake_case identifier of the refusal.")
+    message: str = Field(..., description="For humans.")
+    refused: list[RefusalOut] | None = Field(None, description="Files refused, when a submission was refused.")
+    details: list[dict[str, Any]] | None = Field(None, description="Validation errors, when the request is malformed.")
+
+
+class AcceptedDocument(BaseModel):
+    """A document the submission added to the job."""
+
+    doc_id: str
+    filename: str
+    size_bytes: int
+    content_sha256: str
+    media_type: str | None = None
+
+
+class DuplicateOut(BaseModel):
+    """A file whose content is already a document of the job."""
+
+    file: str
+    doc_id: str
+
+
+class JobAccepted(BaseModel):
+    """202: the job exists, its documents are on their way through the pipeline."""
+
+    job_id: str
+    status: Literal["running", "completed", "cancelled"]
+    document_count: int
+    documents: list[AcceptedDocument]
+    duplicates: list[DuplicateOut]
+
+
+class JobSummary(BaseModel):
+    """A job's state and progress."""
+
+    job_id: str
+    status: Literal["running", "completed", "cancelled"]
+    document_count: int = Field(..., description="Documents in the job (0: unknown, an open job).")
+    completed: int
+    partial: int
+    failed: int
+    pending: int = Field(..., description="Documents not finished yet (document_count minus the finished).")
+    created_at: datetime
+    updated_at: datetime | None
+    elapsed_s: float = Field(..., description="From creation to the last update (finished) or to now (running).")
+    options: dict[str, str]
+    webhook_url: str | None
+
+
+class DocumentErrorOut(BaseModel):
+    """A document of the job that failed."""
+
+    doc_id: str
+    filename: str | None
+    status: str
+    error_code: str | None
+    error: str | None
+
+
+class JobDetail(JobSummary):
+    """A job with one page of its failed documents."""
+
+    errors: list[DocumentErrorOut]
+    next_errors_cursor: str | None = Field(
+        ..., description="Pass as errors_after for the next page of errors; null on the last page."
+    )
+
+
+class JobList(BaseModel):
+    """One page of the tenant's jobs, by job_id."""
+
+    items: list[JobSummary]
+    next_cursor: str | None = Field(..., description="Pass as after for the next page; null on the last page.")
+
+
+class Health(BaseModel):
+    """The process is alive."""
+
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """Whether the broker and the store answer."""
+
+    ready: bool
+    checks: dict[str, str] = Field(..., description="Per dependency: ok, or why not.")
+

@@ -1,0 +1,283 @@
+"""The intake API in process (TestClient) on a SQLite store, without a broker.
+
+Everything here either reads rows written straight into the store or is refused before a
+record would be produced (a refused request produces nothing, so no producer is ever built).
+Submission with real Kafka and Cassandra is in tests/integration/test_api.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from docstream.apikeys import generate_api_key
+from docstream.settings import Settings
+from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.sqlite import SqliteStore
+from docstream_ingest.api import create_app
+
+AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
+NOW = AT + timedelta(seconds=90)
+MODEL = "all-MiniLM-L6-v2"
+
+
+@dataclass
+class Api:
+    client: TestClient
+    store: SqliteStore
+    keys: dict[str, str]
+
+    def as_(self, tenant: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[tenant]}"}
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    settings = Settings().with_overrides(
+        store={"backend": "sqlite", "sqlite_path": str(tmp_path / "store.db")},
+        object_store={"url": str(tmp_path / "objects")},
+        api={"max_upload_bytes": 64 * 1024, "max_files_per_job": 3},
+        kafka={"bootstrap_servers": "127.0.0.1:1"},  # never contacted: nothing here is produced
+    )
+    store = SqliteStore(tmp_path / "store.db", page_size=3)
+    store.migrate()
+    keys = {}
+    for tenant in ("acme", "globex"):
+        new = generate_api_key()
+        store.upsert_api_key(ApiKeyRow(new.key_id, tenant, new.key_hash, AT))
+        keys[tenant] = new.key
+    app = create_app(settings, store=store, clock=lambda: NOW)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield Api(client, store, keys)
+    store.close()
+
+
+def _job(store: SqliteStore, job_id: str, tenant: str = "acme", **fields: object) -> JobRow:
+    row = JobRow(
+        **{"job_id": job_id, "tenant": tenant, "created_at": AT, "status": "running", "document_count": 0,
+           "updated_at": AT, **fields}  # type: ignore[arg-type]
+    )
+    store.upsert_job(row)
+    return row
+
+
+def _document(store: SqliteStore, job_id: str, doc_id: str, status: str, **fields: object) -> None:
+    error_code = fields.pop("error_code", None)
+    store.upsert_document(DocumentRow(
+        doc_id=doc_id, job_id=job_id, source_uri=f"file:///objects/{doc_id}", content_sha256="ab" * 32,
+        status=status, updated_at=AT, filename=f"{doc_id}.pdf", error_code=error_code,  # type: ignore[arg-type]
+        **fields,  # type: ignore[arg-type]
+    ))
+    store.upsert_job_document(JobDocumentRow(
+        job_id, doc_id, status, AT, filename=f"{doc_id}.pdf", error_code=error_code  # type: ignore[arg-type]
+    ))
+
+
+def _result(store: SqliteStore, job_id: str, doc_id: str, chunks: int) -> None:
+    store.upsert_document_result(DocumentResultRow(
+        doc_id=doc_id, model_id=MODEL, job_id=job_id, status="completed", chunk_count=chunks, failed_chunks=0,
+        token_count=10 * chunks, embedding=[0.5, 0.25], chunker_settings="max=256", completed_at=AT,
+    ))
+    store.upsert_chunks([
+        ChunkRow(doc_id=doc_id, model_id=MODEL, chunk_index=i, chunk_id=f"{doc_id}-c{i}", job_id=job_id,
+                 text=f"chunk {i} of {doc_id} — ü", page_start=1, page_end=1, char_start=i, char_end=i + 1,
+                 token_count=10, embedding=[float(i), 1.0])
+        for i in range(chunks)
+    ])
+
+
+# -- auth and tenants -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/v1/jobs"), ("GET", "/v1/jobs/j1"), ("GET", "/v1/jobs/j1/results"), ("POST", "/v1/jobs/j1/cancel"),
+    ("POST", "/v1/jobs"),
+])
+@pytest.mark.parametrize("authorization", [None, "Bearer nope", "Basic abc", "Bearer ds_0123456789abcdef_" + "A" * 43])
+def test_every_v1_route_needs_a_valid_key(api: Api, method: str, path: str, authorization: str | None) -> None:
+    headers = {"Authorization": authorization} if authorization else {}
+    response = api.client.request(method, path, headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error_code"] == "unauthorized"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_a_tenant_sees_only_its_jobs(api: Api) -> None:
+    _job(api.store, "a-1", "acme")
+    _job(api.store, "g-1", "globex")
+    assert [j["job_id"] for j in api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]] == ["a-1"]
+    for method, path in [("GET", "/v1/jobs/g-1"), ("GET", "/v1/jobs/g-1/results"), ("POST", "/v1/jobs/g-1/cancel")]:
+        response = api.client.request(method, path, headers=api.as_("acme"))
+        assert response.status_code == 404, path
+        assert response.json() == {"error_code": "job_not_found", "message": "no job g-1"}
+    assert api.store.get_job("g-1").status == "running"  # type: ignore[union-attr]
+
+
+# -- reading jobs ---------------------------------------------------------------------------
+
+
+def test_job_status_shows_counts_timings_and_pages_of_errors(api: Api) -> None:
+    _job(api.store, "j1", document_count=7, completed=2, failed=3, partial=1)
+    for i in range(7):
+        failed = i in (1, 3, 5)
+        _document(api.store, "j1", f"d{i}", "failed" if failed else "completed",
+                  **({"error_code": "encrypted", "error": f"doc {i} is encrypted"} if failed else {}))
+    first = api.client.get("/v1/jobs/j1", params={"errors_limit": 2}, headers=api.as_("acme")).json()
+    assert (first["status"], first["document_count"], first["completed"], first["failed"]) == ("running", 7, 2, 3)
+    assert first["pending"] == 1
+    assert first["elapsed_s"] == 90.0  # running: from created_at to the app's clock
+    assert [e["doc_id"] for e in first["errors"]] == ["d1", "d3"]
+    assert first["errors"][0] == {"doc_id": "d1", "filename": "d1.pdf", "status": "failed",
+                                  "error_code": "encrypted", "error": "doc 1 is encrypted"}
+    second = api.client.get("/v1/jobs/j1", params={"errors_limit": 2, "errors_after": first["next_errors_cursor"]},
+                            headers=api.as_("acme")).json()
+    assert [e["doc_id"] for e in second["errors"]] == ["d5"]
+    assert second["next_errors_cursor"] is None
+
+
+def test_jobs_are_listed_in_pages(api: Api) -> None:
+    for i in range(5):
+        _job(api.store, f"job-{i}")
+    seen, after = [], None
+    while True:
+        page = api.client.get("/v1/jobs", params={"limit": 2, **({"after": after} if after else {})},
+                              headers=api.as_("acme")).json()
+        seen += [j["job_id"] for j in page["items"]]
+        after = page["next_cursor"]
+        if after is None:
+            break
+    assert seen == [f"job-{i}" for i in range(5)]
+
+
+def test_an_unknown_job_is_404_and_a_malformed_id_422(api: Api) -> None:
+    assert api.client.get("/v1/jobs/nope", headers=api.as_("acme")).status_code == 404
+    bad = api.client.get("/v1/jobs/-bad-", headers=api.as_("acme"))
+    assert bad.status_code == 422
+    assert bad.json()["error_code"] == "invalid_request"
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+def _lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_results_stream_finished_documents_as_jsonl(api: Api) -> None:
+    _job(api.store, "j1", document_count=4)
+    _document(api.store, "j1", "d1", "completed")
+    _result(api.store, "j1", "d1", chunks=2)
+    _document(api.store, "j1", "d2", "chunked")  # not finished: left out
+    _document(api.store, "j1", "d3", "failed", error_code="corrupt", error="bad xref")
+    _document(api.store, "j1", "d4", "chunked")
+    _result(api.store, "j1", "d4", chunks=7)  # reducer wrote the result, job_documents not moved on yet
+    response = api.client.get("/v1/jobs/j1/results", headers=api.as_("acme"))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    lines = _lines(response.text)
+    assert [(d["record"], d["doc_id"], d["status"]) for d in lines] == [
+        ("document", "d1", "completed"), ("document", "d3", "failed"), ("document", "d4", "completed")]
+    assert (lines[0]["chunk_count"], lines[0]["embedding"], lines[0]["model_id"]) == (2, [0.5, 0.25], MODEL)
+    assert (lines[1]["error_code"], lines[1]["error"]) == ("corrupt", "bad xref")
+
+
+def test_results_with_chunks_follow_each_document_by_its_chunks_in_order(api: Api) -> None:
+    _job(api.store, "j1", document_count=2)
+    for doc_id in ("d1", "d2"):
+        _document(api.store, "j1", doc_id, "completed")
+        _result(api.store, "j1", doc_id, chunks=7)  # more than one store page (page_size 3)
+    response = api.client.get("/v1/jobs/j1/results", params={"include": "chunks"}, headers=api.as_("acme"))
+    lines = _lines(response.text)
+    assert [(line["record"], line["doc_id"], line.get("chunk_index")) for line in lines] == [
+        ("document", doc_id, None) if i == 0 else ("chunk", doc_id, i - 1)
+        for doc_id in ("d1", "d2") for i in range(8)
+    ]
+    assert (lines[4]["text"], lines[4]["embedding"]) == ("chunk 3 of d1 — ü", [3.0, 1.0])
+
+
+def test_results_of_another_model_are_asked_for_by_model_id(api: Api) -> None:
+    _job(api.store, "j1", document_count=1)
+    _document(api.store, "j1", "d1", "completed")
+    _result(api.store, "j1", "d1", chunks=1)
+    other = api.client.get("/v1/jobs/j1/results", params={"model_id": "other-model", "include": "chunks"},
+                           headers=api.as_("acme"))
+    # completed in job_documents, but nothing of that model: the document line says so, without chunks
+    assert [(d["record"], d["model_id"], d["embedding"]) for d in _lines(other.text)] == [
+        ("document", "other-model", None)]
+
+
+# -- cancel ---------------------------------------------------------------------------------
+
+
+def test_cancel_sets_the_status_and_repeating_it_is_harmless(api: Api) -> None:
+    _job(api.store, "j1", document_count=3, completed=1)
+    first = api.client.post("/v1/jobs/j1/cancel", headers=api.as_("acme"))
+    assert first.status_code == 202
+    assert first.json()["status"] == "cancelled"
+    row = api.store.get_job("j1")
+    assert row is not None and (row.status, row.completed, row.updated_at) == ("cancelled", 1, NOW)
+    again = api.client.post("/v1/jobs/j1/cancel", headers=api.as_("acme"))
+    assert again.status_code == 202 and again.json()["status"] == "cancelled"
+
+
+def test_a_completed_job_cannot_be_cancelled(api: Api) -> None:
+    _job(api.store, "j1", status="completed", document_count=1, completed=1)
+    response = api.client.post("/v1/jobs/j1/cancel", headers=api.as_("acme"))
+    assert response.status_code == 409
+    assert response.json()["error_code"] == "job_finished"
+    assert api.store.get_job("j1").status == "completed"  # type: ignore[union-attr]
+
+
+# -- refusals (nothing is submitted, nothing produced) -----------------------------------------
+
+
+def _files(*named: tuple[str, bytes]) -> list[tuple[str, tuple[str, bytes, str]]]:
+    return [("files", (name, data, "application/octet-stream")) for name, data in named]
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(("kwargs", "status", "code"), [
+    ({"files": _files(("big.pdf", b"x" * 70_000))}, 413, "upload_too_large"),
+    ({"content": (b"x" * 8192 for _ in range(10)), "headers": {"content-type": "multipart/form-data; boundary=b"}},
+     413, "upload_too_large"),
+    ({"files": _files(*[(f"{i}.pdf", bytes([i]) * 10) for i in range(4)])}, 422, "too_many_files"),
+    ({"files": _files(("many.zip", _zip({f"{i}.pdf": bytes([i]) * 10 for i in range(4)})))}, 422, "too_many_files"),
+    ({"files": _files(("evil.zip", _zip({"../../etc/cron.d/evil": b"x"})))}, 422, "archive_path_traversal"),
+    ({"files": _files(("bomb.zip", _zip({"zeros.pdf": bytes(2 * 1024 * 1024)})))}, 422, "archive_bomb"),
+    ({"files": _files(("empty.pdf", b""))}, 422, "empty"),
+    ({"files": _files(("a.pdf", b"%PDF")), "data": {"chunk_max_tokens": "4"}}, 422, "invalid_request"),
+    ({"files": _files(("a.pdf", b"%PDF")), "data": {"colour": "red"}}, 422, "invalid_request"),
+    ({"content": b'--b\r\nContent-Disposition: form-data; name="model_id"\r\n\r\nm\r\n--b--\r\n',
+      "headers": {"content-type": "multipart/form-data; boundary=b"}}, 422, "no_documents"),
+    ({"content": b"garbage", "headers": {"content-type": "multipart/form-data"}}, 400, "invalid_multipart"),
+    ({"content": b"hello", "headers": {"content-type": "text/plain"}}, 415, "unsupported_media_type"),
+    ({"json": {"source_uris": ["file:///etc/passwd"]}}, 422, "source_not_allowed"),
+    ({"json": {"source_uris": ["s3://someone-elses-bucket/a.pdf"]}}, 422, "source_not_allowed"),
+    ({"json": {"source_uris": ["relative/a.pdf"]}}, 422, "invalid_source_uri"),
+    ({"json": {"source_uris": []}}, 422, "invalid_request"),
+    ({"json": {"source_uris": ["file:///a"] * 4}}, 422, "too_many_files"),
+    ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 422, "invalid_request"),
+])
+def test_refusals_are_4xx_json_and_submit_nothing(api: Api, kwargs: dict[str, object], status: int, code: str) -> None:
+    response = api.client.post("/v1/jobs", headers={**api.as_("acme"), **kwargs.pop("headers", {})},  # type: ignore[dict-item]
+                               **kwargs)  # type: ignore[arg-type]
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error_code"] == code
+    assert body["message"]
+    assert api.store.list_jobs("acme") == []
