@@ -1,0 +1,602 @@
+"""Replay: reset (or create) a service's consumer group so its input topic is processed again (docs/replay.md).
+
+Two halves, kept apart:
+
+* the plan, pure: which topic and group a service reads (``replay_source``), where each
+  partition goes (``plan_reset`` from plain ``PartitionOffsets`` and ``GroupState``), whether the
+  reset is allowed (``refusal``), and the table and next steps shown to the user;
+* the admin I/O at the edge: ``GroupAdmin`` describes the group, lists the topic's offsets
+  (earliest, latest, by timestamp) and the group's committed offsets, and applies the plan
+  with ``alter_consumer_group_offsets``.
+
+``run_replay`` is the ``docstream replay`` command: plan → print → refuse, ask or apply.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from rich.console import Console
+from rich.table import Table
+
+from docstream.errors import DocstreamError, InputError, RetryableError
+from docstream.kafka.clients import admin_config, kafka_error
+from docstream.logging import get_logger
+from docstream.settings import KafkaSettings, Settings
+from docstream.topics import Topics
+
+__all__ = [
+    "LIVE_STATES",
+    "REPLAY_SERVICES",
+    "GroupAdmin",
+    "GroupState",
+    "PartitionOffsets",
+    "PartitionReset",
+    "ReplayPlan",
+    "ReplayService",
+    "ReplaySource",
+    "ResetTarget",
+    "apply_plan",
+    "is_live",
+    "next_steps",
+    "parse_target",
+    "plan_reset",
+    "plan_table",
+    "refusal",
+    "replay_source",
+    "resolve_offset",
+    "run_replay",
+]
+
+_log = get_logger(__name__)
+
+ReplayService = Literal["chunker", "inference", "reducer"]
+REPLAY_SERVICES: tuple[ReplayService, ...] = ("chunker", "inference", "reducer")
+"""Services whose input can be replayed."""
+
+LIVE_STATES = frozenset({"STABLE", "PREPARING_REBALANCING", "COMPLETING_REBALANCING", "ASSIGNING", "RECONCILING"})
+"""Consumer group states that mean members are (or are about to be) consuming."""
+
+_EPOCH_MS = re.compile(r"^\d{10,16}$")
+_GROUP_BUSY = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION})
+
+
+# -- the plan (pure) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """Where to move the group: ``earliest``, ``latest``, one ``offset`` for every partition, or a ``datetime``.
+
+    Attributes:
+        kind: which of the four.
+        offset: the offset, for kind "offset".
+        timestamp_ms: epoch ms, for kind "datetime": the first record at or after it.
+    """
+
+    kind: Literal["earliest", "latest", "offset", "datetime"]
+    offset: int | None = None
+    timestamp_ms: int | None = None
+
+    def describe(self) -> str:
+        """Human-readable target (for the plan's title)."""
+        if self.kind == "offset":
+            return f"offset {self.offset}"
+        if self.kind == "datetime" and self.timestamp_ms is not None:
+            at = datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)
+            return f"first record at or after {at.isoformat(timespec='milliseconds')}"
+        return self.kind
+
+
+def parse_target(to_datetime: str | None, to_offset: str | None) -> ResetTarget:
+    """The target of ``--to-datetime T`` or ``--to-offset earliest|latest|N`` (exactly one).
+
+    ``T`` is ISO 8601 with a time zone (``2024-05-17T12:00:00Z``, ``...+02:00``) or epoch
+    milliseconds; a time without a zone is refused rather than guessed.
+
+    Raises:
+        InputError: neither or both given, or a value that does not parse.
+    """
+    if (to_datetime is None) == (to_offset is None):
+        raise InputError("give exactly one of --to-datetime and --to-offset", code="replay_target")
+    if to_offset is not None:
+        value = to_offset.strip().lower()
+        if value in ("earliest", "latest"):
+            return ResetTarget(kind="earliest" if value == "earliest" else "latest")
+        if value.isdigit():
+            return ResetTarget(kind="offset", offset=int(value))
+        raise InputError(f"--to-offset must be earliest, latest or a number, got {to_offset!r}", code="replay_target")
+    assert to_datetime is not None
+    return ResetTarget(kind="datetime", timestamp_ms=_parse_datetime_ms(to_datetime.strip()))
+
+
+def _parse_datetime_ms(text: str) -> int:
+    if _EPOCH_MS.match(text):
+        return int(text)
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise InputError(f"--to-datetime: not an ISO 8601 time: {text!r}", code="replay_target") from exc
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise InputError(
+            f"--to-datetime {text!r} has no time zone; add one, e.g. {text}Z or {text}+02:00", code="replay_target"
+        )
+    return int(at.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """The topic a service consumes and the consumer group to reset.
+
+    Attributes:
+        service: chunker, inference or reducer.
+        topic: the service's input topic.
+        group_id: the group to reset or create.
+        default_group: the group the service joins without an override.
+    """
+
+    service: ReplayService
+    topic: str
+    group_id: str
+    default_group: str
+
+    @property
+    def new_group(self) -> bool:
+        """A group other than the service's default one (``--new-group``)."""
+        return self.group_id != self.default_group
+
+
+def replay_source(settings: Settings, service: str, *, new_group: str | None = None) -> ReplaySource:
+    """The input topic and consumer group of ``service`` under ``settings``.
+
+    chunker reads the intake topic as ``chunker.group_id`` (default ``<prefix>-chunker``);
+    inference reads the chunks topic as ``inference.group_id`` (default ``<prefix>-inference``);
+    the reducer reads the embedded topic as its Faust app id ``reducer.app_id``.
+
+    Raises:
+        InputError: an unknown service, or an empty ``new_group``.
+    """
+    topics = Topics(settings.kafka.topic_prefix)
+    if service == "chunker":
+        topic, default = topics.submitted, settings.chunker.group_id or topics.group("chunker")
+    elif service == "inference":
+        topic, default = topics.chunks, settings.inference.group_id or topics.group("inference")
+    elif service == "reducer":
+        topic, default = topics.embedded, settings.reducer.app_id
+    else:
+        choices = ", ".join(REPLAY_SERVICES)
+        raise InputError(f"--service must be one of {choices}, got {service!r}", code="replay_service")
+    if new_group is not None and not new_group.strip():
+        raise InputError("--new-group must not be empty", code="replay_group")
+    group = new_group.strip() if new_group is not None else default
+    return ReplaySource(service=service, topic=topic, group_id=group, default_group=default)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What the broker says about a consumer group.
+
+    Attributes:
+        group_id: the group.
+        state: the broker's state name (STABLE, EMPTY, DEAD, ...; UNKNOWN when not told).
+        members: members listed (tansu lists none even for a STABLE group: ``is_live`` looks at both).
+    """
+
+    group_id: str
+    state: str
+    members: int = 0
+
+
+def is_live(group: GroupState) -> bool:
+    """Whether the group has members consuming (or joining) now."""
+    return group.members > 0 or group.state.upper() in LIVE_STATES
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One partition of the topic as observed, with the group's committed offset.
+
+    Attributes:
+        partition: partition number.
+        low: earliest offset still kept (retention moves it up).
+        high: end offset (the next offset to be written).
+        committed: the group's committed offset, None when it has none.
+        at_time: for a datetime target, the broker's first offset at or after it (-1: none).
+    """
+
+    partition: int
+    low: int
+    high: int
+    committed: int | None = None
+    at_time: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionReset:
+    """One partition of a plan: from the committed offset to the target.
+
+    Attributes:
+        partition: partition number.
+        current: the committed offset now (None: the group has none here).
+        target: the offset the group is moved to.
+        low: earliest offset kept.
+        high: end offset.
+    """
+
+    partition: int
+    current: int | None
+    target: int
+    low: int
+    high: int
+
+    @property
+    def records_to_replay(self) -> int:
+        """Records the group will read from the target to today's end."""
+        return max(0, self.high - self.target)
+
+    @property
+    def records_reprocessed(self) -> int:
+        """Records before the committed offset that will be read again (all of them for a new group)."""
+        start = self.current if self.current is not None else self.high
+        return max(0, min(start, self.high) - self.target)
+
+    @property
+    def records_skipped(self) -> int:
+        """Records not yet read by the group that the reset jumps over."""
+        start = self.current if self.current is not None else self.low
+        return max(0, self.target - max(start, self.low))
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """The whole reset: source, target, the group as found and every partition's move.
+
+    Attributes:
+        source: topic and group.
+        target: where to.
+        group: the group's state before the reset.
+        partitions: one move per partition, by partition number.
+        model_id: the model the service is to run with (inference), if given.
+    """
+
+    source: ReplaySource
+    target: ResetTarget
+    group: GroupState
+    partitions: tuple[PartitionReset, ...]
+    model_id: str | None = None
+
+    @property
+    def records_to_replay(self) -> int:
+        """Records the group will read, all partitions together."""
+        return sum(p.records_to_replay for p in self.partitions)
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """partition → target offset."""
+        return {p.partition: p.target for p in self.partitions}
+
+
+def resolve_offset(target: ResetTarget, observed: PartitionOffsets) -> int:
+    """The offset ``target`` means for one partition, within [low, high].
+
+    A datetime after the last record (the broker answers -1) means the end: nothing replays.
+    """
+    if target.kind == "earliest":
+        return observed.low
+    if target.kind == "latest":
+        return observed.high
+    if target.kind == "offset":
+        wanted = target.offset if target.offset is not None else observed.low
+    else:
+        wanted = observed.at_time if observed.at_time is not None and observed.at_time >= 0 else observed.high
+    return min(max(wanted, observed.low), observed.high)
+
+
+def plan_reset(
+    source: ReplaySource,
+    target: ResetTarget,
+    group: GroupState,
+    observed: Sequence[PartitionOffsets],
+    *,
+    model_id: str | None = None,
+) -> ReplayPlan:
+    """The reset plan for every observed partition. Pure.
+
+    Raises:
+        InputError: no partitions (the topic does not exist), or ``model_id`` for a service
+            other than inference (only inference picks the model its rows are written under).
+    """
+    if not observed:
+        raise InputError(f"topic {source.topic} has no partitions (does it exist?)", code="topic_missing")
+    if model_id is not None and source.service != "inference":
+        raise InputError("--model only applies to --service inference", code="replay_model")
+    moves = tuple(
+        PartitionReset(partition=o.partition, current=o.committed, target=resolve_offset(target, o), low=o.low,
+                       high=o.high)
+        for o in sorted(observed, key=lambda o: o.partition)
+    )
+    return ReplayPlan(source=source, target=target, group=group, partitions=moves, model_id=model_id)
+
+
+def refusal(plan: ReplayPlan, *, force: bool) -> str | None:
+    """Why the plan must not be applied (a live group without ``force``), else None."""
+    if force or not is_live(plan.group):
+        return None
+    members = f"{plan.group.members} member(s)" if plan.group.members else "members"
+    return (
+        f"group {plan.group.group_id} is {plan.group.state} with {members} consuming: stop the "
+        f"{plan.source.service} service first (its members would commit over the reset), or pass --force"
+    )
+
+
+def plan_table(plan: ReplayPlan) -> Table:
+    """The plan as a rich table: per partition, from offset → to offset and records to replay."""
+    source = plan.source
+    title = (
+        f"replay {source.service}: group {source.group_id}{' (new)' if source.new_group else ''} "
+        f"on {source.topic} → {plan.target.describe()}"
+    )
+    table = Table(title=title, show_footer=True)
+    table.add_column("partition", justify="right", footer="total")
+    table.add_column("from (committed)", justify="right")
+    table.add_column("to", justify="right")
+    table.add_column("end", justify="right")
+    table.add_column("records to replay", justify="right", footer=str(plan.records_to_replay))
+    table.add_column("reprocessed", justify="right", footer=str(sum(p.records_reprocessed for p in plan.partitions)))
+    table.add_column("skipped", justify="right", footer=str(sum(p.records_skipped for p in plan.partitions)))
+    for p in plan.partitions:
+        table.add_row(
+            str(p.partition),
+            "none" if p.current is None else str(p.current),
+            str(p.target),
+            str(p.high),
+            str(p.records_to_replay),
+            str(p.records_reprocessed),
+            str(p.records_skipped),
+        )
+    table.caption = f"group state: {plan.group.state}" + (f", model: {plan.model_id}" if plan.model_id else "")
+    return table
+
+
+def next_steps(plan: ReplayPlan) -> list[str]:
+    """What to run after the reset for the service to read from the new offsets."""
+    source = plan.source
+    env: list[str] = []
+    if source.new_group:
+        variable = {
+            "chunker": "DOCSTREAM_CHUNKER__GROUP_ID",
+            "inference": "DOCSTREAM_INFERENCE__GROUP_ID",
+            "reducer": "DOCSTREAM_REDUCER__APP_ID",
+        }[source.service]
+        env.append(f"{variable}={source.group_id}")
+    if plan.model_id is not None:
+        env.append(f"DOCSTREAM_INFERENCE__MODEL_ID={plan.model_id}")
+    steps = [f"start the {source.service} service: {' '.join([*env, f'docstream {source.service}'])}"]
+    if plan.model_id is not None:
+        steps.append(
+            f"rows are written under model_id {plan.model_id} beside the existing ones; the weights come from "
+            "inference.model_path (unset: the bundled all-MiniLM-L6-v2)"
+        )
+    if source.service == "reducer" and not source.new_group:
+        steps.append(
+            "the reducer ignores chunks of documents it completed within the last hour (its completion markers); "
+            "to rebuild document results, replay into a --new-group (a fresh app id starts with empty tables)"
+        )
+    return steps
+
+
+# -- the admin I/O ------------------------------------------------------------------------------
+
+
+class GroupAdmin:
+    """Consumer group and offset admin calls, bounded by ``timeout_s`` each.
+
+    Args:
+        kafka: Kafka settings (bootstrap, security).
+        timeout_s: time limit of each admin request.
+        client: an AdminClient to use (default: one from the settings).
+    """
+
+    def __init__(self, kafka: KafkaSettings, *, timeout_s: float = 15.0, client: AdminClient | None = None) -> None:
+        # a metadata request must never create the topic it asks about (brokers with auto.create.topics.enable)
+        conf = {**admin_config(kafka, client_id="docstream-replay"), "allow.auto.create.topics": False}
+        self._admin = client if client is not None else AdminClient(conf)
+        self._timeout_s = timeout_s
+
+    def describe_group(self, group_id: str) -> GroupState:
+        """The group's state and member count (DEAD or EMPTY with 0 members when it does not exist).
+
+        Raises:
+            RetryableError | FatalError: the broker did not answer or refused.
+        """
+        future = self._admin.describe_consumer_groups([group_id], request_timeout=self._timeout_s)[group_id]
+        description = self._result(future, f"describe group {group_id}")
+        state = getattr(description.state, "name", str(description.state))
+        return GroupState(group_id=group_id, state=state, members=len(description.members or []))
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition numbers (empty when it does not exist).
+
+        Raises:
+            RetryableError: no metadata in time.
+        """
+        try:
+            metadata = self._admin.list_topics(topic, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise kafka_error(exc.args[0], f"metadata of {topic}") from exc
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            return []
+        return sorted(found.partitions)
+
+    def observe(self, topic: str, group_id: str, target: ResetTarget) -> list[PartitionOffsets]:
+        """Earliest, end and committed offsets of every partition (and the offset at the target time).
+
+        Raises:
+            RetryableError | FatalError: the broker did not answer or refused.
+        """
+        partitions = self.partitions(topic)
+        if not partitions:
+            return []
+        low = self._list_offsets(topic, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        high = self._list_offsets(topic, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        at_time: Mapping[int, int] = {}
+        if target.kind == "datetime" and target.timestamp_ms is not None:
+            at_time = self._list_offsets(topic, partitions, OffsetSpec.for_timestamp(target.timestamp_ms))
+        committed = self.committed(group_id, topic, partitions)
+        return [
+            PartitionOffsets(partition=p, low=low[p], high=max(high[p], low[p]), committed=committed.get(p),
+                             at_time=at_time.get(p))
+            for p in partitions
+        ]
+
+    def committed(self, group_id: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The group's committed offsets on ``topic`` (partitions without one are left out).
+
+        Raises:
+            RetryableError | FatalError: the broker did not answer or refused.
+        """
+        if not partitions:
+            return {}
+        request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, p) for p in partitions])]
+        future = self._admin.list_consumer_group_offsets(request, request_timeout=self._timeout_s)[group_id]
+        result = self._result(future, f"offsets of group {group_id}")
+        return {int(tp.partition): int(tp.offset) for tp in result.topic_partitions or [] if tp.offset >= 0}
+
+    def alter_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Commit ``offsets`` (partition → offset) for ``group_id``; creates the group when new.
+
+        Raises:
+            RetryableError: code ``group_active`` when the broker refuses because members are live
+                (UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS), or no answer in time.
+            FatalError: any other refusal.
+        """
+        parts = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
+        request = [ConsumerGroupTopicPartitions(group_id, parts)]
+        future = self._admin.alter_consumer_group_offsets(request, request_timeout=self._timeout_s)[group_id]
+        try:
+            result = self._result(future, f"alter offsets of group {group_id}")
+        except DocstreamError as exc:
+            if exc.code in ("kafka_unknown_member_id", "kafka_rebalance_in_progress"):
+                raise RetryableError(f"group {group_id} has live members: {exc.message}", code="group_active") from exc
+            raise
+        for tp in result.topic_partitions or []:
+            if tp.error is None:
+                continue
+            if tp.error.code() in _GROUP_BUSY:
+                raise RetryableError(f"group {group_id} has live members: {tp.error.str()}", code="group_active")
+            raise kafka_error(tp.error, f"alter offset of {topic}[{tp.partition}] for group {group_id}")
+
+    def _list_offsets(self, topic: str, partitions: Sequence[int], spec: OffsetSpec) -> dict[int, int]:
+        request = {TopicPartition(topic, p): spec for p in partitions}
+        futures = self._admin.list_offsets(request, request_timeout=self._timeout_s)
+        return {tp.partition: int(self._result(f, f"offsets of {topic}[{tp.partition}]").offset)
+                for tp, f in futures.items()}
+
+    def _result(self, future: Any, context: str) -> Any:
+        try:
+            return future.result(timeout=self._timeout_s + 5)
+        except KafkaException as exc:
+            raise kafka_error(exc.args[0], context) from exc
+        except TimeoutError as exc:
+            raise RetryableError(f"{context}: no answer in {self._timeout_s} s", code="kafka_timeout") from exc
+
+
+def apply_plan(
+    admin: GroupAdmin,
+    plan: ReplayPlan,
+    *,
+    wait_s: float = 0.0,
+    on_wait: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Apply ``plan``; while the broker says the group has live members, retry for up to ``wait_s``.
+
+    Raises:
+        RetryableError: code ``group_active`` when the members were still there at the deadline.
+        FatalError: the broker refused.
+    """
+    deadline = clock() + wait_s
+    while True:
+        try:
+            admin.alter_offsets(plan.source.group_id, plan.source.topic, plan.offsets)
+            _log.info("replay_offsets_reset", group_id=plan.source.group_id, topic=plan.source.topic,
+                      target=plan.target.kind, records=plan.records_to_replay)
+            return
+        except RetryableError as exc:
+            if exc.code != "group_active" or clock() >= deadline:
+                raise
+            if on_wait is not None:
+                on_wait(exc.message)
+            sleep(1.0)
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def run_replay(
+    settings: Settings,
+    *,
+    service: str,
+    console: Console,
+    confirm: Callable[[str], bool],
+    to_datetime: str | None = None,
+    to_offset: str | None = None,
+    new_group: str | None = None,
+    model_id: str | None = None,
+    force: bool = False,
+    yes: bool = False,
+    dry_run: bool = False,
+    wait_s: float = 30.0,
+    admin: GroupAdmin | None = None,
+) -> int:
+    """``docstream replay``: plan, print, then refuse, ask or apply. Returns the exit status.
+
+    0: applied (or ``dry_run``); 1: refused (live group), declined at the prompt, or failed.
+
+    Raises:
+        InputError: bad options (the CLI turns it into a message and status 2).
+    """
+    target = parse_target(to_datetime, to_offset)
+    source = replay_source(settings, service, new_group=new_group)
+    admin = admin or GroupAdmin(settings.kafka)
+    try:
+        group = admin.describe_group(source.group_id)
+        plan = plan_reset(source, target, group, admin.observe(source.topic, source.group_id, target),
+                          model_id=model_id)
+    except InputError:
+        raise
+    except DocstreamError as exc:
+        console.print(f"[red]cannot plan the replay:[/red] {exc.message}")
+        return 1
+    console.print(plan_table(plan))
+    reason = refusal(plan, force=force)
+    if reason is not None:
+        console.print(f"[red]refused:[/red] {reason}")
+        return 0 if dry_run else 1
+    if dry_run:
+        console.print("dry run: nothing changed")
+        return 0
+    if not yes and not confirm(f"Reset group {source.group_id} on {source.topic} as shown?"):
+        console.print("nothing changed")
+        return 1
+    try:
+        apply_plan(admin, plan, wait_s=wait_s if force else 0.0,
+                   on_wait=lambda why: console.print(f"waiting for the group's members to leave: {why}"))
+    except DocstreamError as exc:
+        console.print(f"[red]reset failed:[/red] {exc.message}")
+        if exc.code == "group_active":
+            console.print("brokers never move a group's offsets under live members: stop the service and retry")
+        return 1
+    console.print(f"group {source.group_id} reset: {plan.records_to_replay} records to replay on {source.topic}")
+    for step in next_steps(plan):
+        console.print(f"next: {step}")
+    return 0
