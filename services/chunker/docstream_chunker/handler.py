@@ -1,0 +1,248 @@
+"""The chunker's transform: one DocumentSubmitted → its ChunkCreated records, or one failed DocumentCompleted.
+
+The documents and job_documents rows are upserted before the outputs are returned; the
+ConsumeLoop produces the outputs and commits the input's offset only once every output is
+delivered, so a crash anywhere redoes the document (same chunk ids, same rows).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from docstream.errors import DocumentError, InputError, PoisonRecord
+from docstream.extraction import ChunkedDocument
+from docstream.ids import chunk_id
+from docstream.kafka.loop import Envelope, Output
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
+from docstream.settings import ChunkerSettings, Settings
+from docstream.store.base import DocState, DocumentRow, JobDocumentRow, ResultStore
+from docstream.topics import Topics
+from docstream_chunker.worker import ChunkRequest, Extractor
+
+__all__ = ["ChunkerHandler", "chunk_request", "max_poll_interval_ms"]
+
+_log = get_logger(__name__)
+_MIN_JOB_MAX_TOKENS = 8
+_MAX_JOB_MAX_TOKENS = 8192
+_JOB_STATUS_TTL_S = 2.0
+_JOB_STATUS_CACHE_SIZE = 10_000
+
+
+def max_poll_interval_ms(settings: Settings) -> int:
+    """A consumer max.poll.interval.ms long enough for one document at the time limit (and retries)."""
+    needed = int((settings.chunker.timeout_s + 30.0) * 1000) * 2
+    return max(int(settings.kafka.max_poll_interval_ms), needed)
+
+
+def chunk_request(submitted: DocumentSubmitted, chunker: ChunkerSettings) -> ChunkRequest:
+    """The extractor's request for a submission; per-job chunk sizes override the service's.
+
+    A job that sets ``chunk_max_tokens`` but not ``chunk_overlap_tokens`` gets the service's
+    overlap capped at a quarter of its max_tokens.
+
+    Raises:
+        InputError: ``invalid_options`` when the job's chunk_max_tokens is outside [8, 8192].
+    """
+    max_tokens = chunker.max_tokens if submitted.chunk_max_tokens is None else submitted.chunk_max_tokens
+    if not _MIN_JOB_MAX_TOKENS <= max_tokens <= _MAX_JOB_MAX_TOKENS:
+        raise InputError(
+            f"chunk_max_tokens must be in [{_MIN_JOB_MAX_TOKENS}, {_MAX_JOB_MAX_TOKENS}], got {max_tokens}",
+            code="invalid_options",
+        )
+    overlap = submitted.chunk_overlap_tokens
+    if overlap is None:
+        overlap = chunker.overlap_tokens if submitted.chunk_max_tokens is None else min(
+            chunker.overlap_tokens, max_tokens // 4
+        )
+    return ChunkRequest(
+        source_uri=submitted.source_uri,
+        content_sha256=submitted.content_sha256,
+        max_tokens=max_tokens,
+        overlap_tokens=overlap,
+        filename=submitted.filename,
+        media_type=submitted.media_type,
+    )
+
+
+class ChunkerHandler:
+    """``ConsumeLoop`` handler of the intake topic.
+
+    Args:
+        settings: all settings (topic prefix, chunker defaults).
+        store: where the documents and job_documents rows go.
+        extractor: fetch + extract + chunk (``ProcessExtractor`` in the service).
+        metrics: counts failed documents by error_code.
+        clock: the time stamped on records and rows.
+        job_status_ttl_s: how long a job's cancelled-or-not is reused before its row is read
+            again: documents of a job cancelled (``POST /v1/jobs/{id}/cancel``) are skipped
+            (rows status skipped, error_code job_cancelled, no chunks) within this time.
+        monotonic: the clock of that cache.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ResultStore,
+        extractor: Extractor,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        job_status_ttl_s: float = _JOB_STATUS_TTL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._chunker = settings.chunker
+        self._topics = Topics(settings.kafka.topic_prefix)
+        self._store = store
+        self._extractor = extractor
+        self._metrics = metrics
+        self._clock = clock
+        self._job_status_ttl_s = job_status_ttl_s
+        self._monotonic = monotonic
+        self._cancelled: dict[str, tuple[float, bool]] = {}
+
+    def __call__(self, envelope: Envelope) -> Sequence[Output]:
+        """Handle one intake record.
+
+        Raises:
+            PoisonRecord: the record is not a DocumentSubmitted.
+            RetryableError: the object store or the result store is unavailable.
+        """
+        if not isinstance(envelope.value, DocumentSubmitted):
+            raise PoisonRecord(
+                f"the intake topic holds {type(envelope.value).__name__}, not DocumentSubmitted",
+                code="unexpected_record",
+            )
+        return self.handle(envelope.value)
+
+    def handle(self, submitted: DocumentSubmitted) -> list[Output]:
+        """Chunk one document, or fail it; write its rows; return the records to produce.
+
+        Raises:
+            RetryableError: the object store or the result store is unavailable.
+        """
+        started = time.monotonic()
+        if self._job_cancelled(submitted.job_id):
+            return self._skipped(submitted)
+        try:
+            result = self._extractor.extract(chunk_request(submitted, self._chunker))
+        except (DocumentError, InputError) as exc:
+            return self._failed(submitted, exc.code, exc.message)
+        now = self._clock()
+        self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type)
+        _log.info(
+            "document_chunked",
+            chunk_count=len(result.chunks),
+            page_count=result.page_count,
+            token_count=result.token_count,
+            media_type=result.media_type,
+            duration_s=round(time.monotonic() - started, 3),
+        )
+        return self._chunk_outputs(submitted, result, now)
+
+    def _chunk_outputs(self, submitted: DocumentSubmitted, result: ChunkedDocument, now: datetime) -> list[Output]:
+        count = len(result.chunks)
+        return [
+            Output(
+                topic=self._topics.chunks,
+                key=submitted.doc_id,
+                value=ChunkCreated(
+                    job_id=submitted.job_id,
+                    doc_id=submitted.doc_id,
+                    chunk_id=chunk_id(submitted.content_sha256, result.chunker_settings, chunk.index),
+                    chunk_index=chunk.index,
+                    chunk_count=count,
+                    content_sha256=submitted.content_sha256,
+                    text=chunk.text,
+                    page_start=chunk.page_start,
+                    page_end=chunk.page_end,
+                    char_start=chunk.char_start,
+                    char_end=chunk.char_end,
+                    token_count=chunk.token_count,
+                    chunker_settings=result.chunker_settings,
+                    created_at=now,
+                    heading=chunk.heading,
+                    model_id=submitted.model_id,
+                ),
+            )
+            for chunk in result.chunks
+        ]
+
+    def _job_cancelled(self, job_id: str) -> bool:
+        # the jobs row is read at most once per job every job_status_ttl_s, not once per document
+        now = self._monotonic()
+        cached = self._cancelled.get(job_id)
+        if cached is not None and now - cached[0] < self._job_status_ttl_s:
+            return cached[1]
+        job = self._store.get_job(job_id)
+        cancelled = job is not None and job.status == "cancelled"
+        if len(self._cancelled) >= _JOB_STATUS_CACHE_SIZE:
+            self._cancelled.clear()
+        self._cancelled[job_id] = (now, cancelled)
+        return cancelled
+
+    def _skipped(self, submitted: DocumentSubmitted) -> list[Output]:
+        """A document of a cancelled job: rows marked skipped, nothing produced."""
+        self._write_rows(submitted, "skipped", self._clock(), error_code="job_cancelled")
+        _log.info("document_skipped", reason="job_cancelled")
+        return []
+
+    def _failed(self, submitted: DocumentSubmitted, code: str, message: str) -> list[Output]:
+        now = self._clock()
+        self._write_rows(submitted, "failed", now, error_code=code, error=message)
+        if self._metrics is not None:
+            self._metrics.records_failed.labels("chunker", code).inc()
+        _log.warning("document_failed", error_code=code, error=message[:500])
+        completed = DocumentCompleted(
+            job_id=submitted.job_id,
+            doc_id=submitted.doc_id,
+            status="failed",
+            completed_at=now,
+            model_id=submitted.model_id,
+            source_uri=submitted.source_uri,
+            filename=submitted.filename,
+            content_sha256=submitted.content_sha256,
+            error_code=code,
+            error=message,
+        )
+        return [Output(topic=self._topics.completed, key=submitted.doc_id, value=completed)]
+
+    def _write_rows(
+        self,
+        submitted: DocumentSubmitted,
+        status: DocState,
+        now: datetime,
+        *,
+        page_count: int | None = None,
+        media_type: str | None = None,
+        error_code: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        self._store.upsert_document(
+            DocumentRow(
+                doc_id=submitted.doc_id,
+                job_id=submitted.job_id,
+                source_uri=submitted.source_uri,
+                content_sha256=submitted.content_sha256,
+                status=status,
+                updated_at=now,
+                media_type=media_type or submitted.media_type,
+                filename=submitted.filename,
+                page_count=page_count,
+                error_code=error_code,
+                error=error,
+            )
+        )
+        self._store.upsert_job_document(
+            JobDocumentRow(
+                job_id=submitted.job_id,
+                doc_id=submitted.doc_id,
+                status=status,
+                updated_at=now,
+                filename=submitted.filename,
+                error_code=error_code,
+            )
+        )

@@ -1,0 +1,317 @@
+"""Fetching, extracting and chunking one document, in this process or in a child process.
+
+``ProcessExtractor`` runs the work in a child process (spawned once, reused): a document
+that hangs inside MuPDF past the time limit is ended by killing the child, and one that
+crashes MuPDF takes down only the child. The child also checks the deadline between pages,
+which ends most overruns without a kill. ``InlineExtractor`` does the same work in the
+calling process (tests, benchmarks), with the between-page check only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from types import TracebackType
+from typing import Any, Protocol
+
+import psutil
+
+from docstream.chunking import ChunkingConfig
+from docstream.errors import ConfigError, DocstreamError, DocumentError, FatalError, InputError, RetryableError
+from docstream.extraction import ChunkedDocument, chunk_bytes
+from docstream.ids import content_sha256
+from docstream.logging import configure_logging, get_logger
+from docstream.objectstore import ObjectStore
+from docstream.settings import Settings
+from docstream.tokenization import ModelTokenCounter, load_token_counter
+
+__all__ = ["ChunkRequest", "DocumentProcessor", "Extractor", "InlineExtractor", "ProcessExtractor"]
+
+_log = get_logger(__name__)
+_FETCH_CODES = frozenset({"source_not_found", "source_unreadable", "source_not_allowed"})
+_START_TIMEOUT_S = 120.0
+_KILL_GRACE_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRequest:
+    """What the extractor needs to know about one submitted document."""
+
+    source_uri: str
+    content_sha256: str
+    max_tokens: int
+    overlap_tokens: int
+    filename: str | None = None
+    media_type: str | None = None
+
+
+class Extractor(Protocol):
+    """Turns a request into chunks, or raises DocumentError / InputError / RetryableError."""
+
+    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+        """Fetch, extract and chunk one document."""
+        ...
+
+    def close(self) -> None:
+        """Release what the extractor holds."""
+        ...
+
+
+class DocumentProcessor:
+    """Fetch (bounded), verify the hash, extract and chunk; the same code in either process.
+
+    Raises:
+        ConfigError: the tokenizer or the object store cannot be loaded.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._chunker = settings.chunker
+        self._objects = ObjectStore(settings.object_store)
+        self.counter: ModelTokenCounter = load_token_counter(settings.inference.model_path, settings.inference.model_id)
+
+    def process(self, request: ChunkRequest) -> ChunkedDocument:
+        """One document; the time limit covers the fetch too.
+
+        Raises:
+            DocumentError: the document fails (its code says why; fetch problems are ``fetch_failed``).
+            InputError: ``invalid_options`` for an impossible chunk size.
+            RetryableError: the object store is unavailable.
+        """
+        started = time.monotonic()
+        config = ChunkingConfig(request.max_tokens, request.overlap_tokens)
+        data = self._fetch(request.source_uri)
+        if request.content_sha256 and content_sha256(data) != request.content_sha256:
+            raise DocumentError("the bytes at source_uri do not hash to content_sha256", code="content_mismatch")
+        return chunk_bytes(
+            data,
+            config=config,
+            counter=self.counter,
+            max_pages=self._chunker.max_pages,
+            max_bytes=self._chunker.max_document_bytes,
+            filename=request.filename,
+            media_type=request.media_type,
+            timeout_s=max(0.0, self._chunker.timeout_s - (time.monotonic() - started)),
+        )
+
+    def _fetch(self, source_uri: str) -> bytes:
+        try:
+            data: bytes = self._objects.open_bounded(source_uri, self._chunker.max_document_bytes)
+        except (DocumentError, InputError) as exc:
+            if exc.code in _FETCH_CODES:
+                raise DocumentError(f"cannot read the document: {exc.message}", code="fetch_failed") from exc
+            raise
+        return data
+
+
+class InlineExtractor:
+    """``DocumentProcessor`` in the calling process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._processor = DocumentProcessor(settings)
+
+    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+        """See ``DocumentProcessor.process``."""
+        return self._processor.process(request)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _serve(conn: Connection, settings: Settings) -> None:
+    """The child: answer requests until told to stop or the parent goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the child ends
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    configure_logging(level=settings.log.level, fmt="json", service="chunker-extractor")
+    try:
+        processor = DocumentProcessor(settings)
+    except DocstreamError as exc:
+        conn.send(("fatal", exc.code, exc.message))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        conn.send(_answer(processor, request))
+
+
+def _answer(processor: DocumentProcessor, request: ChunkRequest) -> tuple[Any, ...]:
+    try:
+        return ("ok", processor.process(request))
+    except (DocumentError, InputError) as exc:
+        return ("document_error", exc.code, exc.message)
+    except RetryableError as exc:
+        return ("retryable", exc.code, exc.message)
+    except Exception as exc:  # noqa: BLE001 - the child's loop: report, never die on one document
+        _log.error("extraction_failed", error=str(exc)[:500], exc_info=exc)
+        return ("document_error", "extraction_failed", f"{type(exc).__name__}: {exc}"[:1000])
+
+
+class ProcessExtractor:
+    """``DocumentProcessor`` in a spawned child process, killed when a document overruns.
+
+    Args:
+        settings: all settings (chunker limits, object store, model path, log level).
+        recycle_rss_bytes: restart the child after a document that left it bigger than this.
+
+    Raises:
+        ConfigError: the child cannot load the tokenizer or the object store.
+        FatalError: the child does not start.
+    """
+
+    def __init__(self, settings: Settings, *, recycle_rss_bytes: int = 1 << 30) -> None:
+        self._settings = settings
+        self._recycle_rss_bytes = recycle_rss_bytes
+        self._context = multiprocessing.get_context("spawn")
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._start()
+
+    def __enter__(self) -> ProcessExtractor:
+        return self
+
+    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None while none runs)."""
+        return self._process.pid if self._process is not None else None
+
+    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+        """Run one request in the child; a child that died is restarted and tried once more.
+
+        Raises:
+            DocumentError: the document fails; ``timeout`` past the time limit (the child is
+                killed); ``extraction_failed`` when the child dies on it twice.
+            InputError: ``invalid_options``.
+            RetryableError: the object store is unavailable.
+        """
+        try:
+            return self._round_trip(request)
+        except _ChildDiedError as first:
+            _log.warning("extractor_died", exit_code=first.exit_code)
+        try:
+            return self._round_trip(request)
+        except _ChildDiedError as again:
+            raise DocumentError(
+                f"the extraction process died on this document (exit code {again.exit_code})",
+                code="extraction_failed",
+            ) from again
+
+    def close(self) -> None:
+        """Stop the child (politely, then by force)."""
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if conn is not None:
+            try:
+                conn.send(None)
+            except OSError:
+                pass  # the child is already gone
+            conn.close()
+        if process is not None:
+            process.join(5.0)
+            if process.is_alive():
+                process.kill()
+                process.join(5.0)
+            process.close()
+
+    def _start(self) -> None:
+        parent, child = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=_serve, args=(child, self._settings), name="docstream-extractor", daemon=True
+        )
+        process.start()
+        child.close()
+        self._process, self._conn = process, parent
+        if not parent.poll(_START_TIMEOUT_S):
+            self._kill()
+            raise FatalError("the extraction process did not start", code="extractor_start_failed")
+        try:
+            reply = parent.recv()
+        except EOFError as exc:
+            self._kill()
+            raise FatalError("the extraction process exited while starting", code="extractor_start_failed") from exc
+        if reply[0] == "fatal":
+            self.close()
+            raise ConfigError(f"the extraction process cannot start: {reply[2]}", code=reply[1])
+        _log.info("extractor_started", pid=process.pid)
+
+    def _round_trip(self, request: ChunkRequest) -> ChunkedDocument:
+        if self._process is None or self._conn is None or not self._process.is_alive():
+            self._kill()
+            self._start()
+        assert self._conn is not None
+        limit = self._settings.chunker.timeout_s + _KILL_GRACE_S
+        try:
+            self._conn.send(request)
+            ready = self._conn.poll(limit)
+            reply = self._conn.recv() if ready else None
+        except (EOFError, OSError) as exc:
+            raise _ChildDiedError(self._reap()) from exc
+        if reply is None:
+            self._kill()
+            _log.warning("extractor_killed", limit_s=limit)
+            raise DocumentError(
+                f"extraction took longer than {self._settings.chunker.timeout_s} s", code="timeout"
+            )
+        self._recycle_if_big()
+        return _result(reply)
+
+    def _recycle_if_big(self) -> None:
+        if self._process is None or self._process.pid is None:
+            return
+        try:
+            rss = psutil.Process(self._process.pid).memory_info().rss
+        except psutil.Error:
+            return
+        if rss > self._recycle_rss_bytes:
+            _log.info("extractor_recycled", rss_bytes=rss)
+            self.close()
+
+    def _reap(self) -> int | None:
+        process = self._process
+        code = None
+        if process is not None:
+            process.join(5.0)
+            code = process.exitcode
+        self._kill()
+        return code
+
+    def _kill(self) -> None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if conn is not None:
+            conn.close()
+        if process is not None:
+            if process.is_alive():
+                process.kill()
+            process.join(5.0)
+            process.close()
+
+
+class _ChildDiedError(Exception):
+    def __init__(self, exit_code: int | None) -> None:
+        super().__init__(f"extraction process died (exit code {exit_code})")
+        self.exit_code = exit_code
+
+
+def _result(reply: tuple[Any, ...]) -> ChunkedDocument:
+    kind = reply[0]
+    if kind == "ok":
+        result: ChunkedDocument = reply[1]
+        return result
+    if kind == "retryable":
+        raise RetryableError(reply[2], code=reply[1])
+    if kind == "document_error" and reply[1] == "invalid_options":
+        raise InputError(reply[2], code=reply[1])
+    if kind == "document_error":
+        raise DocumentError(reply[2], code=reply[1])
+    raise FatalError(f"unexpected reply from the extraction process: {kind!r}", code="extractor_protocol")

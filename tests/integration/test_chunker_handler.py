@@ -1,0 +1,233 @@
+"""ChunkerHandler and ProcessExtractor on real files, a real SQLite store and a real child process (no broker)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from docstream import ids
+from docstream.errors import ConfigError, DocumentError
+from docstream.kafka.loop import Envelope
+from docstream.objectstore import ObjectStore
+from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
+from docstream.settings import Settings
+from docstream.store.sqlite import SqliteStore
+from docstream.topics import Topics
+from docstream_chunker.handler import ChunkerHandler, chunk_request, max_poll_interval_ms
+from docstream_chunker.worker import ChunkRequest, InlineExtractor, ProcessExtractor
+from tests.fixtures.documents import failure_documents, make_epub, make_pdf
+
+pytestmark = pytest.mark.integration
+
+MODEL_ID = "all-MiniLM-L6-v2"
+
+
+@dataclass
+class Env:
+    settings: Settings
+    store: SqliteStore
+    objects: ObjectStore
+    root: Path
+
+    def submit(
+        self, data: bytes, *, job_id: str = "job-1", filename: str = "doc.pdf", **fields: object
+    ) -> DocumentSubmitted:
+        sha = ids.content_sha256(data)
+        uri = self.objects.put(data, sha)
+        return DocumentSubmitted(
+            job_id=job_id, doc_id=ids.doc_id(job_id, sha), source_uri=uri, content_sha256=sha,
+            size_bytes=len(data), submitted_at=utc_now(), filename=filename, model_id=MODEL_ID,
+            **fields,  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    settings = Settings().with_overrides(
+        object_store={"url": str(tmp_path / "objects"), "allowed_roots": [str(tmp_path / "raw")]},
+        chunker={"timeout_s": 20.0, "max_pages": 40, "max_document_bytes": 2_000_000},
+        kafka={"topic_prefix": "unit"},
+    )
+    store = SqliteStore(tmp_path / "store.db")
+    store.migrate()
+    try:
+        yield Env(settings, store, ObjectStore(settings.object_store), tmp_path)
+    finally:
+        store.close()
+
+
+def outputs_of(handler: ChunkerHandler, submitted: DocumentSubmitted) -> list[object]:
+    return [o.value for o in handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))]
+
+
+def test_a_good_document_gives_its_chunks_and_rows(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    submitted = env.submit(make_pdf(12, seed=1, toc=True).data)
+    outputs = handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))
+    chunks = [o.value for o in outputs]
+    assert chunks and all(isinstance(c, ChunkCreated) for c in chunks)
+    assert {o.topic for o in outputs} == {Topics("unit").chunks}
+    assert {o.key for o in outputs} == {submitted.doc_id}
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks)))  # type: ignore[attr-defined]
+    for c in chunks:
+        assert isinstance(c, ChunkCreated)
+        assert (c.job_id, c.doc_id, c.model_id, c.chunk_count) == ("job-1", submitted.doc_id, MODEL_ID, len(chunks))
+        assert c.chunk_id == ids.chunk_id(submitted.content_sha256, c.chunker_settings, c.chunk_index)
+        assert 0 < c.token_count <= 254 and c.heading
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None
+    assert (row.status, row.page_count, row.media_type, row.error_code) == ("chunked", 12, "application/pdf", None)
+    [job_row] = list(env.store.iter_job_documents("job-1"))
+    assert (job_row.doc_id, job_row.status) == (submitted.doc_id, "chunked")
+
+
+def test_same_bytes_same_chunk_ids_in_another_job(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    data = make_pdf(3, seed=2).data
+    first = outputs_of(handler, env.submit(data, job_id="job-a"))
+    second = outputs_of(handler, env.submit(data, job_id="job-b"))
+    assert [c.chunk_id for c in first] == [c.chunk_id for c in second]  # type: ignore[attr-defined]
+    assert {c.doc_id for c in first} != {c.doc_id for c in second}  # type: ignore[attr-defined]
+
+
+def test_per_job_chunk_sizes_apply(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    data = make_pdf(3, seed=3).data
+    default = outputs_of(handler, env.submit(data))
+    small = outputs_of(handler, env.submit(data, job_id="job-small", chunk_max_tokens=64, chunk_overlap_tokens=8))
+    assert len(small) > len(default)
+    assert all(c.token_count <= 64 for c in small)  # type: ignore[attr-defined]
+    assert {c.chunker_settings for c in small} == {  # type: ignore[attr-defined]
+        f"chunker=v1;max_tokens=64;overlap=8;budget=64;tokenizer={MODEL_ID}"
+    }
+
+
+def test_per_job_max_tokens_alone_caps_the_default_overlap(env: Env) -> None:
+    submitted = env.submit(b"x", chunk_max_tokens=16)
+    assert chunk_request(submitted, env.settings.chunker).overlap_tokens == 4
+
+
+@pytest.mark.parametrize(("max_tokens", "overlap"), [(4, None), (64, 64), (100_000, None)])
+def test_impossible_per_job_sizes_fail_the_document(env: Env, max_tokens: int, overlap: int | None) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    submitted = env.submit(make_pdf(1).data, chunk_max_tokens=max_tokens, chunk_overlap_tokens=overlap)
+    [completed] = outputs_of(handler, submitted)
+    assert isinstance(completed, DocumentCompleted)
+    assert (completed.status, completed.error_code) == ("failed", "invalid_options")
+
+
+def bad_documents() -> dict[str, bytes]:
+    docs = failure_documents()
+    docs["too_large"] = b"%PDF-1.7\n" + b"0" * 2_100_000
+    docs["too_many_pages"] = make_pdf(41, section_every=0).data
+    return docs
+
+
+def test_each_bad_document_fails_with_its_code_and_rows(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    for code, data in bad_documents().items():
+        submitted = env.submit(data, job_id="job-bad", filename=f"{code}.pdf")
+        outputs = handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))
+        [output] = outputs
+        completed = output.value
+        assert output.topic == Topics("unit").completed and output.key == submitted.doc_id
+        assert isinstance(completed, DocumentCompleted)
+        assert (completed.status, completed.error_code, completed.chunk_count) == ("failed", code, 0)
+        assert completed.error and completed.model_id == MODEL_ID and completed.filename == f"{code}.pdf"
+        row = env.store.get_document(submitted.doc_id)
+        assert row is not None and (row.status, row.error_code) == ("failed", code)
+    statuses = {r.error_code for r in env.store.iter_job_documents("job-bad")}
+    assert statuses == set(bad_documents())
+
+
+def test_unreadable_sources_fail_with_fetch_failed(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    good = env.submit(make_pdf(1).data)
+    for uri in (good.source_uri + "-missing", "/etc/hostname", "file:///etc/hostname"):
+        moved = DocumentSubmitted(**{**good.to_record(), "source_uri": uri})
+        [completed] = outputs_of(handler, moved)
+        assert isinstance(completed, DocumentCompleted) and completed.error_code == "fetch_failed"
+
+
+def test_bytes_that_do_not_match_their_hash_fail(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    good = env.submit(make_pdf(1).data)
+    other = DocumentSubmitted(**{**good.to_record(), "content_sha256": "0" * 64})
+    [completed] = outputs_of(handler, other)
+    assert isinstance(completed, DocumentCompleted) and completed.error_code == "content_mismatch"
+
+
+def test_other_formats_through_the_handler(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    submitted = env.submit(make_epub(), filename="book.epub")
+    outputs = outputs_of(handler, submitted)
+    assert outputs and all(isinstance(c, ChunkCreated) for c in outputs)
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None and row.media_type == "application/epub+zip"
+
+
+def test_the_consumer_poll_interval_covers_the_time_limit(env: Env) -> None:
+    assert max_poll_interval_ms(env.settings) >= env.settings.chunker.timeout_s * 1000
+    assert max_poll_interval_ms(Settings()) > Settings().chunker.timeout_s * 1000
+
+
+def make_fifo(env: Env) -> str:
+    fifo = env.root / "raw" / "hangs"
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)
+    return fifo.as_uri()
+
+
+def test_process_extractor_chunks_like_the_inline_one(env: Env) -> None:
+    submitted = env.submit(make_pdf(5, seed=6).data)
+    request = chunk_request(submitted, env.settings.chunker)
+    with ProcessExtractor(env.settings) as extractor:
+        assert extractor.extract(request) == InlineExtractor(env.settings).extract(request)
+
+
+def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: Env) -> None:
+    settings = env.settings.with_overrides(chunker={"timeout_s": 1.0})
+    good = chunk_request(env.submit(make_pdf(2).data), settings.chunker)
+    with ProcessExtractor(settings) as extractor:
+        first_pid = extractor.pid
+        with pytest.raises(DocumentError) as err:
+            extractor.extract(ChunkRequest(make_fifo(env), "", 256, 32))  # open() of a FIFO never returns
+        assert err.value.code == "timeout"
+        assert extractor.extract(good).chunks
+        assert extractor.pid != first_pid
+
+
+def _is_zombie(pid: int | None) -> bool:
+    try:
+        return pid is not None and psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_child_killed_between_documents_is_replaced(env: Env) -> None:
+    request = chunk_request(env.submit(make_pdf(2).data), env.settings.chunker)
+    with ProcessExtractor(env.settings) as extractor:
+        pid = extractor.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(pid) and not _is_zombie(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert extractor.extract(request).chunks
+        assert extractor.pid not in (None, pid)
+
+
+def test_a_missing_tokenizer_stops_the_extractor_at_start(env: Env, tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "modules.json").write_text("[]")
+    settings = env.settings.with_overrides(inference={"model_path": str(tmp_path / "model")})
+    with pytest.raises(ConfigError) as err:
+        ProcessExtractor(settings)
+    assert err.value.code == "config_invalid"
