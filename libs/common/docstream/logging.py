@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -22,13 +23,16 @@ def _drop_secrets(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]
     return event_dict
 
 
-def configure_logging(*, level: str = "INFO", fmt: str = "auto", service: str | None = None) -> None:
+def configure_logging(
+    *, level: str = "INFO", fmt: str = "auto", service: str | None = None, file: Path | None = None
+) -> None:
     """Set up structlog and route stdlib logging through it.
 
     Args:
         level: DEBUG, INFO, WARNING or ERROR.
         fmt: "json", "console", or "auto" (console on a TTY, else JSON).
         service: bound into every line when given.
+        file: write to this file (appending) instead of stderr, e.g. under a progress bar.
     """
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     shared: list[Any] = [
@@ -54,9 +58,16 @@ def configure_logging(*, level: str = "INFO", fmt: str = "auto", service: str | 
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(file, encoding="utf-8")
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
+    for old in root.handlers:
+        old.close()
     root.handlers[:] = [handler]
     root.setLevel(level)
     for noisy in ("cassandra", "aiokafka", "faust", "mode", "httpx", "urllib3", "filelock", "sentence_transformers"):

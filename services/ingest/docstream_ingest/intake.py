@@ -301,6 +301,7 @@ class _Collector:
     settings: Settings
     objects: ObjectStore
     existing: Mapping[str, DocState]
+    resubmit: Callable[[str, DocState], bool]
     documents: dict[str, SubmittedDocument] = field(default_factory=dict)
     refused: list[RefusedFile] = field(default_factory=list)
     duplicates: list[DuplicateFile] = field(default_factory=list)
@@ -403,7 +404,7 @@ class _Collector:
     def _is_new(self, display: str, sha256: str) -> bool:
         doc_id = ids.doc_id(self.job_id, sha256)
         earlier = self.existing.get(doc_id)
-        if doc_id in self.documents or (earlier is not None and earlier != "submitted"):
+        if doc_id in self.documents or (earlier is not None and not self.resubmit(doc_id, earlier)):
             self.duplicates.append(DuplicateFile(display, doc_id))
             return False
         return True
@@ -416,6 +417,11 @@ class _Collector:
         self.documents[doc_id] = SubmittedDocument(
             doc_id, blob.display, blob.source_uri, blob.sha256, blob.size, media_type
         )
+
+
+def _resubmit_if_unprocessed(_doc_id: str, status: DocState) -> bool:
+    """Default rule: a document of the job is produced again only while still ``submitted``."""
+    return status == "submitted"
 
 
 def _existing_job(store: ResultStore, job_id: str, tenant: str) -> tuple[JobRow | None, dict[str, DocState]]:
@@ -512,12 +518,14 @@ def _submit(
     flush_timeout_s: float,
     clock: Callable[[], datetime],
     atomic: bool = False,
+    resubmit: Callable[[str, DocState], bool] | None = None,
 ) -> SubmitResult:
     job_id = validate_id(job_id or ids.new_job_id())
     _validate_options(options, settings)
     log = _log.bind(job_id=job_id, tenant=options.tenant)
     earlier, existing = _existing_job(store, job_id, options.tenant)
-    collected = _Collector(job_id, settings, objects or ObjectStore(settings.object_store), existing)
+    resubmit = resubmit or _resubmit_if_unprocessed
+    collected = _Collector(job_id, settings, objects or ObjectStore(settings.object_store), existing, resubmit)
     for candidate in candidates(collected.refuse):
         collected.add(candidate)
     documents = tuple(collected.documents.values())
@@ -572,6 +580,7 @@ def submit_paths(
     webhook_url: str | None = None,
     flush_timeout_s: float = 60.0,
     clock: Callable[[], datetime] = utc_now,
+    resubmit: Callable[[str, DocState], bool] | None = None,
 ) -> SubmitResult:
     """Submit files, folders and archives as one job.
 
@@ -596,6 +605,8 @@ def submit_paths(
         webhook_url: called by the reducer when the job ends.
         flush_timeout_s: how long to wait for every delivery.
         clock: now, UTC.
+        resubmit: for a document already in the job, whether to produce it again, given its
+            doc_id and status; default: only while it is still ``submitted``.
 
     Raises:
         InputError: bad job id, tenant, chunk options or webhook URL; the job belongs to
@@ -615,6 +626,7 @@ def submit_paths(
         options=_Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url),
         flush_timeout_s=flush_timeout_s,
         clock=clock,
+        resubmit=resubmit,
     )
 
 
