@@ -1,0 +1,261 @@
+"""Benchmark: the inference service against the raw model, on the same chunks, batch size by batch size.
+
+For each batch size (default 16, 32, 64, 128), in one process and one run:
+
+* raw: ``SentenceTransformer.encode(texts, batch_size=B)`` with the service's own device,
+  precision and normalization (what a script calling the model directly gets), run just
+  before and just after the service run and averaged (the machine's load drifts);
+* service: the chunks are produced to a fresh topic first (not timed); then the inference
+  pipeline (max_batch_size=B) runs consume → model → store → produce ChunkEmbedded → commit,
+  timed from its partition assignment until every offset is committed (which happens only
+  after every row is written and every ChunkEmbedded is acknowledged).
+
+It prints chunks/s of both, their ratio (target ≥ 0.85), the CPU time per chunk of both
+(process CPU seconds over the timed window: a measure that holds up on a machine shared with
+other work, where wall-clock throughput swings) and the peak RSS of this process during the
+service run. Defaults: real Kafka (127.0.0.1:19092) and Cassandra (127.0.0.1:19042)
+from deploy/local; ``--broker tansu`` and ``--store sqlite`` use the embedded stack.
+
+    .venv/bin/python benchmarks/inference.py --chunks 512 --words 90
+    .venv/bin/python benchmarks/inference.py --device cuda --batch-sizes 32,64,128,256
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import random
+import resource
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from docstream.avro.serde import AvroSerde
+from docstream.embedding import SentenceTransformerEmbedder, load_embedder
+from docstream.kafka.admin import ensure_topics
+from docstream.kafka.embedded import EmbeddedBroker
+from docstream.logging import configure_logging
+from docstream.records import ChunkCreated
+from docstream.settings import Settings
+from docstream.store import ResultStore, SqliteStore
+from docstream.topics import Topics
+from docstream_inference.pipeline import InferencePipeline, group_id
+
+_VOCABULARY = (
+    "the of and to in is was for on that with as by at from are this be or an which it have not has were "
+    "document stream kafka cassandra partition offset consumer producer batch model embedding vector token "
+    "chunk latency throughput replica broker schema record commit write read index search cluster node "
+    "failure retry backoff jitter queue thread process memory cache network disk storage page text section"
+).split()
+
+
+def _texts(count: int, words: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    texts = []
+    for i in range(count):
+        body = " ".join(rng.choice(_VOCABULARY) for _ in range(words))
+        texts.append(f"Section {i}. {body.capitalize()}.")
+    return texts
+
+
+def _chunks(texts: list[str], run: str, per_doc: int = 50) -> list[ChunkCreated]:
+    at = datetime.now(UTC)
+    return [
+        ChunkCreated(
+            job_id=f"bench-{run}", doc_id=f"bench-{run}-{i // per_doc}", chunk_id=f"{run}-{i}",
+            chunk_index=i % per_doc, chunk_count=per_doc, content_sha256="0" * 64, text=text, page_start=1,
+            page_end=1, char_start=0, char_end=len(text), token_count=len(text.split()) + 2,
+            chunker_settings="bench", created_at=at,
+        )
+        for i, text in enumerate(texts)
+    ]
+
+
+class _PeakRss:
+    """Samples this process's RSS every 20 ms while active."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._proc = psutil.Process()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        self.peak = self._proc.memory_info().rss
+        self._stop.clear()
+        thread = threading.Thread(target=self._sample, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+
+def _produce(settings: Settings, topic: str, chunks: list[ChunkCreated], serde: AvroSerde) -> dict[int, int]:
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 20})
+    ends: dict[int, int] = {}
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            raise RuntimeError(f"produce failed: {err}")
+        ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+
+    for chunk in chunks:
+        producer.produce(topic, key=chunk.doc_id, value=serde.serialize(chunk, topic), on_delivery=on_delivery)
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("chunks not delivered")
+    return ends
+
+
+def _wait_committed(settings: Settings, topic: str, ends: dict[int, int], timeout_s: float) -> None:
+    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group_id(settings),
+                         "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            parts = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
+            if all(tp.offset >= ends[tp.partition] for tp in parts):
+                return
+            time.sleep(0.05)
+    finally:
+        consumer.close()
+    raise TimeoutError("the service did not commit every chunk in time")
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _service_run(base: Settings, embedder: Any, store: ResultStore, chunks: list[ChunkCreated], batch: int,
+                 rss: _PeakRss) -> tuple[float, float]:
+    prefix = f"bench-{uuid.uuid4().hex[:10]}-b{batch}"
+    settings = base.with_overrides(
+        kafka={"topic_prefix": prefix},
+        inference={"max_batch_size": batch, "max_batch_tokens": batch * 1024, "max_latency_ms": 200},
+    )
+    topics = Topics(prefix)
+    ensure_topics(settings.kafka, topics)
+    serde = AvroSerde(settings.kafka)
+    ends = _produce(settings, topics.chunks, chunks, serde)
+    pipeline = InferencePipeline(settings, embedder=embedder, store=store, serde=serde)
+    runner = threading.Thread(target=pipeline.run, name="bench-pipeline")
+    with rss.watching():
+        runner.start()
+        while not pipeline.assignment:
+            if not runner.is_alive():
+                raise RuntimeError("the pipeline stopped before its assignment")
+            time.sleep(0.005)
+        started, cpu = time.perf_counter(), _cpu_s()
+        _wait_committed(settings, topics.chunks, ends, timeout_s=600)
+        elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu
+    pipeline.stop()
+    runner.join(120)
+    return len(chunks) / elapsed, cpu * 1000 / len(chunks)
+
+
+def _raw_run(embedder: SentenceTransformerEmbedder, texts: list[str], batch: int) -> tuple[float, float]:
+    started, cpu = time.perf_counter(), _cpu_s()
+    embedder.encode(texts, batch_size=batch)
+    return len(texts) / (time.perf_counter() - started), (_cpu_s() - cpu) * 1000 / len(texts)
+
+
+@contextlib.contextmanager
+def _stack(args: argparse.Namespace) -> Iterator[tuple[Settings, ResultStore]]:
+    overrides: dict[str, dict[str, Any]] = {
+        "kafka": {"bootstrap_servers": args.bootstrap, "partitions": args.partitions},
+        "inference": {"device": args.device, "cpu_bf16": not args.no_bf16},
+    }
+    with contextlib.ExitStack() as stack:
+        if args.broker == "tansu":
+            broker = stack.enter_context(EmbeddedBroker(Path(stack.enter_context(tempfile.TemporaryDirectory()))))
+            overrides["kafka"]["bootstrap_servers"] = broker.bootstrap_servers
+        store: ResultStore
+        if args.store == "sqlite":
+            path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "bench.db"
+            overrides["store"] = {"backend": "sqlite", "sqlite_path": str(path)}
+            store = SqliteStore(path)
+        else:
+            from docstream.store.cassandra import CassandraStore
+
+            host, _, port = args.cassandra.rpartition(":")
+            overrides["cassandra"] = {"contact_points": [host], "port": int(port), "keyspace": args.keyspace}
+            overrides["store"] = {"backend": "cassandra"}
+            store = CassandraStore(Settings().with_overrides(**overrides).cassandra)
+        settings = Settings().with_overrides(**overrides)
+        store.migrate()
+        try:
+            yield settings, store
+        finally:
+            store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", type=int, default=512, help="chunks per run")
+    parser.add_argument("--words", type=int, default=90, help="words per chunk (~1.3 tokens each)")
+    parser.add_argument("--batch-sizes", default="16,32,64,128")
+    parser.add_argument("--broker", choices=["kafka", "tansu"], default="kafka")
+    parser.add_argument("--store", choices=["cassandra", "sqlite"], default="cassandra")
+    parser.add_argument("--bootstrap", default="127.0.0.1:19092")
+    parser.add_argument("--cassandra", default="127.0.0.1:19042")
+    parser.add_argument("--keyspace", default="docstream_bench")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--no-bf16", action="store_true", help="fp32 on CPUs with bf16")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    configure_logging(level="WARNING", fmt="console")
+    logging.getLogger("cassandra").setLevel(logging.ERROR)  # SAI "experimental" server warnings
+    batches = [int(b) for b in args.batch_sizes.split(",")]
+    texts = _texts(args.chunks, args.words)
+    rss = _PeakRss()
+    with _stack(args) as (settings, store):
+        embedder = load_embedder(settings.inference)
+        assert isinstance(embedder, SentenceTransformerEmbedder)
+        tokens = sum(embedder.prepare([t]).features["attention_mask"].sum().item() for t in texts[:64]) / 64
+        runtime = embedder.runtime
+        print(f"model {embedder.model_id} on {runtime.device} ({runtime.precision}, {runtime.threads} threads); "
+              f"{args.chunks} chunks of ~{tokens:.0f} tokens; broker {args.broker}, store {args.store}")
+        print(f"{'batch':>6} {'raw chunks/s':>13} {'service chunks/s':>17} {'ratio':>6} "
+              f"{'raw CPU ms/chunk':>17} {'service CPU ms/chunk':>20} {'peak RSS MiB':>13}")
+        results = []
+        for batch in batches:
+            # raw just before and just after the service run, averaged: the machine's load drifts
+            raw1, raw_cpu1 = _raw_run(embedder, texts, batch)
+            service, service_cpu = _service_run(
+                settings, embedder, store, _chunks(texts, uuid.uuid4().hex[:8]), batch, rss)
+            raw2, raw_cpu2 = _raw_run(embedder, texts, batch)
+            raw, raw_cpu = (raw1 + raw2) / 2, (raw_cpu1 + raw_cpu2) / 2
+            row = {"batch_size": batch, "raw_chunks_per_s": round(raw, 2), "service_chunks_per_s": round(service, 2),
+                   "ratio": round(service / raw, 3), "raw_cpu_ms_per_chunk": round(raw_cpu, 2),
+                   "service_cpu_ms_per_chunk": round(service_cpu, 2), "peak_rss_mib": round(rss.peak / 2**20, 1)}
+            results.append(row)
+            print(f"{batch:>6} {raw:>13.1f} {service:>17.1f} {service / raw:>6.2f} {raw_cpu:>17.1f} "
+                  f"{service_cpu:>20.1f} {rss.peak / 2**20:>13.0f}")
+        max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"peak RSS of the whole run: {max_rss:.0f} MiB")
+    if args.json:
+        args.json.write_text(json.dumps({"device": runtime.device, "precision": runtime.precision,
+                                         "chunks": args.chunks, "tokens_per_chunk": round(tokens, 1),
+                                         "results": results, "peak_rss_mib": round(max_rss, 1)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""What is unique to inference: a chunk and its embedding (or its failure) as a row and a record."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from docstream.records import ChunkCreated, ChunkEmbedded
+from docstream.store.base import ChunkRow
+
+__all__ = [
+    "MODEL_ERROR",
+    "MODEL_UNAVAILABLE",
+    "ChunkResult",
+    "chunk_row",
+    "embedded_record",
+    "failed_result",
+    "ok_result",
+    "requested_model",
+]
+
+MODEL_ERROR = "model_error"
+"""error_code of a chunk that made the model fail on its own, after retries."""
+
+MODEL_UNAVAILABLE = "model_unavailable"
+"""error_code of a chunk asking for a model_id this process has not loaded."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    """The outcome of one chunk: an embedding, or an error code and message."""
+
+    chunk: ChunkCreated
+    model_id: str
+    embedding: tuple[float, ...] = ()
+    error_code: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The chunk has its embedding."""
+        return self.error_code is None
+
+
+def requested_model(chunk: ChunkCreated, loaded_model_id: str) -> str:
+    """The model_id a chunk is recorded under: the one it asks for, else the loaded one."""
+    return chunk.model_id or loaded_model_id
+
+
+def ok_result(chunk: ChunkCreated, model_id: str, embedding: Sequence[float]) -> ChunkResult:
+    """A chunk embedded by ``model_id``."""
+    return ChunkResult(chunk=chunk, model_id=model_id, embedding=tuple(embedding))
+
+
+def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str) -> ChunkResult:
+    """A chunk that failed with ``error_code``."""
+    return ChunkResult(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000])
+
+
+def chunk_row(result: ChunkResult) -> ChunkRow:
+    """The chunks row of a result (a failed chunk keeps its text, no embedding, and its error_code)."""
+    chunk = result.chunk
+    return ChunkRow(
+        doc_id=chunk.doc_id,
+        model_id=result.model_id,
+        chunk_index=chunk.chunk_index,
+        chunk_id=chunk.chunk_id,
+        job_id=chunk.job_id,
+        text=chunk.text,
+        page_start=chunk.page_start,
+        page_end=chunk.page_end,
+        char_start=chunk.char_start,
+        char_end=chunk.char_end,
+        token_count=chunk.token_count,
+        embedding=list(result.embedding),
+        heading=chunk.heading,
+        status="ok" if result.ok else "failed",
+        error_code=result.error_code,
+    )
+
+
+def embedded_record(result: ChunkResult, embedded_at: datetime) -> ChunkEmbedded:
+    """The ChunkEmbedded of a result (key: doc_id)."""
+    chunk = result.chunk
+    return ChunkEmbedded(
+        job_id=chunk.job_id,
+        doc_id=chunk.doc_id,
+        chunk_id=chunk.chunk_id,
+        chunk_index=chunk.chunk_index,
+        chunk_count=chunk.chunk_count,
+        model_id=result.model_id,
+        status="ok" if result.ok else "failed",
+        token_count=chunk.token_count,
+        page_start=chunk.page_start,
+        page_end=chunk.page_end,
+        embedded_at=embedded_at,
+        embedding=list(result.embedding),
+        error_code=result.error_code,
+        error=result.error,
+    )

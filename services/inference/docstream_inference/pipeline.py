@@ -1,0 +1,419 @@
+"""InferencePipeline: docstream.chunks → micro-batched model → store → docstream.chunks.embedded → commit.
+
+The calling thread owns the Kafka consumer: it polls and decodes, feeds Q0, pauses the
+assigned partitions while Q0 is full and resumes them once it has drained to half, serves
+rebalances, and commits. The other stages run on their own threads (docstream_inference.stages).
+Commits come from the AckLedger only: a partition is committed up to its lowest record whose
+store write and ChunkEmbedded delivery (and DLQ delivery, for a failed chunk) are not both
+acknowledged. ``stop()`` (SIGTERM) drains: no more polling, the open batch closes, every
+record in flight is finished and committed, then ``run`` returns. A fatal fault ends ``run``
+with FatalError after committing only what is done.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from docstream.avro.serde import AvroSerde
+from docstream.batching import Batcher, BatchPolicy
+from docstream.embedding import Embedder
+from docstream.errors import DocstreamError, FatalError, SchemaError
+from docstream.kafka.attempts import run_with_retries
+from docstream.kafka.clients import ReliableProducer, create_consumer, kafka_error
+from docstream.kafka.dlq import DlqRouter, error_code_of
+from docstream.kafka.offsets import TopicPartitionKey
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.records import ChunkCreated
+from docstream.settings import Settings
+from docstream.store.base import ResultStore
+from docstream.topics import Topics
+from docstream_inference.faults import CrashSwitch
+from docstream_inference.ledger import DLQ, AckLedger
+from docstream_inference.stages import (
+    FLUSH,
+    Assignments,
+    BatchStage,
+    BatchStats,
+    ModelBatch,
+    ModelStage,
+    ResultBatch,
+    Work,
+    WriteStage,
+)
+
+__all__ = ["SERVICE", "InferencePipeline", "group_id"]
+
+SERVICE = "inference"
+_log = get_logger(__name__)
+_POLL_S = 0.1
+_MAX_FETCH = 500
+
+
+def group_id(settings: Settings) -> str:
+    """The consumer group every inference process joins: ``<topic_prefix>-inference``."""
+    return f"{settings.kafka.topic_prefix}-inference"
+
+
+class InferencePipeline:
+    """The inference service's pipeline; ``run()`` blocks until stopped or failed.
+
+    Args:
+        settings: all settings (kafka, inference, retry, faults).
+        embedder: the loaded (warmed-up) model.
+        store: the result store (migrated).
+        serde: Avro serde for ChunkCreated in and ChunkEmbedded out.
+        metrics: where to record; default: a private registry.
+        producer: a producer to use (not closed here); default: one of its own.
+        drain_timeout_s: longest a stop waits for the records in flight.
+        revoke_grace_s: longest a revoke waits for the revoked partitions' records in flight.
+        commit_interval_s: least time between two periodic (asynchronous) commits.
+        clock: monotonic seconds (the batcher's clock).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder,
+        store: ResultStore,
+        serde: AvroSerde,
+        metrics: Metrics | None = None,
+        producer: ReliableProducer | None = None,
+        drain_timeout_s: float = 60.0,
+        revoke_grace_s: float = 3.0,
+        commit_interval_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._embedder = embedder
+        self._store = store
+        self._serde = serde
+        self._metrics = metrics or Metrics()
+        self._own_producer = producer is None
+        self._producer = producer
+        self._drain_timeout_s = drain_timeout_s
+        self._revoke_grace_s = revoke_grace_s
+        self._commit_interval_s = commit_interval_s
+        self._clock = clock
+        self._topics = Topics(settings.kafka.topic_prefix)
+        inference = settings.inference
+        self._q0: queue.Queue[Any] = queue.Queue(maxsize=inference.queue_batches * inference.max_batch_size)
+        self._held: deque[Work] = deque()
+        self._positions: dict[TopicPartitionKey, tuple[int, int]] = {}  # (generation, next offset) taken
+        self._ledger = AckLedger()
+        self._assignments = Assignments()
+        self._history: deque[BatchStats] = deque(maxlen=100_000)
+        self._stop = threading.Event()
+        self._halt = threading.Event()
+        self._error: BaseException | None = None
+        self._error_lock = threading.Lock()
+        self._paused = False
+        self._assignment_changed = False
+        self._ready = False
+        self._stages: list[Any] = []
+
+    @property
+    def ready(self) -> bool:
+        """Subscribed and running (for /readyz)."""
+        return self._ready and self._error is None
+
+    @property
+    def assignment(self) -> list[TopicPartitionKey]:
+        """The partitions this process holds now."""
+        return self._assignments.partitions()
+
+    @property
+    def batch_history(self) -> list[BatchStats]:
+        """Every batch the batcher closed: size, tokens, close reason and the oldest record's wait."""
+        return list(self._history)
+
+    @property
+    def ledger(self) -> AckLedger:
+        """The acknowledgement ledger (what is done, what is committable)."""
+        return self._ledger
+
+    def stop(self) -> None:
+        """Drain and finish (SIGTERM); safe from a signal handler or another thread."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Consume until ``stop()``; drain; commit; close.
+
+        Raises:
+            FatalError: a stage failed (a transient fault outlived its retries, a bug, a fatal client error).
+        """
+        settings = self._settings
+        producer = self._producer or ReliableProducer(settings.kafka, client_id=SERVICE)
+        consumer = create_consumer(settings.kafka, group_id=group_id(settings), client_id=SERVICE,
+                                   on_commit=self._on_commit)
+        writer = self._start_stages(producer)
+        try:
+            consumer.subscribe([self._topics.chunks], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                               on_lost=self._on_lost)
+            self._ready = True
+            _log.info("inference_started", group_id=group_id(settings), topic=self._topics.chunks,
+                      model_id=self._embedder.model_id)
+            self._consume(consumer, writer)
+            if self._error is None:
+                self._drain(consumer)
+        except DocstreamError as exc:
+            self._fail(exc)
+        finally:
+            self._ready = False
+            self._close(consumer, producer)
+        if self._error is not None:
+            error = self._error
+            if isinstance(error, FatalError):
+                raise error
+            raise FatalError(f"inference stopped: {error}", code=error_code_of(error)) from error
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def _start_stages(self, producer: ReliableProducer) -> WriteStage:
+        settings = self._settings
+        inference = settings.inference
+        q1: queue.Queue[ModelBatch] = queue.Queue(maxsize=inference.queue_batches)
+        q2: queue.Queue[ResultBatch] = queue.Queue(maxsize=inference.queue_batches)
+        policy = BatchPolicy(inference.max_batch_size, inference.max_batch_tokens, inference.max_latency_ms / 1000)
+        common: dict[str, Any] = {"metrics": self._metrics, "service": SERVICE, "halt": self._halt,
+                                  "on_error": self._fail}
+        writer = WriteStage(
+            inbox=q2, store=self._store, producer=producer, dlq=DlqRouter(producer, SERVICE),
+            serialize=self._serde.serialize, embedded_topic=self._topics.embedded, ledger=self._ledger,
+            assignments=self._assignments, retry=settings.retry, crash=CrashSwitch(settings.faults), **common,
+        )
+        self._stages = [
+            BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), embedder=self._embedder,
+                       assignments=self._assignments, history=self._history, **common),
+            ModelStage(inbox=q1, outbox=q2, embedder=self._embedder, attempts=settings.retry.handler_attempts,
+                       **common),
+            writer,
+        ]
+        for stage in self._stages:
+            stage.start()
+        return writer
+
+    def _fail(self, error: BaseException) -> None:
+        with self._error_lock:
+            if self._error is None:
+                self._error = error
+                _log.error("inference_stage_failed", error_code=error_code_of(error), error=str(error)[:500],
+                           error_type=type(error).__name__)
+        self._halt.set()
+
+    # -- poll + decode ------------------------------------------------------------------------
+
+    def _consume(self, consumer: Consumer, writer: WriteStage) -> None:
+        last_commit = self._clock()
+        while not self._stop.is_set() and self._error is None:
+            self._flow_control(consumer)
+            last: dict[TopicPartitionKey, int] = {}
+            for msg in self._fetch(consumer):
+                self._take(msg, writer)
+                if msg.error() is None:
+                    last[(str(msg.topic()), int(msg.partition() or 0))] = int(msg.offset() or 0)
+            self._observe_lag(consumer, last)
+            now = self._clock()
+            # periodically, and at once when everything taken is done (the tail of a burst)
+            if now - last_commit >= self._commit_interval_s or not self._ledger.pending_count():
+                self._commit(consumer, asynchronous=True)
+                last_commit = now
+
+    def _fetch(self, consumer: Consumer) -> list[Message]:
+        while self._held:
+            try:
+                self._q0.put_nowait(self._held[0])
+            except queue.Full:
+                break
+            self._held.popleft()
+        room = self._q0.maxsize - self._q0.qsize() - len(self._held)
+        if room <= 0 or self._paused:
+            msg = consumer.poll(_POLL_S)  # serves rebalances and commits; paused partitions return nothing
+            return [msg] if msg is not None else []
+        return list(consumer.consume(num_messages=min(room, _MAX_FETCH), timeout=_POLL_S))
+
+    def _flow_control(self, consumer: Consumer) -> None:
+        backlog = self._q0.qsize() + len(self._held)
+        if not self._paused and backlog >= self._q0.maxsize:
+            self._set_paused(consumer, True)
+        elif self._paused and backlog <= self._q0.maxsize // 2:
+            self._set_paused(consumer, False)
+        elif self._paused and self._assignment_changed:
+            consumer.pause(consumer.assignment())
+        self._assignment_changed = False
+
+    def _set_paused(self, consumer: Consumer, paused: bool) -> None:
+        assignment = consumer.assignment()
+        if paused:
+            consumer.pause(assignment)
+        else:
+            consumer.resume(assignment)
+        self._paused = paused
+        self._metrics.paused.labels(SERVICE).set(1 if paused else 0)
+        _log.debug("consumer_paused" if paused else "consumer_resumed", partitions=len(assignment),
+                   backlog=self._q0.qsize())
+
+    def _take(self, msg: Message, writer: WriteStage) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return
+            error = kafka_error(err, f"consume {msg.topic()}")
+            if isinstance(error, FatalError):
+                raise error
+            _log.warning("consumer_error", error_code=error.code, error=error.message)
+            return
+        tp: TopicPartitionKey = (str(msg.topic()), int(msg.partition() or 0))
+        offset = int(msg.offset() or 0)
+        generation = self._assignments.generation(tp)
+        if generation is None:
+            return  # a fetch of a partition revoked meanwhile: its new owner reads it
+        seen = self._positions.get(tp)
+        if seen is not None and seen[0] == generation and offset < seen[1]:
+            # librdkafka may fetch a partition again from its committed offset after pause/resume
+            # (when paused before the app position was known); those records are already in flight
+            return
+        self._positions[tp] = (generation, offset + 1)
+        self._metrics.records_in.labels(SERVICE, tp[0]).inc()
+        outcome = run_with_retries(lambda: self._decode(msg), retry=self._settings.retry, wait=self._halt.wait)
+        if outcome.interrupted:
+            return
+        if outcome.error is not None or outcome.value is None:
+            self._dead_letter_input(msg, tp, offset, outcome.error, outcome.attempts, writer)
+            return
+        self._ledger.track(tp, offset)
+        work = Work(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock())
+        try:
+            self._q0.put_nowait(work)
+        except queue.Full:
+            self._held.append(work)  # fetched before the pause took effect; bounded by one fetch
+
+    def _decode(self, msg: Message) -> ChunkCreated:
+        value = msg.value()
+        if not value:
+            raise SchemaError("record has no value", code="schema_empty", raw=None)
+        record = self._serde.deserialize(value, str(msg.topic()))
+        if not isinstance(record, ChunkCreated):
+            raise SchemaError(f"expected ChunkCreated, got {type(record).__name__}", code="schema_unexpected_record",
+                              raw=value)
+        return record
+
+    def _dead_letter_input(
+        self, msg: Message, tp: TopicPartitionKey, offset: int, error: BaseException | None, attempts: int,
+        writer: WriteStage,
+    ) -> None:
+        failure = error or SchemaError("undecodable record", code="schema_error")
+        structlog.contextvars.bind_contextvars(topic=tp[0], partition=tp[1], offset=offset)
+        _log.warning("record_undecodable", error_code=error_code_of(failure))
+        structlog.contextvars.unbind_contextvars("topic", "partition", "offset")
+        self._ledger.track(tp, offset, (DLQ,))
+        self._metrics.records_failed.labels(SERVICE, error_code_of(failure)).inc()
+        writer.dead_letter(tp, offset, msg.key(), msg.value(), failure, attempts=attempts)
+
+    def _observe_lag(self, consumer: Consumer, last: dict[TopicPartitionKey, int]) -> None:
+        for (topic, partition), offset in last.items():
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            except KafkaException:
+                continue
+            if high is not None and high >= 0:
+                self._metrics.consumer_lag.labels(SERVICE, topic, str(partition)).set(max(0, high - offset - 1))
+
+    # -- commits and rebalances ---------------------------------------------------------------
+
+    def _commit(self, consumer: Consumer, *, asynchronous: bool, tps: list[TopicPartitionKey] | None = None) -> None:
+        offsets = self._ledger.committable(tps)
+        if not offsets:
+            return
+        parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            if asynchronous:
+                consumer.commit(offsets=parts, asynchronous=True)
+            else:
+                consumer.commit(offsets=parts, asynchronous=False)
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() != KafkaError._NO_OFFSET:
+                _log.warning("offsets_commit_failed", error_code=err.name(), error=err.str())
+            return
+        self._ledger.mark_committed(offsets)
+        _log.debug("offsets_committed", offsets={f"{t}[{p}]": o for (t, p), o in offsets.items()},
+                   asynchronous=asynchronous)
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        failed = [(str(p.topic), int(p.partition)) for p in partitions if err is not None or p.error is not None]
+        if failed:
+            self._ledger.forget_committed(failed)
+            _log.warning("offsets_commit_failed", partitions=[f"{t}[{p}]" for t, p in failed],
+                         error=err.str() if err is not None else None)
+
+    def _on_assign(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(str(p.topic), int(p.partition)) for p in partitions]
+        self._assignments.assign(tps)
+        self._assignment_changed = True
+        _log.info("partitions_assigned", partitions=[f"{t}[{p}]" for t, p in tps])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(str(p.topic), int(p.partition)) for p in partitions]
+        deadline = self._clock() + self._revoke_grace_s
+        while self._ledger.pending_count(tps) and self._clock() < deadline and not self._halt.is_set():
+            self._halt.wait(0.02)  # the stages keep finishing these partitions' records meanwhile
+        self._commit(consumer, asynchronous=False, tps=tps)
+        dropped = self._ledger.revoke(tps)
+        self._assignments.revoke(tps)
+        _log.info("partitions_revoked", partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
+
+    def _on_lost(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(str(p.topic), int(p.partition)) for p in partitions]
+        dropped = self._ledger.revoke(tps)
+        self._assignments.revoke(tps)
+        _log.warning("partitions_lost", partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
+
+    # -- drain and close ----------------------------------------------------------------------
+
+    def _drain(self, consumer: Consumer) -> None:
+        _log.info("inference_draining", in_flight=self._ledger.pending_count())
+        consumer.pause(consumer.assignment())
+        deadline = self._clock() + self._drain_timeout_s
+        pending_input: list[Any] = [*self._held, FLUSH]
+        self._held.clear()
+        last_commit = self._clock()
+        while self._error is None and self._clock() < deadline:
+            while pending_input:
+                try:
+                    self._q0.put_nowait(pending_input[0])
+                except queue.Full:
+                    break
+                pending_input.pop(0)
+            if not pending_input and not self._ledger.pending_count():
+                break
+            consumer.poll(_POLL_S)  # serves rebalances and commit callbacks; nothing is taken any more
+            if self._clock() - last_commit >= self._commit_interval_s:
+                self._commit(consumer, asynchronous=True)
+                last_commit = self._clock()
+        left = self._ledger.pending_count()
+        if left:
+            _log.warning("inference_drain_incomplete", in_flight=left)
+
+    def _close(self, consumer: Consumer, producer: ReliableProducer) -> None:
+        self._halt.set()
+        for stage in self._stages:
+            stage.join(timeout=30)
+        try:
+            producer.flush(10)  # delivery callbacks of the last outputs: their records become done
+        except DocstreamError as exc:
+            _log.error("producer_flush_failed", error_code=exc.code, error=exc.message)
+        self._commit(consumer, asynchronous=False)
+        consumer.close()
+        if self._own_producer:
+            producer.close(0)
+        _log.info("inference_stopped", in_flight=self._ledger.pending_count(), batches=len(self._history))

@@ -1,0 +1,487 @@
+"""The pipeline's stages after poll + decode, each on its own thread, joined by bounded queues.
+
+    poll + decode ──Q0──► BatchStage ──Q1──► ModelStage ──Q2──► WriteStage ──► AckLedger ──► commit
+                         (batch, tokenize,   (forward,          (store write, produce
+                          sort by length)     isolate failures)   ChunkEmbedded, DLQ)
+
+A record carries the generation of its partition's assignment; after a revoke, every stage
+drops records of an older generation, and their acknowledgements are ignored by the ledger.
+A stage that raises stops the pipeline (``on_error``); nothing is committed past its records.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, Message
+
+from docstream.batching import Batch, Batcher, CloseReason, order_by_length
+from docstream.embedding import Embedder, PreparedBatch
+from docstream.errors import FatalError, PoisonRecord
+from docstream.kafka.attempts import run_with_retries
+from docstream.kafka.clients import ReliableProducer
+from docstream.kafka.dlq import DlqRouter, error_code_of
+from docstream.kafka.offsets import TopicPartitionKey
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.records import ChunkCreated, utc_now
+from docstream.retry import backoff_delay
+from docstream.settings import RetrySettings
+from docstream.store.base import ResultStore
+from docstream_inference.faults import CrashSwitch
+from docstream_inference.handler import (
+    MODEL_ERROR,
+    MODEL_UNAVAILABLE,
+    ChunkResult,
+    chunk_row,
+    embedded_record,
+    failed_result,
+    ok_result,
+    requested_model,
+)
+from docstream_inference.isolation import Isolated, embed_isolating
+from docstream_inference.ledger import DLQ, PRODUCE, WRITE, AckLedger
+
+__all__ = [
+    "FLUSH",
+    "Assignments",
+    "BatchStage",
+    "BatchStats",
+    "Halted",
+    "ModelBatch",
+    "ModelStage",
+    "ResultBatch",
+    "Work",
+    "WriteStage",
+    "put_until",
+]
+
+_log = get_logger(__name__)
+_IDLE_S = 0.05
+_T = TypeVar("_T")
+
+
+class Halted(Exception):  # noqa: N818 - a control signal, not an error
+    """The pipeline halts: the stage leaves what it holds undone (it is not committed)."""
+
+
+FLUSH = object()
+"""Put in Q0 to close the open batch at once (drain on shutdown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One consumed chunk and where it came from."""
+
+    tp: TopicPartitionKey
+    offset: int
+    generation: int
+    key: bytes | None
+    value: bytes
+    chunk: ChunkCreated
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What the batcher recorded for one closed batch."""
+
+    size: int
+    tokens: int
+    reason: CloseReason
+    oldest_wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelBatch:
+    """A closed batch, tokenized, longest record first; ``unavailable`` ask for a model not loaded."""
+
+    works: tuple[Work, ...]
+    prepared: PreparedBatch
+    unavailable: tuple[Work, ...]
+    stats: BatchStats
+
+
+@dataclass(frozen=True, slots=True)
+class ResultBatch:
+    """A batch's results, one per work, same order."""
+
+    works: tuple[Work, ...]
+    results: tuple[ChunkResult, ...]
+
+
+class Assignments:
+    """The generation of each assigned partition; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: dict[TopicPartitionKey, int] = {}
+        self._counter = 0
+
+    def assign(self, tps: Iterable[TopicPartitionKey]) -> None:
+        """Partitions assigned: each gets a new generation."""
+        with self._lock:
+            for tp in tps:
+                self._counter += 1
+                self._current[tp] = self._counter
+
+    def revoke(self, tps: Iterable[TopicPartitionKey]) -> None:
+        """Partitions revoked or lost: their records in flight become stale."""
+        with self._lock:
+            for tp in tps:
+                self._current.pop(tp, None)
+
+    def partitions(self) -> list[TopicPartitionKey]:
+        """The assigned partitions."""
+        with self._lock:
+            return sorted(self._current)
+
+    def generation(self, tp: TopicPartitionKey) -> int | None:
+        """The current generation of ``tp``; None when not assigned."""
+        with self._lock:
+            return self._current.get(tp)
+
+    def is_live(self, work: Work) -> bool:
+        """The record belongs to the current assignment of its partition."""
+        return self.generation(work.tp) == work.generation
+
+    def live(self, works: Iterable[Work]) -> list[Work]:
+        """The records of ``works`` that are still live."""
+        with self._lock:
+            return [w for w in works if self._current.get(w.tp) == w.generation]
+
+
+def put_until(q: queue.Queue[_T], item: _T, halt: threading.Event) -> None:
+    """Put ``item`` on a bounded queue, waiting for room (this is the backpressure).
+
+    Raises:
+        Halted: the pipeline halted while waiting.
+    """
+    while True:
+        try:
+            q.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            if halt.is_set():
+                raise Halted from None
+
+
+class _StageThread(threading.Thread):
+    def __init__(self, name: str, halt: threading.Event, on_error: Callable[[BaseException], None]) -> None:
+        super().__init__(name=name, daemon=True)
+        self._halt = halt
+        self._on_error = on_error
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                self.step()
+        except Halted:
+            return
+        except BaseException as exc:  # noqa: BLE001 - a stage's failure stops the pipeline; run() reports it
+            self._on_error(exc)
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+
+class BatchStage(_StageThread):
+    """Q0 → batches by size/tokens/latency → tokenized, longest first → Q1."""
+
+    def __init__(
+        self,
+        *,
+        inbox: queue.Queue[Any],
+        outbox: queue.Queue[ModelBatch],
+        batcher: Batcher[Work],
+        embedder: Embedder,
+        assignments: Assignments,
+        metrics: Metrics,
+        service: str,
+        history: deque[BatchStats],
+        halt: threading.Event,
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        super().__init__("inference-batch", halt, on_error)
+        self._inbox, self._outbox = inbox, outbox
+        self._batcher = batcher
+        self._embedder = embedder
+        self._assignments = assignments
+        self._metrics = metrics
+        self._service = service
+        self._history = history
+
+    def step(self) -> None:
+        left = self._batcher.time_left()
+        try:
+            item = self._inbox.get(timeout=_IDLE_S * 2 if left is None else left)
+        except queue.Empty:
+            self._emit(self._batcher.poll())  # nothing waiting: the latency rule applies
+            return
+        for _ in range(self._batcher.policy.max_batch_size):
+            self._take(item)
+            try:
+                item = self._inbox.get_nowait()  # a backlog fills the batch before the latency rule
+            except queue.Empty:
+                self._emit(self._batcher.poll())
+                return
+        self._take(item)
+
+    def _take(self, item: Any) -> None:
+        if item is FLUSH:
+            self._emit(self._batcher.flush())
+        elif isinstance(item, Work):
+            tokens = max(1, min(item.chunk.token_count, self._embedder.max_tokens))
+            for batch in self._batcher.add(item, tokens, arrived_at=item.received_at):
+                self._emit(batch)
+
+    def _emit(self, batch: Batch[Work] | None) -> None:
+        if batch is None:
+            return
+        stats = BatchStats(len(batch), batch.tokens, batch.reason, batch.oldest_wait_s)
+        self._history.append(stats)
+        self._metrics.batch_size.labels(self._service).observe(stats.size)
+        self._metrics.batch_wait.labels(self._service).observe(stats.oldest_wait_s)
+        _log.debug("batch_closed", size=stats.size, tokens=stats.tokens, reason=stats.reason,
+                   oldest_wait_ms=round(stats.oldest_wait_s * 1000, 1))
+        live = self._assignments.live(batch.items)
+        if not live:
+            return
+        model_id = self._embedder.model_id
+        runnable = [w for w in live if requested_model(w.chunk, model_id) == model_id]
+        unavailable = tuple(w for w in live if requested_model(w.chunk, model_id) != model_id)
+        order = order_by_length([w.chunk.token_count for w in runnable])
+        works = tuple(order.apply(runnable))
+        prepared = self._embedder.prepare([w.chunk.text for w in works])
+        put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats), self._halt)
+
+
+class ModelStage(_StageThread):
+    """Q1 → model forward (a failing record is isolated by splitting its batch) → Q2."""
+
+    def __init__(
+        self,
+        *,
+        inbox: queue.Queue[ModelBatch],
+        outbox: queue.Queue[ResultBatch],
+        embedder: Embedder,
+        attempts: int,
+        metrics: Metrics,
+        service: str,
+        halt: threading.Event,
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        super().__init__("inference-model", halt, on_error)
+        self._inbox, self._outbox = inbox, outbox
+        self._embedder = embedder
+        self._attempts = attempts
+        self._metrics = metrics
+        self._service = service
+
+    def step(self) -> None:
+        try:
+            batch = self._inbox.get(timeout=_IDLE_S * 2)
+        except queue.Empty:
+            return
+        started = time.perf_counter()
+        outcomes = self._embed(batch)
+        self._metrics.model_latency.labels(self._service).observe(time.perf_counter() - started)
+        model_id = self._embedder.model_id
+        results: list[ChunkResult] = []
+        for work, outcome in zip(batch.works, outcomes, strict=True):
+            if isinstance(outcome, Isolated):
+                message = f"model failed on this chunk alone {outcome.attempts} times: {outcome.error}"
+                results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message))
+            else:
+                results.append(ok_result(work.chunk, model_id, outcome.tolist()))
+        for work in batch.unavailable:
+            wanted = requested_model(work.chunk, model_id)
+            message = f"model {wanted!r} is not loaded here (this process runs {model_id!r})"
+            results.append(failed_result(work.chunk, wanted, MODEL_UNAVAILABLE, message))
+        put_until(self._outbox, ResultBatch(batch.works + batch.unavailable, tuple(results)), self._halt)
+
+    def _embed(self, batch: ModelBatch) -> list[Any]:
+        texts = batch.prepared.texts
+        whole = len(texts)
+
+        def embed(indices: Sequence[int]) -> Sequence[Any]:
+            if len(indices) == whole:
+                return list(self._embedder.embed(batch.prepared))
+            return list(self._embedder.embed(self._embedder.prepare([texts[i] for i in indices])))
+
+        def on_failure(indices: Sequence[int], error: BaseException) -> None:
+            _log.warning("model_batch_failed", size=len(indices), error_type=type(error).__name__,
+                         error=str(error)[:300])
+
+        return embed_isolating(embed, whole, attempts=self._attempts, on_failure=on_failure)
+
+
+@dataclass
+class _Send:
+    """One output owed by one record, and how to (re)send it."""
+
+    send: Callable[[Callable[[KafkaError | None, Message], None]], None]
+    tp: TopicPartitionKey
+    offset: int
+    effect: str
+    topic: str
+    attempt: int = 1
+    on_ok: list[Callable[[], None]] = field(default_factory=list)
+
+
+class WriteStage(_StageThread):
+    """Q2 → store write (acknowledged) → produce ChunkEmbedded (+ DLQ for failures) → ledger acks."""
+
+    def __init__(
+        self,
+        *,
+        inbox: queue.Queue[ResultBatch],
+        store: ResultStore,
+        producer: ReliableProducer,
+        dlq: DlqRouter,
+        serialize: Callable[[Any, str], bytes],
+        embedded_topic: str,
+        ledger: AckLedger,
+        assignments: Assignments,
+        retry: RetrySettings,
+        crash: CrashSwitch,
+        metrics: Metrics,
+        service: str,
+        halt: threading.Event,
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        super().__init__("inference-write", halt, on_error)
+        self._inbox = inbox
+        self._store = store
+        self._producer = producer
+        self._dlq = dlq
+        self._serialize = serialize
+        self._embedded_topic = embedded_topic
+        self._ledger = ledger
+        self._assignments = assignments
+        self._retry = retry
+        self._crash = crash
+        self._metrics = metrics
+        self._service = service
+        self._failed: deque[_Send] = deque()
+
+    def step(self) -> None:
+        self._producer.poll(0)
+        self._resend_failed()
+        try:
+            batch = self._inbox.get(timeout=_IDLE_S)
+        except queue.Empty:
+            return
+        self.write(batch)
+
+    def write(self, batch: ResultBatch) -> None:
+        """Write a batch's rows, then produce its records; acks go to the ledger as they come."""
+        live = [(w, r) for w, r in zip(batch.works, batch.results, strict=True) if self._assignments.is_live(w)]
+        if not live:
+            return
+        rows = [chunk_row(r) for _, r in live]
+        started = time.perf_counter()
+        self._retrying("store_write", lambda: self._store.upsert_chunks(rows))
+        self._metrics.write_latency.labels(self._service).observe(time.perf_counter() - started)
+        for work, _ in live:
+            self._ledger.ack(work.tp, work.offset, WRITE)
+        self._crash.after_write()
+        embedded_at = utc_now()
+        for work, result in live:
+            if not result.ok:
+                self._dead_letter(work, result)
+            value = self._serialize(embedded_record(result, embedded_at), self._embedded_topic)
+            self.deliver(_Send(send=self._producer_of(result.chunk.doc_id.encode("utf-8"), value),
+                               tp=work.tp, offset=work.offset, effect=PRODUCE, topic=self._embedded_topic))
+
+    def _producer_of(self, key: bytes, value: bytes) -> Callable[[Callable[[KafkaError | None, Message], None]], None]:
+        def send(cb: Callable[[KafkaError | None, Message], None]) -> None:
+            self._producer.produce(self._embedded_topic, key, value, on_delivery=cb)
+
+        return send
+
+    def _dead_letter(self, work: Work, result: ChunkResult) -> None:
+        code = result.error_code or MODEL_ERROR
+        error = PoisonRecord(result.error or code, code=code)
+        self._ledger.expect(work.tp, work.offset, DLQ)
+        self._metrics.records_failed.labels(self._service, code).inc()
+        self.dead_letter(work.tp, work.offset, work.key, work.value, error, attempts=1)
+
+    def dead_letter(
+        self, tp: TopicPartitionKey, offset: int, key: bytes | None, value: bytes | None, error: BaseException,
+        *, attempts: int,
+    ) -> None:
+        """Publish an input record to its DLQ; the ledger's DLQ effect is acked on delivery."""
+        topic, partition = tp
+
+        def send(cb: Callable[[KafkaError | None, Message], None]) -> None:
+            self._dlq.publish(topic, partition, offset, key, value, error, attempts, on_delivery=cb)
+
+        self.deliver(_Send(send=send, tp=tp, offset=offset, effect=DLQ, topic=f"{topic}.dlq",
+                           on_ok=[lambda: self._metrics.dlq.labels(self._service, topic).inc()]))
+
+    def deliver(self, item: _Send) -> None:
+        """Produce one output (retrying a full queue); a failed delivery is sent again later, bounded."""
+
+        def on_delivery(err: KafkaError | None, _: Message) -> None:
+            if err is not None:
+                self._failed.append(item)
+                return
+            self._metrics.records_out.labels(self._service, item.topic).inc()
+            for hook in item.on_ok:
+                hook()
+            self._ledger.ack(item.tp, item.offset, item.effect)
+
+        def send_once() -> None:
+            kept = self._producer.error
+            if kept is not None:
+                if isinstance(kept, FatalError):
+                    raise kept
+                self._producer.clear_error()  # its record is in self._failed and will be re-sent
+            item.send(on_delivery)
+
+        self._retrying("produce", send_once)
+
+    def _resend_failed(self) -> None:
+        while self._failed:
+            item = self._failed.popleft()
+            if self._assignments.generation(item.tp) is None:
+                continue  # revoked: the new owner will produce it
+            if item.attempt >= self._retry.max_attempts:
+                raise FatalError(f"delivery to {item.topic} failed {item.attempt} times", code="retries_exhausted")
+            self._metrics.retries.labels(self._service, "deliver").inc()
+            self._pause(_backoff(item.attempt, self._retry))
+            item.attempt += 1
+            self.deliver(item)
+
+    def _retrying(self, operation: str, call: Callable[[], None]) -> None:
+        def on_retry(attempt: int, error: BaseException, delay_s: float) -> None:
+            self._metrics.retries.labels(self._service, operation).inc()
+            _log.warning("transient_fault_retry", operation=operation, attempt=attempt,
+                         error_code=error_code_of(error), error=str(error)[:300], delay_s=round(delay_s, 3))
+
+        outcome = run_with_retries(call, retry=self._retry, wait=self._pause, on_retry=on_retry)
+        if outcome.interrupted:
+            raise Halted
+        if outcome.error is not None:
+            raise FatalError(f"{operation} failed: {outcome.error}", code="write_failed") from outcome.error
+
+    def _pause(self, delay_s: float) -> bool:
+        deadline = time.monotonic() + delay_s
+        while True:
+            self._producer.poll(0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._halt.is_set()
+            if self._halt.wait(min(left, _IDLE_S)):
+                return True
+
+
+def _backoff(attempt: int, retry: RetrySettings) -> float:
+    return backoff_delay(attempt, base_s=retry.base_delay_ms / 1000, max_s=retry.max_delay_ms / 1000)

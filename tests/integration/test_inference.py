@@ -1,0 +1,495 @@
+"""The inference service on real brokers and stores (no mocks of Kafka, Cassandra or the model).
+
+* two `docstream inference` processes share the partitions: one row per chunk, embeddings = model.encode;
+* kill -9, and a crash between a store write and its commit (fault injection): nothing lost, rows
+  identical, and no committed offset was ever ahead of its write;
+* the latency cap, read from the batcher's own record of each batch;
+* a chunk that breaks the model is isolated; undecodable and unavailable-model chunks go to the DLQ;
+* stop (SIGTERM) drains what is in flight and commits it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from docstream.avro.serde import AvroSerde
+from docstream.embedding import Embedder, load_embedder
+from docstream.kafka.admin import ensure_topics
+from docstream.models import resolve_model_path
+from docstream.records import ChunkCreated, ChunkEmbedded
+from docstream.settings import CassandraSettings, InferenceSettings, Settings
+from docstream.store import ResultStore, SqliteStore
+from docstream.store.base import ChunkRow
+from docstream.topics import Topics, dlq_topic
+from docstream_inference.faults import CRASH_EXIT_CODE, with_faults
+from docstream_inference.pipeline import InferencePipeline, group_id
+from tests.fixtures.kafka import kafka_settings
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCSTREAM = ROOT / ".venv" / "bin" / "docstream"
+MODEL_ID = "all-MiniLM-L6-v2"
+DIMENSION = 384
+WORDS = ("kafka", "cassandra", "offsets", "batches", "vectors", "commits", "brokers", "replicas", "tokens",
+         "latency", "throughput", "partitions", "consumers", "schemas", "embeddings", "documents")
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Produced:
+    chunk: ChunkCreated
+    partition: int
+    offset: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.chunk.doc_id, self.chunk.chunk_index)
+
+
+def _chunks(run: str, docs: int, per_doc: int) -> list[ChunkCreated]:
+    at = datetime.now(UTC).replace(microsecond=0)
+    out = []
+    for d in range(docs):
+        for i in range(per_doc):
+            text = f"doc {d} part {i} {WORDS[(d * 7 + i) % 16]} {WORDS[(d + i * 3) % 16]}"  # unique, ~10 tokens
+            out.append(ChunkCreated(
+                job_id=f"job-{run}", doc_id=f"{run}-doc-{d}", chunk_id=f"{run}-{d}-{i}", chunk_index=i,
+                chunk_count=per_doc, content_sha256="ab" * 32, text=text, page_start=1 + i // 10,
+                page_end=1 + i // 10, char_start=i * 100, char_end=i * 100 + len(text), token_count=12,
+                chunker_settings="test", created_at=at, heading=f"h{d}",
+            ))
+    return out
+
+
+def _produce(bootstrap: str, topic: str, values: list[tuple[str, bytes]]) -> list[tuple[int, int]]:
+    """Produce (key, value) pairs; return (partition, offset) of each, in order."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    where: list[tuple[int, int] | None] = [None] * len(values)
+
+    def report(index: int) -> Callable[[Any, Any], None]:
+        def on_delivery(err: Any, msg: Any) -> None:
+            assert err is None, err
+            where[index] = (msg.partition(), msg.offset())
+
+        return on_delivery
+
+    for index, (key, value) in enumerate(values):
+        producer.produce(topic, key=key, value=value, on_delivery=report(index))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert all(w is not None for w in where)
+    return [w for w in where if w is not None]
+
+
+def _produce_chunks(bootstrap: str, topic: str, chunks: list[ChunkCreated], serde: AvroSerde) -> list[Produced]:
+    places = _produce(bootstrap, topic, [(c.doc_id, serde.serialize(c, topic)) for c in chunks])
+    return [Produced(c, p, o) for c, (p, o) in zip(chunks, places, strict=True)]
+
+
+def _partitions(produced: list[Produced]) -> list[int]:
+    return sorted({p.partition for p in produced})
+
+
+def _end_offsets(produced: list[Produced]) -> dict[int, int]:
+    ends: dict[int, int] = {}
+    for p in produced:
+        ends[p.partition] = max(ends.get(p.partition, 0), p.offset + 1)
+    return ends
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        parts = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=15)
+    finally:
+        consumer.close()
+    return {tp.partition: max(tp.offset, 0) for tp in parts}
+
+
+def _read_topic(bootstrap: str, topic: str, count: int, timeout_s: float,
+                done: Callable[[list[Any]], bool] | None = None) -> list[Any]:
+    """Read ``topic`` from the beginning until ``count`` messages (or ``done(messages)``); bounded."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    partitions = consumer.list_topics(topic, timeout=15).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])  # no group join: fast
+    out: list[Any] = []
+    finished = done or (lambda got: len(got) >= count)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not finished(out) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append(msg)
+    finally:
+        consumer.close()
+    return out
+
+
+def _rows(store: ResultStore, produced: list[Produced]) -> dict[tuple[str, int], list[ChunkRow]]:
+    rows: dict[tuple[str, int], list[ChunkRow]] = {}
+    for doc in sorted({p.chunk.doc_id for p in produced}):
+        for row in store.iter_chunks(doc, MODEL_ID):
+            rows.setdefault((row.doc_id, row.chunk_index), []).append(row)
+    return rows
+
+
+def _assert_nothing_committed_ahead(committed: dict[int, int], produced: list[Produced], written: set[Any]) -> None:
+    """Every record below its partition's committed offset has its row (read AFTER the offsets)."""
+    ahead = [(p.partition, p.offset) for p in produced if p.offset < committed[p.partition] and p.key not in written]
+    assert ahead == [], f"committed past records without a row: {ahead[:10]}"
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+@pytest.fixture(scope="module")
+def reference_model() -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(resolve_model_path(None)), device="cpu", local_files_only=True)
+
+
+def _assert_rows_match_the_model(rows: dict[tuple[str, int], list[ChunkRow]], produced: list[Produced],
+                                 reference_model: Any) -> None:
+    assert sorted(rows) == sorted(p.key for p in produced)
+    assert all(len(found) == 1 for found in rows.values()), "one row per (doc_id, model_id, chunk_index)"
+    texts = [p.chunk.text for p in produced]
+    expected = reference_model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    got = np.array([rows[p.key][0].embedding for p in produced], dtype=np.float32)
+    assert got.shape == (len(produced), DIMENSION)
+    assert float(np.abs(got - expected).max()) <= 1e-4
+    for p in produced:
+        row = rows[p.key][0]
+        c = p.chunk
+        assert (row.text, row.chunk_id, row.job_id, row.status, row.error_code) == (c.text, c.chunk_id, c.job_id,
+                                                                                    "ok", None)
+        assert (row.page_start, row.page_end, row.char_start, row.char_end, row.token_count, row.heading) == (
+            c.page_start, c.page_end, c.char_start, c.char_end, c.token_count, c.heading)
+
+
+# --- subprocesses -----------------------------------------------------------------------------
+
+
+class _Service:
+    """One `docstream inference` process with its log file."""
+
+    def __init__(self, log: Path, env: dict[str, str]) -> None:
+        self.log = log
+        self._out = log.open("wb")
+        self.proc = subprocess.Popen([str(DOCSTREAM), "inference"], cwd=ROOT, env={**os.environ, **env},
+                                     stdout=self._out, stderr=subprocess.STDOUT)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("{") and f'"{name}"' in line:
+                event = json.loads(line)
+                if event.get("event") == name:
+                    found.append(event)
+        return found
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def assert_alive(self) -> None:
+        assert self.alive(), f"{self.log.name} exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}"
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        finally:
+            self._out.close()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
+        if self.alive():
+            self.proc.send_signal(sig)
+        return self.wait(timeout_s)
+
+
+@contextmanager
+def _services(tmp_path: Path, env: dict[str, str], names: list[str]) -> Iterator[list[_Service]]:
+    services = [_Service(tmp_path / f"{name}.log", env) for name in names]
+    try:
+        yield services
+    finally:
+        for service in services:
+            if service.alive():
+                service.proc.kill()
+            service.wait(30)
+
+
+def _service_env(bootstrap: str, prefix: str, cassandra: CassandraSettings, **extra: str) -> dict[str, str]:
+    return {
+        "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "DOCSTREAM_KAFKA__TOPIC_PREFIX": prefix,
+        "DOCSTREAM_KAFKA__PARTITIONS": "4",
+        "DOCSTREAM_STORE__BACKEND": "cassandra",
+        "DOCSTREAM_CASSANDRA__CONTACT_POINTS": json.dumps(list(cassandra.contact_points)),
+        "DOCSTREAM_CASSANDRA__PORT": str(cassandra.port),
+        "DOCSTREAM_CASSANDRA__KEYSPACE": cassandra.keyspace,
+        "DOCSTREAM_CASSANDRA__REQUEST_TIMEOUT_S": "30",
+        # fp32 so that results compare with model.encode to 1e-4 on every CPU (bf16 is checked in unit tests)
+        "DOCSTREAM_INFERENCE__CPU_BF16": "false",
+        "DOCSTREAM_LOG__FORMAT": "json",
+        **extra,
+    }
+
+
+def _all_committed(bootstrap: str, group: str, topic: str, produced: list[Produced],
+                   services: list[_Service]) -> Callable[[], bool]:
+    ends = _end_offsets(produced)
+
+    def check() -> bool:
+        for service in services:
+            service.assert_alive()
+        return _committed(bootstrap, group, topic, sorted(ends)) == ends
+
+    return check
+
+
+# --- tests: processes on real Kafka + Cassandra -----------------------------------------------
+
+
+def test_two_processes_share_partitions_and_write_each_chunk_once(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], create_topics: Callable[..., list[str]], tmp_path: Path,
+    reference_model: Any,
+) -> None:
+    prefix = unique_name("inf2p")
+    topics = Topics(prefix)
+    create_topics(kafka_bootstrap, topics.chunks, partitions=4)
+    serde = AvroSerde(kafka_settings(kafka_bootstrap).kafka)
+    produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 20, 100), serde)
+    assert len(produced) == 2000
+    assert len(_partitions(produced)) == 4
+    group = f"{prefix}-inference"
+
+    with _services(tmp_path, _service_env(kafka_bootstrap, prefix, cassandra_settings), ["a", "b"]) as services:
+        _wait_for(_all_committed(kafka_bootstrap, group, topics.chunks, produced, services), 240,
+                  "every chunk committed", poll_s=1.0)
+        assert [s.stop(signal.SIGTERM) for s in services] == [0, 0]  # SIGTERM: drain, commit, exit 0
+        for service in services:
+            assert any(e["partitions"] for e in service.events("partitions_assigned")), "both processes got partitions"
+            [stopped] = service.events("inference_stopped")
+            assert stopped["batches"] > 0, f"{service.log.name} processed nothing"
+            assert stopped["in_flight"] == 0
+
+    _assert_rows_match_the_model(_rows(cassandra_store, produced), produced, reference_model)
+    keys = {p.key for p in produced}
+    records: list[Any] = []
+
+    def complete(messages: list[Any]) -> bool:
+        records.extend(serde.deserialize(m.value(), topics.embedded) for m in messages[len(records):])
+        return {(r.doc_id, r.chunk_index) for r in records} >= keys
+
+    embedded = _read_topic(kafka_bootstrap, topics.embedded, 0, 90, done=complete)
+    complete(embedded)
+    # every chunk's ChunkEmbedded, keyed by doc_id (at least once: a rebalance may repeat a few)
+    assert {(r.doc_id, r.chunk_index) for r in records} == keys
+    assert all(r.status == "ok" and len(r.embedding) == DIMENSION and r.model_id == MODEL_ID for r in records)
+    assert all(m.key().decode() == r.doc_id for m, r in zip(embedded, records, strict=True))
+
+
+def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], create_topics: Callable[..., list[str]], tmp_path: Path,
+    reference_model: Any, embedder: Embedder,
+) -> None:
+    prefix = unique_name("infcrash")
+    topics = Topics(prefix)
+    create_topics(kafka_bootstrap, topics.chunks, partitions=2)
+    serde = AvroSerde(kafka_settings(kafka_bootstrap).kafka)
+    produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 6, 100), serde)
+    partitions = _partitions(produced)
+    group = f"{prefix}-inference"
+    env = _service_env(kafka_bootstrap, prefix, cassandra_settings)
+
+    def check_invariant() -> tuple[dict[int, int], dict[tuple[str, int], list[ChunkRow]]]:
+        committed = _committed(kafka_bootstrap, group, topics.chunks, partitions)  # offsets first, rows second
+        rows = _rows(cassandra_store, produced)
+        _assert_nothing_committed_ahead(committed, produced, set(rows))
+        return committed, rows
+
+    # 1. crash right after a store write, before its produce and commit (fault injection)
+    crash_env = {**env, "DOCSTREAM_FAULTS__CRASH_AFTER_WRITE": "true", "DOCSTREAM_FAULTS__CRASH_AFTER_BATCHES": "4"}
+    with _services(tmp_path, crash_env, ["crash"]) as [crashing]:
+        assert crashing.wait(120) == CRASH_EXIT_CODE
+    committed, rows_before = check_invariant()
+    written_not_committed = [p for p in produced if p.key in rows_before and p.offset >= committed[p.partition]]
+    assert written_not_committed, "the crash came after a write that was never committed"
+    assert len(rows_before) < len(produced)
+
+    # 2. kill -9 mid-run (slowed so that "mid-run" is certain), checking the invariant while it runs
+    slow_env = {**env, "DOCSTREAM_FAULTS__INFERENCE_DELAY_MS": "150"}
+    with _services(tmp_path, slow_env, ["killed"]) as [killed]:
+        def progressed() -> bool:
+            killed.assert_alive()
+            done, _ = check_invariant()
+            return sum(done.values()) >= sum(committed.values()) + 100
+
+        _wait_for(progressed, 120, "progress before kill -9", poll_s=0.3)
+        assert killed.stop(signal.SIGKILL) == -signal.SIGKILL
+    committed_after_kill, _ = check_invariant()
+    assert sum(committed_after_kill.values()) < len(produced), "killed mid-run"
+
+    # 3. start again (here, in this process: a third interpreter would cost ~15 s of imports), to the end
+    settings = kafka_settings(kafka_bootstrap, topic_prefix=prefix).with_overrides(
+        cassandra=cassandra_settings.model_dump(mode="json"), inference={"cpu_bf16": False})
+    with _pipeline(settings, embedder, store=cassandra_store):
+        _wait_for(_all_committed(kafka_bootstrap, group, topics.chunks, produced, []), 180,
+                  "every chunk committed after restart", poll_s=0.5)
+    committed, rows = check_invariant()
+    _assert_rows_match_the_model(rows, produced, reference_model)
+    for key, [before] in rows_before.items():
+        [after] = rows[key]
+        assert (after.text, after.chunk_id, after.status, after.page_start, after.char_end) == (
+            before.text, before.chunk_id, before.status, before.page_start, before.char_end)
+        assert np.abs(np.array(after.embedding) - np.array(before.embedding)).max() <= 1e-5
+
+
+# --- tests: the pipeline in this process (real broker, SQLite store) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return load_embedder(InferenceSettings(cpu_bf16=False))
+
+
+def _settings(bootstrap: str, prefix: str, tmp_path: Path, **sections: dict[str, Any]) -> Settings:
+    settings = kafka_settings(bootstrap, topic_prefix=prefix, partitions=2)
+    return settings.with_overrides(store={"backend": "sqlite", "sqlite_path": str(tmp_path / "store.db")},
+                                   inference={"cpu_bf16": False, **sections.pop("inference", {})}, **sections)
+
+
+@contextmanager
+def _pipeline(settings: Settings, embedder: Embedder,
+              store: ResultStore | None = None) -> Iterator[tuple[InferencePipeline, ResultStore]]:
+    ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
+    own_store = store is None
+    if store is None:
+        store = SqliteStore(settings.store.sqlite_path)
+        store.migrate()
+    pipeline = InferencePipeline(settings, embedder=with_faults(embedder, settings.faults), store=store,
+                                 serde=AvroSerde(settings.kafka))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pipeline.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="pipeline-under-test")
+    thread.start()
+    try:
+        _wait_for(lambda: bool(pipeline.assignment) or not thread.is_alive(), 60, "partition assignment")
+        yield pipeline, store
+    finally:
+        pipeline.stop()
+        thread.join(90)
+        if own_store:
+            store.close()
+    assert not thread.is_alive()
+    assert errors == []
+
+
+def test_a_lone_chunk_leaves_the_batcher_after_max_latency(
+    broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
+) -> None:
+    prefix = unique_name("inflat")
+    settings = _settings(broker, prefix, tmp_path, inference={"max_latency_ms": 300, "max_batch_size": 16})
+    topics = Topics(prefix)
+    serde = AvroSerde(settings.kafka)
+    with _pipeline(settings, embedder) as (pipeline, _):
+        assert pipeline.batch_history == []  # idle topic
+        [produced] = _produce_chunks(broker, topics.chunks, _chunks(prefix[-8:], 1, 1), serde)
+        [msg] = _read_topic(broker, topics.embedded, 1, 60)
+        [stats] = pipeline.batch_history
+    record = serde.deserialize(msg.value(), topics.embedded)
+    assert isinstance(record, ChunkEmbedded)
+    assert (record.doc_id, record.status, len(record.embedding)) == (produced.chunk.doc_id, "ok", DIMENSION)
+    assert (stats.size, stats.reason) == (1, "latency")
+    assert 0.300 <= stats.oldest_wait_s < 0.300 + 0.5  # the batcher's own recorded wait
+
+
+def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(
+    broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
+) -> None:
+    prefix = unique_name("inffault")
+    settings = _settings(broker, prefix, tmp_path, faults={"fail_chunk_text": "BREAKS-THE-MODEL"})
+    topics = Topics(prefix)
+    serde = AvroSerde(settings.kafka)
+    chunks = _chunks(prefix[-8:], 2, 20)
+    bad = chunks[7] = ChunkCreated(**{**chunks[7].to_record(), "text": "this BREAKS-THE-MODEL chunk"})
+    other = chunks[25] = ChunkCreated(**{**chunks[25].to_record(), "model_id": "some-other-model"})
+    with _pipeline(settings, embedder) as (pipeline, store):
+        _produce_chunks(broker, topics.chunks, chunks, serde)
+        _produce(broker, topics.chunks, [(chunks[0].doc_id, b"\x00not avro at all")])
+        embedded = _read_topic(broker, topics.embedded, len(chunks), 90)
+        dead = _read_topic(broker, dlq_topic(topics.chunks), 3, 60)
+        _wait_for(lambda: pipeline.ledger.pending_count() == 0, 30, "all records done")
+        rows = {(r.doc_id, r.chunk_index, r.model_id): r for c in chunks
+                for r in store.iter_chunks(c.doc_id, c.model_id or MODEL_ID)}
+    records = {(r.doc_id, r.chunk_index): r for r in (serde.deserialize(m.value(), topics.embedded) for m in embedded)}
+    assert len(records) == len(chunks)
+    failed = {k: r.error_code for k, r in records.items() if r.status == "failed"}
+    assert failed == {
+        (bad.doc_id, bad.chunk_index): "model_error",
+        (other.doc_id, other.chunk_index): "model_unavailable",
+    }
+    assert records[(other.doc_id, other.chunk_index)].model_id == "some-other-model"
+    assert all(len(r.embedding) == DIMENSION for r in records.values() if r.status == "ok")
+    assert rows[(bad.doc_id, bad.chunk_index, MODEL_ID)].status == "failed"
+    assert rows[(other.doc_id, other.chunk_index, "some-other-model")].error_code == "model_unavailable"
+    codes = sorted(dict(m.headers())["error_code"].decode() for m in dead)
+    assert codes[:2] == ["model_error", "model_unavailable"]
+    assert codes[2].startswith("schema")
+    assert {m.value() for m in dead} >= {b"\x00not avro at all"}
+    committed = _committed(broker, group_id(settings), topics.chunks, [0, 1])
+    assert sum(committed.values()) == len(chunks) + 1  # everything, poison included, is done and committed
+
+
+def test_stop_drains_in_flight_batches_and_commits_them(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
+) -> None:
+    prefix = unique_name("infdrain")
+    settings = _settings(kafka_bootstrap, prefix, tmp_path, faults={"inference_delay_ms": 200},
+                         inference={"max_batch_size": 8, "queue_batches": 2})
+    topics = Topics(prefix)
+    serde = AvroSerde(settings.kafka)
+    with _pipeline(settings, embedder) as (pipeline, store):
+        produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 4, 100), serde)
+        _wait_for(lambda: len(pipeline.batch_history) >= 3, 60, "a few batches")
+        in_flight_at_stop = pipeline.ledger.pending_count()
+        pipeline.stop()
+        _wait_for(lambda: not pipeline.ready, 90, "the drain to finish")
+        written = set(_rows(store, produced))
+    committed = _committed(kafka_bootstrap, group_id(settings), topics.chunks, _partitions(produced))
+    assert in_flight_at_stop > 0
+    assert 0 < sum(committed.values()) < len(produced), "stopped mid-run"
+    # drained: everything consumed was finished and committed, nothing beyond was written
+    assert written == {p.key for p in produced if p.offset < committed[p.partition]}

@@ -1,0 +1,204 @@
+"""The pure batcher: close rules, recorded wait, length order, discard."""
+
+from __future__ import annotations
+
+import pytest
+
+from docstream.batching import Batch, Batcher, BatchPolicy, order_by_length
+
+
+class FakeClock:
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _batcher(size: int = 4, tokens: int = 1000, latency_s: float = 0.2) -> tuple[Batcher[str], FakeClock]:
+    clock = FakeClock()
+    return Batcher(BatchPolicy(size, tokens, latency_s), clock), clock
+
+
+def test_closes_at_max_batch_size() -> None:
+    batcher, _ = _batcher(size=3)
+    assert batcher.add("a", 5) == []
+    assert batcher.add("b", 5) == []
+    [batch] = batcher.add("c", 5)
+    assert batch.items == ("a", "b", "c")
+    assert batch.reason == "size"
+    assert batcher.pending == 0
+    assert batcher.deadline() is None
+
+
+def test_closes_when_tokens_reach_the_limit() -> None:
+    batcher, _ = _batcher(tokens=10)
+    assert batcher.add("a", 4) == []
+    [batch] = batcher.add("b", 6)
+    assert batch.items == ("a", "b")
+    assert batch.reason == "tokens"
+    assert batch.tokens == 10
+
+
+def test_record_that_would_overflow_tokens_starts_the_next_batch() -> None:
+    batcher, _ = _batcher(tokens=10)
+    batcher.add("a", 6)
+    [batch] = batcher.add("b", 6)
+    assert batch.items == ("a",)
+    assert batch.reason == "tokens"
+    assert batcher.pending == 1
+    assert batcher.pending_tokens == 6
+
+
+def test_single_record_above_the_token_limit_is_a_batch_of_its_own() -> None:
+    batcher, _ = _batcher(tokens=10)
+    batcher.add("a", 3)
+    closed = batcher.add("huge", 50)
+    assert [b.items for b in closed] == [("a",), ("huge",)]
+    assert [b.reason for b in closed] == ["tokens", "tokens"]
+    assert batcher.pending == 0
+
+
+def test_latency_cap_closes_a_lone_record_and_records_its_wait() -> None:
+    batcher, clock = _batcher(latency_s=0.25)
+    batcher.add("only", 3)
+    assert batcher.time_left() == pytest.approx(0.25)
+    clock.advance(0.1)
+    assert batcher.poll() is None
+    assert batcher.time_left() == pytest.approx(0.15)
+    clock.advance(0.15)
+    assert batcher.time_left() == 0.0
+    batch = batcher.poll()
+    assert batch is not None
+    assert batch.reason == "latency"
+    assert batch.items == ("only",)
+    assert batch.oldest_wait_s == pytest.approx(0.25)
+    assert batcher.poll() is None
+
+
+def test_late_poll_records_the_true_wait() -> None:
+    batcher, clock = _batcher(latency_s=0.2)
+    batcher.add("a", 1)
+    clock.advance(0.5)
+    batch = batcher.poll()
+    assert batch is not None
+    assert batch.oldest_wait_s == pytest.approx(0.5)
+
+
+def test_wait_counts_from_arrival_time() -> None:
+    batcher, clock = _batcher(latency_s=0.2)
+    batcher.add("a", 1, arrived_at=clock.now - 0.15)
+    assert batcher.time_left() == pytest.approx(0.05)
+    clock.advance(0.05)
+    batch = batcher.poll()
+    assert batch is not None
+    assert batch.oldest_wait_s == pytest.approx(0.2)
+
+
+def test_arrival_in_the_future_counts_as_now() -> None:
+    batcher, clock = _batcher(latency_s=0.2)
+    batcher.add("a", 1, arrived_at=clock.now + 10)
+    assert batcher.deadline() == pytest.approx(clock.now + 0.2)
+
+
+def test_deadline_follows_the_oldest_record() -> None:
+    batcher, clock = _batcher(latency_s=1.0)
+    batcher.add("a", 1)
+    first_deadline = batcher.deadline()
+    clock.advance(0.6)
+    batcher.add("b", 1)
+    assert batcher.deadline() == first_deadline
+
+
+def test_a_backlog_of_overdue_records_still_fills_batches_to_size() -> None:
+    batcher, clock = _batcher(size=3, latency_s=0.2)
+    closed = []
+    for i in range(6):  # each waited 1 s upstream already
+        closed.extend(batcher.add(f"r{i}", 1, arrived_at=clock.now - 1.0))
+    assert [(b.items, b.reason) for b in closed] == [(("r0", "r1", "r2"), "size"), (("r3", "r4", "r5"), "size")]
+    assert closed[0].oldest_wait_s == pytest.approx(1.0)
+
+
+def test_add_never_closes_on_latency_poll_does() -> None:
+    batcher, clock = _batcher(latency_s=0.2)
+    batcher.add("a", 1)
+    clock.advance(0.3)
+    assert batcher.add("b", 1) == []
+    batch = batcher.poll()
+    assert batch is not None
+    assert (batch.items, batch.reason) == (("a", "b"), "latency")
+
+
+def test_flush_closes_whatever_is_open() -> None:
+    batcher, clock = _batcher()
+    assert batcher.flush() is None
+    batcher.add("a", 1)
+    clock.advance(0.05)
+    batch = batcher.flush()
+    assert batch is not None
+    assert batch.reason == "flush"
+    assert batch.oldest_wait_s == pytest.approx(0.05)
+    assert batcher.pending == 0
+
+
+def test_discard_removes_matching_records() -> None:
+    batcher, _ = _batcher()
+    batcher.add("p0-a", 1)
+    batcher.add("p1-b", 2)
+    batcher.add("p0-c", 3)
+    assert batcher.discard(lambda item: item.startswith("p0")) == ["p0-a", "p0-c"]
+    assert batcher.pending == 1
+    assert batcher.pending_tokens == 2
+    assert batcher.discard(lambda item: True) == ["p1-b"]
+    assert batcher.deadline() is None
+
+
+def test_length_order_runs_longest_first_and_restores_arrival_order() -> None:
+    batch = Batch(items=("a", "b", "c", "d"), token_counts=(5, 9, 5, 1), reason="size", opened_at=0, closed_at=1)
+    order = batch.by_length()
+    assert order.apply(batch.items) == ["b", "a", "c", "d"]
+    outputs = [f"out-{x}" for x in order.apply(batch.items)]
+    assert order.restore(outputs) == ["out-a", "out-b", "out-c", "out-d"]
+
+
+def test_restore_refuses_a_wrong_length() -> None:
+    with pytest.raises(ValueError, match="expected 2"):
+        order_by_length([1, 2]).restore([1])
+
+
+@pytest.mark.parametrize(
+    ("size", "tokens", "latency"),
+    [(0, 10, 0.1), (1, 0, 0.1), (1, 10, -1.0)],
+)
+def test_policy_refuses_impossible_limits(size: int, tokens: int, latency: float) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        BatchPolicy(size, tokens, latency)
+
+
+def test_negative_tokens_are_refused() -> None:
+    batcher, _ = _batcher()
+    with pytest.raises(ValueError, match="non-negative"):
+        batcher.add("a", -1)
+
+
+def test_many_records_every_batch_respects_every_limit() -> None:
+    batcher, clock = _batcher(size=5, tokens=40, latency_s=0.1)
+    closed: list[Batch[str]] = []
+    for i in range(200):
+        clock.advance(0.01 * (i % 7))
+        closed.extend(batcher.add(f"r{i}", (i * 13) % 17))
+        polled = batcher.poll()
+        if polled is not None:
+            closed.append(polled)
+    tail = batcher.flush()
+    if tail is not None:
+        closed.append(tail)
+    assert [item for b in closed for item in b.items] == [f"r{i}" for i in range(200)]
+    for batch in closed:
+        assert len(batch) <= 5
+        assert batch.tokens <= 40 or len(batch) == 1
+        assert batch.oldest_wait_s <= 0.1 + 0.07
+    assert {b.reason for b in closed} >= {"size", "tokens", "latency"}

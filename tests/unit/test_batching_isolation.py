@@ -1,0 +1,122 @@
+"""Inference: isolating a chunk that makes the model fail, and the rows/records of results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from docstream.errors import FatalError
+from docstream.records import ChunkCreated
+from docstream_inference.handler import (
+    MODEL_ERROR,
+    chunk_row,
+    embedded_record,
+    failed_result,
+    ok_result,
+    requested_model,
+)
+from docstream_inference.isolation import Isolated, embed_isolating
+
+AT = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class FakeModel:
+    """Embeds index i as [i]; raises on the indices in ``bad`` (RuntimeError, like a torch failure)."""
+
+    def __init__(self, bad: set[int], *, fail_times: int | None = None) -> None:
+        self.bad = bad
+        self.calls: list[list[int]] = []
+        self.fail_times = fail_times
+
+    def __call__(self, indices: Sequence[int]) -> list[list[float]]:
+        self.calls.append(list(indices))
+        if self.bad & set(indices):
+            if self.fail_times is None or self.fail_times > 0:
+                if self.fail_times is not None:
+                    self.fail_times -= 1
+                raise RuntimeError("boom")
+        return [[float(i)] for i in indices]
+
+
+def test_one_bad_record_is_isolated_and_its_neighbours_succeed() -> None:
+    model = FakeModel({5})
+    results = embed_isolating(model, 16, attempts=3)
+    assert [r for i, r in enumerate(results) if i != 5] == [[float(i)] for i in range(16) if i != 5]
+    assert isinstance(results[5], Isolated)
+    assert results[5].attempts == 3
+    assert str(results[5].error) == "boom"
+    assert [c for c in model.calls if c == [5]] == [[5], [5], [5]]
+    assert len(model.calls) <= 2 * 4 + 1 + 3  # halvings down to one record, plus its retries
+
+
+def test_a_lone_record_that_fails_once_succeeds_on_retry() -> None:
+    model = FakeModel({2}, fail_times=3)  # fails in 4, in 2, alone once; then works
+    results = embed_isolating(model, 4, attempts=3)
+    assert results == [[0.0], [1.0], [2.0], [3.0]]
+
+
+def test_every_record_bad_fails_every_record() -> None:
+    results = embed_isolating(FakeModel(set(range(4))), 4, attempts=2)
+    assert all(isinstance(r, Isolated) and r.attempts == 2 for r in results)
+
+
+def test_fatal_errors_are_not_isolated() -> None:
+    def fatal(_: Sequence[int]) -> list[list[float]]:
+        raise FatalError("gone")
+
+    with pytest.raises(FatalError):
+        embed_isolating(fatal, 4, attempts=3)
+
+
+def test_a_wrong_number_of_vectors_counts_as_a_failure() -> None:
+    def short(indices: Sequence[int]) -> list[list[float]]:
+        return [[0.0]] * (len(indices) - 1 if len(indices) > 1 else 1)
+
+    results = embed_isolating(short, 3, attempts=1)
+    assert results == [[0.0], [0.0], [0.0]]
+
+
+def test_failures_are_reported_and_empty_batches_are_fine() -> None:
+    seen: list[tuple[int, str]] = []
+    embed_isolating(FakeModel({0}), 2, attempts=1, on_failure=lambda idx, err: seen.append((len(idx), str(err))))
+    assert seen == [(2, "boom"), (1, "boom")]
+    assert embed_isolating(FakeModel(set()), 0, attempts=1) == []
+    with pytest.raises(ValueError, match="attempts"):
+        embed_isolating(FakeModel(set()), 1, attempts=0)
+
+
+def _chunk(model_id: str | None = None) -> ChunkCreated:
+    return ChunkCreated(
+        job_id="j", doc_id="d", chunk_id="c", chunk_index=3, chunk_count=9, content_sha256="s", text="hello",
+        page_start=1, page_end=2, char_start=5, char_end=10, token_count=4, chunker_settings="cs", created_at=AT,
+        heading="H", model_id=model_id,
+    )
+
+
+def test_requested_model_defaults_to_the_loaded_one() -> None:
+    assert requested_model(_chunk(), "m1") == "m1"
+    assert requested_model(_chunk("m2"), "m1") == "m2"
+
+
+def test_ok_result_becomes_a_row_and_a_record() -> None:
+    result = ok_result(_chunk(), "m1", [0.5, -0.5])
+    row = chunk_row(result)
+    assert (row.doc_id, row.model_id, row.chunk_index, row.status, row.embedding) == ("d", "m1", 3, "ok", [0.5, -0.5])
+    assert (row.text, row.heading, row.char_start, row.char_end, row.token_count) == ("hello", "H", 5, 10, 4)
+    record = embedded_record(result, AT)
+    assert record.status == "ok"
+    assert record.embedding == [0.5, -0.5]
+    assert (record.chunk_count, record.page_start, record.page_end, record.embedded_at) == (9, 1, 2, AT)
+    assert record.key == "d"
+
+
+def test_failed_result_keeps_its_code_and_no_embedding() -> None:
+    result = failed_result(_chunk(), "m1", MODEL_ERROR, "x" * 5000)
+    row = chunk_row(result)
+    record = embedded_record(result, AT)
+    assert (row.status, row.error_code, row.embedding) == ("failed", MODEL_ERROR, [])
+    assert (record.status, record.error_code, record.embedding) == ("failed", MODEL_ERROR, [])
+    assert record.error is not None
+    assert len(record.error) == 2000
