@@ -180,9 +180,16 @@ class InferenceSettings(BaseModel):
     normalize: bool = Field(True, description="L2-normalize embeddings.")
     max_batch_size: int = Field(16, ge=1, le=4096, description="A batch closes at this many records.")
     max_batch_tokens: int = Field(8192, ge=16, description="A batch closes at this many tokens.")
-    max_latency_ms: int = Field(200, ge=1, le=600_000, description="A batch closes when its oldest record waited this long.")
+    max_latency_ms: int = Field(
+        200, ge=1, le=600_000, description="A batch closes when its oldest record waited this long."
+    )
     queue_batches: int = Field(4, ge=1, le=1024, description="Batches buffered between stages before pausing.")
     warmup: bool = Field(True, description="Run one batch through the model at start.")
+    reuse_stored: bool = Field(
+        False,
+        description="Reuse chunk rows already stored for the same chunk_id and model instead of running the "
+        "model again (a read per batch; `docstream run` turns it on to resume without recomputing).",
+    )
     group_id: str | None = Field(
         None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-inference."
     )
@@ -268,6 +275,9 @@ class FaultSettings(BaseModel):
     fail_chunk_text: str | None = Field(None, description="Model fails on chunks whose text contains this string.")
     crash_after_write: bool = Field(False, description="Exit the process after a write and before its commit.")
     crash_after_batches: int = Field(0, ge=0, description="With crash_after_write: after this many batches.")
+    embed_log: Path | None = Field(
+        None, description="Append the chunk_id of every chunk the model embeds to this file (tests count model calls)."
+    )
 
 
 class Settings(BaseSettings):

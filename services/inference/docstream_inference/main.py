@@ -13,16 +13,28 @@ from docstream.metrics import Metrics, MetricsServer
 from docstream.settings import Settings
 from docstream.store import ResultStore, open_store
 from docstream.topics import Topics
+
 from docstream_inference.faults import with_faults
 from docstream_inference.pipeline import SERVICE, InferencePipeline
 
-__all__ = ["main"]
+__all__ = ["build_inference", "main"]
+
+_log = get_logger(__name__)
+
+
+def build_inference(settings: Settings, *, store: ResultStore, metrics: Metrics) -> InferencePipeline:
+    """Load (and warm up) the model and build the pipeline on ``store`` (migrated, topics ensured)."""
+    embedder = with_faults(load_embedder(settings.inference), settings.faults)
+    runtime = embedder.runtime
+    _log.info("model_loaded", model_id=embedder.model_id, device=runtime.device, precision=runtime.precision,
+              threads=runtime.threads, dimension=embedder.dimension)
+    return InferencePipeline(settings, embedder=embedder, store=store, serde=AvroSerde(settings.kafka),
+                             metrics=metrics)
 
 
 def main(settings: Settings) -> int:
     """Run the inference service until SIGTERM/SIGINT (0) or a fatal fault (1)."""
     configure_logging(level=settings.log.level, fmt=settings.log.format, service=SERVICE)
-    log = get_logger(__name__)
     metrics = Metrics()
     pipeline: list[InferencePipeline] = []
     server = None
@@ -31,24 +43,19 @@ def main(settings: Settings) -> int:
         server = MetricsServer(metrics, host=settings.metrics.host, port=settings.metrics.port, ready=ready).start()
     store: ResultStore | None = None
     try:
-        embedder = with_faults(load_embedder(settings.inference), settings.faults)
-        runtime = embedder.runtime
-        log.info("model_loaded", model_id=embedder.model_id, device=runtime.device, precision=runtime.precision,
-                 threads=runtime.threads, dimension=embedder.dimension)
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
         store = open_store(settings)
         store.migrate()
-        pipeline.append(InferencePipeline(settings, embedder=embedder, store=store,
-                                          serde=AvroSerde(settings.kafka), metrics=metrics))
+        pipeline.append(build_inference(settings, store=store, metrics=metrics))
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: pipeline[0].stop())
         pipeline[0].run()
         return 0
     except DocstreamError as exc:
-        log.error("inference_failed", error_code=exc.code, error=exc.message)
+        _log.error("inference_failed", error_code=exc.code, error=exc.message)
         return 1
     except Exception:  # main: log once, exit non-zero
-        log.exception("inference_crashed")
+        _log.exception("inference_crashed")
         return 1
     finally:
         if store is not None:

@@ -43,9 +43,11 @@ from docstream_inference.stages import (
     Assignments,
     BatchStage,
     BatchStats,
+    EmbedLog,
     ModelBatch,
     ModelStage,
     ResultBatch,
+    StoredEmbeddings,
     Work,
     WriteStage,
 )
@@ -59,8 +61,8 @@ _MAX_FETCH = 500
 
 
 def group_id(settings: Settings) -> str:
-    """The consumer group every inference process joins: ``<topic_prefix>-inference``."""
-    return f"{settings.kafka.topic_prefix}-inference"
+    """The consumer group every inference process joins: ``inference.group_id`` or ``<prefix>-inference``."""
+    return settings.inference.group_id or Topics(settings.kafka.topic_prefix).group("inference")
 
 
 class InferencePipeline:
@@ -193,8 +195,10 @@ class InferencePipeline:
         )
         self._stages = [
             BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), embedder=self._embedder,
-                       assignments=self._assignments, history=self._history, **common),
+                       assignments=self._assignments, history=self._history,
+                       stored=StoredEmbeddings(self._store) if inference.reuse_stored else None, **common),
             ModelStage(inbox=q1, outbox=q2, embedder=self._embedder, attempts=settings.retry.handler_attempts,
+                       on_embedded=EmbedLog(settings.faults.embed_log) if settings.faults.embed_log else None,
                        **common),
             writer,
         ]

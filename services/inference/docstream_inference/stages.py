@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message
@@ -106,6 +107,7 @@ class ModelBatch:
     prepared: PreparedBatch
     unavailable: tuple[Work, ...]
     stats: BatchStats
+    reused: tuple[tuple[Work, list[float]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,39 @@ class Assignments:
         """The records of ``works`` that are still live."""
         with self._lock:
             return [w for w in works if self._current.get(w.tp) == w.generation]
+
+
+class StoredEmbeddings:
+    """Embeddings already in the store for the same chunk_id and model (``inference.reuse_stored``).
+
+    One read per document of a batch; only rows with status ok and the same chunk_id count, so a
+    change of chunker settings (a new chunk_id) is embedded again.
+    """
+
+    def __init__(self, store: ResultStore) -> None:
+        self._store = store
+
+    def find(self, chunks: Sequence[ChunkCreated], model_id: str) -> dict[str, list[float]]:
+        """chunk_id → stored embedding, for the chunks of ``chunks`` that have one."""
+        wanted = {c.chunk_id for c in chunks}
+        found: dict[str, list[float]] = {}
+        for doc_id in sorted({c.doc_id for c in chunks}):
+            for row in self._store.iter_chunks(doc_id, model_id):
+                if row.chunk_id in wanted and row.status == "ok" and row.embedding:
+                    found[row.chunk_id] = list(row.embedding)
+        return found
+
+
+class EmbedLog:
+    """Appends the chunk_id of every chunk the model embedded to a file (``faults.embed_log``)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+
+    def __call__(self, chunk_ids: Sequence[str]) -> None:
+        with self._lock, self._path.open("a", encoding="utf-8") as out:
+            out.writelines(f"{chunk_id}\n" for chunk_id in chunk_ids)
 
 
 def put_until(q: queue.Queue[_T], item: _T, halt: threading.Event) -> None:
@@ -207,8 +242,10 @@ class BatchStage(_StageThread):
         history: deque[BatchStats],
         halt: threading.Event,
         on_error: Callable[[BaseException], None],
+        stored: StoredEmbeddings | None = None,
     ) -> None:
         super().__init__("inference-batch", halt, on_error)
+        self._stored = stored
         self._inbox, self._outbox = inbox, outbox
         self._batcher = batcher
         self._embedder = embedder
@@ -256,10 +293,15 @@ class BatchStage(_StageThread):
         model_id = self._embedder.model_id
         runnable = [w for w in live if requested_model(w.chunk, model_id) == model_id]
         unavailable = tuple(w for w in live if requested_model(w.chunk, model_id) != model_id)
+        reused: tuple[tuple[Work, list[float]], ...] = ()
+        if self._stored is not None and runnable:
+            found = self._stored.find([w.chunk for w in runnable], model_id)
+            reused = tuple((w, found[w.chunk.chunk_id]) for w in runnable if w.chunk.chunk_id in found)
+            runnable = [w for w in runnable if w.chunk.chunk_id not in found]
         order = order_by_length([w.chunk.token_count for w in runnable])
         works = tuple(order.apply(runnable))
         prepared = self._embedder.prepare([w.chunk.text for w in works])
-        put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats), self._halt)
+        put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats, reused), self._halt)
 
 
 class ModelStage(_StageThread):
@@ -276,8 +318,10 @@ class ModelStage(_StageThread):
         service: str,
         halt: threading.Event,
         on_error: Callable[[BaseException], None],
+        on_embedded: Callable[[Sequence[str]], None] | None = None,
     ) -> None:
         super().__init__("inference-model", halt, on_error)
+        self._on_embedded = on_embedded
         self._inbox, self._outbox = inbox, outbox
         self._embedder = embedder
         self._attempts = attempts
@@ -289,9 +333,13 @@ class ModelStage(_StageThread):
             batch = self._inbox.get(timeout=_IDLE_S * 2)
         except queue.Empty:
             return
-        started = time.perf_counter()
-        outcomes = self._embed(batch)
-        self._metrics.model_latency.labels(self._service).observe(time.perf_counter() - started)
+        outcomes: list[Any] = []
+        if batch.works:
+            started = time.perf_counter()
+            outcomes = self._embed(batch)
+            self._metrics.model_latency.labels(self._service).observe(time.perf_counter() - started)
+            if self._on_embedded is not None:
+                self._on_embedded([w.chunk.chunk_id for w in batch.works])
         model_id = self._embedder.model_id
         results: list[ChunkResult] = []
         for work, outcome in zip(batch.works, outcomes, strict=True):
@@ -300,11 +348,14 @@ class ModelStage(_StageThread):
                 results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message))
             else:
                 results.append(ok_result(work.chunk, model_id, outcome.tolist()))
+        for work, embedding in batch.reused:
+            results.append(ok_result(work.chunk, model_id, embedding))
         for work in batch.unavailable:
             wanted = requested_model(work.chunk, model_id)
             message = f"model {wanted!r} is not loaded here (this process runs {model_id!r})"
             results.append(failed_result(work.chunk, wanted, MODEL_UNAVAILABLE, message))
-        put_until(self._outbox, ResultBatch(batch.works + batch.unavailable, tuple(results)), self._halt)
+        works = batch.works + tuple(w for w, _ in batch.reused) + batch.unavailable
+        put_until(self._outbox, ResultBatch(works, tuple(results)), self._halt)
 
     def _embed(self, batch: ModelBatch) -> list[Any]:
         texts = batch.prepared.texts

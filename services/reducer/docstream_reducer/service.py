@@ -1,0 +1,80 @@
+"""The reducer as an object with a lifecycle, for running it inside another process (`docstream run`).
+
+``main.py`` runs the Faust worker on the main thread with signal handlers; here the worker runs
+on a thread of its own with a fresh event loop and no signal handlers, and ``stop()`` may be
+called from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from docstream.avro import AvroSerde
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.settings import Settings
+from docstream.store import ResultStore
+
+from docstream_reducer.agents import StoreCalls
+from docstream_reducer.app import ReducerWorker, build_reducer
+from docstream_reducer.webhook import WebhookNotifier
+
+__all__ = ["ReducerService", "build_reducer_service"]
+
+_log = get_logger(__name__)
+
+
+class _ThreadWorker(ReducerWorker):
+    """A worker that leaves signals to the process that hosts it."""
+
+    def install_signal_handlers(self) -> None:
+        return
+
+
+class ReducerService:
+    """A Faust reducer worker on a thread: ``run_in_thread()`` blocks, ``stop()`` ends it."""
+
+    def __init__(self, settings: Settings, *, store: ResultStore, metrics: Metrics) -> None:
+        self._settings = settings
+        self._store = store
+        self._metrics = metrics
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
+        self._worker: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run_in_thread(self) -> None:
+        """Build the app on a new event loop in this thread and run it until ``stop()``."""
+        settings = self._settings
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        settings.reducer.data_dir.mkdir(parents=True, exist_ok=True)
+        reducer = build_reducer(
+            settings, store=StoreCalls(self._store, settings.retry, self._executor),
+            serde=AvroSerde(settings.kafka), webhooks=WebhookNotifier(settings.reducer, settings.retry),
+            metrics=self._metrics, clock=time.monotonic,
+        )
+        self._worker = _ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
+                                     redirect_stdouts=False, loop=self._loop)
+        self._worker.spinner = None
+        try:
+            self._worker.execute_from_commandline()
+        except SystemExit as exc:
+            _log.info("reducer_stopped", exit_code=exc.code)
+
+    def stop(self) -> None:
+        """Ask the worker to shut down (thread-safe)."""
+        if self._worker is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._worker._schedule_shutdown, signal.SIGTERM)
+
+    def close(self) -> None:
+        """Release the store executor."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def build_reducer_service(settings: Settings, *, store: ResultStore, metrics: Metrics) -> ReducerService:
+    """A reducer for ``store`` (migrated) to run on a thread."""
+    return ReducerService(settings, store=store, metrics=metrics)

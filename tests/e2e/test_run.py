@@ -1,0 +1,122 @@
+"""`docstream run` end to end on the embedded stack (tansu + SQLite), as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.documents import (
+    make_corrupt_pdf,
+    make_encrypted_pdf,
+    make_image_only_pdf,
+    make_not_a_document,
+    make_pdf,
+)
+
+pytestmark = pytest.mark.e2e
+
+DOCSTREAM = str(Path(sys.executable).with_name("docstream"))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
+    env.update(extra)
+    return env
+
+
+def _results(path: Path) -> dict[str, dict[str, object]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {Path(str(doc["filename"])).name: doc for doc in lines}
+
+
+def test_run_reports_good_and_bad_documents_and_exits_non_zero(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for i in range(3):
+        (inputs / f"good-{i}.pdf").write_bytes(make_pdf(2 + i, seed=i, toc=True).data)
+    bad = {
+        "encrypted.pdf": ("encrypted", make_encrypted_pdf()),
+        "truncated.pdf": ("corrupt", make_corrupt_pdf()),
+        "scan.pdf": ("no_text", make_image_only_pdf()),
+        "random.bin": ("not_a_document", make_not_a_document()),
+    }
+    for name, (_, data) in bad.items():
+        (inputs / name).write_bytes(data)
+    out = tmp_path / "results.jsonl"
+
+    proc = subprocess.run(
+        [DOCSTREAM, "run", str(inputs), "--out", str(out), "--state-dir", str(tmp_path / "state"), "--timeout", "400"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=480,
+    )
+
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = _results(out)
+    assert len(results) == 7
+    for i in range(3):
+        doc = results[f"good-{i}.pdf"]
+        assert doc["status"] == "completed"
+        assert doc["chunk_count"] and int(str(doc["chunk_count"])) >= 1
+        assert len(doc["embedding"]) == 384  # type: ignore[arg-type]
+    for name, (code, _) in bad.items():
+        assert results[name]["status"] == "failed", name
+        assert results[name]["error_code"] == code, name
+    assert "completed" in proc.stdout and "failed" in proc.stdout
+    for name in bad:
+        assert name in proc.stdout, f"summary names {name}"
+
+
+def _stored_chunk_ids(db: Path) -> set[str]:
+    with sqlite3.connect(db) as conn:
+        return {row[0] for row in conn.execute("SELECT chunk_id FROM chunks WHERE status = 'ok'")}
+
+
+def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for i in range(8):
+        (inputs / f"doc-{i}.pdf").write_bytes(make_pdf(4, seed=100 + i).data)
+    state, out, log = tmp_path / "state", tmp_path / "results.jsonl", tmp_path / "embedded.log"
+    command = [DOCSTREAM, "run", str(inputs), "--out", str(out), "--state-dir", str(state), "--timeout", "400"]
+    env = _env(DOCSTREAM_FAULTS__EMBED_LOG=str(log), DOCSTREAM_INFERENCE__MAX_BATCH_SIZE="4")
+
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and first.poll() is None:
+            if log.exists() and len(log.read_text().split()) >= 20:
+                break
+            time.sleep(0.2)
+        assert first.poll() is None, "the first run ended before it could be killed"
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    stored_before = _stored_chunk_ids(state / "docstream.db")
+    embedded_before = log.read_text().split()
+    assert stored_before, "some chunks were stored before the kill"
+
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=480)
+
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    results = _results(out)
+    assert len(results) == 8
+    assert {doc["status"] for doc in results.values()} == {"completed"}
+    embedded_after = log.read_text().split()[len(embedded_before):]
+    assert not set(embedded_after) & stored_before, "a chunk stored before the kill was embedded again"
+    all_chunks = _stored_chunk_ids(state / "docstream.db")
+    assert all_chunks == set(embedded_before) | set(embedded_after)
+    total = sum(int(str(doc["chunk_count"])) for doc in results.values())
+    assert len(all_chunks) == total
+    recomputed = len(set(embedded_before) & set(embedded_after))
+    # only chunks in flight at the kill (embedded, not yet stored) may be computed twice
+    assert recomputed <= len(set(embedded_before) - stored_before)
