@@ -62,6 +62,43 @@ def ingest(config: str | None = _ConfigOpt) -> None:
 
 
 @app.command()
+def api(
+    config: str | None = _ConfigOpt,
+    dump_openapi: Annotated[
+        str | None, typer.Option("--dump-openapi", help="Write the OpenAPI spec to FILE ('-': stdout) and exit.")
+    ] = None,
+) -> None:
+    """Serve the HTTP intake API on api.host:api.port (creates topics and the store schema first; docs/api.md)."""
+    module: Any = import_module("docstream_ingest.api.commands")
+    raise typer.Exit(module.api_command(config=config, dump=dump_openapi))
+
+
+apikey_app = typer.Typer(help="API keys of the HTTP intake API (only their hashes are stored).", no_args_is_help=True)
+app.add_typer(apikey_app, name="apikey")
+
+
+@apikey_app.command("create")
+def apikey_create(
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant whose jobs the key may see and submit.")],
+    name: Annotated[str | None, typer.Option("--name", help="A label for humans.")] = None,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Create an API key: prints the key once on stdout; only its hash is stored."""
+    module: Any = import_module("docstream_ingest.api.commands")
+    raise typer.Exit(module.apikey_create_command(tenant=tenant, name=name, config=config))
+
+
+@apikey_app.command("revoke")
+def apikey_revoke(
+    key: Annotated[str, typer.Argument(help="The key, or its key_id.")],
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Revoke an API key (effective within api.auth_cache_s)."""
+    module: Any = import_module("docstream_ingest.api.commands")
+    raise typer.Exit(module.apikey_revoke_command(key=key, config=config))
+
+
+@app.command()
 def submit(
     paths: Annotated[list[str], typer.Argument(help="Files, folders (walked) and .zip/.tar/.tar.gz archives.")],
     job_id: Annotated[str | None, typer.Option("--job-id", help="Job to submit to (new or existing).")] = None,
@@ -89,4 +126,193 @@ def submit(
             wait=wait,
             timeout_s=timeout,
         )
+    )
+
+
+@app.command()
+def status(
+    job_id: Annotated[str, typer.Argument(help="The job.")],
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Show a job's progress: state, document counts, docs/s (from the jobs row; docs/reducer.md)."""
+    module: Any = import_module("docstream_reducer.commands")
+    raise typer.Exit(module.status_command(job_id, config=config))
+
+
+@app.command()
+def results(
+    job_id: Annotated[str, typer.Argument(help="The job.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="jsonl (default) or parquet.")] = "jsonl",
+    chunks: Annotated[bool, typer.Option("--chunks", help="Also export every chunk (text, pages, embedding).")] = False,
+    out: Annotated[str | None, typer.Option("--out", "-o", help="Output file; jsonl default: stdout.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model whose results; default: the job's.")] = None,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Export a job's documents (and chunks) from the store, streaming (docs/reducer.md "Export")."""
+    module: Any = import_module("docstream_reducer.commands")
+    raise typer.Exit(module.results_command(job_id, fmt=fmt, chunks=chunks, out=out, model_id=model, config=config))
+
+
+def _run_tool(config: str | None, command: Any) -> int:
+    """Run ``command(settings, console)`` of a replay/DLQ/search tool: bad input exits 2, failures 1."""
+    from rich.console import Console
+
+    from docstream.errors import DocstreamError, InputError
+    from docstream.logging import configure_logging
+
+    settings = _settings(config)
+    configure_logging(level=settings.log.level, fmt=settings.log.format)
+    console, errors = Console(), Console(stderr=True)
+    try:
+        return int(command(settings, console))
+    except InputError as exc:
+        errors.print(f"[red]error:[/red] {exc.message}")
+        return 2
+    except DocstreamError as exc:
+        errors.print(f"[red]failed ({exc.code}):[/red] {exc.message}")
+        return 1
+
+
+def _confirm(question: str) -> bool:
+    return bool(typer.confirm(question, default=False))
+
+
+_YesOpt = typer.Option(False, "--yes", "-y", help="Do not ask before changing anything.")
+_DryRunOpt = typer.Option(False, "--dry-run", help="Print what would be done; change nothing.")
+
+
+@app.command()
+def replay(
+    service: Annotated[str, typer.Option("--service", help="chunker | inference | reducer: whose input to replay.")],
+    to_datetime: Annotated[
+        str | None, typer.Option("--to-datetime", help="First record at or after this ISO 8601 time (with zone).")
+    ] = None,
+    to_offset: Annotated[str | None, typer.Option("--to-offset", help="earliest | latest | N.")] = None,
+    new_group: Annotated[
+        str | None, typer.Option("--new-group", help="Create/reset this group instead of the service's own.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Inference: the model_id the replay writes rows under.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Do not refuse a group with live members.")] = False,
+    yes: bool = _YesOpt,
+    dry_run: bool = _DryRunOpt,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Reset (or create) a consumer group so a service processes its topic again (docs/replay.md)."""
+    module: Any = import_module("docstream.replay")
+    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_replay(
+        settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime, to_offset=to_offset,
+        new_group=new_group, model_id=model, force=force, yes=yes, dry_run=dry_run)))
+
+
+dlq_app = typer.Typer(help="Inspect dead-letter topics and send records back (docs/replay.md).", no_args_is_help=True)
+app.add_typer(dlq_app, name="dlq")
+_DlqTopicArg = typer.Argument(help="A DLQ topic, or the topic whose .dlq to use.")
+
+
+@dlq_app.command("list")
+def dlq_list(topic: Annotated[str, _DlqTopicArg], config: str | None = _ConfigOpt) -> None:
+    """Count dead letters per original topic and error code, with their offsets."""
+    module: Any = import_module("docstream.dlqtools")
+    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_dlq_list(settings, topic, console=console)))
+
+
+@dlq_app.command("show")
+def dlq_show(
+    topic: Annotated[str, _DlqTopicArg],
+    count: Annotated[int, typer.Option("-n", help="How many records.")] = 10,
+    partition: Annotated[int | None, typer.Option("--partition", help="Only this DLQ partition.")] = None,
+    offset: Annotated[int | None, typer.Option("--offset", help="Start here (needs --partition).")] = None,
+    max_bytes: Annotated[int, typer.Option("--max-bytes", help="Bytes of an undecodable value shown.")] = 64,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Show records: headers, and the decoded value (or a hex preview); long fields are shortened."""
+    module: Any = import_module("docstream.dlqtools")
+    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_dlq_show(
+        settings, topic, console=console, count=count, partition=partition, offset=offset, max_bytes=max_bytes,
+        as_json=as_json)))
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    topic: Annotated[str, _DlqTopicArg],
+    everything: Annotated[bool, typer.Option("--all", help="Every record not replayed yet.")] = False,
+    partition: Annotated[int | None, typer.Option("--partition", help="Only this DLQ partition.")] = None,
+    from_offset: Annotated[int | None, typer.Option("--from-offset", help="Only offsets >= this.")] = None,
+    to_offset: Annotated[int | None, typer.Option("--to-offset", help="Only offsets <= this.")] = None,
+    error_code: Annotated[str | None, typer.Option("--error-code", help="Only this error_code.")] = None,
+    again: Annotated[bool, typer.Option("--again", help="Include records replayed before.")] = False,
+    to: Annotated[str | None, typer.Option("--to", help="Send to this topic instead of original_topic.")] = None,
+    yes: bool = _YesOpt,
+    dry_run: bool = _DryRunOpt,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Send chosen dead letters back to their original topic (key and partition kept)."""
+    module: Any = import_module("docstream.dlqtools")
+    selection = module.DlqSelection(partition=partition, from_offset=from_offset, to_offset=to_offset,
+                                    error_code=error_code, again=again)
+    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_dlq_replay(
+        settings, topic, console=console, confirm=_confirm, selection=selection, everything=everything, target=to,
+        yes=yes, dry_run=dry_run)))
+
+
+@app.command()
+def search(
+    text: Annotated[str, typer.Argument(help="What to look for.")],
+    job: Annotated[str | None, typer.Option("--job", help="Only this job's chunks.")] = None,
+    k: Annotated[int, typer.Option("-k", help="How many results.")] = 10,
+    model: Annotated[str | None, typer.Option("--model", help="Rows of this model_id (default: inference's).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON array instead of a table.")] = False,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """The chunks nearest to TEXT: the query is embedded with the rows' model (docs/replay.md)."""
+    module: Any = import_module("docstream.search")
+    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_search(
+        settings, text, console=console, k=k, job_id=job, model_id=model, as_json=as_json)))
+
+
+@app.command()
+def run(
+    paths: Annotated[list[str], typer.Argument(help="Files, folders (walked) and .zip/.tar/.tar.gz archives.")],
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="Write results here: results.jsonl or results.parquet.")
+    ] = ".docstream/results.jsonl",
+    model: Annotated[
+        str | None, typer.Option("--model", help="A local sentence-transformers folder; default: the bundled model.")
+    ] = None,
+    model_id: Annotated[str | None, typer.Option("--model-id", help="Name recorded with the results.")] = None,
+    chunk_tokens: Annotated[int | None, typer.Option("--chunk-tokens", help="Most tokens per chunk.")] = None,
+    state_dir: Annotated[str, typer.Option("--state-dir", help="Where the embedded stack keeps its state.")] = (
+        ".docstream"
+    ),
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Give up after N seconds.")] = None,
+    config: str | None = _ConfigOpt,
+) -> None:
+    """Run the whole pipeline in this process on the embedded stack (tansu, SQLite, a local folder).
+
+    Re-running the same command resumes: documents already embedded are not computed again.
+    Exit status: 0 all documents completed, 1 some failed, 2 error, 130 interrupted.
+    """
+    from pathlib import Path
+
+    from docstream.runner import run_command
+
+    settings = _settings(config)
+    inference: dict[str, Any] = {}
+    if model is not None:
+        inference["model_path"] = model
+        inference["model_id"] = model_id or Path(model).name
+    elif model_id is not None:
+        inference["model_id"] = model_id
+    overrides: dict[str, dict[str, Any]] = {"inference": inference} if inference else {}
+    if chunk_tokens is not None:
+        overlap = min(settings.chunker.overlap_tokens, max(0, chunk_tokens // 8))
+        overrides["chunker"] = {"max_tokens": chunk_tokens, "overlap_tokens": overlap}
+    if overrides:
+        settings = settings.with_overrides(**overrides)
+    raise typer.Exit(
+        run_command(paths, settings=settings, out=Path(out) if out else None, state_dir=Path(state_dir),
+                    timeout_s=timeout)
     )

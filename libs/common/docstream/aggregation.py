@@ -1,0 +1,548 @@
+"""Pure aggregation: chunk results into documents, documents into job progress (docs/reducer.md).
+
+Nothing here does I/O or reads a clock: the reducer's agents keep these values in Faust
+tables (as the JSON of ``to_json()``) and pass times in.
+
+* ``DocumentState`` gathers the ``ChunkEmbedded`` records of one (doc_id, model_id):
+  which indices arrived (a bitmap, 1 bit per chunk: 1.25 KB for a 10 000-chunk document),
+  failed chunks, token totals and the running token-weighted sum of the chunk embeddings.
+  ``apply`` folds one record in and returns the ``DocumentCompleted`` when the last index
+  arrives. Duplicates change nothing; a disagreeing ``chunk_count`` raises.
+* ``CompletionMarker`` is what stays of a document after completion: enough to recognise
+  (and ignore) a redelivered chunk of it until the marker expires.
+* ``JobProgress`` counts a job's terminal documents; the reducer keeps each document's
+  terminal status in a separate table row, so a duplicated ``DocumentCompleted`` counts
+  once while the job's own row stays a few bytes, whatever the job's size.
+* ``StatusThrottle`` decides when a job's changed counts are published.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from docstream.errors import FatalError, PoisonRecord
+from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
+
+__all__ = [
+    "ALL_CHUNKS_FAILED",
+    "ChunkCountMismatchError",
+    "ChunkIndexError",
+    "CompletionMarker",
+    "CorruptStateError",
+    "DocumentState",
+    "EmbeddingDimensionError",
+    "JobProgress",
+    "StatusThrottle",
+    "TerminalStatus",
+    "apply",
+    "decode_entry",
+    "document_key",
+    "job_document_key",
+    "job_status",
+    "record_document",
+]
+
+TerminalStatus = Literal["completed", "partial", "failed"]
+
+ALL_CHUNKS_FAILED = "all_chunks_failed"
+"""error_code of a document none of whose chunks could be embedded."""
+
+_STATE_VERSION = 1
+_TERMINAL: tuple[TerminalStatus, ...] = ("completed", "partial", "failed")
+
+
+class ChunkCountMismatchError(PoisonRecord):
+    """A chunk result disagrees with its document's ``chunk_count``; it is never merged."""
+
+    code = "chunk_count_mismatch"
+
+
+class ChunkIndexError(PoisonRecord):
+    """A chunk result whose ``chunk_index`` is outside ``0..chunk_count-1`` (or chunk_count < 1)."""
+
+    code = "chunk_index_out_of_range"
+
+
+class EmbeddingDimensionError(PoisonRecord):
+    """A chunk embedding whose length differs from the other chunks of its document."""
+
+    code = "embedding_dimension_mismatch"
+
+
+class CorruptStateError(FatalError):
+    """A table value that is not a state this module wrote (a bug or a foreign writer)."""
+
+    code = "reducer_state_corrupt"
+
+
+def document_key(doc_id: str, model_id: str) -> str:
+    """Table key of a document's aggregation: a replay with a new model aggregates beside the old one."""
+    return f"{doc_id}|{model_id}"
+
+
+def job_document_key(job_id: str, doc_id: str) -> str:
+    """Table key of one document's terminal status inside its job."""
+    return f"{job_id}|{doc_id}"
+
+
+def _to_ms(value: datetime) -> int:
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return round(aware.timestamp() * 1000)
+
+
+def _from_ms(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+def _has_bit(bitmap: bytes, index: int) -> bool:
+    return bool(bitmap[index >> 3] & (1 << (index & 7)))
+
+
+def _set_bit(bitmap: bytes, index: int) -> bytes:
+    out = bytearray(bitmap)
+    out[index >> 3] |= 1 << (index & 7)
+    return bytes(out)
+
+
+def _clear_bit(bitmap: bytes, index: int) -> bytes:
+    out = bytearray(bitmap)
+    out[index >> 3] &= ~(1 << (index & 7)) & 0xFF
+    return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentState:
+    """What has arrived of one document's chunk results (one model).
+
+    Attributes:
+        doc_id: the document.
+        job_id: its job.
+        model_id: the model of the results.
+        chunk_count: the document's total number of chunks.
+        received: bitmap of arrived indices (bit ``i % 8`` of byte ``i // 8``).
+        received_count: number of set bits in ``received``.
+        failed_chunks: arrived chunks whose inference failed.
+        token_count: tokens over the embedded (ok) chunks.
+        weight_total: sum of the weights of the embedded chunks (``max(token_count, 1)`` each).
+        embedding_sum: token-weighted sum of the embedded chunks' vectors (empty until one arrives).
+        latest_ms: latest ``embedded_at`` seen, epoch ms: the completion time, whatever the arrival order.
+        first_error_code: error_code of the first failed chunk that arrived.
+        failed: bitmap of the indices whose result was a failure (a later ok result replaces one).
+        completed_ms: event time its DocumentCompleted was emitted, epoch ms; 0 before.
+        partition: source partition at that emission (expiry deletes through it); -1 before.
+    """
+
+    doc_id: str
+    job_id: str
+    model_id: str
+    chunk_count: int
+    received: bytes
+    received_count: int = 0
+    failed_chunks: int = 0
+    token_count: int = 0
+    weight_total: float = 0.0
+    embedding_sum: tuple[float, ...] = ()
+    latest_ms: int = 0
+    first_error_code: str | None = None
+    failed: bytes = b""
+    completed_ms: int = 0
+    partition: int = -1
+
+    @classmethod
+    def empty(cls, doc_id: str, job_id: str, model_id: str, chunk_count: int) -> DocumentState:
+        """A state with nothing received yet.
+
+        Raises:
+            ChunkIndexError: ``chunk_count`` < 1.
+        """
+        if chunk_count < 1:
+            raise ChunkIndexError(f"document {doc_id}: chunk_count {chunk_count} < 1")
+        size = (chunk_count + 7) // 8
+        return cls(doc_id, job_id, model_id, chunk_count, bytes(size), failed=bytes(size))
+
+    @property
+    def is_complete(self) -> bool:
+        """Every index 0..chunk_count-1 has arrived."""
+        return self.received_count >= self.chunk_count
+
+    def has(self, index: int) -> bool:
+        """Whether chunk ``index`` has arrived."""
+        return 0 <= index < self.chunk_count and _has_bit(self.received, index)
+
+    def has_failed(self, index: int) -> bool:
+        """Whether chunk ``index`` arrived as a failure (and no ok result replaced it yet)."""
+        return self.has(index) and _has_bit(self.failed, index)
+
+    def emitted(self, completed_ms: int, partition: int) -> DocumentState:
+        """This state, marked as emitted at event time ``completed_ms`` from ``partition``."""
+        return replace(self, completed_ms=completed_ms, partition=partition)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict (the Faust table value)."""
+        return {
+            "v": _STATE_VERSION,
+            "kind": "state",
+            "doc_id": self.doc_id,
+            "job_id": self.job_id,
+            "model_id": self.model_id,
+            "chunk_count": self.chunk_count,
+            "received": base64.b64encode(self.received).decode("ascii"),
+            "received_count": self.received_count,
+            "failed_chunks": self.failed_chunks,
+            "token_count": self.token_count,
+            "weight_total": self.weight_total,
+            "embedding_sum": list(self.embedding_sum),
+            "latest_ms": self.latest_ms,
+            "first_error_code": self.first_error_code,
+            "failed": base64.b64encode(self.failed).decode("ascii"),
+            "completed_ms": self.completed_ms,
+            "partition": self.partition,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DocumentState:
+        """Rebuild from ``to_json()``.
+
+        Raises:
+            CorruptStateError: the dict is not a state of this version.
+        """
+        try:
+            if data.get("v") != _STATE_VERSION or data.get("kind") != "state":
+                raise ValueError(f"not a v{_STATE_VERSION} document state")
+            received = base64.b64decode(str(data["received"]), validate=True)
+            failed = base64.b64decode(str(data.get("failed", "")), validate=True) or bytes(len(received))
+            state = cls(
+                doc_id=str(data["doc_id"]),
+                job_id=str(data["job_id"]),
+                model_id=str(data["model_id"]),
+                chunk_count=int(data["chunk_count"]),
+                received=received,
+                received_count=int(data["received_count"]),
+                failed_chunks=int(data["failed_chunks"]),
+                token_count=int(data["token_count"]),
+                weight_total=float(data["weight_total"]),
+                embedding_sum=tuple(float(x) for x in data["embedding_sum"]),
+                latest_ms=int(data["latest_ms"]),
+                first_error_code=None if data.get("first_error_code") is None else str(data["first_error_code"]),
+                failed=failed,
+                completed_ms=int(data.get("completed_ms", 0)),
+                partition=int(data.get("partition", -1)),
+            )
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            raise CorruptStateError(f"corrupt document state: {exc}") from exc
+        if not len(state.received) == len(state.failed) == (state.chunk_count + 7) // 8:
+            raise CorruptStateError(f"document state {state.doc_id}: bitmap does not fit chunk_count")
+        return state
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionMarker:
+    """What remains of a completed document: recognises redelivered chunks until it expires.
+
+    Attributes:
+        status: the document's terminal status.
+        chunk_count: its chunk count (a redelivery that disagrees is still an error).
+        completed_ms: event time of the record that completed it, epoch ms (expiry runs on event time).
+        partition: the source partition, so expiry deletes the key through its own changelog partition.
+    """
+
+    status: TerminalStatus
+    chunk_count: int
+    completed_ms: int
+    partition: int
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict (the Faust table value)."""
+        return {"v": _STATE_VERSION, "kind": "done", "status": self.status, "chunk_count": self.chunk_count,
+                "completed_ms": self.completed_ms, "partition": self.partition}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompletionMarker:
+        """Rebuild from ``to_json()``.
+
+        Raises:
+            CorruptStateError: the dict is not a marker of this version.
+        """
+        try:
+            if data.get("v") != _STATE_VERSION or data.get("kind") != "done":
+                raise ValueError(f"not a v{_STATE_VERSION} completion marker")
+            status = str(data["status"])
+            if status not in _TERMINAL:
+                raise ValueError(f"unknown status {status!r}")
+            return cls(status, int(data["chunk_count"]), int(data["completed_ms"]),
+                       int(data["partition"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptStateError(f"corrupt completion marker: {exc}") from exc
+
+    def expired(self, now_ms: int, ttl_ms: int) -> bool:
+        """Whether the marker is older than ``ttl_ms`` at event time ``now_ms``."""
+        return now_ms - self.completed_ms > ttl_ms
+
+
+def decode_entry(data: Mapping[str, Any]) -> DocumentState | CompletionMarker:
+    """The document table value ``data`` as a state or a marker.
+
+    Raises:
+        CorruptStateError: neither.
+    """
+    if data.get("kind") == "done":
+        return CompletionMarker.from_json(data)
+    return DocumentState.from_json(data)
+
+
+def _check(state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded) -> None:
+    if chunk.chunk_count < 1 or not 0 <= chunk.chunk_index < chunk.chunk_count:
+        raise ChunkIndexError(
+            f"document {chunk.doc_id}: chunk_index {chunk.chunk_index} outside 0..{chunk.chunk_count - 1}"
+        )
+    if state is not None and state.chunk_count != chunk.chunk_count:
+        raise ChunkCountMismatchError(
+            f"document {chunk.doc_id}: chunk {chunk.chunk_index} says chunk_count {chunk.chunk_count}, "
+            f"earlier chunks said {state.chunk_count}"
+        )
+
+
+def apply(
+    state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded
+) -> tuple[DocumentState | CompletionMarker | None, DocumentCompleted | None]:
+    """Fold one chunk result into its document's state.
+
+    Args:
+        state: the document's current state, its completion marker, or None (nothing yet).
+        chunk: the chunk result.
+
+    Returns:
+        ``(new_state, completed)``. A duplicate (an index already in, or any chunk of a
+        document reduced to its completion marker) returns ``state`` itself and None. When the
+        last index arrives, ``completed`` is the document's ``DocumentCompleted`` and
+        ``new_state`` the full state. An ok result for an index that arrived as a failure (a
+        dead letter replayed) replaces the failure; on a complete document it gives a new
+        ``DocumentCompleted`` with the corrected status.
+
+    Raises:
+        ChunkCountMismatchError: ``chunk.chunk_count`` differs from the state's (never merged).
+        ChunkIndexError: the index is outside ``0..chunk_count-1``.
+        EmbeddingDimensionError: an ok chunk's embedding length differs from earlier ones, or is empty.
+    """
+    _check(state, chunk)
+    if isinstance(state, CompletionMarker):
+        return state, None
+    current = state or DocumentState.empty(chunk.doc_id, chunk.job_id, chunk.model_id, chunk.chunk_count)
+    if current.has(chunk.chunk_index):
+        if chunk.status != "ok" or not current.has_failed(chunk.chunk_index):
+            return state, None
+        updated = _fold(current, chunk, replaces_failure=True)
+        return updated, (_completed(updated) if updated.is_complete else None)
+    updated = _fold(current, chunk)
+    return updated, (_completed(updated) if updated.is_complete else None)
+
+
+def _fold(state: DocumentState, chunk: ChunkEmbedded, *, replaces_failure: bool = False) -> DocumentState:
+    common: dict[str, Any] = {"latest_ms": max(state.latest_ms, _to_ms(chunk.embedded_at))}
+    if replaces_failure:
+        failed_chunks = state.failed_chunks - 1
+        common.update(failed=_clear_bit(state.failed, chunk.chunk_index), failed_chunks=failed_chunks,
+                      first_error_code=state.first_error_code if failed_chunks else None)
+    else:
+        common.update(received=_set_bit(state.received, chunk.chunk_index), received_count=state.received_count + 1)
+    if chunk.status != "ok":
+        return replace(state, failed_chunks=state.failed_chunks + 1, failed=_set_bit(state.failed, chunk.chunk_index),
+                       first_error_code=state.first_error_code or chunk.error_code or "chunk_failed", **common)
+    vector = chunk.embedding
+    if not vector or (state.embedding_sum and len(vector) != len(state.embedding_sum)):
+        raise EmbeddingDimensionError(
+            f"document {chunk.doc_id}: chunk {chunk.chunk_index} has {len(vector)} dimensions, "
+            f"expected {len(state.embedding_sum) or 'at least 1'}"
+        )
+    weight = float(max(chunk.token_count, 1))
+    base = state.embedding_sum or (0.0,) * len(vector)
+    return replace(
+        state,
+        token_count=state.token_count + max(chunk.token_count, 0),
+        weight_total=state.weight_total + weight,
+        embedding_sum=tuple(s + weight * float(x) for s, x in zip(base, vector, strict=True)),
+        **common,
+    )
+
+
+def _completed(state: DocumentState) -> DocumentCompleted:
+    embedded = state.chunk_count - state.failed_chunks
+    status: TerminalStatus
+    error_code: str | None = None
+    error: str | None = None
+    if state.failed_chunks == 0:
+        status = "completed"
+    elif embedded > 0:
+        status = "partial"
+        error = f"{state.failed_chunks} of {state.chunk_count} chunks failed ({state.first_error_code})"
+    else:
+        status, error_code = "failed", ALL_CHUNKS_FAILED
+        error = f"all {state.chunk_count} chunks failed ({state.first_error_code})"
+    mean = [s / state.weight_total for s in state.embedding_sum] if state.weight_total > 0 else []
+    if any(not math.isfinite(x) for x in mean):
+        raise EmbeddingDimensionError(f"document {state.doc_id}: non-finite document embedding")
+    return DocumentCompleted(
+        job_id=state.job_id,
+        doc_id=state.doc_id,
+        status=status,
+        completed_at=_from_ms(state.latest_ms),
+        model_id=state.model_id,
+        chunk_count=state.chunk_count,
+        failed_chunks=state.failed_chunks,
+        token_count=state.token_count,
+        embedding=mean,
+        error_code=error_code,
+        error=error,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """Counts of a job's terminal documents.
+
+    Attributes:
+        job_id: the job.
+        tenant: its tenant.
+        document_count: documents in the job, from the jobs row; 0 while unknown.
+        completed: documents completed.
+        partial: documents completed with failed chunks.
+        failed: documents failed (chunker failures included).
+        final: the final JobStatus has been published; later records are ignored.
+        webhook_done: the webhook has been called (or given up on) for the final status.
+    """
+
+    job_id: str
+    tenant: str = "default"
+    document_count: int = 0
+    completed: int = 0
+    partial: int = 0
+    failed: int = 0
+    final: bool = False
+    webhook_done: bool = False
+
+    @property
+    def terminal(self) -> int:
+        """Documents in a terminal state."""
+        return self.completed + self.partial + self.failed
+
+    @property
+    def is_complete(self) -> bool:
+        """Every document of a job of known size is terminal."""
+        return self.document_count > 0 and self.terminal >= self.document_count
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict (the Faust table value)."""
+        return {"v": _STATE_VERSION, "job_id": self.job_id, "tenant": self.tenant,
+                "document_count": self.document_count, "completed": self.completed, "partial": self.partial,
+                "failed": self.failed, "final": self.final, "webhook_done": self.webhook_done}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobProgress:
+        """Rebuild from ``to_json()``.
+
+        Raises:
+            CorruptStateError: the dict is not a job progress of this version.
+        """
+        try:
+            if data.get("v") != _STATE_VERSION:
+                raise ValueError(f"not a v{_STATE_VERSION} job progress")
+            return cls(str(data["job_id"]), str(data["tenant"]), int(data["document_count"]),
+                       int(data["completed"]), int(data["partial"]), int(data["failed"]), bool(data["final"]),
+                       bool(data["webhook_done"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptStateError(f"corrupt job progress: {exc}") from exc
+
+
+def record_document(progress: JobProgress, previous: TerminalStatus | None, status: TerminalStatus) -> JobProgress:
+    """Count one document's terminal status.
+
+    Args:
+        progress: the job's counts.
+        previous: the status already counted for this document, or None.
+        status: the status just reported.
+
+    Returns:
+        ``progress`` itself when nothing changes (a duplicate), else the new counts; a
+        document whose status changes (a replay) moves from one count to the other.
+
+    Raises:
+        ValueError: a status that is not terminal.
+    """
+    if status not in _TERMINAL or (previous is not None and previous not in _TERMINAL):
+        raise ValueError(f"not a terminal status: {status!r} (previous {previous!r})")
+    if previous == status:
+        return progress
+    counts = {"completed": progress.completed, "partial": progress.partial, "failed": progress.failed}
+    if previous is not None:
+        counts[previous] -= 1
+    counts[status] += 1
+    return replace(progress, completed=counts["completed"], partial=counts["partial"], failed=counts["failed"])
+
+
+def job_status(progress: JobProgress, updated_at: datetime, *, final: bool = False) -> JobStatus:
+    """The JobStatus record of ``progress`` (state completed when ``final``)."""
+    return JobStatus(
+        job_id=progress.job_id,
+        state="completed" if final else "running",
+        document_count=progress.document_count,
+        updated_at=updated_at,
+        tenant=progress.tenant,
+        completed=progress.completed,
+        partial=progress.partial,
+        failed=progress.failed,
+        final=final,
+    )
+
+
+class StatusThrottle:
+    """When to publish a job's changed counts: at most once per ``interval_s`` per job.
+
+    Changes inside the interval are remembered as pending; ``due_pending`` hands them out
+    once their interval has passed, so the last change of a quiet job is not held back.
+    Times are seconds of any monotonic clock the caller injects.
+
+    Args:
+        interval_s: least time between two publications of one job.
+
+    Raises:
+        ValueError: a negative interval.
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        if interval_s < 0:
+            raise ValueError("interval_s must be >= 0")
+        self._interval = interval_s
+        self._last: dict[str, float] = {}
+        self._pending: set[str] = set()
+
+    def changed(self, key: str, now: float) -> bool:
+        """Record a change of ``key``; True when it should be published now (then it counts as published)."""
+        last = self._last.get(key)
+        if last is None or now - last >= self._interval:
+            self._last[key] = now
+            self._pending.discard(key)
+            return True
+        self._pending.add(key)
+        return False
+
+    def due_pending(self, now: float) -> list[str]:
+        """Pending keys whose interval has passed, marked published (sorted)."""
+        due = sorted(k for k in self._pending if now - self._last.get(k, now - self._interval) >= self._interval)
+        for key in due:
+            self._pending.discard(key)
+            self._last[key] = now
+        return due
+
+    def forget(self, key: str) -> None:
+        """Drop what is known of ``key`` (its job is final)."""
+        self._last.pop(key, None)
+        self._pending.discard(key)
+
+    def __len__(self) -> int:
+        return len(self._last)

@@ -1,0 +1,489 @@
+"""What the reducer's agents do with one record; the Faust wiring is in app.py (docs/reducer.md).
+
+* ``DocumentReducer``: ChunkEmbedded → document state (table) → store rows → DocumentCompleted.
+* ``CompletedRelay``: DocumentCompleted (ours and the chunker's failures) → the by-job topic, keyed by job_id.
+* ``JobReducer``: by-job records → per-job counts (table) → jobs row, throttled JobStatus, final
+  JobStatus and the webhook.
+
+Tables are plain mutable mappings here (Faust tables in the service, dicts in tests). A handler
+returns only when every effect of its record is done: rows acknowledged, outputs delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import random
+from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+from docstream.aggregation import (
+    CompletionMarker,
+    CorruptStateError,
+    DocumentState,
+    JobProgress,
+    StatusThrottle,
+    TerminalStatus,
+    apply,
+    decode_entry,
+    document_key,
+    job_document_key,
+    job_status,
+    record_document,
+)
+from docstream.avro import AvroSerde
+from docstream.errors import FatalError, InputError, PoisonRecord, SchemaError
+from docstream.kafka.dlq import dlq_headers
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.records import ChunkEmbedded, DocumentCompleted, utc_now
+from docstream.retry import backoff_delay, is_retryable
+from docstream.settings import RetrySettings
+from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.topics import dlq_topic
+from docstream_reducer.webhook import WebhookNotifier
+
+__all__ = [
+    "RECONCILE",
+    "RECONCILE_AFTER_S",
+    "SERVICE",
+    "CompletedRelay",
+    "DocumentReducer",
+    "Incoming",
+    "JobReducer",
+    "Sink",
+    "StoreCalls",
+]
+
+SERVICE = "reducer"
+MARKER_TTL_MS = 3600 * 1000
+"""How long (event time) a completed document's marker catches redelivered chunks."""
+RECONCILE = "reconcile"
+"""``kind`` of a by-job control record: recount the job from its job_documents rows."""
+RECONCILE_AFTER_S = 30.0
+"""A job whose counts did not move for this long is recounted from the store (then 2x, 4x, ... up to 10 min)."""
+_RECONCILE_MAX_S = 600.0
+_TERMINAL_STATUSES = ("completed", "partial", "failed")
+
+_log = get_logger(__name__)
+_T = TypeVar("_T")
+Table = MutableMapping[Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One consumed record: where it came from and its raw bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Sink(Protocol):
+    """Produces a record and returns once the broker acknowledged it."""
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        transactional: bool = False,
+    ) -> None:
+        """Produce; ``transactional`` joins the current partition's transaction when exactly-once is on."""
+
+
+class StoreCalls:
+    """Runs blocking ResultStore calls in a thread, retrying transient faults with backoff.
+
+    Raises (from ``__call__``):
+        FatalError: the store kept failing for ``retry.max_attempts`` attempts.
+    """
+
+    def __init__(
+        self,
+        store: ResultStore,
+        retry: RetrySettings,
+        executor: Executor | None = None,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self._retry = retry
+        self._executor = executor
+        self._sleep = sleep
+        self._rng = rng
+
+    async def __call__(self, fn: Callable[..., _T], *args: Any) -> _T:
+        loop = asyncio.get_running_loop()
+        attempt = 1
+        while True:
+            try:
+                return await loop.run_in_executor(self._executor, partial(fn, *args))
+            except Exception as exc:  # the retry loop: classify, back off or give up
+                if not is_retryable(exc):
+                    raise
+                if attempt >= self._retry.max_attempts:
+                    raise FatalError(f"store kept failing after {attempt} attempts: {exc}",
+                                     code="store_unavailable") from exc
+                delay = backoff_delay(attempt, base_s=self._retry.base_delay_ms / 1000,
+                                      max_s=self._retry.max_delay_ms / 1000, rng=self._rng)
+                _log.warning("store_call_retried", operation=getattr(fn, "__name__", "store"), attempt=attempt,
+                             delay_s=round(delay, 3), error=str(exc)[:200])
+                await self._sleep(delay)
+                attempt += 1
+
+
+async def dead_letter(sink: Sink, msg: Incoming, error: BaseException, metrics: Metrics | None,
+                      *, now_ms: int) -> None:
+    """Send ``msg`` to ``<topic>.dlq`` with the DLQ headers of DESIGN.md; returns once delivered."""
+    headers = dlq_headers(topic=msg.topic, partition=msg.partition, offset=msg.offset, error=error, attempts=1,
+                          service=SERVICE, timestamp_ms=now_ms)
+    await sink.send(dlq_topic(msg.topic), msg.key, msg.value, headers=headers)
+    _log.warning("record_dead_lettered", topic=msg.topic, partition=msg.partition, offset=msg.offset,
+                 error_code=getattr(error, "code", "unhandled_error"))
+    if metrics is not None:
+        metrics.dlq.labels(SERVICE, msg.topic).inc()
+
+
+class DocumentReducer:
+    """ChunkEmbedded records into DocumentCompleted ones.
+
+    Args:
+        table: document key → DocumentState or CompletionMarker JSON (the Faust table).
+        serde: Avro serde.
+        store: the result store, behind retries.
+        sink: producer.
+        completed_topic: where DocumentCompleted goes.
+        metrics: counters, optional.
+        marker_ttl_ms: event-time life of completion markers.
+    """
+
+    def __init__(self, table: Table, serde: AvroSerde, store: StoreCalls, sink: Sink, completed_topic: str,
+                 *, metrics: Metrics | None = None, marker_ttl_ms: int = MARKER_TTL_MS) -> None:
+        self._table = table
+        self._serde = serde
+        self._store = store
+        self._sink = sink
+        self._completed_topic = completed_topic
+        self._metrics = metrics
+        self._ttl_ms = marker_ttl_ms
+        self._markers: dict[int, list[tuple[int, str]]] = {}
+
+    async def handle(self, msg: Incoming) -> None:
+        """Fold one ChunkEmbedded record in; complete its document when it is the last one."""
+        self._expire_markers(msg.partition, msg.timestamp_ms)
+        try:
+            chunk = self._decode(msg)
+            key = document_key(chunk.doc_id, chunk.model_id)
+            raw = self._table.get(key)
+            entry = None if raw is None else decode_entry(raw)
+            state, completed = apply(entry, chunk)
+        except PoisonRecord as exc:
+            await dead_letter(self._sink, msg, exc, self._metrics, now_ms=msg.timestamp_ms)
+            return
+        if state is entry:
+            _log.debug("chunk_duplicate_ignored", doc_id=chunk.doc_id, chunk_index=chunk.chunk_index)
+            return
+        if completed is None:
+            assert isinstance(state, DocumentState)
+            self._table[key] = state.to_json()
+            return
+        completed = await self._write_rows(completed)
+        value = self._serde.serialize(completed, self._completed_topic)
+        # same partition as the source record: under exactly-once the output, the state change and
+        # the input offset belong to one transaction (docs/reducer.md "Exactly-once")
+        await self._sink.send(self._completed_topic, completed.doc_id.encode(), value, partition=msg.partition,
+                              transactional=True)
+        assert isinstance(state, DocumentState)
+        if completed.status == "completed":
+            self._table[key] = CompletionMarker("completed", completed.chunk_count, msg.timestamp_ms,
+                                                msg.partition).to_json()
+        else:
+            # keep the sums: a failed chunk that succeeds later (a replayed dead letter) still counts
+            self._table[key] = state.emitted(msg.timestamp_ms, msg.partition).to_json()
+        heapq.heappush(self._markers.setdefault(msg.partition, []), (msg.timestamp_ms, key))
+        _log.info("document_completed", job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status,
+                  chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks)
+        if self._metrics is not None:
+            self._metrics.records_out.labels(SERVICE, self._completed_topic).inc()
+
+    def _decode(self, msg: Incoming) -> ChunkEmbedded:
+        if msg.value is None:
+            raise SchemaError("record without a value", code="schema_empty_value")
+        record = self._serde.deserialize(msg.value, msg.topic)
+        if not isinstance(record, ChunkEmbedded):
+            raise SchemaError(f"expected ChunkEmbedded, got {type(record).__name__}", code="schema_unexpected_record",
+                              raw=msg.value)
+        return record
+
+    async def _write_rows(self, completed: DocumentCompleted) -> DocumentCompleted:
+        store = self._store
+        document: DocumentRow | None = await store(store.store.get_document, completed.doc_id)
+        if document is not None:
+            completed = replace(completed, source_uri=document.source_uri, filename=document.filename,
+                                content_sha256=document.content_sha256, page_count=document.page_count)
+        now = utc_now()
+        assert completed.model_id is not None
+        await store(store.store.upsert_document_result, DocumentResultRow(
+            doc_id=completed.doc_id, model_id=completed.model_id, job_id=completed.job_id, status=completed.status,
+            chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks,
+            token_count=completed.token_count, embedding=completed.embedding, chunker_settings="",
+            completed_at=completed.completed_at, content_sha256=completed.content_sha256,
+        ))
+        if document is not None:
+            await store(store.store.upsert_document, replace(
+                document, status=completed.status, updated_at=now, error_code=completed.error_code,
+                error=completed.error))
+        await store(store.store.upsert_job_document, JobDocumentRow(
+            job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status, updated_at=now,
+            filename=document.filename if document is not None else None, error_code=completed.error_code))
+        return completed
+
+    def rebuild_markers(self) -> int:
+        """Index the completed entries restored into the table (after recovery); returns how many."""
+        self._markers = {}
+        for key, raw in list(self._table.items()):
+            done = _emitted(raw)
+            if done is not None:
+                self._markers.setdefault(done[1], []).append((done[0], str(key)))
+        for heap in self._markers.values():
+            heapq.heapify(heap)
+        return sum(len(h) for h in self._markers.values())
+
+    def _expire_markers(self, partition: int, now_ms: int) -> None:
+        # only this partition's markers: a deletion goes to the changelog partition of the current record
+        heap = self._markers.get(partition)
+        while heap and now_ms - heap[0][0] > self._ttl_ms:
+            completed_ms, key = heapq.heappop(heap)
+            if _emitted(self._table.get(key)) == (completed_ms, partition):
+                del self._table[key]
+
+
+def _terminal_documents(store: ResultStore, job_id: str) -> list[tuple[str, TerminalStatus]]:
+    return [(row.doc_id, row.status) for row in store.iter_job_documents(job_id)
+            if row.status in _TERMINAL_STATUSES]
+
+
+def _emitted(raw: Any) -> tuple[int, int] | None:
+    """(event time, partition) of a table entry whose DocumentCompleted is out, else None."""
+    if not isinstance(raw, dict):
+        return None
+    entry = decode_entry(raw)
+    if isinstance(entry, CompletionMarker):
+        return entry.completed_ms, entry.partition
+    return (entry.completed_ms, entry.partition) if entry.completed_ms else None
+
+
+class CompletedRelay:
+    """Re-keys DocumentCompleted records by job_id onto the by-job topic (the repartition step)."""
+
+    def __init__(self, serde: AvroSerde, sink: Sink, by_job_topic: str, *, metrics: Metrics | None = None) -> None:
+        self._serde = serde
+        self._sink = sink
+        self._topic = by_job_topic
+        self._metrics = metrics
+
+    async def handle(self, msg: Incoming) -> None:
+        """Forward one DocumentCompleted as a small JSON record keyed by job_id."""
+        try:
+            if msg.value is None:
+                raise SchemaError("record without a value", code="schema_empty_value")
+            record = self._serde.deserialize(msg.value, msg.topic)
+            if not isinstance(record, DocumentCompleted):
+                raise SchemaError(f"expected DocumentCompleted, got {type(record).__name__}",
+                                  code="schema_unexpected_record", raw=msg.value)
+        except PoisonRecord as exc:
+            await dead_letter(self._sink, msg, exc, self._metrics, now_ms=msg.timestamp_ms)
+            return
+        body = {"job_id": record.job_id, "doc_id": record.doc_id, "status": record.status,
+                "error_code": record.error_code}
+        # at-least-once hop (awaited before the input is acknowledged); JobReducer counts a doc_id once
+        await self._sink.send(self._topic, record.job_id.encode(), json.dumps(body).encode())
+
+
+class JobReducer:
+    """Per-job counts, the jobs row, JobStatus and the webhook.
+
+    Args:
+        jobs: job_id → JobProgress JSON (Faust table).
+        job_documents: "job_id|doc_id" → terminal status (Faust table); a job's entries are
+            deleted once its final status is out.
+        serde: Avro serde.
+        store: the result store, behind retries.
+        sink: producer.
+        jobs_topic: where JobStatus goes.
+        by_job_topic: the reducer's by-job topic (reconcile requests go there, keyed by job_id).
+        throttle_s: least time between two running statuses of one job.
+        clock: monotonic seconds (injected in tests).
+        reconcile_after_s: a job whose counts do not move for this long is recounted from the store.
+        webhooks: the webhook caller, or None to never call webhooks.
+        metrics: counters, optional.
+    """
+
+    def __init__(self, jobs: Table, job_documents: Table, serde: AvroSerde, store: StoreCalls, sink: Sink,
+                 jobs_topic: str, *, by_job_topic: str, throttle_s: float, clock: Callable[[], float],
+                 reconcile_after_s: float = RECONCILE_AFTER_S, webhooks: WebhookNotifier | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self._jobs = jobs
+        self._docs = job_documents
+        self._serde = serde
+        self._store = store
+        self._sink = sink
+        self._topic = jobs_topic
+        self._throttle = StatusThrottle(throttle_s)
+        self._lookups = StatusThrottle(max(5.0, throttle_s))
+        self._clock = clock
+        self._webhooks = webhooks
+        self._metrics = metrics
+        self._rows: dict[str, JobRow | None] = {}
+        self._publishing = asyncio.Lock()
+        self._finishing: set[str] = set()
+        self._by_job_topic = by_job_topic
+        self._reconcile_s = reconcile_after_s
+        self._changed: dict[str, float] = {}
+        self._stalled: dict[str, float] = {}
+
+    async def handle(self, msg: Incoming) -> None:
+        """Count one document's terminal status in its job (or reconcile the job from the store)."""
+        body = self._parse(msg)
+        job_id = str(body["job_id"])
+        progress = await self._progress(job_id)
+        if progress.final:
+            _log.debug("job_record_after_final_ignored", job_id=job_id)
+            return
+        if body.get("kind") == RECONCILE:
+            statuses = await self._store(_terminal_documents, self._store.store, job_id)
+        else:
+            statuses = [(str(body["doc_id"]), body["status"])]
+        updated = progress
+        for doc_id, status in statuses:
+            doc_key = job_document_key(job_id, doc_id)
+            counted = record_document(updated, self._docs.get(doc_key), status)
+            if counted is not updated:
+                self._docs[doc_key] = status
+                updated = counted
+        if body.get("kind") == RECONCILE:
+            _log.info("job_reconciled", job_id=job_id, added=updated.terminal - progress.terminal,
+                      terminal=updated.terminal, document_count=updated.document_count)
+        if updated is progress:
+            return
+        self._stalled.pop(job_id, None)
+        self._changed[job_id] = self._clock()
+        if updated.is_complete:
+            updated = await self._refresh_count(updated, force=True)
+        if updated.is_complete:
+            await self._finish(updated)
+            return
+        self._jobs[job_id] = updated.to_json()
+        if self._throttle.changed(job_id, self._clock()):
+            await self._publish(updated)
+
+    async def flush(self) -> None:
+        """Publish statuses held back by the throttle; ask stalled jobs to reconcile with the store."""
+        now = self._clock()
+        for job_id in self._throttle.due_pending(now):
+            async with self._publishing:
+                # read under the lock: the agent may have published the final status meanwhile
+                raw = self._jobs.get(job_id)
+                progress = None if raw is None else JobProgress.from_json(raw)
+                if progress is not None and not progress.final and job_id not in self._finishing:
+                    await self._publish_locked(progress)
+        for job_id, changed in list(self._changed.items()):
+            wait = self._stalled.get(job_id, self._reconcile_s)
+            if now - changed < wait:
+                continue
+            # a count that stopped moving: a relayed record may have been lost (at-least-once hops,
+            # rebalances); the job_documents rows are the source of truth, so recount from them
+            self._changed[job_id] = now
+            self._stalled[job_id] = min(wait * 2, _RECONCILE_MAX_S)
+            body = {"kind": RECONCILE, "job_id": job_id}
+            await self._sink.send(self._by_job_topic, job_id.encode(), json.dumps(body).encode())
+
+    @staticmethod
+    def _parse(msg: Incoming) -> dict[str, Any]:
+        try:
+            body = json.loads(msg.value or b"")
+            if not isinstance(body, dict) or not isinstance(body.get("job_id"), str):
+                raise ValueError("no job_id")
+            if body.get("kind") != RECONCILE and body.get("status") not in _TERMINAL_STATUSES:
+                raise ValueError(f"status {body.get('status')!r}")
+            return body
+        except (ValueError, TypeError) as exc:
+            raise CorruptStateError(f"bad by-job record at {msg.topic}[{msg.partition}]@{msg.offset}") from exc
+
+    async def _job_row(self, job_id: str, *, fresh: bool = False) -> JobRow | None:
+        if fresh or job_id not in self._rows:
+            self._rows[job_id] = await self._store(self._store.store.get_job, job_id)
+        return self._rows[job_id]
+
+    async def _progress(self, job_id: str) -> JobProgress:
+        raw = self._jobs.get(job_id)
+        if raw is not None:
+            progress = JobProgress.from_json(raw)
+            if progress.document_count == 0 and not progress.final:
+                progress = await self._refresh_count(progress, force=False)
+            return progress
+        row = await self._job_row(job_id)
+        self._lookups.changed(job_id, self._clock())
+        if row is None:
+            return JobProgress(job_id)
+        return JobProgress(job_id, tenant=row.tenant, document_count=row.document_count)
+
+    async def _refresh_count(self, progress: JobProgress, *, force: bool) -> JobProgress:
+        # read the jobs row only when the count is unknown (throttled) or the job looks complete
+        if not force and not self._lookups.changed(progress.job_id, self._clock()):
+            return progress
+        row = await self._job_row(progress.job_id, fresh=True)
+        if row is None or row.document_count == progress.document_count:
+            return progress
+        return replace(progress, document_count=row.document_count, tenant=row.tenant)
+
+    async def _publish(self, progress: JobProgress, *, final: bool = False) -> None:
+        async with self._publishing:
+            await self._publish_locked(progress, final=final)
+
+    async def _publish_locked(self, progress: JobProgress, *, final: bool = False) -> None:
+        status = job_status(progress, utc_now(), final=final)
+        row = await self._job_row(progress.job_id)
+        if row is not None:
+            state = "cancelled" if row.status == "cancelled" else status.state
+            await self._store(self._store.store.upsert_job, replace(
+                row, status=state, completed=status.completed, partial=status.partial, failed=status.failed,
+                updated_at=status.updated_at))
+        await self._sink.send(self._topic, progress.job_id.encode(), self._serde.serialize(status, self._topic))
+        if self._metrics is not None:
+            self._metrics.records_out.labels(SERVICE, self._topic).inc()
+        _log.info("job_status_published", job_id=progress.job_id, final=final, completed=status.completed,
+                  partial=status.partial, failed=status.failed, document_count=status.document_count)
+
+    async def _finish(self, progress: JobProgress) -> None:
+        self._finishing.add(progress.job_id)
+        final = replace(progress, final=True)
+        await self._publish(final, final=True)
+        row = self._rows.get(progress.job_id)
+        if not final.webhook_done and row is not None and row.webhook_url and self._webhooks is not None:
+            try:
+                await self._webhooks.notify(row.webhook_url, job_status(final, utc_now(), final=True))
+            except InputError as exc:
+                _log.error("webhook_refused", job_id=progress.job_id, error_code=exc.code, error=exc.message)
+        self._jobs[progress.job_id] = replace(final, webhook_done=True).to_json()
+        prefix = job_document_key(progress.job_id, "")
+        for key in [k for k in list(self._docs.keys()) if str(k).startswith(prefix)]:
+            del self._docs[key]
+        self._throttle.forget(progress.job_id)
+        self._lookups.forget(progress.job_id)
+        self._rows.pop(progress.job_id, None)
+        self._changed.pop(progress.job_id, None)
+        self._stalled.pop(progress.job_id, None)
+        self._finishing.discard(progress.job_id)

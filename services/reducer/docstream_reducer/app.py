@@ -1,0 +1,346 @@
+"""The reducer's Faust app: topics, tables, agents and the timer around agents.py (docs/reducer.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from faust.types import TP
+
+from docstream.avro import AvroSerde
+from docstream.errors import ConfigError, RetryableError
+from docstream.kafka.clients import admin_config
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.settings import KafkaSettings, Settings
+from docstream.topics import Topics
+from docstream_reducer.agents import SERVICE, CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
+from docstream_reducer.webhook import WebhookNotifier
+
+__all__ = [
+    "FaustSink",
+    "PartitionWatch",
+    "Reducer",
+    "ReducerWorker",
+    "build_reducer",
+    "by_job_topic",
+    "check_partitions",
+    "exit_watchdog",
+    "faust_settings",
+    "use_broker_highwaters",
+]
+
+_log = get_logger(__name__)
+_STALL_S = 20.0
+
+
+def by_job_topic(settings: Settings) -> str:
+    """The reducer's internal topic of terminal documents keyed by job_id."""
+    return f"{settings.reducer.app_id}-documents-by-job-repartition"
+
+
+def _credentials(kafka: KafkaSettings) -> Any:
+    context = ssl.create_default_context(cafile=kafka.ssl_ca_location) if "SSL" in kafka.security_protocol else None
+    if kafka.security_protocol.startswith("SASL"):
+        password = kafka.sasl_password.get_secret_value() if kafka.sasl_password is not None else None
+        return faust.SASLCredentials(username=kafka.sasl_username, password=password, ssl_context=context,
+                                     mechanism=kafka.sasl_mechanism or "PLAIN")
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+def use_broker_highwaters() -> None:
+    """Make Faust read changelog ends from the broker under exactly-once (idempotent).
+
+    faust-streaming 0.15.3 takes the end of a changelog partition, under exactly-once, from
+    aiokafka's ``last_stable_offset``, which stays None until that partition has been fetched
+    once; Faust turns None into -1, an "empty" changelog: recovery after a restart or a
+    rebalance then restores nothing, or stops with ConsistencyError. A ListOffsets request
+    (``end_offsets``) with isolation read_committed returns the broker's last stable offset.
+    """
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    async def _highwaters(self: Any, partitions: list[Any]) -> Any:
+        return await self._ensure_consumer().end_offsets(partitions)
+
+    AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
+
+
+def faust_settings(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments of ``faust.App`` for these settings.
+
+    Exactly-once when ``kafka.transactions`` (real Kafka; tansu does not hide aborted records),
+    tables in memory rebuilt from their changelog topics, Faust's own web server off (the
+    docstream metrics endpoint serves /metrics, /healthz, /readyz).
+    """
+    kafka = settings.kafka
+    conf: dict[str, Any] = {
+        "broker": [f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(",") if server.strip()],
+        "store": "memory://",
+        "datadir": str(settings.reducer.data_dir),
+        "processing_guarantee": "exactly_once" if kafka.transactions else "at_least_once",
+        "topic_partitions": kafka.partitions,
+        "topic_replication_factor": kafka.replication_factor,
+        "broker_session_timeout": kafka.session_timeout_ms / 1000,
+        "broker_heartbeat_interval": kafka.heartbeat_interval_ms / 1000,
+        "broker_max_poll_interval": kafka.max_poll_interval_ms / 1000,
+        "producer_max_request_size": kafka.max_message_bytes,
+        "consumer_max_fetch_size": kafka.max_message_bytes,
+        "consumer_auto_offset_reset": "earliest",
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+        "web_enabled": False,
+        "autodiscover": False,
+        "worker_redirect_stdouts": False,
+    }
+    credentials = _credentials(kafka)
+    if credentials is not None:
+        conf["broker_credentials"] = credentials
+    return conf
+
+
+def check_partitions(settings: Settings, *, timeout_s: float = 15.0) -> None:
+    """Refuse exactly-once unless the embedded and completed topics have the same partition count.
+
+    A DocumentCompleted goes to its input's partition number so that it joins that partition's
+    transaction; with different counts that is impossible.
+
+    Raises:
+        ConfigError: the counts differ while ``kafka.transactions`` is on.
+        RetryableError: the broker did not answer.
+    """
+    if not settings.kafka.transactions:
+        return
+    topics = Topics(settings.kafka.topic_prefix)
+    admin = AdminClient(admin_config(settings.kafka))
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise RetryableError(f"no topic metadata: {exc}", code="kafka_timeout") from exc
+    counts = {name: len(metadata.topics[name].partitions) if name in metadata.topics else 0
+              for name in (topics.embedded, topics.completed)}
+    if len(set(counts.values())) != 1:
+        raise ConfigError(f"exactly-once needs equal partition counts, got {counts}", code="partitions_mismatch")
+
+
+class FaustSink:
+    """Produces through the app's producers and waits for each acknowledgement.
+
+    ``transactional=True`` goes through Faust's transaction manager under exactly-once (the record
+    joins the transaction of its partition); everything else through the plain producer.
+    """
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        transactional: bool = False,
+    ) -> None:
+        """Produce one record; returns once the broker acknowledged it."""
+        producer: Any = await self._app.maybe_start_producer() if transactional else self._app.producer
+        pending = await producer.send(topic, key, value, partition, None, headers)
+        await pending
+
+
+def exit_watchdog(seconds: float, code: int) -> threading.Timer:
+    """Exit the process with ``code`` unless it ended by itself within ``seconds``.
+
+    A stop can hang in Faust/aiokafka (a transaction commit during a rebalance, a consumer thread
+    that never ends); a service must still go away. Exiting hard loses nothing: input offsets
+    are committed only with their effects (and open transactions are aborted by the broker).
+    """
+
+    def _exit() -> None:
+        _log.error("reducer_stop_timed_out", seconds=seconds, exit_code=code)
+        os._exit(code)
+
+    timer = threading.Timer(seconds, _exit)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+class ReducerWorker(faust.Worker):
+    """A Faust worker whose stop is bounded by ``stop_timeout_s`` when set (the process exits 1 past it).
+
+    Only a process of its own (``docstream reducer``) sets it; a host process running the
+    reducer on a thread keeps the default None and decides itself.
+    """
+
+    stop_timeout_s: float | None = None
+
+    def _schedule_shutdown(self, signum: signal.Signals) -> None:
+        if not self._signal_stop_time and self.stop_timeout_s is not None:
+            exit_watchdog(self.stop_timeout_s, 1)
+        super()._schedule_shutdown(signum)
+
+
+class PartitionWatch:
+    """Notices source partitions that stopped moving while records wait behind them.
+
+    faust-streaming 0.15.3 was seen to leave an assigned partition unfetched after a rebalance
+    (docs/reducer.md "Restart and rebalance"); the reducer then re-fetches it from the next
+    unhandled offset. A false alarm (a transaction marker counted as a record) only re-reads.
+
+    Args:
+        stall_s: how long a partition with waiting records may go without progress.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, stall_s: float, clock: Callable[[], float]) -> None:
+        self._stall_s = stall_s
+        self._clock = clock
+        self._next: dict[tuple[str, int], int] = {}
+        self._moved: dict[tuple[str, int], float] = {}
+
+    def handled(self, topic: str, partition: int, offset: int) -> None:
+        """Record that ``offset`` of ``topic[partition]`` was handled."""
+        self._next[(topic, partition)] = offset + 1
+        self._moved[(topic, partition)] = self._clock()
+
+    def stalled(
+        self, ends: dict[tuple[str, int], int], committed: dict[tuple[str, int], int] | None = None
+    ) -> list[tuple[str, int, int | None]]:
+        """``(topic, partition, next offset or None)`` of partitions to re-fetch.
+
+        Args:
+            ends: end offsets of the assigned partitions.
+            committed: committed offsets, for partitions this process has not handled yet.
+        """
+        now = self._clock()
+        out: list[tuple[str, int, int | None]] = []
+        for key, end in sorted(ends.items()):
+            moved = self._moved.setdefault(key, now)
+            following = self._next.get(key)
+            start = following if following is not None else (committed or {}).get(key) or 0
+            waiting = end > start + 1
+            if waiting and now - moved >= self._stall_s:
+                out.append((key[0], key[1], following))
+                self._moved[key] = now  # once per stall period
+        return out
+
+
+def _incoming(event: Any) -> Incoming:
+    message = event.message
+    return Incoming(topic=message.topic, partition=message.partition, offset=message.offset,
+                    timestamp_ms=int(message.timestamp * 1000), key=message.key, value=message.value)
+
+
+@dataclass
+class Reducer:
+    """The built app and its parts (main.py runs ``app`` under a faust Worker)."""
+
+    app: faust.App
+    documents: DocumentReducer
+    jobs: JobReducer
+    ready: Callable[[], bool]
+
+
+def build_reducer(
+    settings: Settings,
+    *,
+    store: StoreCalls,
+    serde: AvroSerde,
+    webhooks: WebhookNotifier | None,
+    metrics: Metrics,
+    clock: Callable[[], float],
+) -> Reducer:
+    """Build the Faust app: three agents, three tables and the status timer."""
+    topics = Topics(settings.kafka.topic_prefix)
+    use_broker_highwaters()
+    app = faust.App(settings.reducer.app_id, **faust_settings(settings))
+    partitions = settings.kafka.partitions
+    table_args: dict[str, Any] = {
+        "partitions": partitions,
+        "schema": faust.Schema(key_serializer="json", value_serializer="json"),
+    }
+    documents_table = app.Table("documents", **table_args)
+    jobs_table = app.Table("jobs", **table_args)
+    job_documents_table = app.Table("job-documents", **table_args)
+
+    embedded = app.topic(topics.embedded, key_serializer="raw", value_serializer="raw")
+    completed = app.topic(topics.completed, key_serializer="raw", value_serializer="raw")
+    by_job = app.topic(by_job_topic(settings), key_serializer="raw", value_serializer="raw", internal=True,
+                       partitions=partitions, retention=settings.kafka.results_retention_ms / 1000)
+    sink = FaustSink(app)
+    documents = DocumentReducer(documents_table, serde, store, sink, topics.completed, metrics=metrics)
+    relay = CompletedRelay(serde, sink, by_job.get_topic_name(), metrics=metrics)
+    jobs = JobReducer(jobs_table, job_documents_table, serde, store, sink, topics.jobs,
+                      by_job_topic=by_job.get_topic_name(), throttle_s=settings.reducer.job_status_interval_s,
+                      clock=clock, webhooks=webhooks, metrics=metrics)
+    started = {"ready": False}
+
+    watch = PartitionWatch(_STALL_S, clock)
+
+    def _agent(handle: Callable[[Incoming], Any], name: str) -> Callable[[Any], Any]:
+        async def run(stream: Any) -> None:
+            async for event in stream.events():
+                msg = _incoming(event)
+                metrics.records_in.labels(SERVICE, msg.topic).inc()
+                watch.handled(msg.topic, msg.partition, msg.offset)
+                try:
+                    await handle(msg)
+                except Exception as exc:  # the agent loop: log once, stop the worker (no commit past it)
+                    _log.error("reducer_agent_failed", agent=name, topic=msg.topic, partition=msg.partition,
+                               offset=msg.offset, error_code=getattr(exc, "code", "unhandled_error"),
+                               error=str(exc)[:500], exc_info=exc)
+                    await app.crash(exc)
+                    raise
+
+        run.__name__ = run.__qualname__ = name
+        return run
+
+    app.agent(embedded, name="documents")(_agent(documents.handle, "documents"))
+    app.agent(completed, name="completed-relay")(_agent(relay.handle, "completed-relay"))
+    app.agent(by_job, name="jobs")(_agent(jobs.handle, "jobs"))
+
+    @documents_table.on_recover
+    async def _markers_recovered() -> None:
+        _log.info("reducer_state_recovered", markers=documents.rebuild_markers(), documents=len(documents_table),
+                  jobs=len(jobs_table))
+        started["ready"] = True
+
+    async def _flush() -> None:
+        await jobs.flush()
+
+    app.timer(settings.reducer.job_status_interval_s, name="job-status-flush")(_flush)
+    sources = {topics.embedded, topics.completed, by_job.get_topic_name()}
+
+    async def _watch_partitions() -> None:
+        consumer: Any = app.consumer
+        if app.rebalancing or not started["ready"]:
+            return
+        tps = [tp for tp in consumer.assignment() if tp.topic in sources]
+        ends = await consumer.highwaters(*tps) if tps else {}
+        committed = getattr(consumer, "_committed_offset", {})  # faust's view of the group's offsets
+        stalled = watch.stalled(
+            {(tp.topic, tp.partition): end for tp, end in ends.items() if end is not None},
+            {(tp.topic, tp.partition): committed[tp] for tp in tps if committed.get(tp) is not None},
+        )
+        for topic, partition, offset in stalled:
+            _log.warning("partition_stalled_refetching", topic=topic, partition=partition, offset=offset)
+            tp = TP(topic, partition)
+            consumer.resume_partitions({tp})
+            if offset is None:
+                await consumer.seek_to_committed()
+            else:
+                await consumer.seek(tp, offset)
+
+    app.timer(_STALL_S / 4, name="partition-watch")(_watch_partitions)
+    return Reducer(app=app, documents=documents, jobs=jobs, ready=lambda: started["ready"])

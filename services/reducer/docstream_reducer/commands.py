@@ -1,0 +1,127 @@
+"""`docstream status JOB_ID` and `docstream results JOB_ID`: read the store, print or export.
+
+Exit status: 0 done, 1 failed (store, bad input), 4 no such job.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from docstream.errors import DocstreamError, InputError
+from docstream.export import ExportFormat, export_results
+from docstream.logging import configure_logging
+from docstream.settings import load_settings
+from docstream.store import JobRow, open_store
+
+__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "job_rate", "results_command", "status_command"]
+
+EXIT_OK, EXIT_FAILED, EXIT_NOT_FOUND = 0, 1, 4
+
+
+def job_rate(job: JobRow, now: datetime) -> float | None:
+    """Terminal documents per second since the job was created (to its last update once completed)."""
+    end = job.updated_at if job.status != "running" and job.updated_at is not None else now
+    created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=UTC)
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
+    seconds = (end - created).total_seconds()
+    done = job.completed + job.partial + job.failed
+    return done / seconds if seconds > 0 else None
+
+
+def _status_table(job: JobRow) -> Table:
+    done = job.completed + job.partial + job.failed
+    rate = job_rate(job, datetime.now(UTC))
+    table = Table(title=f"job {job.job_id}", title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    share = f" ({100 * done / job.document_count:.1f}%)" if job.document_count else ""
+    rows: list[tuple[str, Any]] = [
+        ("state", job.status),
+        ("tenant", job.tenant),
+        ("documents", job.document_count),
+        ("terminal", f"{done}{share}"),
+        ("completed", job.completed),
+        ("partial", job.partial),
+        ("failed", job.failed),
+        ("remaining", max(job.document_count - done, 0)),
+        ("docs/s", "-" if rate is None else f"{rate:.2f}"),
+        ("created", job.created_at.isoformat()),
+        ("updated", job.updated_at.isoformat() if job.updated_at else "-"),
+    ]
+    if job.webhook_url:
+        rows.append(("webhook", "set"))
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def status_command(job_id: str, *, config: str | None = None, console: Console | None = None) -> int:
+    """Print a job's progress from the jobs row."""
+    console = console or Console()
+    err = Console(stderr=True)
+    configure_logging(level="WARNING", fmt="console")
+    try:
+        store = open_store(load_settings(config))
+        try:
+            job = store.get_job(job_id)
+        finally:
+            store.close()
+    except DocstreamError as exc:
+        err.print(f"error [{exc.code}]: {exc.message}", highlight=False)
+        return EXIT_FAILED
+    if job is None:
+        err.print(f"no job {job_id}", highlight=False)
+        return EXIT_NOT_FOUND
+    console.print(_status_table(job))
+    return EXIT_OK
+
+
+def results_command(
+    job_id: str,
+    *,
+    fmt: str = "jsonl",
+    chunks: bool = False,
+    out: str | None = None,
+    model_id: str | None = None,
+    config: str | None = None,
+    stdout: IO[bytes] | None = None,
+) -> int:
+    """Export a job's documents (and chunks): JSON Lines to stdout by default, Parquet to ``out``."""
+    err = Console(stderr=True)
+    configure_logging(level="WARNING", fmt="console")  # logs on stderr: stdout carries the export
+    if fmt not in ("jsonl", "parquet"):
+        err.print(f"unknown format {fmt!r}: jsonl or parquet", highlight=False)
+        return EXIT_FAILED
+    if fmt == "parquet" and out is None:
+        err.print("--format parquet needs --out FILE", highlight=False)
+        return EXIT_FAILED
+    try:
+        settings = load_settings(config)
+        store = open_store(settings)
+        try:
+            summary = export_results(
+                store, job_id, Path(out) if out else (stdout or sys.stdout.buffer), fmt=_format(fmt), chunks=chunks,
+                model_id=model_id, default_model_id=settings.inference.model_id,
+            )
+        finally:
+            store.close()
+    except InputError as exc:
+        err.print(f"error [{exc.code}]: {exc.message}", highlight=False)
+        return EXIT_NOT_FOUND if exc.code == "job_not_found" else EXIT_FAILED
+    except DocstreamError as exc:
+        err.print(f"error [{exc.code}]: {exc.message}", highlight=False)
+        return EXIT_FAILED
+    where = ", ".join(summary.paths) or "stdout"
+    err.print(f"exported {summary.documents} documents, {summary.chunks} chunks ({summary.model_id}) to {where}",
+              highlight=False)
+    return EXIT_OK
+
+
+def _format(fmt: str) -> ExportFormat:
+    return "parquet" if fmt == "parquet" else "jsonl"

@@ -1,0 +1,462 @@
+"""The reducer process (`docstream reducer`) on real Kafka + Cassandra.
+
+ChunkEmbedded records are produced straight to a test's own topic set; the reducer runs as a
+subprocess. Checked: one DocumentCompleted per document, partial documents, chunker failures
+counted, poison records in the DLQ, the final JobStatus and jobs row, the webhook, and a
+kill -9 halfway through (changelog recovery; duplicates on the completed topic counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from docstream.avro import AvroSerde
+from docstream.kafka.clients import producer_config
+from docstream.records import AnyRecord, ChunkEmbedded, DocumentCompleted, JobStatus
+from docstream.settings import CassandraSettings, Settings
+from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.topics import Topics, dlq_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+_BIN = Path(sys.executable).parent / "docstream"
+_AT = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
+_MODEL = "test-model"
+_DIM = 4
+
+
+@dataclass
+class _Doc:
+    doc_id: str
+    chunks: int
+    failed: set[int] = field(default_factory=set)
+
+    def records(self, job_id: str) -> list[ChunkEmbedded]:
+        return [
+            ChunkEmbedded(
+                job_id=job_id, doc_id=self.doc_id, chunk_id=f"{self.doc_id}-{i}", chunk_index=i,
+                chunk_count=self.chunks, model_id=_MODEL, status="failed" if i in self.failed else "ok",
+                token_count=i + 1, page_start=1, page_end=1, embedded_at=_AT + timedelta(seconds=i),
+                embedding=[] if i in self.failed else [float(i), 1.0, -1.0, 0.5],
+                error_code="model_error" if i in self.failed else None,
+            )
+            for i in range(self.chunks)
+        ]
+
+    def expected_embedding(self) -> list[float]:
+        ok = [i for i in range(self.chunks) if i not in self.failed]
+        weight = sum(i + 1 for i in ok)
+        return [sum((i + 1) * float(i) for i in ok) / weight, 1.0, -1.0, 0.5]
+
+
+class _Reducer:
+    """`docstream reducer` as a subprocess with DOCSTREAM_* settings."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([str(_BIN), "reducer"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.terminate()
+        try:
+            return self.proc.wait(40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class _Reader:
+    """Reads a topic from the start (assign, no group), decoding docstream records as they come."""
+
+    def __init__(self, bootstrap: str, topic: str, serde: AvroSerde, *, isolation: str = "read_committed",
+                 decode: bool = True) -> None:
+        self.topic = topic
+        self.decode = decode and not topic.endswith(".dlq")
+        self.serde = serde
+        self.records: list[AnyRecord] = []
+        self.raw: list[Any] = []
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{os.urandom(6).hex()}",
+                                   "enable.auto.commit": False, "isolation.level": isolation})
+        partitions = self._consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        assert partitions, f"topic {topic} does not exist (yet)"
+        self._consumer.assign([TopicPartition(topic, p, -2) for p in sorted(partitions)])
+
+    def poll_for(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            msg = self._consumer.poll(0.1)
+            if msg is None or msg.error() is not None:
+                continue
+            self.raw.append(msg)
+            if self.decode:
+                self.records.append(self.serde.deserialize(msg.value(), self.topic))
+
+    def wait_for(self, predicate: Callable[[list[AnyRecord]], bool], timeout_s: float, what: str,
+                 reducer: _Reducer) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self.records):
+            if time.monotonic() >= deadline:
+                pytest.fail(f"timed out after {timeout_s} s waiting for {what}; reducer log:\n{reducer.tail()}")
+            self.poll_for(0.3)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class _Webhook:
+    """A local receiver: answers 503 to the first call, then 200; keeps the bodies."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        outer = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.calls.append(body)
+                self.send_response(503 if len(outer.calls) == 1 else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/job?token=secret"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _env(bootstrap: str, prefix: str, cassandra: CassandraSettings, tmp_path: Path, *,
+         transactions: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
+    env.update({
+        "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "DOCSTREAM_KAFKA__TOPIC_PREFIX": prefix,
+        "DOCSTREAM_KAFKA__PARTITIONS": "3",
+        "DOCSTREAM_KAFKA__TRANSACTIONS": "true" if transactions else "false",
+        "DOCSTREAM_REDUCER__APP_ID": f"{prefix}-reducer",
+        "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "reducer-data"),
+        "DOCSTREAM_REDUCER__JOB_STATUS_INTERVAL_S": "0.5",
+        "DOCSTREAM_STORE__BACKEND": "cassandra",
+        "DOCSTREAM_CASSANDRA__CONTACT_POINTS": json.dumps(list(cassandra.contact_points)),
+        "DOCSTREAM_CASSANDRA__PORT": str(cassandra.port),
+        "DOCSTREAM_CASSANDRA__KEYSPACE": cassandra.keyspace,
+        "DOCSTREAM_CASSANDRA__REQUEST_TIMEOUT_S": "30",
+        "DOCSTREAM_RETRY__BASE_DELAY_MS": "50",
+        "DOCSTREAM_RETRY__MAX_DELAY_MS": "200",
+        "DOCSTREAM_LOG__FORMAT": "json",
+    })
+    return env
+
+
+def _seed_job(store: ResultStore, job_id: str, docs: list[str], *, webhook_url: str | None = None) -> None:
+    now = datetime.now(UTC)
+    store.upsert_job(JobRow(job_id=job_id, tenant="acme", created_at=now, status="running",
+                            document_count=len(docs), webhook_url=webhook_url))
+    for doc_id in docs:
+        store.upsert_document(DocumentRow(doc_id=doc_id, job_id=job_id, source_uri=f"file:///in/{doc_id}.pdf",
+                                          content_sha256="ab" * 32, status="chunked", updated_at=now,
+                                          filename=f"{doc_id}.pdf", page_count=2))
+        store.upsert_job_document(JobDocumentRow(job_id=job_id, doc_id=doc_id, status="chunked", updated_at=now,
+                                                 filename=f"{doc_id}.pdf"))
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], *, pause_s: float = 0.0) -> None:
+    # the services' producer options (idempotent, lz4): the reducer's aiokafka must read what they write
+    producer = Producer(producer_config(Settings().with_overrides(kafka={"bootstrap_servers": bootstrap}).kafka))
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+        if pause_s:
+            producer.poll(0)
+            time.sleep(pause_s)
+    assert producer.flush(30) == 0
+
+
+def _encoded(serde: AvroSerde, topic: str, records: list[ChunkEmbedded]) -> list[tuple[bytes, bytes]]:
+    return [(r.doc_id.encode(), serde.serialize(r, topic)) for r in records]
+
+
+@pytest.fixture
+def reducers(tmp_path: Path) -> Iterator[list[_Reducer]]:
+    started: list[_Reducer] = []
+    yield started
+    for reducer in started:
+        reducer.stop()
+
+
+def _final(job_id: str) -> Callable[[list[AnyRecord]], bool]:
+    return lambda records: any(isinstance(r, JobStatus) and r.job_id == job_id and r.final for r in records)
+
+
+def test_reducer_completes_documents_partials_failures_and_the_job(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+) -> None:
+    prefix = unique_name("rdc")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    rng = random.Random(11)
+    docs = [_Doc(f"{job_id}-d{i:02d}", rng.randint(2, 5)) for i in range(16)]
+    docs.append(_Doc(f"{job_id}-single", 1))
+    docs.append(_Doc(f"{job_id}-partial1", 4, failed={1}))
+    docs.append(_Doc(f"{job_id}-partial2", 3, failed={0, 2}))
+    failed_doc = f"{job_id}-encrypted"
+    webhook = _Webhook()
+    try:
+        _seed_job(cassandra_store, job_id, [d.doc_id for d in docs] + [failed_doc], webhook_url=webhook.url)
+        records = [r for d in docs for r in d.records(job_id)]
+        records += rng.sample(records, 12)  # redeliveries
+        rng.shuffle(records)
+        reducer = _Reducer(_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True),
+                           tmp_path / "reducer.log")
+        reducers.append(reducer)
+        reducer.start()
+        mismatch = ChunkEmbedded(**{**docs[0].records(job_id)[0].to_record(), "chunk_count": docs[0].chunks + 7})
+        # the mismatch comes after its document's real chunks (same key, same partition): the first count wins
+        payload = [*_encoded(serde, topics.embedded, [*records, mismatch]), (b"garbage", b"not avro at all")]
+        wait_for_topic(kafka_bootstrap, topics.embedded, reducer)
+        _produce(kafka_bootstrap, topics.embedded, payload)
+        chunker_failure = DocumentCompleted(job_id=job_id, doc_id=failed_doc, status="failed", completed_at=_AT,
+                                            error_code="encrypted", error="password protected")
+        _produce(kafka_bootstrap, topics.completed, [(failed_doc.encode(),
+                                                      serde.serialize(chunker_failure, topics.completed))])
+
+        jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
+        jobs.wait_for(_final(job_id), 90, "the final JobStatus", reducer)
+        completed = _Reader(kafka_bootstrap, topics.completed, serde)
+        completed.poll_for(3.0)
+        dlq = _Reader(kafka_bootstrap, dlq_topic(topics.embedded), serde)
+        dlq.wait_for(lambda _: len(dlq.raw) >= 2, 20, "two DLQ records", reducer)
+    finally:
+        webhook.close()
+
+    by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))
+    assert set(by_doc) == {d.doc_id for d in docs} | {failed_doc}
+    assert all(n == 1 for n in by_doc.values()), by_doc
+    results = {r.doc_id: r for r in completed.records if isinstance(r, DocumentCompleted)}
+    for doc in docs:
+        out = results[doc.doc_id]
+        assert out.status == ("partial" if doc.failed else "completed")
+        assert (out.chunk_count, out.failed_chunks, out.model_id) == (doc.chunks, len(doc.failed), _MODEL)
+        assert out.embedding == pytest.approx(doc.expected_embedding(), rel=1e-6)
+        assert (out.filename, out.source_uri, out.page_count) == (
+            f"{doc.doc_id}.pdf", f"file:///in/{doc.doc_id}.pdf", 2)
+
+    statuses = [r for r in jobs.records if isinstance(r, JobStatus) and r.job_id == job_id]
+    finals = [s for s in statuses if s.final]
+    assert len(finals) == 1
+    final = finals[0]
+    assert (final.state, final.document_count, final.completed, final.partial, final.failed) == (
+        "completed", 20, 17, 2, 1)
+    assert all(not s.final for s in statuses[:-1]) and statuses[-1].final
+    assert [s.completed + s.partial + s.failed for s in statuses] == sorted(
+        s.completed + s.partial + s.failed for s in statuses)
+
+    row = cassandra_store.get_job(job_id)
+    assert row is not None
+    assert (row.status, row.completed, row.partial, row.failed) == ("completed", 17, 2, 1)
+    result = cassandra_store.get_document_result(docs[-1].doc_id, _MODEL)
+    assert result is not None and (result.status, result.failed_chunks, result.chunk_count) == ("partial", 2, 3)
+    document = cassandra_store.get_document(docs[0].doc_id)
+    assert document is not None and document.status == "completed"
+    job_docs = {r.doc_id: r.status for r in cassandra_store.iter_job_documents(job_id)}
+    assert job_docs[docs[-2].doc_id] == "partial" and job_docs[docs[0].doc_id] == "completed"
+
+    codes = sorted(dict(m.headers())["error_code"].decode() for m in dlq.raw)
+    assert codes == ["chunk_count_mismatch", "schema_unknown_format"]
+    assert {dict(m.headers())["original_topic"].decode() for m in dlq.raw} == {topics.embedded}
+
+    # 503 first, then delivered: two calls, both with the final status, none after
+    assert len(webhook.calls) == 2
+    assert all(c["final"] is True and c["completed"] == 17 and c["job_id"] == job_id for c in webhook.calls)
+    assert reducer.alive()
+    assert reducer.stop() == 0
+
+
+def wait_for_topic(bootstrap: str, topic: str, reducer: _Reducer, timeout_s: float = 60) -> None:
+    """The reducer creates its topics at start; wait for them (bounded)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            meta = consumer.list_topics(timeout=5)
+            if topic in meta.topics and meta.topics[topic].error is None:
+                return
+            if not reducer.alive():
+                pytest.fail(f"reducer exited early:\n{reducer.tail()}")
+            if time.monotonic() >= deadline:
+                pytest.fail(f"topic {topic} not created in {timeout_s} s:\n{reducer.tail()}")
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("transactions", [True, False], ids=["exactly_once", "at_least_once"])
+def test_reducer_killed_halfway_completes_every_document_after_restart(
+    transactions: bool, kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+) -> None:
+    prefix = unique_name("rdk")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    rng = random.Random(5)
+    docs = [_Doc(f"{job_id}-d{i:02d}", rng.randint(4, 8)) for i in range(50)]
+    _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
+    # first phase: all of docs 0-24 and the first half of the chunks of docs 25-49
+    first = [r for d in docs[:25] for r in d.records(job_id)]
+    rest: list[ChunkEmbedded] = []
+    for doc in docs[25:]:
+        records = doc.records(job_id)
+        first += records[: doc.chunks // 2]
+        rest += records[doc.chunks // 2:]
+    rng.shuffle(first)
+    rng.shuffle(rest)
+
+    env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=transactions)
+    reducer = _Reducer(env, tmp_path / "reducer.log")
+    reducers.append(reducer)
+    reducer.start()
+    wait_for_topic(kafka_bootstrap, topics.embedded, reducer)
+    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, first))
+    # committed (visible to read_committed readers): offsets and table state of those are committed too
+    seen = _Reader(kafka_bootstrap, topics.completed, serde)
+    seen.wait_for(lambda r: len(r) >= 20, 90, "20 committed completed documents before the kill", reducer)
+    # keep records flowing while the reducer dies: some are mid-transaction / uncommitted
+    feeder = threading.Thread(target=_produce, args=(kafka_bootstrap, topics.embedded,
+                                                     _encoded(serde, topics.embedded, rest)),
+                              kwargs={"pause_s": 0.01})
+    feeder.start()
+    time.sleep(0.5)  # not a wait for a condition: the kill must land while records are flowing
+    reducer.kill9()
+    feeder.join(60)
+    assert not feeder.is_alive()
+
+    restarted = _Reducer(env, tmp_path / "reducer.log")
+    reducers.append(restarted)
+    restarted.start()
+    jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
+    jobs.wait_for(_final(job_id), 120, "the final JobStatus after the restart", restarted)
+    committed = _Reader(kafka_bootstrap, topics.completed, serde)
+    committed.wait_for(lambda r: {x.doc_id for x in r} >= {d.doc_id for d in docs}, 30, "every document", restarted)
+    committed.poll_for(2.0)
+
+    by_doc = Counter(r.doc_id for r in committed.records if isinstance(r, DocumentCompleted))
+    duplicates = sum(n - 1 for n in by_doc.values())
+    mode = "exactly_once" if transactions else "at_least_once"
+    print(f"\nreducer kill -9 ({mode}): {len(by_doc)} documents, {duplicates} duplicate DocumentCompleted "
+          f"(read_committed)")
+    assert set(by_doc) == {d.doc_id for d in docs}
+    if transactions:
+        assert duplicates == 0, by_doc
+    finals = [r for r in jobs.records if isinstance(r, JobStatus) and r.final]
+    assert finals and all((f.completed, f.partial, f.failed, f.document_count) == (50, 0, 0, 50) for f in finals)
+    row = cassandra_store.get_job(job_id)
+    assert row is not None and (row.status, row.completed) == ("completed", 50)
+    for doc in docs[::7]:
+        result = cassandra_store.get_document_result(doc.doc_id, _MODEL)
+        assert result is not None and result.embedding == pytest.approx(doc.expected_embedding(), rel=1e-5)
+    assert restarted.stop() == 0
+
+
+def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+) -> None:
+    prefix = unique_name("rdr")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    rng = random.Random(9)
+    docs = [_Doc(f"{job_id}-d{i:02d}", rng.randint(2, 6)) for i in range(30)]
+    _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
+    first: list[ChunkEmbedded] = []
+    rest: list[ChunkEmbedded] = []
+    for doc in docs:  # every document half in, so each partition holds open state when it moves
+        records = doc.records(job_id)
+        cut = max(1, doc.chunks // 2) if doc.chunks > 1 else 0
+        first += records[:cut]
+        rest += records[cut:]
+    env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True)
+    one = _Reducer(env, tmp_path / "one.log")
+    reducers.append(one)
+    one.start()
+    wait_for_topic(kafka_bootstrap, topics.embedded, one)
+    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, first))
+    # the open document states are committed to the table's changelog before two joins
+    wait_for_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", one)
+    changelog = _Reader(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", serde, decode=False)
+    changelog.wait_for(lambda _: len(changelog.raw) >= len(first), 90, "instance one's table state", one)
+
+    two = _Reducer({**env, "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "two-data")}, tmp_path / "two.log")
+    reducers.append(two)
+    two.start()
+    deadline = time.monotonic() + 60
+    while '"reducer_state_recovered"' not in two.tail(400):
+        if time.monotonic() >= deadline or not two.alive():
+            pytest.fail(f"instance two never got partitions:\n{two.tail()}")
+        time.sleep(0.2)
+    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, rest))
+    jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
+    jobs.wait_for(_final(job_id), 120, "the final JobStatus after the rebalance", two)
+    completed = _Reader(kafka_bootstrap, topics.completed, serde)
+    completed.wait_for(lambda r: {x.doc_id for x in r} >= {d.doc_id for d in docs}, 30, "every document", two)
+    completed.poll_for(2.0)
+
+    by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))
+    assert set(by_doc) == {d.doc_id for d in docs} and all(n == 1 for n in by_doc.values()), by_doc
+    for doc in docs:
+        out = next(r for r in completed.records if isinstance(r, DocumentCompleted) and r.doc_id == doc.doc_id)
+        assert out.embedding == pytest.approx(doc.expected_embedding(), rel=1e-6)
+    final = next(r for r in jobs.records if isinstance(r, JobStatus) and r.final)
+    assert (final.completed, final.document_count) == (30, 30)
+    # both instances completed documents: the open state of the moved partitions was recovered by two
+    assert '"document_completed"' in one.tail(2000) and '"document_completed"' in two.tail(2000)
+    assert one.stop() == 0 and two.stop() == 0

@@ -1,0 +1,101 @@
+"""`docstream status` and `docstream results` against both stores (SQLite and the real Cassandra)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from docstream.cli import app
+from docstream.export import chunks_path
+from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+
+pytestmark = pytest.mark.integration
+
+DIM = 384
+
+
+def _seed(store: ResultStore, documents: int, chunks: int) -> str:
+    job_id = f"job-{uuid.uuid4().hex}"
+    created = datetime.now(UTC) - timedelta(seconds=10)
+    store.upsert_job(JobRow(job_id, "acme", created, "completed", documents, options={"model_id": "m1"},
+                            completed=documents - 1, failed=1, updated_at=created + timedelta(seconds=5)))
+    for i in range(documents):
+        doc_id = f"{job_id}-d{i:02d}"
+        failed = i == 0
+        status = "failed" if failed else "completed"
+        store.upsert_document(DocumentRow(doc_id, job_id, f"file:///{doc_id}.pdf", "cd" * 32, status, created,
+                                          filename=f"{doc_id}.pdf", page_count=1,
+                                          error_code="corrupt" if failed else None))
+        store.upsert_job_document(JobDocumentRow(job_id, doc_id, status, created, filename=f"{doc_id}.pdf",
+                                                 error_code="corrupt" if failed else None))
+        if failed:
+            continue
+        vector = [float(i) / 100] * DIM
+        store.upsert_document_result(DocumentResultRow(doc_id, "m1", job_id, "completed", chunks, 0, 7 * chunks,
+                                                       vector, "", created))
+        store.upsert_chunks([ChunkRow(doc_id, "m1", c, f"{doc_id}-c{c}", job_id, f"chunk {c} of {doc_id}", 1, 1,
+                                      10 * c, 10 * c + 9, 7, vector) for c in range(chunks)])
+    return job_id
+
+
+@pytest.fixture
+def cli_store(store: ResultStore, request: pytest.FixtureRequest, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> ResultStore:
+    """The ``store`` fixture, with DOCSTREAM_* pointing the CLI at the same store."""
+    for name in [n for n in __import__("os").environ if n.startswith("DOCSTREAM_")]:
+        monkeypatch.delenv(name)
+    if "cassandra" in request.node.callspec.id:
+        settings = request.getfixturevalue("cassandra_settings")
+        monkeypatch.setenv("DOCSTREAM_STORE__BACKEND", "cassandra")
+        monkeypatch.setenv("DOCSTREAM_CASSANDRA__CONTACT_POINTS", json.dumps(list(settings.contact_points)))
+        monkeypatch.setenv("DOCSTREAM_CASSANDRA__PORT", str(settings.port))
+        monkeypatch.setenv("DOCSTREAM_CASSANDRA__KEYSPACE", settings.keyspace)
+    else:
+        monkeypatch.setenv("DOCSTREAM_STORE__BACKEND", "sqlite")
+        monkeypatch.setenv("DOCSTREAM_STORE__SQLITE_PATH", str(tmp_path / "store.db"))
+    return store
+
+
+def test_results_jsonl_to_stdout_with_chunks(cli_store: ResultStore) -> None:
+    job_id = _seed(cli_store, documents=5, chunks=4)
+    result = CliRunner().invoke(app, ["results", job_id, "--chunks"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout_bytes.decode().splitlines()]
+    documents = [x for x in lines if x["record"] == "document"]
+    assert [d["doc_id"] for d in documents] == [f"{job_id}-d{i:02d}" for i in range(5)]
+    assert documents[0]["status"] == "failed" and documents[0]["error_code"] == "corrupt"
+    assert documents[1]["embedding"] == pytest.approx([0.01] * DIM) and documents[1]["model_id"] == "m1"
+    chunks = [x for x in lines if x["record"] == "chunk"]
+    assert len(chunks) == 16 and chunks[0]["text"] == f"chunk 0 of {job_id}-d01"
+    assert [c["chunk_index"] for c in chunks[:4]] == [0, 1, 2, 3]
+
+
+def test_results_parquet_files(cli_store: ResultStore, tmp_path: Path) -> None:
+    job_id = _seed(cli_store, documents=4, chunks=2)
+    target = tmp_path / "out.parquet"
+    result = CliRunner().invoke(app, ["results", job_id, "--format", "parquet", "--chunks", "--out", str(target)])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(target).num_rows == 4
+    assert pq.read_table(chunks_path(target)).num_rows == 6
+
+
+def test_results_and_status_of_an_unknown_job(cli_store: ResultStore) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["results", "no-such-job"]).exit_code == 4
+    assert runner.invoke(app, ["status", "no-such-job"]).exit_code == 4
+    assert runner.invoke(app, ["results", "x", "--format", "parquet"]).exit_code == 1  # parquet needs --out
+
+
+def test_status_shows_state_counts_and_rate(cli_store: ResultStore) -> None:
+    job_id = _seed(cli_store, documents=6, chunks=1)
+    result = CliRunner().invoke(app, ["status", job_id], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    for expected in ("completed", "documents", "docs/s", "1.20"):  # 6 documents in 5 s
+        assert expected in text, text

@@ -1,0 +1,305 @@
+"""docstream.aggregation: chunk results into documents, documents into job progress. Pure."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from docstream.aggregation import (
+    ALL_CHUNKS_FAILED,
+    ChunkCountMismatchError,
+    ChunkIndexError,
+    CompletionMarker,
+    CorruptStateError,
+    DocumentState,
+    EmbeddingDimensionError,
+    JobProgress,
+    StatusThrottle,
+    apply,
+    decode_entry,
+    document_key,
+    job_status,
+    record_document,
+)
+from docstream.errors import PoisonRecord
+from docstream.records import ChunkEmbedded, DocumentCompleted
+
+T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
+
+
+def _chunk(index: int, count: int, *, vector: list[float] | None = None, tokens: int = 10, ok: bool = True,
+           doc_id: str = "d1", at: datetime | None = None) -> ChunkEmbedded:
+    return ChunkEmbedded(
+        job_id="j1", doc_id=doc_id, chunk_id=f"c{index}", chunk_index=index, chunk_count=count, model_id="m",
+        status="ok" if ok else "failed", token_count=tokens, page_start=1, page_end=1,
+        embedded_at=at or T0 + timedelta(seconds=index),
+        embedding=(vector if vector is not None else [float(index), 1.0]) if ok else [],
+        error_code=None if ok else "model_error", error=None if ok else "boom",
+    )
+
+
+def _run(chunks: list[ChunkEmbedded]) -> tuple[DocumentState | CompletionMarker | None, list[DocumentCompleted]]:
+    state: DocumentState | CompletionMarker | None = None
+    done: list[DocumentCompleted] = []
+    for chunk in chunks:
+        state, completed = apply(state, chunk)
+        if completed is not None:
+            done.append(completed)
+    return state, done
+
+
+def test_in_order_document_completes_once_with_weighted_mean() -> None:
+    chunks = [_chunk(0, 3, vector=[1.0, 0.0], tokens=1), _chunk(1, 3, vector=[0.0, 1.0], tokens=3),
+              _chunk(2, 3, vector=[1.0, 1.0], tokens=4)]
+    _, done = _run(chunks)
+    assert len(done) == 1
+    doc = done[0]
+    assert (doc.status, doc.chunk_count, doc.failed_chunks, doc.token_count) == ("completed", 3, 0, 8)
+    assert doc.embedding == pytest.approx([(1 * 1 + 4 * 1) / 8, (3 * 1 + 4 * 1) / 8])
+    assert (doc.job_id, doc.doc_id, doc.model_id, doc.error_code, doc.error) == ("j1", "d1", "m", None, None)
+
+
+def test_out_of_order_and_duplicated_results_give_the_same_document() -> None:
+    chunks = [_chunk(i, 7, vector=[float(i), float(7 - i), 0.5], tokens=i + 1) for i in range(7)]
+    _, in_order = _run(chunks)
+    shuffled = chunks + chunks[2:5] + chunks[:1]
+    random.Random(7).shuffle(shuffled)
+    state, out_of_order = _run(shuffled)
+    assert len(out_of_order) == 1
+    assert out_of_order[0].embedding == pytest.approx(in_order[0].embedding)
+    assert out_of_order[0].token_count == in_order[0].token_count
+    # completion time is the latest embedded_at, not the arrival order's last
+    assert out_of_order[0].completed_at == T0 + timedelta(seconds=6)
+    assert isinstance(state, DocumentState) and state.received_count == 7
+
+
+def test_duplicate_returns_the_same_state_object() -> None:
+    state, _ = apply(None, _chunk(0, 2))
+    again, completed = apply(state, _chunk(0, 2, vector=[9.0, 9.0]))
+    assert again is state
+    assert completed is None
+
+
+def test_duplicates_after_completion_change_nothing() -> None:
+    state, done = _run([_chunk(0, 2), _chunk(1, 2)])
+    assert len(done) == 1
+    again, completed = apply(state, _chunk(1, 2))
+    assert again is state and completed is None
+    marker = CompletionMarker("completed", 2, 0, 0)
+    kept, completed = apply(marker, _chunk(0, 2))
+    assert kept is marker and completed is None
+
+
+def test_document_with_one_chunk_completes_at_once() -> None:
+    state, completed = apply(None, _chunk(0, 1, vector=[0.25, -0.5], tokens=5))
+    assert completed is not None
+    assert completed.status == "completed"
+    assert completed.embedding == pytest.approx([0.25, -0.5])
+    assert completed.token_count == 5
+    assert isinstance(state, DocumentState) and state.is_complete
+
+
+def test_partial_document_counts_failed_chunks_and_averages_the_rest() -> None:
+    chunks = [_chunk(0, 4, vector=[1.0, 0.0]), _chunk(1, 4, ok=False), _chunk(2, 4, vector=[0.0, 1.0]),
+              _chunk(3, 4, ok=False)]
+    _, done = _run(chunks[::-1])
+    doc = done[0]
+    assert doc.status == "partial"
+    assert (doc.failed_chunks, doc.token_count) == (2, 20)
+    assert doc.embedding == pytest.approx([0.5, 0.5])
+    assert doc.error is not None and "2 of 4" in doc.error and "model_error" in doc.error
+    assert doc.error_code is None
+
+
+def test_an_ok_result_replacing_a_failure_completes_the_document_again() -> None:
+    state, done = _run([_chunk(0, 3, vector=[1.0, 0.0]), _chunk(1, 3, ok=False), _chunk(2, 3, vector=[0.0, 1.0])])
+    assert done[0].status == "partial"
+    assert isinstance(state, DocumentState) and state.has_failed(1)
+    # the dead letter replayed: chunk 1 now embedded
+    again, completed = apply(state, _chunk(1, 3, vector=[1.0, 1.0], at=T0 + timedelta(minutes=5)))
+    assert completed is not None and isinstance(again, DocumentState)
+    assert (completed.status, completed.failed_chunks, completed.token_count, completed.error) == (
+        "completed", 0, 30, None)
+    assert completed.embedding == pytest.approx([2 / 3, 2 / 3])
+    assert completed.completed_at == T0 + timedelta(minutes=5)
+    assert not again.has_failed(1) and again.received_count == 3
+    # now a duplicate either way
+    for late in (_chunk(1, 3, vector=[5.0, 5.0]), _chunk(1, 3, ok=False)):
+        same, nothing = apply(again, late)
+        assert same is again and nothing is None
+
+
+def test_a_failure_never_replaces_an_ok_result_and_repeats_are_duplicates() -> None:
+    state, _ = _run([_chunk(0, 2, ok=False), _chunk(1, 2)])
+    assert isinstance(state, DocumentState)
+    for late in (_chunk(1, 2, ok=False), _chunk(0, 2, ok=False)):
+        same, nothing = apply(state, late)
+        assert same is state and nothing is None
+
+
+def test_a_replaced_failure_before_completion_just_counts() -> None:
+    state, _ = _run([_chunk(0, 3, ok=False)])
+    state, completed = apply(state, _chunk(0, 3))
+    assert completed is None and isinstance(state, DocumentState) and state.failed_chunks == 0
+    state, completed = apply(state, _chunk(1, 3))
+    state, completed = apply(state, _chunk(2, 3))
+    assert completed is not None and completed.status == "completed"
+
+
+def test_an_all_failed_document_becomes_partial_when_one_chunk_is_replayed() -> None:
+    state, done = _run([_chunk(0, 2, ok=False), _chunk(1, 2, ok=False)])
+    assert done[0].status == "failed"
+    _, completed = apply(state, _chunk(0, 2, vector=[3.0]))
+    assert completed is not None and completed.status == "partial" and completed.embedding == pytest.approx([3.0])
+
+
+def test_document_whose_chunks_all_failed_is_failed_without_embedding() -> None:
+    _, done = _run([_chunk(0, 2, ok=False), _chunk(1, 2, ok=False)])
+    assert done[0].status == "failed"
+    assert done[0].error_code == ALL_CHUNKS_FAILED
+    assert done[0].embedding == []
+
+
+def test_zero_token_chunks_still_weigh() -> None:
+    _, done = _run([_chunk(0, 2, vector=[2.0], tokens=0), _chunk(1, 2, vector=[4.0], tokens=0)])
+    assert done[0].embedding == pytest.approx([3.0])
+    assert done[0].token_count == 0
+
+
+def test_chunk_count_disagreement_is_a_typed_poison_error_and_not_merged() -> None:
+    state, _ = apply(None, _chunk(0, 3))
+    with pytest.raises(ChunkCountMismatchError) as info:
+        apply(state, _chunk(1, 4))
+    assert info.value.code == "chunk_count_mismatch"
+    assert isinstance(info.value, PoisonRecord)
+    assert "chunk_count 4" in info.value.message
+    # the state is untouched: the right chunks still complete the document
+    state, done = _run([_chunk(0, 3), _chunk(1, 3), _chunk(2, 3)])
+    assert len(done) == 1
+    with pytest.raises(ChunkCountMismatchError):
+        apply(CompletionMarker("completed", 3, 0, 0), _chunk(0, 5))
+
+
+@pytest.mark.parametrize(("index", "count"), [(-1, 3), (3, 3), (0, 0)])
+def test_index_outside_the_document_is_rejected(index: int, count: int) -> None:
+    with pytest.raises(ChunkIndexError) as info:
+        apply(None, _chunk(index, count))
+    assert info.value.code == "chunk_index_out_of_range"
+
+
+def test_embedding_dimension_change_is_rejected() -> None:
+    state, _ = apply(None, _chunk(0, 2, vector=[1.0, 2.0]))
+    with pytest.raises(EmbeddingDimensionError):
+        apply(state, _chunk(1, 2, vector=[1.0, 2.0, 3.0]))
+    with pytest.raises(EmbeddingDimensionError):
+        apply(None, _chunk(0, 2, vector=[]))
+
+
+def test_state_json_round_trip_is_exact_and_compact_for_large_documents() -> None:
+    count = 10_000
+    state: DocumentState | CompletionMarker | None = None
+    for i in range(0, count, 3):
+        state, _ = apply(state, _chunk(i, count, vector=[0.1 * i, 1 / 3], tokens=i % 17))
+    assert isinstance(state, DocumentState)
+    encoded = json.dumps(state.to_json())
+    assert len(encoded) < 4_500  # two bitmaps of 1 250 bytes, base64 ~1 700 chars each
+    restored = decode_entry(json.loads(encoded))
+    assert restored == state
+    assert isinstance(restored, DocumentState)
+    assert all(restored.has(i) == (i % 3 == 0) for i in range(0, 50))
+
+
+def test_marker_round_trip_and_expiry() -> None:
+    marker = CompletionMarker("partial", 5, 1_000, 2)
+    assert decode_entry(json.loads(json.dumps(marker.to_json()))) == marker
+    assert not marker.expired(now_ms=2_000, ttl_ms=1_000)
+    assert marker.expired(now_ms=2_001, ttl_ms=1_000)
+
+
+@pytest.mark.parametrize("data", [{}, {"v": 1, "kind": "state"}, {"v": 2, "kind": "done"},
+                                  {"v": 1, "kind": "done", "status": "running", "chunk_count": 1,
+                                   "completed_ms": 0, "partition": 0}])
+def test_corrupt_entries_raise_a_typed_error(data: dict[str, object]) -> None:
+    with pytest.raises(CorruptStateError):
+        decode_entry(data)
+
+
+def test_bitmap_that_does_not_fit_is_corrupt() -> None:
+    state, _ = apply(None, _chunk(0, 20))
+    assert isinstance(state, DocumentState)
+    data = state.to_json()
+    data["chunk_count"] = 100
+    with pytest.raises(CorruptStateError):
+        DocumentState.from_json(data)
+
+
+def test_document_key_separates_models() -> None:
+    assert document_key("d", "m1") != document_key("d", "m2")
+
+
+def test_job_progress_counts_each_document_once() -> None:
+    progress = JobProgress("j1", document_count=3)
+    progress = record_document(progress, None, "completed")
+    same = record_document(progress, "completed", "completed")
+    assert same is progress
+    progress = record_document(progress, None, "failed")
+    assert not progress.is_complete
+    progress = record_document(progress, None, "partial")
+    assert (progress.completed, progress.partial, progress.failed, progress.terminal) == (1, 1, 1, 3)
+    assert progress.is_complete
+
+
+def test_job_progress_moves_a_document_whose_status_changes() -> None:
+    progress = record_document(JobProgress("j1", document_count=1), None, "partial")
+    progress = record_document(progress, "partial", "completed")
+    assert (progress.completed, progress.partial) == (1, 0)
+
+
+def test_job_of_unknown_size_is_never_complete() -> None:
+    progress = record_document(JobProgress("j1"), None, "completed")
+    assert not progress.is_complete
+
+
+def test_job_progress_json_round_trip_and_status() -> None:
+    progress = JobProgress("j1", "acme", 4, 2, 1, 1, final=True, webhook_done=False)
+    assert JobProgress.from_json(json.loads(json.dumps(progress.to_json()))) == progress
+    status = job_status(progress, T0, final=True)
+    assert (status.state, status.final, status.completed, status.partial, status.failed) == ("completed", True, 2, 1, 1)
+    assert (status.document_count, status.tenant, status.key) == (4, "acme", "j1")
+    assert job_status(progress, T0).state == "running"
+    with pytest.raises(CorruptStateError):
+        JobProgress.from_json({"v": 1})
+
+
+def test_record_document_rejects_non_terminal_status() -> None:
+    with pytest.raises(ValueError, match="terminal"):
+        record_document(JobProgress("j1"), None, "running")  # type: ignore[arg-type]
+
+
+def test_throttle_publishes_first_change_then_at_most_once_per_interval() -> None:
+    throttle = StatusThrottle(1.0)
+    assert throttle.changed("j", 10.0)
+    assert not throttle.changed("j", 10.4)
+    assert not throttle.changed("j", 10.9)
+    assert throttle.due_pending(10.95) == []
+    assert throttle.due_pending(11.0) == ["j"]
+    assert throttle.due_pending(11.5) == []  # nothing pending any more
+    assert not throttle.changed("j", 11.5)
+    assert throttle.changed("k", 11.5)  # jobs are independent
+    assert throttle.changed("j", 12.1)
+    assert throttle.due_pending(20.0) == []
+
+
+def test_throttle_forgets_final_jobs() -> None:
+    throttle = StatusThrottle(5.0)
+    throttle.changed("j", 0.0)
+    throttle.changed("j", 1.0)
+    throttle.forget("j")
+    assert len(throttle) == 0
+    assert throttle.due_pending(100.0) == []
+    assert throttle.changed("j", 1.5)
+    with pytest.raises(ValueError):
+        StatusThrottle(-1)

@@ -1,0 +1,427 @@
+"""The reducer's agents (docstream_reducer.agents) over dict tables, a fake store and a fake sink."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from docstream.avro import AvroSerde
+from docstream.errors import FatalError, PoisonRecord, StoreError
+from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
+from docstream.settings import RetrySettings, Settings
+from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
+
+EMBEDDED, COMPLETED, JOBS, BY_JOB = "t.chunks.embedded", "t.documents.completed", "t.jobs", "t-by-job"
+T0 = datetime(2024, 5, 17, tzinfo=UTC)
+SERDE = AvroSerde(Settings().kafka)
+
+
+@dataclass
+class _Sent:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int | None
+    headers: list[tuple[str, bytes]] | None
+    transactional: bool
+
+
+@dataclass
+class FakeSink:
+    sent: list[_Sent] = field(default_factory=list)
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int | None = None,
+                   headers: list[tuple[str, bytes]] | None = None, transactional: bool = False) -> None:
+        self.sent.append(_Sent(topic, key, value, partition, headers, transactional))
+
+    def records(self, topic: str) -> list[Any]:
+        return [SERDE.deserialize(s.value, topic) for s in self.sent if s.topic == topic and s.value]
+
+
+@dataclass
+class FakeStore:
+    """The few ResultStore methods the agents call, in dicts; ``fail`` makes the next calls raise."""
+
+    jobs: dict[str, JobRow] = field(default_factory=dict)
+    documents: dict[str, DocumentRow] = field(default_factory=dict)
+    results: dict[tuple[str, str], DocumentResultRow] = field(default_factory=dict)
+    job_documents: dict[tuple[str, str], JobDocumentRow] = field(default_factory=dict)
+    fail: int = 0
+    calls: int = 0
+
+    def _maybe_fail(self) -> None:
+        self.calls += 1
+        if self.fail:
+            self.fail -= 1
+            raise StoreError("cassandra timeout")
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        self._maybe_fail()
+        return self.jobs.get(job_id)
+
+    def upsert_job(self, row: JobRow) -> None:
+        self._maybe_fail()
+        self.jobs[row.job_id] = row
+
+    def get_document(self, doc_id: str) -> DocumentRow | None:
+        self._maybe_fail()
+        return self.documents.get(doc_id)
+
+    def upsert_document(self, row: DocumentRow) -> None:
+        self.documents[row.doc_id] = row
+
+    def upsert_document_result(self, row: DocumentResultRow) -> None:
+        self._maybe_fail()
+        self.results[(row.doc_id, row.model_id)] = row
+
+    def upsert_job_document(self, row: JobDocumentRow) -> None:
+        self.job_documents[(row.job_id, row.doc_id)] = row
+
+    def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
+        self._maybe_fail()
+        yield from (row for (job, _), row in sorted(self.job_documents.items()) if job == job_id)
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def _calls(store: FakeStore, attempts: int = 3) -> StoreCalls:
+    retry = RetrySettings(max_attempts=attempts, base_delay_ms=1, max_delay_ms=2)
+    return StoreCalls(store, retry, sleep=_no_sleep, rng=random.Random(0))  # type: ignore[arg-type]
+
+
+def _chunk(doc_id: str, index: int, count: int, *, ok: bool = True, job_id: str = "j1") -> ChunkEmbedded:
+    return ChunkEmbedded(
+        job_id=job_id, doc_id=doc_id, chunk_id=f"{doc_id}-{index}", chunk_index=index, chunk_count=count,
+        model_id="m", status="ok" if ok else "failed", token_count=2, page_start=1, page_end=1,
+        embedded_at=T0 + timedelta(seconds=index), embedding=[1.0, float(index)] if ok else [],
+        error_code=None if ok else "model_error",
+    )
+
+
+def _msg(value: bytes, *, partition: int = 0, offset: int = 0, ts_ms: int = 1_000, topic: str = EMBEDDED,
+         key: bytes = b"k") -> Incoming:
+    return Incoming(topic=topic, partition=partition, offset=offset, timestamp_ms=ts_ms, key=key, value=value)
+
+
+def _encode(record: Any, topic: str = EMBEDDED) -> bytes:
+    return SERDE.serialize(record, topic)
+
+
+def _documents(store: FakeStore, sink: FakeSink, table: dict[str, Any], ttl_ms: int = 10_000) -> DocumentReducer:
+    return DocumentReducer(table, SERDE, _calls(store), sink, COMPLETED, marker_ttl_ms=ttl_ms)
+
+
+def test_documents_complete_once_with_rows_written_and_output_on_the_source_partition() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    store.documents["a"] = DocumentRow("a", "j1", "file:///a.pdf", "ab" * 32, "chunked", T0, filename="a.pdf",
+                                       page_count=3)
+    reducer = _documents(store, sink, table)
+    records = [_chunk("a", i, 3) for i in range(3)] + [_chunk("b", 0, 2), _chunk("b", 1, 2, ok=False)]
+    records = records + records[:2]
+    random.Random(3).shuffle(records)
+
+    async def run() -> None:
+        for offset, record in enumerate(records):
+            await reducer.handle(_msg(_encode(record), partition=2, offset=offset))
+
+    asyncio.run(run())
+    outputs: list[DocumentCompleted] = sink.records(COMPLETED)
+    assert sorted((o.doc_id, o.status) for o in outputs) == [("a", "completed"), ("b", "partial")]
+    assert all(s.partition == 2 and s.transactional and s.key in (b"a", b"b") for s in sink.sent)
+    a = next(o for o in outputs if o.doc_id == "a")
+    assert (a.filename, a.source_uri, a.page_count, a.content_sha256) == ("a.pdf", "file:///a.pdf", 3, "ab" * 32)
+    assert store.results[("a", "m")].embedding == pytest.approx([1.0, 1.0])
+    assert store.documents["a"].status == "completed"
+    assert store.job_documents[("j1", "b")].status == "partial"
+    assert table["a|m"]["kind"] == "done"
+    assert table["b|m"]["kind"] == "state" and table["b|m"]["completed_ms"] == 1_000  # partial: sums kept
+
+
+def test_a_replayed_failed_chunk_completes_a_partial_document_again() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table, ttl_ms=60_000)
+
+    async def run() -> None:
+        for index, ok in ((0, True), (1, False), (2, True)):
+            await reducer.handle(_msg(_encode(_chunk("a", index, 3, ok=ok)), ts_ms=1_000 + index))
+        await reducer.handle(_msg(_encode(_chunk("a", 1, 3)), ts_ms=9_000))  # the dead letter, replayed
+        await reducer.handle(_msg(_encode(_chunk("a", 1, 3)), ts_ms=9_500))  # and once more: a duplicate
+
+    asyncio.run(run())
+    outputs: list[DocumentCompleted] = sink.records(COMPLETED)
+    assert [(o.status, o.failed_chunks) for o in outputs] == [("partial", 1), ("completed", 0)]
+    assert store.results[("a", "m")].status == "completed"
+    assert store.job_documents[("j1", "a")].status == "completed"
+    assert table["a|m"]["kind"] == "done"
+
+
+def test_poison_records_go_to_the_dlq_with_headers() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table)
+
+    async def run() -> None:
+        await reducer.handle(_msg(b"not avro", offset=7))
+        await reducer.handle(_msg(_encode(_chunk("a", 0, 3)), offset=8))
+        await reducer.handle(_msg(_encode(_chunk("a", 1, 4)), offset=9))
+        await reducer.handle(_msg(_encode(replace(_chunk("a", 0, 3), chunk_index=5)), offset=10))
+        await reducer.handle(_msg(_encode(JobStatus("j", "running", 1, T0)), offset=11))
+
+    asyncio.run(run())
+    dlq = [s for s in sink.sent if s.topic == EMBEDDED + ".dlq"]
+    codes = [dict(s.headers or [])["error_code"].decode() for s in dlq]
+    assert codes == ["schema_unknown_format", "chunk_count_mismatch", "chunk_index_out_of_range",
+                     "schema_unexpected_record"]
+    headers = dict(dlq[0].headers or [])
+    assert (headers["original_offset"], headers["original_topic"], headers["service"]) == (b"7", EMBEDDED.encode(),
+                                                                                          b"reducer")
+    assert dlq[0].value == b"not avro" and not dlq[0].transactional
+    assert not [s for s in sink.sent if s.topic == COMPLETED]
+
+
+def test_markers_catch_redeliveries_then_expire_on_event_time_per_partition() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table, ttl_ms=1_000)
+
+    async def run() -> None:
+        await reducer.handle(_msg(_encode(_chunk("a", 0, 1)), partition=0, ts_ms=10_000))
+        await reducer.handle(_msg(_encode(_chunk("a", 0, 1)), partition=0, ts_ms=10_500))  # redelivery: ignored
+        assert len(sink.sent) == 1
+        await reducer.handle(_msg(_encode(_chunk("z", 0, 2)), partition=1, ts_ms=99_000))  # another partition
+        assert "a|m" in table
+        await reducer.handle(_msg(_encode(_chunk("y", 0, 2)), partition=0, ts_ms=11_001))
+
+    asyncio.run(run())
+    assert "a|m" not in table
+    assert set(table) == {"z|m", "y|m"}
+
+
+def test_rebuild_markers_indexes_restored_markers() -> None:
+    table: dict[str, Any] = {
+        "a|m": {"v": 1, "kind": "done", "status": "completed", "chunk_count": 1, "completed_ms": 5, "partition": 0},
+        "b|m": {"v": 1, "kind": "done", "status": "partial", "chunk_count": 2, "completed_ms": 6, "partition": 1},
+    }
+    reducer = _documents(FakeStore(), FakeSink(), table, ttl_ms=100)
+    assert reducer.rebuild_markers() == 2
+
+    async def run() -> None:
+        await reducer.handle(_msg(_encode(_chunk("c", 0, 2)), partition=0, ts_ms=1_000))
+
+    asyncio.run(run())
+    assert "a|m" not in table and "b|m" in table
+
+
+def _completed(doc_id: str, status: str = "completed", job_id: str = "j1") -> DocumentCompleted:
+    return DocumentCompleted(job_id=job_id, doc_id=doc_id, status=status, completed_at=T0)  # type: ignore[arg-type]
+
+
+def test_relay_rekeys_by_job_and_dead_letters_garbage() -> None:
+    sink = FakeSink()
+    relay = CompletedRelay(SERDE, sink, BY_JOB)
+
+    async def run() -> None:
+        await relay.handle(_msg(_encode(_completed("d1", "failed"), COMPLETED), topic=COMPLETED))
+        await relay.handle(_msg(b"\x00\x00", topic=COMPLETED))
+
+    asyncio.run(run())
+    forwarded, dead = sink.sent
+    assert (forwarded.topic, forwarded.key) == (BY_JOB, b"j1")
+    assert json.loads(forwarded.value or b"") == {"job_id": "j1", "doc_id": "d1", "status": "failed",
+                                                  "error_code": None}
+    assert dead.topic == COMPLETED + ".dlq"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _by_job(doc_id: str, status: str = "completed", job_id: str = "j1") -> Incoming:
+    body = {"job_id": job_id, "doc_id": doc_id, "status": status, "error_code": None}
+    return _msg(json.dumps(body).encode(), topic=BY_JOB, key=job_id.encode())
+
+
+def _jobs(store: FakeStore, sink: FakeSink, clock: _Clock, jobs: dict[str, Any], docs: dict[str, Any]) -> JobReducer:
+    return JobReducer(jobs, docs, SERDE, _calls(store), sink, JOBS, by_job_topic=BY_JOB, throttle_s=1.0,
+                      clock=clock, reconcile_after_s=30.0)
+
+
+def _job_row(count: int, job_id: str = "j1") -> JobRow:
+    return JobRow(job_id, "acme", T0, "running", count)
+
+
+def test_job_counts_each_document_once_and_publishes_one_final_status() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(4)
+    reducer = _jobs(store, sink, clock, jobs, docs)
+    inputs: Sequence[tuple[str, str]] = [("a", "completed"), ("a", "completed"), ("b", "failed"), ("c", "partial"),
+                                         ("b", "failed"), ("d", "completed"), ("d", "completed"), ("a", "completed")]
+
+    async def run() -> None:
+        for doc_id, status in inputs:
+            await reducer.handle(_by_job(doc_id, status))
+            clock.now += 0.1
+
+    asyncio.run(run())
+    statuses: list[JobStatus] = sink.records(JOBS)
+    finals = [s for s in statuses if s.final]
+    assert len(finals) == 1 and statuses[-1] is finals[0]
+    assert (finals[0].completed, finals[0].partial, finals[0].failed, finals[0].state) == (2, 1, 1, "completed")
+    assert (finals[0].tenant, finals[0].document_count) == ("acme", 4)
+    assert len(statuses) == 2  # the first change, then (throttled) only the final one
+    row = store.jobs["j1"]
+    assert (row.status, row.completed, row.partial, row.failed) == ("completed", 2, 1, 1)
+    assert docs == {}  # per-document entries go once the job is final
+    assert jobs["j1"]["final"] is True
+
+
+def test_throttled_changes_are_flushed_by_the_timer() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(10)
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_by_job("a"))
+        await reducer.handle(_by_job("b"))
+        await reducer.flush()
+        assert len(sink.sent) == 1
+        clock.now += 1.0
+        await reducer.flush()
+        await reducer.flush()
+
+    asyncio.run(run())
+    statuses: list[JobStatus] = sink.records(JOBS)
+    assert [s.completed for s in statuses] == [1, 2]
+    assert not any(s.final for s in statuses)
+    assert store.jobs["j1"].completed == 2
+
+
+def test_job_of_unknown_size_waits_for_its_row() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_by_job("a"))
+        reads = store.calls
+        await reducer.handle(_by_job("b"))
+        assert store.calls == reads  # no lookup on every record
+        store.jobs["j1"] = _job_row(3)
+        clock.now += 10
+        await reducer.handle(_by_job("c"))
+
+    asyncio.run(run())
+    statuses: list[JobStatus] = sink.records(JOBS)
+    assert statuses[-1].final and statuses[-1].completed == 3 and statuses[-1].document_count == 3
+
+
+def test_records_after_the_final_status_are_ignored() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(1)
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_by_job("a"))
+        await reducer.handle(_by_job("a"))
+        await reducer.handle(_by_job("late", "failed"))
+
+    asyncio.run(run())
+    assert len(sink.sent) == 1 and docs == {}
+
+
+def test_growing_job_is_not_final_before_its_row_says_so() -> None:
+    class _GrowingStore(FakeStore):
+        def get_job(self, job_id: str) -> JobRow | None:
+            self.calls += 1
+            return _job_row(1 if self.calls == 1 else 2)  # a document was added after the first read
+
+    store, sink, clock, jobs, docs = _GrowingStore(), FakeSink(), _Clock(), {}, {}
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_by_job("a"))  # 1 of 1 by the first read; the confirming read says 2
+        assert not any(s.final for s in sink.records(JOBS))
+        await reducer.handle(_by_job("b"))
+
+    asyncio.run(run())
+    statuses: list[JobStatus] = sink.records(JOBS)
+    assert [s.final for s in statuses] == [False, True]
+    assert (statuses[-1].completed, statuses[-1].document_count) == (2, 2)
+
+
+def test_a_stalled_job_is_reconciled_from_its_job_documents_rows() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(3)
+    for doc_id, status in (("a", "completed"), ("b", "failed"), ("c", "partial")):
+        store.job_documents[("j1", doc_id)] = JobDocumentRow("j1", doc_id, status, T0)  # type: ignore[arg-type]
+    store.job_documents[("j2", "z")] = JobDocumentRow("j2", "z", "completed", T0)
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_by_job("a"))
+        await reducer.handle(_by_job("b", "failed"))  # "c" was lost on the way
+        clock.now += 29
+        await reducer.flush()
+        assert not [s for s in sink.sent if s.topic == BY_JOB]
+        clock.now += 1
+        await reducer.flush()
+        requests = [s for s in sink.sent if s.topic == BY_JOB]
+        assert len(requests) == 1 and requests[0].key == b"j1"
+        await reducer.flush()  # backs off: no second request at once
+        assert len([s for s in sink.sent if s.topic == BY_JOB]) == 1
+        await reducer.handle(_msg(requests[0].value or b"", topic=BY_JOB, key=b"j1"))
+
+    asyncio.run(run())
+    final = sink.records(JOBS)[-1]
+    assert final.final and (final.completed, final.partial, final.failed) == (1, 1, 1)
+    assert docs == {}
+
+
+def test_store_calls_retry_transient_faults_then_give_up() -> None:
+    store = FakeStore(fail=2)
+    calls = _calls(store, attempts=3)
+    assert asyncio.run(calls(store.get_job, "x")) is None
+    store.fail = 5
+    with pytest.raises(FatalError) as info:
+        asyncio.run(calls(store.get_job, "x"))
+    assert info.value.code == "store_unavailable"
+
+
+def test_store_calls_do_not_retry_other_errors() -> None:
+    def poison() -> None:
+        raise PoisonRecord("bad")
+
+    with pytest.raises(PoisonRecord):
+        asyncio.run(_calls(FakeStore())(poison))
+
+
+def test_partition_watch_flags_partitions_with_waiting_records_and_no_progress() -> None:
+    from docstream_reducer.app import PartitionWatch
+
+    clock = _Clock()
+    watch = PartitionWatch(20.0, clock)
+    watch.handled("t", 0, 4)
+    assert watch.stalled({("t", 0): 5, ("t", 1): 3}) == []  # t[0] idle at its end; t[1] just seen
+    clock.now += 19
+    assert watch.stalled({("t", 0): 9, ("t", 1): 3}) == []
+    clock.now += 1
+    assert watch.stalled({("t", 0): 9, ("t", 1): 3}) == [("t", 0, 5), ("t", 1, None)]
+    assert watch.stalled({("t", 0): 9, ("t", 1): 3}) == []  # once per stall period
+    watch.handled("t", 0, 8)
+    clock.now += 30
+    assert watch.stalled({("t", 0): 10, ("t", 1): 1}) == []  # one marker after the last record: idle
+    assert watch.stalled({("t", 2): 7}, {("t", 2): 7}) == []  # handled by an earlier process
+    clock.now += 30
+    assert watch.stalled({("t", 2): 7}, {("t", 2): 7}) == []
+    assert watch.stalled({("t", 2): 9}, {("t", 2): 7}) == [("t", 2, None)]
