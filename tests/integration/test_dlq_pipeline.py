@@ -20,11 +20,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FAULT = page_marker(2)  # opens page 2's first paragraph: the model fails on the chunk(s) holding it
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reducer: a completed document's marker ignores every later chunk, so a failed chunk that succeeds on "
-    "replay leaves the document partial (everything before that step passes); remove once the reducer re-folds it",
-)
 def test_a_dead_letter_replayed_after_the_fault_is_lifted_completes_its_document(
     kafka_bootstrap: str, cassandra_store: ResultStore, cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
