@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
+
 from docstream.avro import AvroSerde
 from docstream.kafka.clients import ReliableProducer
 from docstream.records import ChunkCreated
 from docstream.settings import KafkaSettings
-
 from tests.fixtures.kafka import consume_messages, kafka_settings, records_of_every_type
 
 pytestmark = pytest.mark.integration

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+
 from docstream.avro import AvroSerde
 from docstream.errors import FatalError, RetryableError
 from docstream.kafka.clients import ReliableProducer
@@ -17,7 +18,6 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.topics import dlq_topic
-
 from tests.fixtures.kafka import committed_offset, consume_messages, kafka_settings, wait_until
 
 pytestmark = pytest.mark.integration

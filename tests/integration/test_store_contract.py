@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from docstream.errors import StoreError
 from docstream.settings import CassandraSettings
 from docstream.store import (
@@ -28,7 +29,6 @@ from docstream.store import (
     SqliteStore,
 )
 from docstream.store.codec import float32_values
-
 from tests.fixtures.cassandra import STORE_PAGE_SIZE
 
 pytestmark = pytest.mark.integration

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from rich.console import Console
+
 from docstream import ids
 from docstream.avro.serde import AvroSerde
 from docstream.errors import InputError
@@ -31,8 +33,6 @@ from docstream.topics import Topics
 from docstream_ingest.commands import EXIT_OK, wait_for_job
 from docstream_ingest.intake import SubmitResult, submit_paths
 from docstream_ingest.main import main as ingest_main
-from rich.console import Console
-
 from tests.fixtures.documents import make_pdf, make_text_document
 from tests.fixtures.kafka import kafka_settings
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
 from docstream import ids
 from docstream.avro.serde import AvroSerde
 from docstream.client import DocstreamClient

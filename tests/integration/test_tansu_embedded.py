@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
+
 from docstream.errors import FatalError
 from docstream.kafka.clients import ReliableProducer, consumer_config
 from docstream.kafka.embedded import EmbeddedBroker, tansu_binary
 from docstream.settings import KafkaSettings
-
 from tests.fixtures.kafka import wait_until
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ import tarfile
 import zipfile
 
 import pytest
+
 from docstream.archives import (
     ArchiveLimits,
     archive_kind,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from docstream.avro import crc64_avro, fingerprint_bytes
-from docstream.avro.schemas import SchemaSet
 from fastavro import parse_schema
 from fastavro.schema import fingerprint as fastavro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
+
+from docstream.avro import crc64_avro, fingerprint_bytes
+from docstream.avro.schemas import SchemaSet
 
 # (canonical form, Java SchemaNormalization.parsingFingerprint64 as a signed long)
 _VECTORS = [

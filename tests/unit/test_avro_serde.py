@@ -11,11 +11,11 @@ from pathlib import Path
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
+
 from docstream.avro import AvroSchema, AvroSerde, SchemaSet, find_schemas_dir, frame_confluent, frame_single_object
 from docstream.errors import SchemaError
 from docstream.records import ChunkCreated, DocumentSubmitted, JobStatus
 from docstream.settings import KafkaSettings
-
 from tests.fixtures.kafka import records_of_every_type
 
 _TOPIC = "docstream.test"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from docstream.avro import frame_confluent, frame_single_object, parse_frame
 from docstream.errors import PoisonRecord, SchemaError
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-from docstream.metrics import Metrics
 from prometheus_client.metrics import MetricWrapperBase
+
+from docstream.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "docstream.json"

@@ -24,13 +24,14 @@ from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit
 
-import docstream.settings
 import pytest
 import typer.main
 import yaml
+from pydantic import BaseModel, SecretStr
+
+import docstream.settings
 from docstream.cli import app
 from docstream.settings import Settings, load_settings
-from pydantic import BaseModel, SecretStr
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from docstream.settings import Settings
 from docstream.topics import Topics
-
 from tests.unit.test_deploy_compose import (
     API_PORT,
     ONE_SHOT,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from docstream.errors import FatalError, PoisonRecord, RetryableError, SchemaError
 from docstream.kafka.attempts import run_with_retries
 from docstream.settings import RetrySettings

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError
+
 from docstream.errors import FatalError, PoisonRecord, RetryableError
 from docstream.kafka.admin import topic_specs
 from docstream.kafka.clients import (

@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 from docstream.errors import ConfigError, DocumentError, InputError
 from docstream.objectstore import ObjectStore
 from docstream.settings import ObjectStoreSettings

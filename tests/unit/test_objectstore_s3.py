@@ -11,10 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 import s3fs
+from moto.server import ThreadedMotoServer
+
 from docstream.errors import DocumentError, InputError
 from docstream.objectstore import ObjectStore
 from docstream.settings import ObjectStoreSettings
-from moto.server import ThreadedMotoServer
 
 
 def _free_port() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from docstream.kafka.offsets import OffsetTracker
 
 _TP = ("t", 0)

@@ -17,8 +17,9 @@ from typing import Any
 
 import fastavro
 import pytest
-from docstream.avro import check_backward_compatible, find_schemas_dir, sample_records
 from fastavro.read import SchemaResolutionError
+
+from docstream.avro import check_backward_compatible, find_schemas_dir, sample_records
 
 _SCHEMAS = find_schemas_dir()
 _REPO = _SCHEMAS.parent

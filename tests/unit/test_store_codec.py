@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+
 from docstream.store.codec import decode_embedding, encode_embedding, float32_values, none_if_empty, utc_millis
 from docstream.store.ranking import TopK, cosine_scores, unit_vector
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from docstream.store.schema import Migration, load_migrations, split_statements
 
 

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from docstream.errors import FatalError
 from docstream.settings import load_settings
 from docstream.store import ResultStore, SqliteStore, open_store

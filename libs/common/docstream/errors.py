@@ -16,11 +16,11 @@ __all__ = [
     "DocstreamError",
     "DocumentError",
     "FatalError",
+    "InputError",
     "PoisonRecord",
     "RetryableError",
     "SchemaError",
     "StoreError",
-    "InputError",
 ]
 
 
@@ -64,7 +64,7 @@ class StoreError(RetryableError):
     code = "store_unavailable"
 
 
-class PoisonRecord(DocstreamError):
+class PoisonRecord(DocstreamError):  # noqa: N818 - the name of record, not of an error
     """A record that can never be processed; it goes to the DLQ.
 
     Attributes:

@@ -27,9 +27,12 @@ class Metrics:
             "docstream_records_failed", "Records that failed.", ["service", "error_code"], registry=r
         )
         self.dlq = Counter("docstream_dlq", "Records sent to a DLQ.", ["service", "topic"], registry=r)
-        self.retries = Counter("docstream_retries", "Retries of transient faults.", ["service", "operation"], registry=r)
+        self.retries = Counter(
+            "docstream_retries", "Retries of transient faults.", ["service", "operation"], registry=r
+        )
         self.consumer_lag = Gauge(
-            "docstream_consumer_lag", "Records behind the high watermark.", ["service", "topic", "partition"], registry=r
+            "docstream_consumer_lag", "Records behind the high watermark.", ["service", "topic", "partition"],
+            registry=r,
         )
         self.batch_size = Histogram(
             "docstream_batch_size", "Records per model batch.", ["service"], buckets=_SIZE_BUCKETS, registry=r
@@ -62,7 +65,7 @@ class MetricsServer:
         outer = self
 
         class _Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:  # http.server names the handler
                 if self.path == "/metrics":
                     self._send(200, outer._metrics.render(), CONTENT_TYPE_LATEST)
                 elif self.path == "/healthz":

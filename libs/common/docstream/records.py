@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = [
+    "RECORD_TYPES",
     "AnyRecord",
     "ChunkCreated",
     "ChunkEmbedded",
     "DocumentCompleted",
     "DocumentSubmitted",
     "JobStatus",
-    "RECORD_TYPES",
     "utc_now",
 ]
 
@@ -54,7 +54,7 @@ class _Record:
     @property
     def key(self) -> str:
         """The Kafka record key."""
-        return str(getattr(self, "doc_id"))
+        return str(getattr(self, "doc_id"))  # noqa: B009 - defined by the subclasses
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,10 +208,9 @@ def run_job(
         InputError: nothing to process.
         FatalError: a service failed, or the run timed out.
     """
-    from docstream_ingest.intake import submit_paths
-
     from docstream.export import export_results
     from docstream.kafka.clients import ReliableProducer
+    from docstream_ingest.intake import submit_paths
 
     started = time.monotonic()
     state_dir.mkdir(parents=True, exist_ok=True)

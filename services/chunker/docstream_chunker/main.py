@@ -13,7 +13,6 @@ from docstream.metrics import Metrics, MetricsServer
 from docstream.settings import Settings
 from docstream.store import ResultStore, open_store
 from docstream.topics import Topics
-
 from docstream_chunker.handler import ChunkerHandler, max_poll_interval_ms
 from docstream_chunker.worker import ProcessExtractor
 

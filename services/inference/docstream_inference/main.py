@@ -13,7 +13,6 @@ from docstream.metrics import Metrics, MetricsServer
 from docstream.settings import Settings
 from docstream.store import ResultStore, open_store
 from docstream.topics import Topics
-
 from docstream_inference.faults import with_faults
 from docstream_inference.pipeline import SERVICE, InferencePipeline
 
@@ -54,7 +53,7 @@ def main(settings: Settings) -> int:
     except DocstreamError as exc:
         _log.error("inference_failed", error_code=exc.code, error=exc.message)
         return 1
-    except Exception:  # main: log once, exit non-zero
+    except Exception:  # noqa: BLE001 - main: log once, exit non-zero
         _log.exception("inference_crashed")
         return 1
     finally:

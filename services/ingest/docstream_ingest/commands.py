@@ -14,6 +14,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from docstream.avro.serde import AvroSerde
 from docstream.client import validate_id
 from docstream.errors import DocstreamError, StoreError
@@ -25,10 +29,6 @@ from docstream.objectstore import ObjectStore
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, ResultStore, open_store
 from docstream.topics import Topics
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from docstream_ingest.intake import SubmitResult, submit_paths
 
 __all__ = ["IntakeClients", "intake_clients", "prepare_intake", "submit_command", "wait_for_job"]

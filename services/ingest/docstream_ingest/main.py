@@ -9,7 +9,6 @@ from __future__ import annotations
 from docstream.errors import DocstreamError
 from docstream.logging import configure_logging, get_logger
 from docstream.settings import Settings
-
 from docstream_ingest.commands import prepare_intake
 
 __all__ = ["main"]

@@ -18,7 +18,6 @@ from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import Settings
 from docstream.store import ResultStore
-
 from docstream_reducer.agents import StoreCalls
 from docstream_reducer.app import ReducerWorker, build_reducer
 from docstream_reducer.webhook import WebhookNotifier
