@@ -89,7 +89,7 @@ class _Reducer:
             return None if self.proc is None else self.proc.returncode
         self.proc.terminate()
         try:
-            return self.proc.wait(40)
+            return self.proc.wait(90)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)

@@ -19,7 +19,7 @@ from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = ["main"]
 
-_STOP_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 60.0  # a stop under exactly-once commits transactions; slow on a loaded 2-core box
 
 
 def main(settings: Settings) -> int:
