@@ -79,9 +79,9 @@ def test_cuda_asked_but_absent_is_a_config_error() -> None:
 
 
 @pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
-def test_unimplemented_backends_are_refused(backend: str) -> None:
+def test_onnx_backends_refuse_cuda(backend: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load_embedder(InferenceSettings(backend=backend))  # type: ignore[arg-type]
+        load_embedder(InferenceSettings(backend=backend, device="cuda"))  # type: ignore[arg-type]
     assert info.value.code == "backend_unavailable"
 
 

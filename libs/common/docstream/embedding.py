@@ -261,12 +261,15 @@ class SentenceTransformerEmbedder:
 def load_embedder(settings: InferenceSettings) -> Embedder:
     """The embedder ``settings`` describe: backend, model folder, device and precision.
 
-    ``backend`` "torch" is the only runtime so far; "onnx" and "onnx-int8" are the seam
-    for an ONNX Runtime embedder implementing the same ``Embedder`` protocol.
+    ``backend`` "torch" runs sentence-transformers on torch; "onnx" and "onnx-int8" run an
+    ONNX export of the same folder on onnxruntime, CPU only (``docstream.onnx_backend``).
 
     Raises:
-        ConfigError: an unimplemented backend, a missing model folder, or cuda asked but absent.
+        ConfigError: an unimplemented backend, a missing model folder, cuda asked but absent (or asked
+            of an onnx backend), or an onnx backend without the ``onnx`` package for its first export.
     """
+    if settings.backend in ("onnx", "onnx-int8"):
+        return _load_onnx_embedder(settings)
     if settings.backend != "torch":
         raise ConfigError(
             f"inference.backend {settings.backend!r} is not implemented yet (use 'torch')", code="backend_unavailable"
@@ -282,6 +285,23 @@ def load_embedder(settings: InferenceSettings) -> Embedder:
     path = resolve_model_path(settings.model_path)
     embedder = SentenceTransformerEmbedder(
         path, model_id=settings.model_id, runtime=runtime, normalize=settings.normalize
+    )
+    if settings.warmup:
+        embedder.warm_up()
+    return embedder
+
+
+def _load_onnx_embedder(settings: InferenceSettings) -> Embedder:
+    from docstream.onnx_backend import OnnxEmbedder
+
+    if settings.device == "cuda":
+        raise ConfigError(f"inference.backend {settings.backend!r} runs on the CPU only", code="backend_unavailable")
+    embedder = OnnxEmbedder(
+        resolve_model_path(settings.model_path),
+        model_id=settings.model_id,
+        variant="int8" if settings.backend == "onnx-int8" else "fp32",
+        threads=_usable_cpus(),
+        normalize=settings.normalize,
     )
     if settings.warmup:
         embedder.warm_up()

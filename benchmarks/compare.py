@@ -1,0 +1,365 @@
+"""Side by side on one folder of generated PDFs: a plain script, bf16, Ray Data, `docstream run`, the real stack.
+
+Variants, each in its own process tree, one after the other, in one run (the ratios are what
+count on a machine shared with other work):
+
+* (a) plain: benchmarks/plain_pipeline.py, PyMuPDF → docstream chunker → SentenceTransformer.encode, fp32;
+* (b) plain under ``torch.autocast("cpu", bfloat16)`` (emulated, slower, where the CPU lacks avx512_bf16/AMX);
+* (c) Ray Data (skipped unless ``ray`` is installed: ``pip install '.[bench]'``);
+* (d) ``docstream run`` (tansu + SQLite, one process), fresh state dir;
+* (e) the real stack: ``docstream chunker|inference|reducer`` as separate processes on Kafka +
+  Cassandra (deploy/local), driven by ``docstream submit --wait`` (skipped when
+  ``deploy/local/stack status`` does not show both running);
+* (f) ``docstream run`` with ``DOCSTREAM_INFERENCE__BACKEND=onnx`` and (g) ``onnx-int8``.
+
+Every time is wall clock of the whole variant, process start (imports, model load) to the last
+embedding stored. Peak RSS is the sum over the variant's process tree, sampled every 0.2 s.
+
+    .venv/bin/python benchmarks/compare.py                 # ~300 pages
+    .venv/bin/python benchmarks/compare.py --pages 100 --only a,d,f
+    .venv/bin/python benchmarks/compare.py --scale 10      # also 10x the documents: time(10x)/(10*time(1x))
+    .venv/bin/python benchmarks/compare.py --sweep 4,8,16,32,64   # raw-model batch-size sweep only
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+BIN = Path(sys.executable).parent
+DOCSTREAM = str(BIN / "docstream")
+PAGES_PER_DOC = 20
+
+
+@dataclass
+class Result:
+    """One variant's outcome."""
+
+    name: str
+    chunks: int | None = None
+    seconds: float | None = None
+    peak_rss: int | None = None
+    note: str = ""
+
+
+class _RssSampler:
+    """Samples the summed RSS of a process and its descendants until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak = 0
+        self._pid = pid
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                root = psutil.Process(self._pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            total = 0
+            for proc in procs:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
+    env["DOCSTREAM_LOG__LEVEL"] = "WARNING"
+    env["DOCSTREAM_LOG__FORMAT"] = "json"
+    env.update(extra)
+    return env
+
+
+def _timed(command: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[float, int, str]:
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = _RssSampler(proc.pid)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        sampler.stop()
+        raise RuntimeError(f"timed out after {timeout} s: {' '.join(command)}\n{out[-2000:]}") from None
+    seconds = time.perf_counter() - started
+    peak = sampler.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"exit {proc.returncode}: {' '.join(command)}\n{out[-2000:]}")
+    return seconds, peak, out
+
+
+def make_folder(folder: Path, pages: int) -> None:
+    """``pages`` pages of generated PDFs, ``PAGES_PER_DOC`` pages each."""
+    from tests.fixtures.documents import make_pdf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    index = 0
+    while pages > 0:
+        count = min(PAGES_PER_DOC, pages)
+        (folder / f"doc-{index:04d}.pdf").write_bytes(make_pdf(count, seed=index).data)
+        pages -= count
+        index += 1
+
+
+def run_plain(folder: Path, *, bf16: bool, work: Path) -> Result:
+    command = [sys.executable, str(ROOT / "benchmarks" / "plain_pipeline.py"), str(folder)]
+    command += ["--bf16"] if bf16 else []
+    seconds, peak, out = _timed(command, _clean_env(), work, 1800)
+    info = json.loads(out.strip().splitlines()[-1])
+    note = f"encode {info['embed_s']} s"
+    if bf16 and not info["native_bf16"]:
+        note += "; no avx512_bf16/amx: autocast emulated (service falls back to fp32)"
+    return Result("b plain bf16 autocast" if bf16 else "a plain fp32 script", info["chunks"], seconds, peak, note)
+
+
+def run_docstream(folder: Path, *, backend: str, work: Path) -> Result:
+    state = Path(tempfile.mkdtemp(prefix="state-", dir=work))
+    out_file = state / "out.jsonl"
+    env = _clean_env(DOCSTREAM_INFERENCE__BACKEND=backend)
+    command = [DOCSTREAM, "run", str(folder), "--out", str(out_file), "--state-dir", str(state), "--timeout", "1800"]
+    seconds, peak, _ = _timed(command, env, work, 1900)
+    with sqlite3.connect(state / "docstream.db") as db:
+        chunks = int(db.execute("SELECT count(*) FROM chunks WHERE status = 'ok'").fetchone()[0])
+    shutil.rmtree(state, ignore_errors=True)
+    label = {"torch": "d docstream run", "onnx": "f docstream run onnx", "onnx-int8": "g docstream run onnx-int8"}
+    return Result(label[backend], chunks, seconds, peak)
+
+
+def _stack_running() -> str | None:
+    try:
+        status = subprocess.run([str(ROOT / "deploy" / "local" / "stack"), "status"], capture_output=True, text=True,
+                                timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"deploy/local/stack status failed: {exc}"
+    lines = status.stdout.splitlines()
+    for name in ("kafka", "cassandra"):
+        if not any(line.split()[:2] == [name, "running"] for line in lines if line.split()):
+            return f"{name} not running (deploy/local/stack status)"
+    return None
+
+
+def run_stack(folder: Path, *, work: Path) -> Result:
+    why = _stack_running()
+    if why is not None:
+        return Result("e real stack (Kafka+Cassandra)", note=f"skipped: {why}; start it with make stack-up")
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    root = Path(tempfile.mkdtemp(prefix="stack-", dir=work))
+    env = _clean_env(
+        DOCSTREAM_KAFKA__TOPIC_PREFIX=prefix, DOCSTREAM_STORE__BACKEND="cassandra", DOCSTREAM_CASSANDRA__PORT="19042",
+        DOCSTREAM_CASSANDRA__KEYSPACE="docstream_bench", DOCSTREAM_OBJECT_STORE__URL=str(root / "objects"),
+        DOCSTREAM_REDUCER__APP_ID=f"{prefix}-reducer", DOCSTREAM_REDUCER__DATA_DIR=str(root / "reducer"),
+        DOCSTREAM_KAFKA__CLIENT_OPTIONS=json.dumps({"compression.type": "gzip"}),
+    )
+    # topics and schema first (not timed), so services never start on a missing topic
+    prepare = "from docstream.settings import load_settings; from docstream_ingest.commands import prepare_intake; " \
+              "prepare_intake(load_settings())"
+    subprocess.run([sys.executable, "-c", prepare], env=env, cwd=work, check=True, capture_output=True, timeout=300)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(100000)"], cwd=work)
+    services = []
+    started = time.perf_counter()
+    sampler = _RssSampler(holder.pid)
+    try:
+        for name in ("chunker", "inference", "reducer"):
+            log = (root / f"{name}.log").open("wb")
+            proc = subprocess.Popen([DOCSTREAM, name], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+            services.append(proc)
+        sums = _ServiceRss([s.pid for s in services])
+        submit = subprocess.run([DOCSTREAM, "submit", str(folder), "--wait", "--timeout", "1800"], cwd=work, env=env,
+                                capture_output=True, text=True, timeout=1900)
+        seconds = time.perf_counter() - started
+        peak = sums.stop()
+        if submit.returncode != 0:
+            raise RuntimeError(f"submit exit {submit.returncode}: {submit.stdout[-1500:]}{submit.stderr[-1500:]}")
+        chunks = _stack_chunks(env, submit.stdout)
+    finally:
+        sampler.stop()
+        for proc in services:
+            proc.terminate()
+        for proc in services:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        holder.kill()
+        holder.wait()
+    return Result("e real stack (Kafka+Cassandra)", chunks, seconds, peak,
+                  "3 service processes; includes their start and model load")
+
+
+class _ServiceRss(_RssSampler):
+    """Sums RSS over several independent process trees."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        super().__init__(pids[0])
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            total = 0
+            for pid in self._pids:
+                try:
+                    root = psutil.Process(pid)
+                    for proc in [root, *root.children(recursive=True)]:
+                        total += proc.memory_info().rss
+                except psutil.NoSuchProcess:
+                    continue
+            self.peak = max(self.peak, total)
+
+
+def _stack_chunks(env: dict[str, str], submit_out: str) -> int | None:
+    job_id = next((line.split()[1].rstrip(":") for line in submit_out.splitlines()
+                   if line.startswith("job ") and "documents in total" in line), None)
+    if job_id is None:
+        return None
+    code = (
+        "import sys; from docstream.settings import load_settings; from docstream.store import open_store\n"
+        "st = open_store(load_settings())\n"
+        "print(sum(st.count_chunks(d.doc_id, 'all-MiniLM-L6-v2') for d in st.iter_job_documents(sys.argv[1])))\n"
+        "st.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, job_id], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        return int(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def run_ray() -> Result:
+    if importlib.util.find_spec("ray") is None:
+        return Result("c Ray Data", note="skipped: ray not installed (pip install '.[bench]')")
+    return Result("c Ray Data", note="skipped: ray installed but the Ray Data variant is not written yet")
+
+
+def _fmt_rss(value: int | None) -> str:
+    return "-" if not value else f"{value / 2**20:,.0f} MiB"
+
+
+def print_table(results: list[Result], pages: int) -> None:
+    base = next((r for r in results if r.name.startswith("a ") and r.seconds), None)
+    print(f"\n{pages} pages, load average {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
+    print(f"{'variant':<34}{'chunks':>8}{'seconds':>10}{'chunks/s':>10}{'vs (a)':>8}{'peak RSS':>12}  note")
+    for r in results:
+        if r.seconds is None:
+            print(f"{r.name:<34}{'-':>8}{'-':>10}{'-':>10}{'-':>8}{'-':>12}  {r.note}")
+            continue
+        rate = (r.chunks or 0) / r.seconds
+        ratio = f"{rate / (base.chunks / base.seconds):.2f}" if base and base.chunks else "-"
+        print(f"{r.name:<34}{r.chunks if r.chunks is not None else '?':>8}{r.seconds:>10.1f}{rate:>10.1f}{ratio:>8}"
+              f"{_fmt_rss(r.peak_rss):>12}  {r.note}")
+
+
+def run_all(pages: int, only: set[str], work: Path) -> list[Result]:
+    folder = work / f"pdfs-{pages}"
+    make_folder(folder, pages)
+    results: list[Result] = []
+    steps = [
+        ("a", lambda: run_plain(folder, bf16=False, work=work)),
+        ("b", lambda: run_plain(folder, bf16=True, work=work)),
+        ("c", run_ray),
+        ("d", lambda: run_docstream(folder, backend="torch", work=work)),
+        ("e", lambda: run_stack(folder, work=work)),
+        ("f", lambda: run_docstream(folder, backend="onnx", work=work)),
+        ("g", lambda: run_docstream(folder, backend="onnx-int8", work=work)),
+    ]
+    for key, step in steps:
+        if key not in only:
+            continue
+        print(f"running ({key}) on {pages} pages, load {os.getloadavg()[0]:.2f} ...", flush=True)
+        try:
+            results.append(step())
+        except (RuntimeError, subprocess.SubprocessError, OSError, sqlite3.Error) as exc:
+            results.append(Result(f"{key} (failed)", note=str(exc).splitlines()[0][:160]))
+            print(str(exc)[-2000:], file=sys.stderr)
+        done = results[-1]
+        print(f"  ({key}) {done.chunks} chunks in {done.seconds and round(done.seconds, 1)} s {done.note}", flush=True)
+    return results
+
+
+def batch_sweep(sizes: list[int], count: int) -> None:
+    """Raw model (fp32, this CPU) chunks/s at each batch size on ``count`` chunks of about 250 tokens."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from docstream.models import resolve_model_path
+    from tests.fixtures.documents import paragraphs
+
+    model = SentenceTransformer(str(resolve_model_path(None)), device="cpu", local_files_only=True)
+    tokenizer = model.tokenizer
+    texts = []
+    seed = 0
+    while len(texts) < count:
+        words: list[str] = []
+        while len(tokenizer.tokenize(" ".join(words))) < 250:
+            words.extend(" ".join(paragraphs(seed, 1)).split())
+            seed += 1
+        ids = tokenizer.tokenize(" ".join(words))[:250]
+        texts.append(tokenizer.convert_tokens_to_string(ids))
+    lengths = [len(tokenizer.tokenize(t)) for t in texts]
+    print(f"batch sweep: {count} chunks of {min(lengths)}-{max(lengths)} tokens, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, load {os.getloadavg()[0]:.2f}")
+    with torch.inference_mode():
+        model.encode(texts[:8], batch_size=8, show_progress_bar=False)
+        for size in sizes:
+            started = time.perf_counter()
+            model.encode(texts, batch_size=size, show_progress_bar=False)
+            seconds = time.perf_counter() - started
+            load = os.getloadavg()[0]
+            print(f"  batch {size:>3}: {count / seconds:6.1f} chunks/s ({seconds:.1f} s), load {load:.2f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=300, help="total pages of the folder (20-page PDFs)")
+    parser.add_argument("--scale", type=int, default=0, help="also run N x the pages and print time(Nx)/(N*time(1x))")
+    parser.add_argument("--only", default="a,b,c,d,e,f,g", help="comma-separated variants to run")
+    parser.add_argument("--sweep", default="", help="only the raw-model batch sweep, e.g. 4,8,16,32,64")
+    parser.add_argument("--sweep-chunks", type=int, default=128, help="chunks per batch size in the sweep")
+    args = parser.parse_args()
+    if args.sweep:
+        batch_sweep([int(x) for x in args.sweep.split(",")], args.sweep_chunks)
+        return
+    only = set(args.only.split(","))
+    with tempfile.TemporaryDirectory(prefix="docstream-bench-") as tmp:
+        work = Path(tmp)
+        results = run_all(args.pages, only, work)
+        print_table(results, args.pages)
+        if args.scale > 1:
+            scaled = run_all(args.pages * args.scale, only, work)
+            print_table(scaled, args.pages * args.scale)
+            print(f"\nscaling {args.scale}x: time({args.scale}x) / ({args.scale} x time(1x))")
+            small = {r.name: r for r in results}
+            for r in scaled:
+                one = small.get(r.name)
+                if r.seconds and one and one.seconds:
+                    print(f"  {r.name:<34}{r.seconds / (args.scale * one.seconds):.2f}")
+
+
+if __name__ == "__main__":
+    main()
