@@ -6,7 +6,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -18,6 +18,7 @@ from docstream.kafka.loop import Envelope
 from docstream.objectstore import ObjectStore
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
+from docstream.store.base import JobDocumentRow
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler, chunk_request, max_poll_interval_ms
@@ -86,6 +87,39 @@ def test_a_good_document_gives_its_chunks_and_rows(env: Env) -> None:
     assert (row.status, row.page_count, row.media_type, row.error_code) == ("chunked", 12, "application/pdf", None)
     [job_row] = list(env.store.iter_job_documents("job-1"))
     assert (job_row.doc_id, job_row.status) == (submitted.doc_id, "chunked")
+
+
+@pytest.mark.parametrize("final", ["completed", "partial", "failed"])
+def test_a_redelivered_submission_of_a_finished_document_keeps_its_rows_final(env: Env, final: str) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    submitted = env.submit(make_pdf(3, seed=7).data)
+    first = outputs_of(handler, submitted)
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None and row.status == "chunked"
+    # what the reducer writes when the document completes
+    env.store.upsert_document(replace(row, status=final, updated_at=utc_now()))  # type: ignore[arg-type]
+    env.store.upsert_job_document(JobDocumentRow("job-1", submitted.doc_id, final, utc_now(), "doc.pdf"))  # type: ignore[arg-type]
+
+    again = outputs_of(handler, submitted)
+
+    assert [c.chunk_id for c in again] == [c.chunk_id for c in first]  # type: ignore[attr-defined]
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None and row.status == final
+    assert [r.status for r in env.store.iter_job_documents("job-1")] == [final]
+
+
+def test_a_finished_document_of_other_bytes_or_another_job_is_chunked_as_new(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    done = env.submit(make_pdf(2, seed=8).data)
+    outputs_of(handler, done)
+    row = env.store.get_document(done.doc_id)
+    assert row is not None
+    env.store.upsert_document(replace(row, status="completed", content_sha256="0" * 64))
+
+    outputs_of(handler, done)  # the stored row is of other bytes: this submission's rows are written
+
+    row = env.store.get_document(done.doc_id)
+    assert row is not None and (row.status, row.content_sha256) == ("chunked", done.content_sha256)
 
 
 def test_same_bytes_same_chunk_ids_in_another_job(env: Env) -> None:

@@ -19,7 +19,7 @@ from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import ChunkerSettings, Settings
-from docstream.store.base import DocState, DocumentRow, JobDocumentRow, ResultStore
+from docstream.store.base import TERMINAL_DOC_STATES, DocState, DocumentRow, JobDocumentRow, ResultStore
 from docstream.topics import Topics
 from docstream_chunker.worker import ChunkRequest, Extractor
 
@@ -132,7 +132,13 @@ class ChunkerHandler:
         except (DocumentError, InputError) as exc:
             return self._failed(submitted, exc.code, exc.message)
         now = self._clock()
-        self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type)
+        if self._already_terminal(submitted):
+            # a redelivered or replayed submission: the chunks go out again (every write downstream
+            # is idempotent) but the rows keep their final status; the reducer, whose completion
+            # marker drops the redelivered chunks, would never write it back
+            _log.info("document_rechunked_rows_kept", chunk_count=len(result.chunks))
+        else:
+            self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type)
         _log.info(
             "document_chunked",
             chunk_count=len(result.chunks),
@@ -170,6 +176,16 @@ class ChunkerHandler:
             )
             for chunk in result.chunks
         ]
+
+    def _already_terminal(self, submitted: DocumentSubmitted) -> bool:
+        """Whether this very document (same job, same bytes) already has a final status in the store."""
+        row = self._store.get_document(submitted.doc_id)
+        return (
+            row is not None
+            and row.status in TERMINAL_DOC_STATES
+            and row.job_id == submitted.job_id
+            and row.content_sha256 == submitted.content_sha256
+        )
 
     def _job_cancelled(self, job_id: str) -> bool:
         # the jobs row is read at most once per job every job_status_ttl_s, not once per document

@@ -251,8 +251,14 @@ class InferencePipeline:
             self._set_paused(consumer, True)
         elif self._paused and backlog <= self._q0.maxsize // 2:
             self._set_paused(consumer, False)
-        elif self._paused and self._assignment_changed:
-            consumer.pause(consumer.assignment())
+        elif self._assignment_changed:
+            # librdkafka keeps an application pause across unassign/assign: partitions lost while
+            # paused come back paused. New partitions get the pipeline's state, whichever it is.
+            assignment = consumer.assignment()
+            if self._paused:
+                consumer.pause(assignment)
+            else:
+                consumer.resume(assignment)
         self._assignment_changed = False
 
     def _set_paused(self, consumer: Consumer, paused: bool) -> None:

@@ -25,6 +25,8 @@ __all__ = [
 
 JobState = Literal["running", "completed", "cancelled"]
 DocState = Literal["submitted", "chunking", "chunked", "completed", "partial", "failed", "skipped"]
+TERMINAL_DOC_STATES: frozenset[str] = frozenset({"completed", "partial", "failed", "skipped"})
+"""Document states nothing moves a document out of (a new job resubmits it under another doc_id)."""
 
 
 @dataclass(frozen=True, slots=True)
