@@ -5,6 +5,9 @@ Commands import their service lazily so `docstream --help` stays fast.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from importlib import import_module
 from typing import Annotated, Any
 
@@ -31,7 +34,14 @@ def _settings(config: str | None) -> Settings:
 def _run_service(name: str, config: str | None) -> None:
     settings = _settings(config)
     module: Any = import_module(_SERVICES[name])
-    raise typer.Exit(module.main(settings))
+    code = int(module.main(settings))
+    # The service has stopped and closed its clients. A thread some library left behind (a driver's
+    # reactor, a worker blocked in a call) must not keep the process alive past its exit status:
+    # the reducer was seen idle for a minute after `reducer_stopped` and then exited 1 by watchdog.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 _ConfigOpt = typer.Option(None, "--config", "-c", help="TOML settings file (env vars still win).")
