@@ -13,8 +13,9 @@ if ! deploy/local/stack status >/dev/null 2>&1; then
   deploy/local/stack up || { echo "could not start the local stack" >&2; exit 1; }
   started=1
 fi
-# The chaos scenarios stop and restart parts of the stack: they run under `make chaos` only (docs/reliability.md).
-if [ "$#" -eq 0 ]; then set -- tests --ignore=tests/chaos --durations=25; fi
+# Everything, the short chaos scenarios last: they stop and restart parts of the stack
+# (docs/reliability.md); `make chaos` runs their full versions.
+if [ "$#" -eq 0 ]; then set -- tests/unit tests/integration tests/e2e tests/chaos --durations=25; fi
 "$bin/pytest" "$@"
 rc=$?
 if [ "$started" = 1 ]; then deploy/local/stack down; fi

@@ -90,8 +90,8 @@ __all__ = [
 
 FULL = os.environ.get("DOCSTREAM_CHAOS_FULL", "") not in ("", "0", "false", "no")
 MODEL_ID = InferenceSettings().model_id
-TOLERATE_RECHUNKED_ROWS = True
-"""A known service bug (docs/reliability.md "Known failures"): set to False once it is fixed."""
+TOLERATE_RECHUNKED_ROWS = False
+"""True accepts 'chunked' rows of re-chunked documents (the chunker bug fixed in 0.1: docs/reliability.md)."""
 _QUIET_KAFKA: dict[str, Any] = {"logger": logging.getLogger("docstream.librdkafka")}
 
 
