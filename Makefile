@@ -36,7 +36,12 @@ stack-down:
 stack-status:
 	@deploy/local/stack status
 
-bench: setup
+# The [bench] extra (ray[data]) for compare.py's variant (c), refreshed when pyproject.toml changes.
+$(VENV)/.bench-installed: $(STAMP) pyproject.toml
+	@$(BIN)/pip install -q -e '.[bench]'
+	@touch $@
+
+bench: setup $(VENV)/.bench-installed
 	@$(BIN)/python benchmarks/run_all.py
 
 lint: setup
