@@ -1,21 +1,15 @@
 """The API in front of the whole pipeline: submit over HTTP, poll to completion, fetch the results; cancel.
 
 `docstream chunker`, `docstream inference` and `docstream reducer` run as subprocesses on the
-real Kafka and the real Cassandra, under this test's own topic prefix and Faust app id; the
-API runs in a uvicorn thread with the same settings.
+real Kafka and the real Cassandra (tests/fixtures/services.py), under this test's own topic
+prefix and Faust app id; the API runs in a uvicorn thread with the same settings.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,80 +25,19 @@ from docstream.topics import Topics
 from docstream_ingest.api import create_app
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.kafka import kafka_settings, wait_until
+from tests.fixtures.services import Pipeline, service_env
 from tests.integration.test_api import ServerThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCSTREAM = ROOT / ".venv" / "bin" / "docstream"
 PARTITIONS = 3
 
 
-@dataclass
-class _Service:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-
-
-@contextmanager
-def _services(env: dict[str, str], folder: Path, *names: str) -> Iterator[list[_Service]]:
-    started: list[_Service] = []
-    try:
-        for name in names:
-            log = folder / f"{name}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen([str(DOCSTREAM), name], cwd=ROOT, env=env, stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-            started.append(_Service(name, proc, log))
-        yield started
-    finally:
-        for service in started:
-            if service.alive():
-                service.proc.send_signal(signal.SIGTERM)
-        for service in started:
-            try:
-                service.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                service.proc.kill()
-                service.proc.wait(10)
-
-
-def _env(bootstrap: str, prefix: str, cassandra: CassandraSettings, root: Path) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
-    return {
-        **base,
-        "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-        "DOCSTREAM_KAFKA__TOPIC_PREFIX": prefix,
-        "DOCSTREAM_KAFKA__PARTITIONS": str(PARTITIONS),
-        "DOCSTREAM_STORE__BACKEND": "cassandra",
-        "DOCSTREAM_CASSANDRA__CONTACT_POINTS": json.dumps(list(cassandra.contact_points)),
-        "DOCSTREAM_CASSANDRA__PORT": str(cassandra.port),
-        "DOCSTREAM_CASSANDRA__KEYSPACE": cassandra.keyspace,
-        "DOCSTREAM_CASSANDRA__REQUEST_TIMEOUT_S": "30",
-        "DOCSTREAM_OBJECT_STORE__URL": str(root / "objects"),
-        "DOCSTREAM_REDUCER__APP_ID": f"{prefix}-reducer",
-        "DOCSTREAM_REDUCER__DATA_DIR": str(root / "reducer"),
-        "DOCSTREAM_REDUCER__JOB_STATUS_INTERVAL_S": "0.5",
-        "DOCSTREAM_LOG__FORMAT": "json",
-        # the reducer's aiokafka cannot read lz4 batches without the `lz4` package (not installed):
-        # the services producing what it reads compress with gzip here
-        "DOCSTREAM_KAFKA__CLIENT_OPTIONS": json.dumps({"compression.type": "gzip"}),
-    }
-
-
-def _job_when(client: httpx.Client, job_id: str, services: list[_Service], done: set[str]) -> dict[str, Any]:
+def _job_when(client: httpx.Client, job_id: str, pipeline: Pipeline, done: set[str]) -> dict[str, Any]:
     """Poll GET /v1/jobs/{id} every 0.5 s, as a client would, until its status is in ``done`` (300 s at most)."""
     deadline = time.monotonic() + 300
     while True:
-        for service in services:
-            assert service.alive(), f"{service.name} exited early:\n{service.tail()}"
+        pipeline.check_alive()
         body: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
         if body["status"] in done:
             return body
@@ -116,7 +49,8 @@ def test_submit_poll_to_completion_and_fetch_results_and_a_cancelled_job_is_skip
     kafka_bootstrap: str, cassandra_store: ResultStore, cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
     prefix = f"api-e2e-{uuid.uuid4().hex}"
-    env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path)
+    pipeline = Pipeline(service_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, partitions=PARTITIONS),
+                        tmp_path)
     settings = kafka_settings(kafka_bootstrap, topic_prefix=prefix, partitions=PARTITIONS).with_overrides(
         object_store={"url": str(tmp_path / "objects")},
         store={"backend": "cassandra"},
@@ -135,14 +69,15 @@ def test_submit_poll_to_completion_and_fetch_results_and_a_cancelled_job_is_skip
         cancelled_id = cancelled.json()["job_id"]
         assert client.post(f"/v1/jobs/{cancelled_id}/cancel").status_code == 202
 
-        with _services(env, tmp_path, "chunker", "inference", "reducer") as services:
+        try:
+            pipeline.start("chunker", "inference", "reducer")
             files = [("files", (f"doc-{i}.pdf", data, "application/pdf")) for i, data in enumerate(pdfs)]
             files.append(("files", ("notes.pdf", make_not_a_document(), "application/pdf")))
             accepted = client.post("/v1/jobs", files=files, data={"chunk_max_tokens": "64"})
             assert accepted.status_code == 202, accepted.text
             job_id = accepted.json()["job_id"]
 
-            job = _job_when(client, job_id, services, {"completed"})
+            job = _job_when(client, job_id, pipeline, {"completed"})
             assert (job["document_count"], job["completed"], job["failed"], job["pending"]) == (3, 2, 1, 0)
             assert [e["filename"] for e in job["errors"]] == ["notes.pdf"]
             assert job["errors"][0]["error_code"]
@@ -164,3 +99,5 @@ def test_submit_poll_to_completion_and_fetch_results_and_a_cancelled_job_is_skip
                 cancelled_id)} == {("skipped", "job_cancelled")}, 60, "the cancelled job's document to be skipped")
             assert client.get(f"/v1/jobs/{cancelled_id}").json()["status"] == "cancelled"
             assert client.get(f"/v1/jobs/{cancelled_id}/results").text == ""
+        finally:
+            pipeline.stop()
