@@ -16,9 +16,20 @@ import structlog
 __all__ = ["configure_logging", "get_logger"]
 
 
+_SECRET_WORDS = ("password", "secret", "token", "api_key", "apikey", "credential")
+_NOT_SECRET = frozenset({"token_count", "tokens", "max_tokens", "chunk_max_tokens", "overlap_tokens"})
+
+
+def _is_secret(key: str) -> bool:
+    """Whether a log field may hold a secret (token counts are not: they are figures)."""
+    name = key.lower()
+    return name not in _NOT_SECRET and not name.endswith(("_tokens", "token_count")) and any(
+        word in name for word in _SECRET_WORDS)
+
+
 def _drop_secrets(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     for key in list(event_dict):
-        if any(word in key.lower() for word in ("password", "secret", "token", "api_key")):
+        if _is_secret(key):
             event_dict[key] = "***"
     return event_dict
 
