@@ -17,6 +17,7 @@ from faust.types import TP
 
 from docstream.avro import AvroSerde
 from docstream.errors import ConfigError, RetryableError
+from docstream.kafka.admin import TopicSpec
 from docstream.kafka.clients import admin_config
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -26,6 +27,7 @@ from docstream_reducer.agents import SERVICE, CompletedRelay, DocumentReducer, I
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = [
+    "TABLES",
     "FaustSink",
     "PartitionWatch",
     "Reducer",
@@ -35,6 +37,7 @@ __all__ = [
     "check_partitions",
     "exit_watchdog",
     "faust_settings",
+    "internal_topic_specs",
     "use_broker_highwaters",
 ]
 
@@ -45,6 +48,27 @@ _STALL_S = 20.0
 def by_job_topic(settings: Settings) -> str:
     """The reducer's internal topic of terminal documents keyed by job_id."""
     return f"{settings.reducer.app_id}-documents-by-job-repartition"
+
+
+TABLES = ("documents", "jobs", "job-documents")
+"""The reducer's Faust tables; each has a compacted changelog topic ``<app_id>-<table>-changelog``."""
+
+
+def internal_topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Faust's own topics of this reducer, created before the worker starts.
+
+    Faust creates them itself while it starts, but its partition assignor may run first: a
+    topic missing at that moment is left out of the assignment ("Ignoring missing topic"),
+    and nothing assigns it later. Seen with the repartition topic: the job agent never got a
+    partition, and every job stayed `running` although its documents completed.
+    """
+    kafka = settings.kafka
+    app_id = settings.reducer.app_id
+    by_job = TopicSpec(by_job_topic(settings), kafka.partitions, kafka.replication_factor,
+                       {"retention.ms": str(kafka.results_retention_ms)})
+    changelogs = [TopicSpec(f"{app_id}-{table}-changelog", kafka.partitions, kafka.replication_factor,
+                            {"cleanup.policy": "compact"}) for table in TABLES]
+    return [by_job, *changelogs]
 
 
 def _credentials(kafka: KafkaSettings) -> Any:
@@ -270,9 +294,7 @@ def build_reducer(
         "partitions": partitions,
         "schema": faust.Schema(key_serializer="json", value_serializer="json"),
     }
-    documents_table = app.Table("documents", **table_args)
-    jobs_table = app.Table("jobs", **table_args)
-    job_documents_table = app.Table("job-documents", **table_args)
+    documents_table, jobs_table, job_documents_table = (app.Table(name, **table_args) for name in TABLES)
 
     embedded = app.topic(topics.embedded, key_serializer="raw", value_serializer="raw")
     completed = app.topic(topics.completed, key_serializer="raw", value_serializer="raw")

@@ -7,14 +7,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from docstream.avro import AvroSerde
 from docstream.errors import DocstreamError
-from docstream.kafka.admin import ensure_topics
+from docstream.kafka.admin import create_topics, ensure_topics
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics, MetricsServer
 from docstream.settings import Settings
 from docstream.store import ResultStore, open_store
 from docstream.topics import Topics
 from docstream_reducer.agents import SERVICE, StoreCalls
-from docstream_reducer.app import ReducerWorker, build_reducer, check_partitions, exit_watchdog
+from docstream_reducer.app import ReducerWorker, build_reducer, check_partitions, exit_watchdog, internal_topic_specs
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = ["main"]
@@ -32,6 +32,7 @@ def main(settings: Settings) -> int:
     executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
     try:
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
+        create_topics(settings.kafka, internal_topic_specs(settings))
         check_partitions(settings)
         store = open_store(settings)
         store.migrate()

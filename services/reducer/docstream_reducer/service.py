@@ -14,12 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from docstream.avro import AvroSerde
+from docstream.kafka.admin import create_topics
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream_reducer.agents import StoreCalls
-from docstream_reducer.app import ReducerWorker, build_reducer
+from docstream_reducer.app import ReducerWorker, build_reducer, internal_topic_specs
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = ["ReducerService", "build_reducer_service"]
@@ -51,6 +52,7 @@ class ReducerService:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
         settings.reducer.data_dir.mkdir(parents=True, exist_ok=True)
+        create_topics(settings.kafka, internal_topic_specs(settings))
         reducer = build_reducer(
             settings, store=StoreCalls(self._store, settings.retry, self._executor),
             serde=AvroSerde(settings.kafka), webhooks=WebhookNotifier(settings.reducer, settings.retry),
