@@ -2,22 +2,16 @@
 second model_id → both sets of rows, equal counts, no duplicates; a replay with the same model leaves the rows
 as they were; `docstream search` finds a known chunk first among the pipeline's own rows.
 
-`docstream chunker|inference|reducer` run as subprocesses under this test's own topic prefix, Faust app id and
-object store; the session's Cassandra keyspace is shared, the job and its doc_ids are this test's own.
+`docstream chunker|inference|reducer` run as subprocesses (tests/fixtures/services.py) under this test's own topic
+prefix, Faust app id and object store; the session's Cassandra keyspace is shared, the job and its doc_ids are this
+test's own.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -28,105 +22,17 @@ from docstream.replay import GroupAdmin, ResetTarget
 from docstream.settings import CassandraSettings, Settings
 from docstream.store.base import ChunkRow, DocumentResultRow, ResultStore
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.kafka import consume_messages, kafka_settings, wait_until
+from tests.fixtures.kafka import consume_messages, kafka_settings
+from tests.fixtures.services import Pipeline, running_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCSTREAM = ROOT / ".venv" / "bin" / "docstream"
-PARTITIONS = 3
 MODEL = "all-MiniLM-L6-v2"
 REPLAY_MODEL = "all-MiniLM-L6-v2@replay"  # the same bundled weights under another model_id
 WAIT_S = 300
 
 
-@dataclass
-class Stack:
-    """The three services of one test as subprocesses, and the commands a user would run beside them."""
-
-    env: dict[str, str]
-    folder: Path
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    runs: int = 0
-
-    @property
-    def prefix(self) -> str:
-        return self.env["DOCSTREAM_KAFKA__TOPIC_PREFIX"]
-
-    def start(self, name: str, **extra: str) -> None:
-        self.runs += 1
-        log = self.folder / f"{name}-{self.runs}.log"
-        with log.open("wb") as out:
-            self.procs[name] = subprocess.Popen([str(DOCSTREAM), name], cwd=ROOT, env={**self.env, **extra},
-                                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-    def check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            assert proc.poll() is None, f"{name} exited with {proc.returncode}:\n{self.tail(name)}"
-
-    def tail(self, name: str) -> str:
-        logs = sorted(self.folder.glob(f"{name}-*.log"))
-        return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-30:]) if logs else ""
-
-    def cli(self, *args: str, answer: str = "", **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(DOCSTREAM), *args], cwd=ROOT, env={**self.env, "COLUMNS": "200", **extra},
-                              input=answer, capture_output=True, text=True, timeout=300, check=False)
-
-    def until(self, predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-        def probe() -> Any:
-            self.check_alive()
-            return predicate()
-
-        return wait_until(probe, timeout_s, what)
-
-
-def stack_env(bootstrap: str, prefix: str, cassandra: CassandraSettings, root: Path) -> dict[str, str]:
-    """DOCSTREAM_* settings of a test's own stack on the real Kafka and Cassandra."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
-    return {
-        **base,
-        "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-        "DOCSTREAM_KAFKA__TOPIC_PREFIX": prefix,
-        "DOCSTREAM_KAFKA__PARTITIONS": str(PARTITIONS),
-        "DOCSTREAM_STORE__BACKEND": "cassandra",
-        "DOCSTREAM_CASSANDRA__CONTACT_POINTS": json.dumps(list(cassandra.contact_points)),
-        "DOCSTREAM_CASSANDRA__PORT": str(cassandra.port),
-        "DOCSTREAM_CASSANDRA__KEYSPACE": cassandra.keyspace,
-        "DOCSTREAM_CASSANDRA__REQUEST_TIMEOUT_S": "30",
-        "DOCSTREAM_OBJECT_STORE__URL": str(root / "objects"),
-        "DOCSTREAM_REDUCER__APP_ID": f"{prefix}-reducer",
-        "DOCSTREAM_REDUCER__DATA_DIR": str(root / "reducer"),
-        "DOCSTREAM_REDUCER__JOB_STATUS_INTERVAL_S": "0.5",
-        # fp32: a second pass over the same chunks gives the same vectors to ~1e-6 (bf16 would not)
-        "DOCSTREAM_INFERENCE__CPU_BF16": "false",
-        "DOCSTREAM_LOG__FORMAT": "json",
-        # the reducer's aiokafka cannot read lz4 batches without the `lz4` package: gzip here
-        "DOCSTREAM_KAFKA__CLIENT_OPTIONS": json.dumps({"compression.type": "gzip"}),
-    }
-
-
-@contextmanager
-def running_stack(bootstrap: str, cassandra: CassandraSettings, root: Path, name: str) -> Iterator[Stack]:
-    """A Stack under a new prefix; every process still running at the end is stopped."""
-    stack = Stack(stack_env(bootstrap, f"{name}-{uuid.uuid4().hex}", cassandra, root), root)
-    try:
-        yield stack
-    finally:
-        for service in list(stack.procs):
-            stack.stop(service)
-
-
-def submit(stack: Stack, root: Path, pages: tuple[int, ...]) -> str:
+def submit(stack: Pipeline, root: Path, pages: tuple[int, ...]) -> str:
     """`docstream submit` PDFs of ``pages`` pages each as a new job; its job id."""
     paths = []
     for i, count in enumerate(pages):
@@ -173,26 +79,29 @@ def _assert_same_rows(before: dict[str, list[ChunkRow]], after: dict[str, list[C
 def test_replay_under_a_second_model_writes_beside_and_the_same_model_changes_nothing(
     kafka_bootstrap: str, cassandra_store: ResultStore, cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
-    with running_stack(kafka_bootstrap, cassandra_settings, tmp_path, "replay-e2e") as stack:
+    # fp32: a second pass over the same chunks gives the same vectors to ~1e-6 (bf16 would not)
+    with running_pipeline(kafka_bootstrap, cassandra_settings, tmp_path, "replay-e2e",
+                          DOCSTREAM_INFERENCE__CPU_BF16="false") as stack:
         settings = kafka_settings(kafka_bootstrap, topic_prefix=stack.prefix)
         chunks_topic, group = f"{stack.prefix}.chunks", f"{stack.prefix}-inference"
-        for name in ("chunker", "inference", "reducer"):
-            stack.start(name)
+        stack.start("chunker", "inference", "reducer")
         job_id = submit(stack, tmp_path, (3, 2))
-        docs = stack.until(lambda: (d := doc_ids(cassandra_store, job_id)) and len(d) == 2 and d, "job documents")
-        stack.until(lambda: all_completed(cassandra_store, docs, MODEL), "the job under the first model")
+        docs = stack.until(lambda: (d := doc_ids(cassandra_store, job_id)) and len(d) == 2 and d, "job documents",
+                           WAIT_S)
+        stack.until(lambda: all_completed(cassandra_store, docs, MODEL), "the job under the first model", WAIT_S)
         first = chunk_rows(cassandra_store, docs, MODEL)
         assert all(rows for rows in first.values())
 
         # replay the chunks topic under the second model_id: stop inference, reset its group, restart
-        stack.stop("inference")
+        stack.stop("inference", timeout_s=90)
         replay = stack.cli("replay", "--service", "inference", "--to-offset", "earliest", "--model", REPLAY_MODEL,
                            "--yes")
         assert replay.returncode == 0, replay.stdout + replay.stderr
         assert f"DOCSTREAM_INFERENCE__MODEL_ID={REPLAY_MODEL}" in replay.stdout
         stack.start("inference", DOCSTREAM_INFERENCE__MODEL_ID=REPLAY_MODEL)
-        stack.until(lambda: all_completed(cassandra_store, docs, REPLAY_MODEL), "the job under the second model")
-        stack.until(lambda: group_caught_up(settings, group, chunks_topic), "the replay to reach the end")
+        stack.until(lambda: all_completed(cassandra_store, docs, REPLAY_MODEL), "the job under the second model",
+                    WAIT_S)
+        stack.until(lambda: group_caught_up(settings, group, chunks_topic), "the replay to reach the end", WAIT_S)
 
         second = chunk_rows(cassandra_store, docs, REPLAY_MODEL)
         for doc in docs:
@@ -214,12 +123,13 @@ def test_replay_under_a_second_model_writes_beside_and_the_same_model_changes_no
 
         # the same model again: the rows stay as they are
         before_results = results(cassandra_store, docs, REPLAY_MODEL)
-        stack.stop("inference")
+        stack.stop("inference", timeout_s=90)
         again = stack.cli("replay", "--service", "inference", "--to-offset", "earliest", "--yes")
         assert again.returncode == 0, again.stdout + again.stderr
         assert not group_caught_up(settings, group, chunks_topic)
         stack.start("inference", DOCSTREAM_INFERENCE__MODEL_ID=REPLAY_MODEL)
-        stack.until(lambda: group_caught_up(settings, group, chunks_topic), "the second replay to reach the end")
+        stack.until(lambda: group_caught_up(settings, group, chunks_topic), "the second replay to reach the end",
+                    WAIT_S)
         _assert_same_rows(second, chunk_rows(cassandra_store, docs, REPLAY_MODEL))
         after_results = results(cassandra_store, docs, REPLAY_MODEL)
         assert {d: (r.status, r.chunk_count, r.failed_chunks) for d, r in after_results.items() if r} == {
