@@ -21,7 +21,7 @@ run: setup
 	@$(BIN)/docstream run examples/ --out .docstream/results.jsonl; rc=$$?; \
 	$(BIN)/python -m docstream.results_preview .docstream/results.jsonl; exit $$rc
 
-test: setup
+test: lint
 	@bash tests/run.sh $(BIN)
 
 chaos: setup

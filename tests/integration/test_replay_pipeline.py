@@ -10,7 +10,6 @@ test's own.
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -21,32 +20,14 @@ from docstream.records import DocumentCompleted
 from docstream.replay import GroupAdmin, ResetTarget
 from docstream.settings import CassandraSettings, Settings
 from docstream.store.base import ChunkRow, DocumentResultRow, ResultStore
-from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import consume_messages, kafka_settings
-from tests.fixtures.services import Pipeline, running_pipeline
+from tests.fixtures.services import job_doc_ids, running_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODEL = "all-MiniLM-L6-v2"
 REPLAY_MODEL = "all-MiniLM-L6-v2@replay"  # the same bundled weights under another model_id
 WAIT_S = 300
-
-
-def submit(stack: Pipeline, root: Path, pages: tuple[int, ...]) -> str:
-    """`docstream submit` PDFs of ``pages`` pages each as a new job; its job id."""
-    paths = []
-    for i, count in enumerate(pages):
-        path = root / f"doc-{i}.pdf"
-        path.write_bytes(make_pdf(count, seed=300 + i).data)
-        paths.append(str(path))
-    job_id = f"job-{uuid.uuid4().hex[:12]}"
-    done = stack.cli("submit", *paths, "--job-id", job_id)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return job_id
-
-
-def doc_ids(store: ResultStore, job_id: str) -> list[str]:
-    return sorted(row.doc_id for row in store.iter_job_documents(job_id))
 
 
 def results(store: ResultStore, docs: list[str], model_id: str) -> dict[str, DocumentResultRow | None]:
@@ -72,7 +53,8 @@ def _assert_same_rows(before: dict[str, list[ChunkRow]], after: dict[str, list[C
     for doc, rows in before.items():
         again = after[doc]
         assert [(r.chunk_index, r.chunk_id, r.text, r.page_start, r.page_end, r.status) for r in again] == [
-            (r.chunk_index, r.chunk_id, r.text, r.page_start, r.page_end, r.status) for r in rows]
+            (r.chunk_index, r.chunk_id, r.text, r.page_start, r.page_end, r.status) for r in rows
+        ]
         np.testing.assert_allclose([r.embedding for r in again], [r.embedding for r in rows], atol=1e-4)
 
 
@@ -80,27 +62,31 @@ def test_replay_under_a_second_model_writes_beside_and_the_same_model_changes_no
     kafka_bootstrap: str, cassandra_store: ResultStore, cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
     # fp32: a second pass over the same chunks gives the same vectors to ~1e-6 (bf16 would not)
-    with running_pipeline(kafka_bootstrap, cassandra_settings, tmp_path, "replay-e2e",
-                          DOCSTREAM_INFERENCE__CPU_BF16="false") as stack:
+    with running_pipeline(
+        kafka_bootstrap, cassandra_settings, tmp_path, "replay-e2e", DOCSTREAM_INFERENCE__CPU_BF16="false"
+    ) as stack:
         settings = kafka_settings(kafka_bootstrap, topic_prefix=stack.prefix)
         chunks_topic, group = f"{stack.prefix}.chunks", f"{stack.prefix}-inference"
         stack.start("chunker", "inference", "reducer")
-        job_id = submit(stack, tmp_path, (3, 2))
-        docs = stack.until(lambda: (d := doc_ids(cassandra_store, job_id)) and len(d) == 2 and d, "job documents",
-                           WAIT_S)
+        job_id = stack.submit_pdfs(tmp_path, (3, 2))
+        docs = stack.until(
+            lambda: (d := job_doc_ids(cassandra_store, job_id)) and len(d) == 2 and d, "job documents", WAIT_S
+        )
         stack.until(lambda: all_completed(cassandra_store, docs, MODEL), "the job under the first model", WAIT_S)
         first = chunk_rows(cassandra_store, docs, MODEL)
         assert all(rows for rows in first.values())
 
         # replay the chunks topic under the second model_id: stop inference, reset its group, restart
         stack.stop("inference", timeout_s=90)
-        replay = stack.cli("replay", "--service", "inference", "--to-offset", "earliest", "--model", REPLAY_MODEL,
-                           "--yes")
+        replay = stack.cli(
+            "replay", "--service", "inference", "--to-offset", "earliest", "--model", REPLAY_MODEL, "--yes"
+        )
         assert replay.returncode == 0, replay.stdout + replay.stderr
         assert f"DOCSTREAM_INFERENCE__MODEL_ID={REPLAY_MODEL}" in replay.stdout
         stack.start("inference", DOCSTREAM_INFERENCE__MODEL_ID=REPLAY_MODEL)
-        stack.until(lambda: all_completed(cassandra_store, docs, REPLAY_MODEL), "the job under the second model",
-                    WAIT_S)
+        stack.until(
+            lambda: all_completed(cassandra_store, docs, REPLAY_MODEL), "the job under the second model", WAIT_S
+        )
         stack.until(lambda: group_caught_up(settings, group, chunks_topic), "the replay to reach the end", WAIT_S)
 
         second = chunk_rows(cassandra_store, docs, REPLAY_MODEL)
@@ -116,8 +102,9 @@ def test_replay_under_a_second_model_writes_beside_and_the_same_model_changes_no
 
         serde = AvroSerde(settings.kafka)
         completed_topic = f"{stack.prefix}.documents.completed"
-        completed = [serde.deserialize(m.value(), completed_topic)
-                     for m in consume_messages(kafka_bootstrap, completed_topic, 4)]
+        completed = [
+            serde.deserialize(m.value(), completed_topic) for m in consume_messages(kafka_bootstrap, completed_topic, 4)
+        ]
         assert all(isinstance(c, DocumentCompleted) for c in completed)
         assert {(c.doc_id, c.model_id) for c in completed} == {(d, m) for d in docs for m in (MODEL, REPLAY_MODEL)}
 
@@ -128,12 +115,14 @@ def test_replay_under_a_second_model_writes_beside_and_the_same_model_changes_no
         assert again.returncode == 0, again.stdout + again.stderr
         assert not group_caught_up(settings, group, chunks_topic)
         stack.start("inference", DOCSTREAM_INFERENCE__MODEL_ID=REPLAY_MODEL)
-        stack.until(lambda: group_caught_up(settings, group, chunks_topic), "the second replay to reach the end",
-                    WAIT_S)
+        stack.until(
+            lambda: group_caught_up(settings, group, chunks_topic), "the second replay to reach the end", WAIT_S
+        )
         _assert_same_rows(second, chunk_rows(cassandra_store, docs, REPLAY_MODEL))
         after_results = results(cassandra_store, docs, REPLAY_MODEL)
         assert {d: (r.status, r.chunk_count, r.failed_chunks) for d, r in after_results.items() if r} == {
-            d: (r.status, r.chunk_count, r.failed_chunks) for d, r in before_results.items() if r}
+            d: (r.status, r.chunk_count, r.failed_chunks) for d, r in before_results.items() if r
+        }
 
         # search among the pipeline's rows: a known chunk's text finds that chunk first, under either model
         known = first[docs[0]][1]
