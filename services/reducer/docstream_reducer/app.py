@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import ssl
@@ -38,6 +39,7 @@ __all__ = [
     "exit_watchdog",
     "faust_settings",
     "internal_topic_specs",
+    "retry_find_coordinator",
     "use_broker_highwaters",
 ]
 
@@ -97,6 +99,39 @@ def use_broker_highwaters() -> None:
         return await self._ensure_consumer().end_offsets(partitions)
 
     AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
+
+
+def retry_find_coordinator() -> None:
+    """Make aiokafka's transactional producer retry a FindCoordinator that lost its connection (idempotent).
+
+    aiokafka 0.14.0's ``Sender._find_coordinator`` retries only CoordinatorNotAvailable, NodeNotReady
+    and RequestTimedOut; any other error, a KafkaConnectionError too (the broker went away during
+    the request), becomes a KafkaError that ends the sender routine: Faust's consumer then crashes
+    and the exactly-once reducer exits 1 on a broker restart (docs/reliability.md, "Found and
+    fixed"). Here every error its library marks ``retriable`` is retried the way the library retries
+    NodeNotReady: refresh the metadata, wait ``retry_backoff``, ask again; other errors stay fatal.
+    """
+    from aiokafka import errors as kafka_errors
+    from aiokafka.producer.sender import Sender
+
+    original = Sender._find_coordinator
+    if getattr(original, "docstream_retries", False):
+        return
+
+    async def _find_coordinator(self: Any, coordinator_type: Any, coordinator_key: str) -> Any:
+        while True:
+            try:
+                return await original(self, coordinator_type, coordinator_key)
+            except kafka_errors.KafkaError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, kafka_errors.KafkaError) and cause.retriable):
+                    raise
+                _log.warning("find_coordinator_retry", error=repr(cause), coordinator_key=coordinator_key)
+                await self.client.force_metadata_update()
+                await asyncio.sleep(self._retry_backoff)
+
+    _find_coordinator.docstream_retries = True  # type: ignore[attr-defined]
+    Sender._find_coordinator = _find_coordinator
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -288,6 +323,7 @@ def build_reducer(
     """Build the Faust app: three agents, three tables and the status timer."""
     topics = Topics(settings.kafka.topic_prefix)
     use_broker_highwaters()
+    retry_find_coordinator()
     app = faust.App(settings.reducer.app_id, **faust_settings(settings))
     partitions = settings.kafka.partitions
     table_args: dict[str, Any] = {
