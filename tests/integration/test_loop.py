@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from confluent_kafka import Consumer
 
 from docstream.avro import AvroSerde
 from docstream.errors import FatalError, RetryableError
@@ -219,3 +220,41 @@ def test_static_assignment_consumes_without_a_group_join(
 
     assert sorted(e.value.chunk_index for e in handler.calls) == [0, 1, 2, 3]  # type: ignore[union-attr]
     assert sum(max(0, committed_offset(broker, group, src, p)) for p in (0, 1)) == 4
+
+
+class _FirstConsumerOutsideGroup(ConsumeLoop):
+    """Reads its first consumer's member id as empty: how a consumer that never rejoins looks."""
+
+    first: object | None = None
+
+    def _member_id(self, consumer: Consumer) -> str | None:
+        if self.first is None:
+            self.first = consumer
+        return "" if consumer is self.first else super()._member_id(consumer)
+
+
+def test_a_consumer_outside_its_group_too_long_is_replaced_and_nothing_is_lost_or_doubled(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=1)
+    settings = _settings(broker)
+    serde = AvroSerde(settings.kafka)
+    _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(4)])
+    group = unique_name("group")
+    handler = _Echo(out)
+    metrics = Metrics()
+    loop = _FirstConsumerOutsideGroup(settings, group_id=group, topics=[src], handler=handler, serde=serde,
+                                      service="test", metrics=metrics, commit_interval_s=0.1, rejoin_timeout_s=3.0)
+
+    with _running(loop) as errors:
+        wait_until(lambda: committed_offset(broker, group, src) == 4, 60, "the first records committed")
+        wait_until(lambda: loop.consumers_replaced == 1, 30, "the consumer outside its group to be replaced")
+        _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(4, 8)])
+        wait_until(lambda: committed_offset(broker, group, src) == 8, 60, "the new consumer to commit the rest")
+
+    assert errors == []
+    assert loop.consumers_replaced == 1, "a consumer in its group is kept"
+    assert metrics.retries.labels("test", "consumer_rejoin")._value.get() == 1
+    assert sorted(e.offset for e in handler.calls) == list(range(8))  # each record once
+    assert len(consume_messages(broker, out, 8)) == 8

@@ -11,6 +11,7 @@ import pytest
 _PURE = [
     "docstream.kafka.offsets",
     "docstream.kafka.attempts",
+    "docstream.kafka.membership",
     "docstream.avro.wire",
     "docstream.avro.fingerprint",
     "docstream.avro.compat",

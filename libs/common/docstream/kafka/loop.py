@@ -14,6 +14,11 @@ One record at a time, on one thread:
 
 A delivery failure is kept by the ReliableProducer and ends ``run`` with its error after a
 final commit of what is done: a restart resumes from there (at-least-once).
+
+A consumer that stays outside its group (no member id) for ``rejoin_timeout_s`` is replaced by a
+new one (MembershipWatch): after a broker restart one chunker's librdkafka consumer never joined
+again (docs/reliability.md). Nothing of it is committed; the new consumer resumes from the
+group's committed offsets.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from docstream.errors import DocstreamError, FatalError, PoisonRecord, Retryable
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer, create_consumer, raise_for_message
 from docstream.kafka.dlq import DlqRouter, error_code_of
+from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import OffsetTracker, TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -103,6 +109,7 @@ class ConsumeLoop:
         static_assignment: ``assign()`` every partition of ``topics`` instead of joining the group
             (embedded single-process mode: no group join delay; no rebalancing).
         flush_timeout_s: how long revoke and exit wait for in-flight outputs.
+        rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced.
     """
 
     def __init__(
@@ -121,6 +128,7 @@ class ConsumeLoop:
         poll_timeout_s: float = 1.0,
         static_assignment: bool = False,
         flush_timeout_s: float = 30.0,
+        rejoin_timeout_s: float = 120.0,
     ) -> None:
         if not topics:
             raise ValueError("ConsumeLoop needs at least one topic")
@@ -140,6 +148,8 @@ class ConsumeLoop:
         self._flush_timeout_s = flush_timeout_s
         self._tracker = OffsetTracker()
         self._consumer: Consumer | None = None
+        self._membership = MembershipWatch(rejoin_timeout_s)
+        self.consumers_replaced = 0
 
     @property
     def stop_event(self) -> threading.Event:
@@ -161,17 +171,19 @@ class ConsumeLoop:
             self._producer = ReliableProducer(self._settings.kafka, client_id=self._service)
         producer = self._producer
         dlq = DlqRouter(producer, self._service)
-        consumer = create_consumer(
-            self._settings.kafka, group_id=self._group_id, client_id=self._service, on_commit=self._on_commit
-        )
-        self._consumer = consumer
+        self._consumer = self._new_consumer()
         failed = True
         try:
-            self._start(consumer)
-            self._consume(consumer, producer, dlq, max_idle_s)
+            self._start(self._consumer)
+            self._consume(producer, dlq, max_idle_s)
             failed = False
         finally:
-            self._close(consumer, producer, raise_errors=not failed)
+            self._close(self._consumer, producer, raise_errors=not failed)
+
+    def _new_consumer(self) -> Consumer:
+        return create_consumer(
+            self._settings.kafka, group_id=self._group_id, client_id=self._service, on_commit=self._on_commit
+        )
 
     def _start(self, consumer: Consumer) -> None:
         if self._static:
@@ -190,11 +202,11 @@ class ConsumeLoop:
             raise FatalError(f"topic {topic} not found for static assignment", code="kafka_unknown_topic")
         return sorted(info.partitions)
 
-    def _consume(
-        self, consumer: Consumer, producer: ReliableProducer, dlq: DlqRouter, max_idle_s: float | None
-    ) -> None:
-        last_commit = last_record = time.monotonic()
+    def _consume(self, producer: ReliableProducer, dlq: DlqRouter, max_idle_s: float | None) -> None:
+        last_commit = last_record = last_membership = time.monotonic()
         while not self._stop.is_set():
+            consumer = self._consumer
+            assert consumer is not None
             producer.raise_if_failed()
             msg = consumer.poll(self._poll_timeout_s)
             producer.poll(0)
@@ -208,6 +220,44 @@ class ConsumeLoop:
             if now - last_commit >= self._commit_interval_s:
                 self._commit(consumer, asynchronous=True)
                 last_commit = now
+            if not self._static and now - last_membership >= 1.0:
+                last_membership = now
+                if self._membership.observe(self._member_id(consumer), now):
+                    self._replace_consumer(consumer, now)
+
+    def _member_id(self, consumer: Consumer) -> str | None:
+        """The consumer's group member id; empty or None while it is outside the group."""
+        return consumer.memberid()
+
+    def _replace_consumer(self, stuck: Consumer, now: float) -> None:
+        """Give up on a consumer that never joined its group again; subscribe a new one.
+
+        Whatever it tracked is dropped uncommitted (outside the group, its commits are refused
+        anyway); the new consumer starts from the group's committed offsets, so records handled
+        and not committed are handled again (at-least-once, as after a restart). The old consumer
+        is closed on a side thread, for at most 10 s: a stuck one may never finish closing.
+        """
+        _log.error("consumer_rejoin_stuck", group_id=self._group_id, outside_group_s=round(
+            self._membership.outside_for(now), 1), dropped_pending=self._tracker.pending_count())
+        self._tracker.revoke(self._tracker.partitions())
+        closer = threading.Thread(target=self._close_quietly, args=(stuck,), name="stuck-consumer-close",
+                                  daemon=True)
+        closer.start()
+        closer.join(10.0)
+        if closer.is_alive():
+            _log.warning("stuck_consumer_close_pending", group_id=self._group_id)
+        self._consumer = self._new_consumer()
+        self._start(self._consumer)
+        self._membership.restart(time.monotonic())
+        self.consumers_replaced += 1
+        self._metrics.retries.labels(self._service, "consumer_rejoin").inc()
+        _log.warning("consumer_replaced", group_id=self._group_id, replaced=self.consumers_replaced)
+
+    def _close_quietly(self, consumer: Consumer) -> None:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            _log.warning("stuck_consumer_close_failed", error=str(exc))
 
     def _on_message(self, consumer: Consumer, producer: ReliableProducer, dlq: DlqRouter, msg: Message) -> None:
         try:
@@ -353,6 +403,8 @@ class ConsumeLoop:
         _log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return  # a replaced consumer closing late: the partitions' tracking belongs to the new one
         tps = [(str(p.topic), int(p.partition)) for p in partitions]
         if self._producer is not None:
             try:
@@ -363,7 +415,9 @@ class ConsumeLoop:
         self._tracker.revoke(tps)
         _log.info("partitions_revoked", partitions=[f"{t}[{p}]" for t, p in tps])
 
-    def _on_lost(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         tps = [(str(p.topic), int(p.partition)) for p in partitions]
         self._tracker.revoke(tps)
         _log.warning("partitions_lost", partitions=[f"{t}[{p}]" for t, p in tps])
