@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from docstream.avro import AvroSerde
+from docstream.chunking import CHUNKER_VERSION
 from docstream.records import AnyRecord, DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
@@ -28,6 +29,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DOCUMENTS = 50
 MODEL_ID = Settings().inference.model_id
+SETTINGS_PREFIX = (f"chunker=v{CHUNKER_VERSION};max_tokens={Settings().chunker.max_tokens};"
+                   f"overlap={Settings().chunker.overlap_tokens};")
 
 
 def _read_all(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> list[AnyRecord]:
@@ -88,6 +91,9 @@ def test_a_job_of_50_documents_completes_once_each_end_to_end(
         per_doc = Counter(r.doc_id for r in completed)
         assert len(per_doc) == DOCUMENTS and set(per_doc.values()) == {1}, per_doc
         assert {r.status for r in completed} == {"completed"}
+        # the chunker's settings reach the completed record (and the document_results row below)
+        (settings,) = {r.chunker_settings for r in completed}
+        assert settings is not None and settings.startswith(SETTINGS_PREFIX), settings
         pipeline.check_alive()
 
     job = cassandra_store.get_job(job_id)
@@ -99,3 +105,4 @@ def test_a_job_of_50_documents_completes_once_each_end_to_end(
         assert [c.chunk_index for c in chunks] == list(range(record.chunk_count)), record.doc_id
         result = cassandra_store.get_document_result(record.doc_id, MODEL_ID)
         assert result is not None and result.status == "completed" and len(result.embedding) == 384
+        assert result.chunker_settings == settings

@@ -28,16 +28,17 @@ from docstream.errors import PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted
 
 T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
+SETTINGS = "chunker=v1;max_tokens=256;overlap=32"
 
 
 def _chunk(index: int, count: int, *, vector: list[float] | None = None, tokens: int = 10, ok: bool = True,
-           doc_id: str = "d1", at: datetime | None = None) -> ChunkEmbedded:
+           doc_id: str = "d1", at: datetime | None = None, settings: str = SETTINGS) -> ChunkEmbedded:
     return ChunkEmbedded(
         job_id="j1", doc_id=doc_id, chunk_id=f"c{index}", chunk_index=index, chunk_count=count, model_id="m",
         status="ok" if ok else "failed", token_count=tokens, page_start=1, page_end=1,
         embedded_at=at or T0 + timedelta(seconds=index),
         embedding=(vector if vector is not None else [float(index), 1.0]) if ok else [],
-        error_code=None if ok else "model_error", error=None if ok else "boom",
+        error_code=None if ok else "model_error", error=None if ok else "boom", chunker_settings=settings,
     )
 
 
@@ -210,6 +211,30 @@ def test_state_json_round_trip_is_exact_and_compact_for_large_documents() -> Non
     assert restored == state
     assert isinstance(restored, DocumentState)
     assert all(restored.has(i) == (i % 3 == 0) for i in range(0, 50))
+
+
+def test_the_document_carries_its_chunks_chunker_settings() -> None:
+    state, done = _run([_chunk(1, 2), _chunk(0, 2, ok=False)])
+    assert [d.chunker_settings for d in done] == [SETTINGS]
+    assert isinstance(state, DocumentState)
+    assert decode_entry(json.loads(json.dumps(state.to_json()))) == state
+
+
+def test_chunks_written_before_chunker_settings_existed_give_none() -> None:
+    """ChunkEmbedded v1 records decode with "": the document then has no settings to report; a later
+    chunk that carries them fills them in."""
+    _, done = _run([_chunk(0, 2, settings=""), _chunk(1, 2, settings="")])
+    assert [d.chunker_settings for d in done] == [None]
+    _, done = _run([_chunk(0, 2, settings=""), _chunk(1, 2)])
+    assert [d.chunker_settings for d in done] == [SETTINGS]
+
+
+def test_state_saved_before_chunker_settings_existed_still_loads() -> None:
+    state, _ = apply(None, _chunk(0, 2, settings=""))
+    assert isinstance(state, DocumentState)
+    data = state.to_json()
+    del data["chunker_settings"]
+    assert DocumentState.from_json(data) == state
 
 
 def test_marker_round_trip_and_expiry() -> None:

@@ -14,7 +14,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from docstream.avro import AvroSchema, AvroSerde, SchemaSet, find_schemas_dir, frame_confluent, frame_single_object
 from docstream.errors import SchemaError
-from docstream.records import ChunkCreated, DocumentSubmitted, JobStatus
+from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted, JobStatus
 from docstream.settings import KafkaSettings
 from tests.fixtures.kafka import records_of_every_type
 
@@ -130,7 +130,7 @@ def test_records_of_an_older_schema_version_are_read_through_schema_resolution(t
     shutil.copytree(find_schemas_dir(), schemas)
     current = json.loads((schemas / "ChunkCreated.avsc").read_text())
     older = {**current, "fields": [f for f in current["fields"] if f["name"] not in ("heading", "model_id")]}
-    (schemas / "history").mkdir()
+    (schemas / "history").mkdir(exist_ok=True)
     (schemas / "history" / "ChunkCreated.v0.avsc").write_text(json.dumps(older))
     old_schema = AvroSchema.from_json(older, schemas / "history" / "ChunkCreated.v0.avsc")
     assert SchemaSet.load(schemas).by_fingerprint(old_schema.fingerprint) == old_schema
@@ -146,3 +146,21 @@ def test_records_of_an_older_schema_version_are_read_through_schema_resolution(t
     assert isinstance(back, ChunkCreated)
     assert back.heading is None and back.model_id is None
     assert back.text == record.text and back.created_at == record.created_at
+
+
+@pytest.mark.parametrize("name", ["ChunkEmbedded", "DocumentCompleted"])
+def test_records_written_before_chunker_settings_read_with_its_default(single: AvroSerde, name: str) -> None:
+    """v1 of ChunkEmbedded and DocumentCompleted (schemas/history) had no chunker_settings: such records,
+    on a topic being replayed, still decode, with "" and None."""
+    v1 = AvroSchema.from_json(json.loads((find_schemas_dir() / "history" / f"{name}.v1.avsc").read_text()),
+                              find_schemas_dir() / "history" / f"{name}.v1.avsc")
+    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
+    values = {k: v for k, v in record.to_record().items() if k != "chunker_settings"}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, v1.parsed, values)
+
+    back = single.deserialize(frame_single_object(v1.fingerprint, body.getvalue()), _TOPIC)
+
+    assert isinstance(back, ChunkEmbedded | DocumentCompleted)
+    assert back.chunker_settings == ("" if name == "ChunkEmbedded" else None)
+    assert back.doc_id == record.doc_id  # type: ignore[attr-defined]

@@ -136,6 +136,8 @@ class DocumentState:
         failed: bitmap of the indices whose result was a failure (a later ok result replaces one).
         completed_ms: event time its DocumentCompleted was emitted, epoch ms; 0 before.
         partition: source partition at that emission (expiry deletes through it); -1 before.
+        chunker_settings: the chunker settings the chunks carry ("" until one carries them: records
+            written before ChunkEmbedded v2 do not).
     """
 
     doc_id: str
@@ -153,6 +155,7 @@ class DocumentState:
     failed: bytes = b""
     completed_ms: int = 0
     partition: int = -1
+    chunker_settings: str = ""
 
     @classmethod
     def empty(cls, doc_id: str, job_id: str, model_id: str, chunk_count: int) -> DocumentState:
@@ -203,6 +206,7 @@ class DocumentState:
             "failed": base64.b64encode(self.failed).decode("ascii"),
             "completed_ms": self.completed_ms,
             "partition": self.partition,
+            "chunker_settings": self.chunker_settings,
         }
 
     @classmethod
@@ -233,6 +237,7 @@ class DocumentState:
                 failed=failed,
                 completed_ms=int(data.get("completed_ms", 0)),
                 partition=int(data.get("partition", -1)),
+                chunker_settings=str(data.get("chunker_settings") or ""),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise CorruptStateError(f"corrupt document state: {exc}") from exc
@@ -344,7 +349,8 @@ def apply(
 
 
 def _fold(state: DocumentState, chunk: ChunkEmbedded, *, replaces_failure: bool = False) -> DocumentState:
-    common: dict[str, Any] = {"latest_ms": max(state.latest_ms, _to_ms(chunk.embedded_at))}
+    common: dict[str, Any] = {"latest_ms": max(state.latest_ms, _to_ms(chunk.embedded_at)),
+                              "chunker_settings": state.chunker_settings or chunk.chunker_settings}
     if replaces_failure:
         failed_chunks = state.failed_chunks - 1
         common.update(failed=_clear_bit(state.failed, chunk.chunk_index), failed_chunks=failed_chunks,
@@ -399,6 +405,7 @@ def _completed(state: DocumentState) -> DocumentCompleted:
         embedding=mean,
         error_code=error_code,
         error=error,
+        chunker_settings=state.chunker_settings or None,
     )
 
 

@@ -121,6 +121,7 @@ class ChunkEmbedded(_Record):
     embedding: list[float] = field(default_factory=list)
     error_code: str | None = None
     error: str | None = None
+    chunker_settings: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,7 @@ class DocumentCompleted(_Record):
     embedding: list[float] = field(default_factory=list)
     error_code: str | None = None
     error: str | None = None
+    chunker_settings: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

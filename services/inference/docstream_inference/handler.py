@@ -98,4 +98,5 @@ def embedded_record(result: ChunkResult, embedded_at: datetime) -> ChunkEmbedded
         embedding=list(result.embedding),
         error_code=result.error_code,
         error=result.error,
+        chunker_settings=chunk.chunker_settings,
     )

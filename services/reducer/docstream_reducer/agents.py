@@ -238,7 +238,8 @@ class DocumentReducer:
         await store(store.store.upsert_document_result, DocumentResultRow(
             doc_id=completed.doc_id, model_id=completed.model_id, job_id=completed.job_id, status=completed.status,
             chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks,
-            token_count=completed.token_count, embedding=completed.embedding, chunker_settings="",
+            token_count=completed.token_count, embedding=completed.embedding,
+            chunker_settings=completed.chunker_settings or "",
             completed_at=completed.completed_at, content_sha256=completed.content_sha256,
         ))
         if document is not None:
