@@ -1,4 +1,4 @@
-"""retry_find_coordinator: aiokafka's transactional sender rides out a FindCoordinator that lost its connection.
+"""Patches of the exactly-once reducer: FindCoordinator retries, and the transaction timeout.
 
 Without it, aiokafka 0.14.0 turns a KafkaConnectionError during FindCoordinator (the broker went away
 mid-request) into a KafkaError that ends the sender routine, and the exactly-once reducer exits 1
@@ -77,3 +77,17 @@ def test_patching_twice_wraps_once() -> None:
     patched = Sender._find_coordinator
     retry_find_coordinator()
     assert Sender._find_coordinator is patched
+
+
+def test_transactional_producers_get_the_configured_transaction_timeout() -> None:
+    from faust.transport.drivers.aiokafka import Producer
+
+    from docstream_reducer.app import use_transaction_timeout
+
+    use_transaction_timeout(300)
+    use_transaction_timeout(450)  # the last call wins; the method is wrapped once
+    in_txn = SimpleNamespace(app=SimpleNamespace(in_transaction=True))
+    plain = SimpleNamespace(app=SimpleNamespace(in_transaction=False))
+    assert Producer._settings_extra(in_txn) == {"acks": "all", "enable_idempotence": True,
+                                                "transaction_timeout_ms": 450_000}
+    assert Producer._settings_extra(plain) == {}

@@ -205,6 +205,12 @@ class ReducerSettings(BaseModel):
     job_status_interval_s: float = Field(1.0, gt=0, description="Least time between two JobStatus of one job.")
     webhook_timeout_s: float = Field(10.0, gt=0, description="Timeout of one webhook call.")
     webhook_max_attempts: int = Field(5, ge=1, le=50, description="Webhook attempts before giving up.")
+    transaction_timeout_s: float = Field(
+        300.0, ge=10, le=900,
+        description="Exactly-once only: how long a Kafka transaction may stay open before the broker aborts it "
+                    "(and fences the reducer). Longer than the store retries inside it; at most the broker's "
+                    "transaction.max.timeout.ms (15 min by default).",
+    )
 
 
 class RetrySettings(BaseModel):

@@ -41,6 +41,7 @@ __all__ = [
     "internal_topic_specs",
     "retry_find_coordinator",
     "use_broker_highwaters",
+    "use_transaction_timeout",
 ]
 
 _log = get_logger(__name__)
@@ -132,6 +133,33 @@ def retry_find_coordinator() -> None:
 
     _find_coordinator.docstream_retries = True  # type: ignore[attr-defined]
     Sender._find_coordinator = _find_coordinator
+
+
+_TRANSACTION_TIMEOUT_MS = {"value": 60_000}
+
+
+def use_transaction_timeout(timeout_s: float) -> None:
+    """Give Faust's transactional producers ``transaction_timeout_ms`` (idempotent; the last call wins).
+
+    faust-streaming 0.15.3 has no setting for it, so aiokafka's 60 s default applies: a store
+    outage that keeps an agent retrying inside a transaction for longer (Cassandra restarting) made
+    the broker abort the transaction and fence the producer, and the reducer crashed with
+    ProducerFenced (full Cassandra-outage chaos scenario, docs/reliability.md).
+    """
+    from faust.transport.drivers.aiokafka import Producer
+
+    original = Producer._settings_extra
+    if not getattr(original, "docstream_transaction_timeout", False):
+
+        def _settings_extra(self: Any) -> Any:
+            extra = dict(original(self))
+            if self.app.in_transaction:
+                extra["transaction_timeout_ms"] = _TRANSACTION_TIMEOUT_MS["value"]
+            return extra
+
+        _settings_extra.docstream_transaction_timeout = True  # type: ignore[attr-defined]
+        Producer._settings_extra = _settings_extra  # type: ignore[method-assign]
+    _TRANSACTION_TIMEOUT_MS["value"] = int(timeout_s * 1000)
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -324,6 +352,7 @@ def build_reducer(
     topics = Topics(settings.kafka.topic_prefix)
     use_broker_highwaters()
     retry_find_coordinator()
+    use_transaction_timeout(settings.reducer.transaction_timeout_s)
     app = faust.App(settings.reducer.app_id, **faust_settings(settings))
     partitions = settings.kafka.partitions
     table_args: dict[str, Any] = {
