@@ -386,15 +386,16 @@ def _settings(bootstrap: str, prefix: str, tmp_path: Path, **sections: dict[str,
 
 
 @contextmanager
-def _pipeline(settings: Settings, embedder: Embedder,
-              store: ResultStore | None = None) -> Iterator[tuple[InferencePipeline, ResultStore]]:
+def _pipeline(settings: Settings, embedder: Embedder, store: ResultStore | None = None, *,
+              cls: type[InferencePipeline] = InferencePipeline,
+              **options: Any) -> Iterator[tuple[InferencePipeline, ResultStore]]:
     ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
     own_store = store is None
     if store is None:
         store = SqliteStore(settings.store.sqlite_path)
         store.migrate()
-    pipeline = InferencePipeline(settings, embedder=with_faults(embedder, settings.faults), store=store,
-                                 serde=AvroSerde(settings.kafka))
+    pipeline = cls(settings, embedder=with_faults(embedder, settings.faults), store=store,
+                   serde=AvroSerde(settings.kafka), **options)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -493,3 +494,37 @@ def test_stop_drains_in_flight_batches_and_commits_them(
     assert 0 < sum(committed.values()) < len(produced), "stopped mid-run"
     # drained: everything consumed was finished and committed, nothing beyond was written
     assert written == {p.key for p in produced if p.offset < committed[p.partition]}
+
+
+class _FirstConsumerOutsideGroup(InferencePipeline):
+    """Reads its first consumer's member id as empty: how a consumer that never rejoins looks."""
+
+    first: object | None = None
+
+    def _member_id(self, consumer: Consumer) -> str | None:
+        if self.first is None:
+            self.first = consumer
+        return "" if consumer is self.first else super()._member_id(consumer)
+
+
+def test_a_consumer_outside_its_group_too_long_is_replaced_and_every_chunk_is_embedded_once(
+    broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
+) -> None:
+    prefix = unique_name("infrejoin")
+    settings = _settings(broker, prefix, tmp_path)
+    topics = Topics(prefix)
+    serde = AvroSerde(settings.kafka)
+    chunks = _chunks(prefix[-8:], 4, 5)
+    with _pipeline(settings, embedder, cls=_FirstConsumerOutsideGroup, rejoin_timeout_s=3.0) as (pipeline, store):
+        first = _produce_chunks(broker, topics.chunks, chunks[:10], serde)
+        _wait_for(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 10, 60,
+                  "the first chunks committed")
+        _wait_for(lambda: pipeline.consumers_replaced == 1, 30, "the consumer outside its group to be replaced")
+        second = _produce_chunks(broker, topics.chunks, chunks[10:], serde)
+        _wait_for(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 20, 90,
+                  "the new consumer to commit the rest")
+        rows = _rows(store, first + second)
+    assert pipeline.consumers_replaced == 1, "a consumer in its group is kept"
+    assert len(rows) == 20 and all(len(found) == 1 for found in rows.values())
+    embedded = _read_topic(broker, topics.embedded, 21, 10)  # all there is (10 s more than the 20 need)
+    assert len(embedded) == 20, "each chunk embedded once: nothing committed was taken again"

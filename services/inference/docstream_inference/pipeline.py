@@ -29,6 +29,7 @@ from docstream.errors import DocstreamError, FatalError, SchemaError
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer, create_consumer, kafka_error
 from docstream.kafka.dlq import DlqRouter, error_code_of
+from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -79,6 +80,8 @@ class InferencePipeline:
         revoke_grace_s: longest a revoke waits for the revoked partitions' records in flight.
         commit_interval_s: least time between two periodic (asynchronous) commits.
         clock: monotonic seconds (the batcher's clock).
+        rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced by a new
+            one, as ConsumeLoop does (docs/messaging.md).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class InferencePipeline:
         revoke_grace_s: float = 3.0,
         commit_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        rejoin_timeout_s: float = 120.0,
     ) -> None:
         self._settings = settings
         self._embedder = embedder
@@ -122,6 +126,9 @@ class InferencePipeline:
         self._assignment_changed = False
         self._ready = False
         self._stages: list[Any] = []
+        self._consumer: Consumer | None = None
+        self._membership = MembershipWatch(rejoin_timeout_s)
+        self.consumers_replaced = 0
 
     @property
     def ready(self) -> bool:
@@ -155,23 +162,20 @@ class InferencePipeline:
         """
         settings = self._settings
         producer = self._producer or ReliableProducer(settings.kafka, client_id=SERVICE)
-        consumer = create_consumer(settings.kafka, group_id=group_id(settings), client_id=SERVICE,
-                                   on_commit=self._on_commit)
+        self._consumer = self._subscribe()
         writer = self._start_stages(producer)
         try:
-            consumer.subscribe([self._topics.chunks], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                               on_lost=self._on_lost)
             self._ready = True
             _log.info("inference_started", group_id=group_id(settings), topic=self._topics.chunks,
                       model_id=self._embedder.model_id)
-            self._consume(consumer, writer)
+            self._consume(writer)
             if self._error is None:
-                self._drain(consumer)
+                self._drain(self._consumer)
         except DocstreamError as exc:
             self._fail(exc)
         finally:
             self._ready = False
-            self._close(consumer, producer)
+            self._close(self._consumer, producer)
         if self._error is not None:
             error = self._error
             if isinstance(error, FatalError):
@@ -216,9 +220,24 @@ class InferencePipeline:
 
     # -- poll + decode ------------------------------------------------------------------------
 
-    def _consume(self, consumer: Consumer, writer: WriteStage) -> None:
-        last_commit = self._clock()
+    def _subscribe(self) -> Consumer:
+        settings = self._settings
+        consumer = create_consumer(settings.kafka, group_id=group_id(settings), client_id=SERVICE,
+                                   on_commit=self._on_commit)
+        consumer.subscribe([self._topics.chunks], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                           on_lost=self._on_lost)
+        return consumer
+
+    def _consume(self, writer: WriteStage) -> None:
+        last_commit = last_membership = self._clock()
         while not self._stop.is_set() and self._error is None:
+            consumer = self._consumer
+            assert consumer is not None
+            now = self._clock()
+            if now - last_membership >= 1.0:
+                last_membership = now
+                if self._membership.observe(self._member_id(consumer), now):
+                    consumer = self._replace_consumer(consumer, now)
             self._flow_control(consumer)
             last: dict[TopicPartitionKey, int] = {}
             for msg in self._fetch(consumer):
@@ -231,6 +250,36 @@ class InferencePipeline:
             if now - last_commit >= self._commit_interval_s or not self._ledger.pending_count():
                 self._commit(consumer, asynchronous=True)
                 last_commit = now
+
+    def _member_id(self, consumer: Consumer) -> str | None:
+        """The consumer's group member id; empty or None while it is outside the group."""
+        return consumer.memberid()
+
+    def _replace_consumer(self, stuck: Consumer, now: float) -> Consumer:
+        """A consumer that never joined its group again: drop its partitions as lost, subscribe a new one.
+
+        As ``ConsumeLoop`` does: nothing of the old consumer is committed past what is done, its
+        records in flight are dropped (the new consumer resumes from the committed offsets), and it
+        is closed on a side thread for at most 10 s; its late callbacks are ignored.
+        """
+        tps = self._assignments.partitions()
+        dropped = self._ledger.revoke(tps)
+        self._assignments.revoke(tps)
+        _log.error("consumer_rejoin_stuck", outside_group_s=round(self._membership.outside_for(now), 1),
+                   partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
+        closer = threading.Thread(target=_close_quietly, args=(stuck,), name="stuck-consumer-close", daemon=True)
+        closer.start()
+        closer.join(10.0)
+        if closer.is_alive():
+            _log.warning("stuck_consumer_close_pending")
+        self._consumer = self._subscribe()
+        self._paused = False  # a new consumer pauses nothing; flow control decides again
+        self._metrics.paused.labels(SERVICE).set(0)
+        self._membership.restart(self._clock())
+        self.consumers_replaced += 1
+        self._metrics.retries.labels(SERVICE, "consumer_rejoin").inc()
+        _log.warning("consumer_replaced", replaced=self.consumers_replaced)
+        return self._consumer
 
     def _fetch(self, consumer: Consumer) -> list[Message]:
         while self._held:
@@ -366,13 +415,17 @@ class InferencePipeline:
             _log.warning("offsets_commit_failed", partitions=[f"{t}[{p}]" for t, p in failed],
                          error=err.str() if err is not None else None)
 
-    def _on_assign(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return  # a replaced consumer closing late
         tps = [(str(p.topic), int(p.partition)) for p in partitions]
         self._assignments.assign(tps)
         self._assignment_changed = True
         _log.info("partitions_assigned", partitions=[f"{t}[{p}]" for t, p in tps])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         tps = [(str(p.topic), int(p.partition)) for p in partitions]
         deadline = self._clock() + self._revoke_grace_s
         while self._ledger.pending_count(tps) and self._clock() < deadline and not self._halt.is_set():
@@ -382,7 +435,9 @@ class InferencePipeline:
         self._assignments.revoke(tps)
         _log.info("partitions_revoked", partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
 
-    def _on_lost(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         tps = [(str(p.topic), int(p.partition)) for p in partitions]
         dropped = self._ledger.revoke(tps)
         self._assignments.revoke(tps)
@@ -427,3 +482,10 @@ class InferencePipeline:
         if self._own_producer:
             producer.close(0)
         _log.info("inference_stopped", in_flight=self._ledger.pending_count(), batches=len(self._history))
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        _log.warning("stuck_consumer_close_failed", error=str(exc))
