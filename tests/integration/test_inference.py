@@ -38,7 +38,7 @@ from docstream.store.base import ChunkRow
 from docstream.topics import Topics, dlq_topic
 from docstream_inference.faults import CRASH_EXIT_CODE, with_faults
 from docstream_inference.pipeline import InferencePipeline, group_id
-from tests.fixtures.kafka import kafka_settings
+from tests.fixtures.kafka import FirstConsumerOutsideGroup, kafka_settings
 
 pytestmark = pytest.mark.integration
 
@@ -496,15 +496,8 @@ def test_stop_drains_in_flight_batches_and_commits_them(
     assert written == {p.key for p in produced if p.offset < committed[p.partition]}
 
 
-class _FirstConsumerOutsideGroup(InferencePipeline):
-    """Reads its first consumer's member id as empty: how a consumer that never rejoins looks."""
-
-    first: object | None = None
-
-    def _member_id(self, consumer: Consumer) -> str | None:
-        if self.first is None:
-            self.first = consumer
-        return "" if consumer is self.first else super()._member_id(consumer)
+class _FirstConsumerOutsideGroup(FirstConsumerOutsideGroup, InferencePipeline):
+    pass
 
 
 def test_a_consumer_outside_its_group_too_long_is_replaced_and_every_chunk_is_embedded_once(

@@ -9,7 +9,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from confluent_kafka import Consumer
 
 from docstream.avro import AvroSerde
 from docstream.errors import FatalError, RetryableError
@@ -19,7 +18,13 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.topics import dlq_topic
-from tests.fixtures.kafka import committed_offset, consume_messages, kafka_settings, wait_until
+from tests.fixtures.kafka import (
+    FirstConsumerOutsideGroup,
+    committed_offset,
+    consume_messages,
+    kafka_settings,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +51,19 @@ def _produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> None:
         producer.produce(topic, "key", value)
     producer.flush(30)
     producer.close()
+
+
+def _chunks_in(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]], count: int, *,
+    partitions: int,
+) -> tuple[str, str, Settings, AvroSerde]:
+    """New input, DLQ and output topics, ``count`` chunks of doc "d" on the input: (src, out, settings, serde)."""
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=partitions)
+    settings = _settings(broker)
+    serde = AvroSerde(settings.kafka)
+    _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(count)])
+    return src, out, settings, serde
 
 
 class _Echo:
@@ -206,11 +224,7 @@ def test_a_transient_fault_past_the_retry_budget_is_fatal_and_commits_nothing_pa
 def test_static_assignment_consumes_without_a_group_join(
     broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
 ) -> None:
-    src, out = unique_name("in"), unique_name("out")
-    create_topics(broker, src, dlq_topic(src), out, partitions=2)
-    settings = _settings(broker)
-    serde = AvroSerde(settings.kafka)
-    _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(4)])
+    src, out, settings, serde = _chunks_in(broker, unique_name, create_topics, 4, partitions=2)
     group = unique_name("group")
     handler = _Echo(out)
     loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
@@ -222,25 +236,14 @@ def test_static_assignment_consumes_without_a_group_join(
     assert sum(max(0, committed_offset(broker, group, src, p)) for p in (0, 1)) == 4
 
 
-class _FirstConsumerOutsideGroup(ConsumeLoop):
-    """Reads its first consumer's member id as empty: how a consumer that never rejoins looks."""
-
-    first: object | None = None
-
-    def _member_id(self, consumer: Consumer) -> str | None:
-        if self.first is None:
-            self.first = consumer
-        return "" if consumer is self.first else super()._member_id(consumer)
+class _FirstConsumerOutsideGroup(FirstConsumerOutsideGroup, ConsumeLoop):
+    pass
 
 
 def test_a_consumer_outside_its_group_too_long_is_replaced_and_nothing_is_lost_or_doubled(
     broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
 ) -> None:
-    src, out = unique_name("in"), unique_name("out")
-    create_topics(broker, src, dlq_topic(src), out, partitions=1)
-    settings = _settings(broker)
-    serde = AvroSerde(settings.kafka)
-    _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(4)])
+    src, out, settings, serde = _chunks_in(broker, unique_name, create_topics, 4, partitions=1)
     group = unique_name("group")
     handler = _Echo(out)
     metrics = Metrics()
