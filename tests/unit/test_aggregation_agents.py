@@ -147,6 +147,31 @@ def test_documents_complete_once_with_rows_written_and_output_on_the_source_part
     assert table["b|m"]["kind"] == "state" and table["b|m"]["completed_ms"] == 1_000  # partial: sums kept
 
 
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_the_completion_marker_is_written_before_the_record_only_under_exactly_once(exactly_once: bool) -> None:
+    """Exactly-once: a Faust commit while the send is awaited must take the marker with the record
+    (else a crash repeats the document); at-least-once: the record first (else a crash loses it)."""
+    table: dict[str, Any] = {}
+    seen_at_send: list[bool] = []
+
+    class _Watching(FakeSink):
+        async def send(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int | None = None,
+                       headers: list[tuple[str, bytes]] | None = None, transactional: bool = False) -> None:
+            if topic == COMPLETED:
+                seen_at_send.append(any(v.get("kind") == "done" for v in table.values()))
+            await super().send(topic, key, value, partition=partition, headers=headers, transactional=transactional)
+
+    reducer = DocumentReducer(table, SERDE, _calls(FakeStore()), _Watching(), COMPLETED, exactly_once=exactly_once)
+
+    async def run() -> None:
+        for offset in range(2):
+            await reducer.handle(_msg(_encode(_chunk("a", offset, 2)), offset=offset))
+
+    asyncio.run(run())
+    assert seen_at_send == [exactly_once]
+    assert [v["kind"] for v in table.values()] == ["done"]
+
+
 def test_a_replayed_failed_chunk_completes_a_partial_document_again() -> None:
     store, sink, table = FakeStore(), FakeSink(), {}
     reducer = _documents(store, sink, table, ttl_ms=60_000)
