@@ -27,7 +27,7 @@ from docstream.batching import Batcher, BatchPolicy
 from docstream.embedding import Embedder
 from docstream.errors import DocstreamError, FatalError, SchemaError
 from docstream.kafka.attempts import run_with_retries
-from docstream.kafka.clients import ReliableProducer, create_consumer, kafka_error
+from docstream.kafka.clients import ReliableProducer, close_abandoned_consumer, create_consumer, kafka_error
 from docstream.kafka.dlq import DlqRouter, error_code_of
 from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import TopicPartitionKey
@@ -267,11 +267,7 @@ class InferencePipeline:
         self._assignments.revoke(tps)
         _log.error("consumer_rejoin_stuck", outside_group_s=round(self._membership.outside_for(now), 1),
                    partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
-        closer = threading.Thread(target=_close_quietly, args=(stuck,), name="stuck-consumer-close", daemon=True)
-        closer.start()
-        closer.join(10.0)
-        if closer.is_alive():
-            _log.warning("stuck_consumer_close_pending")
+        close_abandoned_consumer(stuck)
         self._consumer = self._subscribe()
         self._paused = False  # a new consumer pauses nothing; flow control decides again
         self._metrics.paused.labels(SERVICE).set(0)
@@ -482,10 +478,3 @@ class InferencePipeline:
         if self._own_producer:
             producer.close(0)
         _log.info("inference_stopped", in_flight=self._ledger.pending_count(), batches=len(self._history))
-
-
-def _close_quietly(consumer: Consumer) -> None:
-    try:
-        consumer.close()
-    except (KafkaException, RuntimeError) as exc:
-        _log.warning("stuck_consumer_close_failed", error=str(exc))

@@ -8,6 +8,7 @@ through structlog); configs are only ever logged through ``redact_config``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -340,3 +341,22 @@ class ReliableProducer:
                 user(err, msg)
 
         return on_delivery
+
+
+def close_abandoned_consumer(consumer: Consumer, timeout_s: float = 10.0) -> bool:
+    """Close a consumer given up on (it never rejoined its group) on a side thread, waiting at most
+    ``timeout_s``: a stuck one may never finish closing. True when it closed in time."""
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            _log.warning("stuck_consumer_close_failed", error=str(exc))
+
+    closer = threading.Thread(target=close, name="stuck-consumer-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    if closer.is_alive():
+        _log.warning("stuck_consumer_close_pending")
+        return False
+    return True

@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from docstream.avro.serde import AvroSerde
 from docstream.errors import DocstreamError, FatalError, PoisonRecord, RetryableError, SchemaError
 from docstream.kafka.attempts import run_with_retries
-from docstream.kafka.clients import ReliableProducer, create_consumer, raise_for_message
+from docstream.kafka.clients import ReliableProducer, close_abandoned_consumer, create_consumer, raise_for_message
 from docstream.kafka.dlq import DlqRouter, error_code_of
 from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import OffsetTracker, TopicPartitionKey
@@ -240,12 +240,7 @@ class ConsumeLoop:
         _log.error("consumer_rejoin_stuck", group_id=self._group_id, outside_group_s=round(
             self._membership.outside_for(now), 1), dropped_pending=self._tracker.pending_count())
         self._tracker.revoke(self._tracker.partitions())
-        closer = threading.Thread(target=self._close_quietly, args=(stuck,), name="stuck-consumer-close",
-                                  daemon=True)
-        closer.start()
-        closer.join(10.0)
-        if closer.is_alive():
-            _log.warning("stuck_consumer_close_pending", group_id=self._group_id)
+        close_abandoned_consumer(stuck)
         self._consumer = self._new_consumer()
         self._start(self._consumer)
         self._membership.restart(time.monotonic())
@@ -253,11 +248,6 @@ class ConsumeLoop:
         self._metrics.retries.labels(self._service, "consumer_rejoin").inc()
         _log.warning("consumer_replaced", group_id=self._group_id, replaced=self.consumers_replaced)
 
-    def _close_quietly(self, consumer: Consumer) -> None:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError) as exc:
-            _log.warning("stuck_consumer_close_failed", error=str(exc))
 
     def _on_message(self, consumer: Consumer, producer: ReliableProducer, dlq: DlqRouter, msg: Message) -> None:
         try:
