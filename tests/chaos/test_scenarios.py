@@ -238,6 +238,7 @@ def test_kill_9_each_service_at_random_moments_loses_and_doubles_nothing(
         "1 kill -9", **figures, kills=[k.figures() for k in driver.done], job_s=round(elapsed, 1),
         retries=_delta(_retries(pipeline), retries_before), completed_records=sum(completed.values()),
         completed_duplicates=duplicates, exactly_once=True,
+        reducer_self_restarts=pipeline.service("reducer").count_events("reducer_restarting"),
     )
     assert len(driver.done) == SCALE.kills_per_service * len(SERVICES)
     assert all(k.recovery_s is not None for k in driver.done)

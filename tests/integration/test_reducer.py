@@ -33,6 +33,7 @@ from docstream.records import AnyRecord, ChunkEmbedded, DocumentCompleted, JobSt
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
+from tests.fixtures.kafka import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -460,3 +461,48 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     # both instances completed documents: the open state of the moved partitions was recovered by two
     assert '"document_completed"' in one.tail(2000) and '"document_completed"' in two.tail(2000)
     assert one.stop() == 0 and two.stop() == 0
+
+
+def test_reducer_restarts_itself_when_a_partition_stays_stuck(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+) -> None:
+    """faust stopped delivering a partition (simulated: the fault keeps it paused in the first process):
+    the partition watch re-fetches, then the process replaces itself and the job completes, once."""
+    prefix = unique_name("rds")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    docs = [_Doc(f"{job_id}-d{i:02d}", 3) for i in range(20)]  # partition 0 gets none: p = (2/3)^20
+    _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
+    env = {**_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True),
+           "DOCSTREAM_REDUCER__STALL_TIMEOUT_S": "3", "DOCSTREAM_FAULTS__REDUCER_STALL_PARTITION": "0"}
+    reducer = _Reducer(env, tmp_path / "reducer.log")
+    reducers.append(reducer)
+    reducer.start()
+    wait_until(lambda: '"reducer_state_recovered"' in reducer.tail(200) or not reducer.alive(), 120,
+               "the reducer to recover its tables")
+    records = [r for d in docs for r in d.records(job_id)]
+    pid = reducer.proc.pid if reducer.proc is not None else None
+    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, records), pause_s=0.05)
+
+    jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
+    jobs.wait_for(_final(job_id), 180, "the final JobStatus after the self-restart", reducer)
+    completed = _Reader(kafka_bootstrap, topics.completed, serde)
+    completed.wait_for(lambda r: {x.doc_id for x in r} >= {d.doc_id for d in docs}, 30, "every document", reducer)
+    completed.poll_for(2.0)
+
+    log = reducer.log.read_text(errors="replace")
+    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    names = [e["event"] for e in events]
+    stuck = [e for e in events if e["event"] == "partition_stuck"]
+    assert "partition_stalled_refetching" in names  # the re-fetch came first
+    assert stuck and {(e["topic"], e["partition"]) for e in stuck} == {(topics.embedded, 0)}
+    starts = [e for e in events if e["event"] == "reducer_starting"]
+    assert [e["restarts"] for e in starts] == [0, 1]  # one restart; the fault is off in the new process
+    assert reducer.proc is not None and reducer.proc.pid == pid  # the same process, replaced in place
+    by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))
+    assert by_doc == {d.doc_id: 1 for d in docs}
+    final = next(r for r in jobs.records if isinstance(r, JobStatus) and r.final)
+    assert (final.completed, final.document_count) == (20, 20)
+    assert reducer.stop() == 0

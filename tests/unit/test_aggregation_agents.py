@@ -432,21 +432,74 @@ def test_store_calls_do_not_retry_other_errors() -> None:
 
 
 def test_partition_watch_flags_partitions_with_waiting_records_and_no_progress() -> None:
-    from docstream_reducer.app import PartitionWatch
+    from docstream_reducer.app import PartitionWatch, Stall
 
     clock = _Clock()
     watch = PartitionWatch(20.0, clock)
-    watch.handled("t", 0, 4)
-    assert watch.stalled({("t", 0): 5, ("t", 1): 3}) == []  # t[0] idle at its end; t[1] just seen
+    ends = {("t", 0): 9, ("t", 1): 3, ("t", 2): 5}
+    committed = {("t", 0): 5, ("t", 2): 4}  # t[1]: nothing committed yet; t[2]: one marker after it
+    assert watch.stalled(ends, committed) == []  # first sight
     clock.now += 19
-    assert watch.stalled({("t", 0): 9, ("t", 1): 3}) == []
+    assert watch.stalled(ends, committed) == []
     clock.now += 1
-    assert watch.stalled({("t", 0): 9, ("t", 1): 3}) == [("t", 0, 5), ("t", 1, None)]
-    assert watch.stalled({("t", 0): 9, ("t", 1): 3}) == []  # once per stall period
-    watch.handled("t", 0, 8)
-    clock.now += 30
-    assert watch.stalled({("t", 0): 10, ("t", 1): 1}) == []  # one marker after the last record: idle
-    assert watch.stalled({("t", 2): 7}, {("t", 2): 7}) == []  # handled by an earlier process
-    clock.now += 30
-    assert watch.stalled({("t", 2): 7}, {("t", 2): 7}) == []
-    assert watch.stalled({("t", 2): 9}, {("t", 2): 7}) == [("t", 2, None)]
+    assert watch.stalled(ends, committed) == [Stall("t", 0, 5, 9, 1), Stall("t", 1, 0, 3, 1)]
+    assert watch.stalled(ends, committed) == []  # once per stall period
+    clock.now += 20
+    assert watch.stalled(ends, committed) == [Stall("t", 0, 5, 9, 2), Stall("t", 1, 0, 3, 2)]
+
+
+def test_partition_watch_counts_handled_or_committed_offsets_as_progress() -> None:
+    from docstream_reducer.app import PartitionWatch, Stall
+
+    clock = _Clock()
+    watch = PartitionWatch(20.0, clock)
+    ends = {("t", 0): 30}
+    watch.stalled(ends, {("t", 0): 3})
+    for offset in (3, 4):
+        clock.now += 15
+        watch.handled("t", 0, offset)  # handled, not yet committed: moving
+        assert watch.stalled(ends, {("t", 0): 3}) == []
+    clock.now += 15
+    assert watch.stalled(ends, {("t", 0): 5}) == []  # committed moved
+    clock.now += 20
+    # handled records whose offsets are never committed stall too (faust, exactly-once)
+    assert watch.stalled(ends, {("t", 0): 5}) == [Stall("t", 0, 5, 30, 1)]
+
+
+def test_partition_watch_rests_while_a_handler_runs_long_and_on_partitions_at_their_end() -> None:
+    from docstream_reducer.app import PartitionWatch, Stall
+
+    clock = _Clock()
+    watch = PartitionWatch(20.0, clock)
+    ends = {("t", 0): 9}
+    watch.stalled(ends, {})
+    watch.started(1)
+    clock.now += 60
+    assert watch.stalled(ends, {}) == []  # a store outage: the handler retries, nothing is stalled
+    watch.finished(1)
+    clock.now += 19
+    assert watch.stalled(ends, {}) == []  # the period starts when the handler ended
+    clock.now += 1
+    assert watch.stalled(ends, {}) == [Stall("t", 0, 0, 9, 1)]
+    watch.started(2)
+    assert watch.stalled(ends, {}) == []  # a short handler is not "busy"
+    watch.finished(2)
+    clock.now += 100
+    assert watch.stalled({("t", 0): 9}, {("t", 0): 9}) == []  # caught up
+    assert watch.stalled({("t", 0): 10}, {("t", 0): 9}) == []  # one transaction marker after it
+
+
+def test_partition_watch_forgets_spans_without_records() -> None:
+    from docstream_reducer.app import PartitionWatch, Stall
+
+    clock = _Clock()
+    watch = PartitionWatch(20.0, clock)
+    watch.stalled({("t", 0): 12}, {("t", 0): 4})
+    clock.now += 20
+    assert watch.stalled({("t", 0): 12}, {("t", 0): 4}) == [Stall("t", 0, 4, 12, 1)]
+    watch.quiet("t", 0, 12)  # the broker: only aborted records and markers in 4..11
+    clock.now += 40
+    assert watch.stalled({("t", 0): 12}, {("t", 0): 4}) == []
+    assert watch.stalled({("t", 0): 14}, {("t", 0): 4}) == []  # a new record: the clock starts again
+    clock.now += 20
+    assert watch.stalled({("t", 0): 14}, {("t", 0): 4}) == [Stall("t", 0, 4, 14, 1)]

@@ -211,6 +211,11 @@ class ReducerSettings(BaseModel):
                     "(and fences the reducer). Longer than the store retries inside it; at most the broker's "
                     "transaction.max.timeout.ms (15 min by default).",
     )
+    stall_timeout_s: float = Field(
+        20.0, ge=1, le=3600,
+        description="A source partition with records waiting and no progress for this long is re-fetched; "
+                    "still stuck one period later, `docstream reducer` restarts its process (docs/reducer.md).",
+    )
 
 
 class RetrySettings(BaseModel):
@@ -281,6 +286,9 @@ class FaultSettings(BaseModel):
     fail_chunk_text: str | None = Field(None, description="Model fails on chunks whose text contains this string.")
     crash_after_write: bool = Field(False, description="Exit the process after a write and before its commit.")
     crash_after_batches: int = Field(0, ge=0, description="With crash_after_write: after this many batches.")
+    reducer_stall_partition: int | None = Field(
+        None, ge=0, description="The reducer's first process keeps this partition of chunks.embedded paused."
+    )
     embed_log: Path | None = Field(
         None, description="Append the chunk_id of every chunk the model embeds to this file (tests count model calls)."
     )

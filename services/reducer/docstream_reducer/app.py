@@ -9,6 +9,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import faust
@@ -17,9 +18,10 @@ from confluent_kafka.admin import AdminClient
 from faust.types import TP
 
 from docstream.avro import AvroSerde
-from docstream.errors import ConfigError, RetryableError
+from docstream.errors import ConfigError, DocstreamError, RetryableError
 from docstream.kafka.admin import TopicSpec
 from docstream.kafka.clients import admin_config
+from docstream.kafka.probe import spans_with_records
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import KafkaSettings, Settings
@@ -33,6 +35,7 @@ __all__ = [
     "PartitionWatch",
     "Reducer",
     "ReducerWorker",
+    "Stall",
     "build_reducer",
     "by_job_topic",
     "check_partitions",
@@ -45,7 +48,6 @@ __all__ = [
 ]
 
 _log = get_logger(__name__)
-_STALL_S = 20.0
 
 
 def by_job_topic(settings: Settings) -> str:
@@ -278,48 +280,96 @@ class ReducerWorker(faust.Worker):
         super()._schedule_shutdown(signum)
 
 
-class PartitionWatch:
-    """Notices source partitions that stopped moving while records wait behind them.
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A source partition with records waiting past its committed offset and no progress.
 
-    faust-streaming 0.15.3 was seen to leave an assigned partition unfetched after a rebalance
-    (docs/reducer.md "Restart and rebalance"); the reducer then re-fetches it from the next
-    unhandled offset. A false alarm (a transaction marker counted as a record) only re-reads.
+    Attributes:
+        topic, partition: the partition.
+        committed: the group's committed offset (0 when it has none): where a re-fetch starts.
+        end: its end offset (the last stable offset under exactly-once).
+        periods: stall periods in a row without progress (1 the first time).
+    """
+
+    topic: str
+    partition: int
+    committed: int
+    end: int
+    periods: int
+
+
+class PartitionWatch:
+    """Notices source partitions whose records wait while nothing moves (pure; app.py does the I/O).
+
+    faust-streaming 0.15.3 was seen to stop delivering an assigned partition, after a restart
+    or a rebalance under exactly-once: records fetched but never given to the agent, or handled
+    but never committed (docs/reducer.md "Partition watch"). Progress of a partition is a move
+    of its committed offset or of the next offset the agents handled; records wait while its end
+    is past the committed offset (one more offset is allowed: a transaction marker). A partition
+    with records waiting and no progress for ``stall_s`` is reported, once per period, with the
+    number of periods in a row. While a handler has been running for more than ``busy_s`` (store
+    retries during an outage) nothing counts as stalled.
 
     Args:
         stall_s: how long a partition with waiting records may go without progress.
         clock: monotonic seconds.
+        busy_s: a handler running longer than this pauses the watch.
     """
 
-    def __init__(self, stall_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, stall_s: float, clock: Callable[[], float], *, busy_s: float = 1.0) -> None:
         self._stall_s = stall_s
         self._clock = clock
+        self._busy_s = busy_s
         self._next: dict[tuple[str, int], int] = {}
+        self._seen: dict[tuple[str, int], tuple[int, int | None]] = {}
         self._moved: dict[tuple[str, int], float] = {}
+        self._periods: dict[tuple[str, int], int] = {}
+        self._quiet: dict[tuple[str, int], int] = {}
+        self._running: dict[int, float] = {}
+
+    def started(self, token: int) -> None:
+        """A handler (``token``: any id unique while it runs) started."""
+        self._running[token] = self._clock()
+
+    def finished(self, token: int) -> None:
+        """The handler of ``token`` returned or raised."""
+        self._running.pop(token, None)
 
     def handled(self, topic: str, partition: int, offset: int) -> None:
         """Record that ``offset`` of ``topic[partition]`` was handled."""
         self._next[(topic, partition)] = offset + 1
-        self._moved[(topic, partition)] = self._clock()
 
-    def stalled(
-        self, ends: dict[tuple[str, int], int], committed: dict[tuple[str, int], int] | None = None
-    ) -> list[tuple[str, int, int | None]]:
-        """``(topic, partition, next offset or None)`` of partitions to re-fetch.
+    def reset(self) -> None:
+        """Start every period anew (the app rebalanced or recovered its tables meanwhile)."""
+        self._seen.clear()
+
+    def quiet(self, topic: str, partition: int, end: int) -> None:
+        """The broker holds no record for us below ``end`` (only markers or aborted records)."""
+        self._quiet[(topic, partition)] = end
+
+    def stalled(self, ends: dict[tuple[str, int], int], committed: dict[tuple[str, int], int]) -> list[Stall]:
+        """The stalled partitions among ``ends`` (end offsets of the assigned source partitions).
 
         Args:
-            ends: end offsets of the assigned partitions.
-            committed: committed offsets, for partitions this process has not handled yet.
+            ends: end offsets.
+            committed: the group's committed offsets (a partition without one counts from 0).
         """
         now = self._clock()
-        out: list[tuple[str, int, int | None]] = []
+        busy = any(now - since > self._busy_s for since in self._running.values())
+        out: list[Stall] = []
         for key, end in sorted(ends.items()):
-            moved = self._moved.setdefault(key, now)
-            following = self._next.get(key)
-            start = following if following is not None else (committed or {}).get(key) or 0
-            waiting = end > start + 1
-            if waiting and now - moved >= self._stall_s:
-                out.append((key[0], key[1], following))
+            start = committed.get(key) or 0
+            position = (start, self._next.get(key))
+            waiting = end > max(start + 1, self._quiet.get(key, 0))
+            if busy or not waiting or self._seen.get(key) != position:
+                self._seen[key] = position
+                self._moved[key] = now
+                self._periods[key] = 0
+                continue
+            if now - self._moved.setdefault(key, now) >= self._stall_s:
                 self._moved[key] = now  # once per stall period
+                self._periods[key] = self._periods.get(key, 0) + 1
+                out.append(Stall(key[0], key[1], start, end, self._periods[key]))
         return out
 
 
@@ -347,8 +397,17 @@ def build_reducer(
     webhooks: WebhookNotifier | None,
     metrics: Metrics,
     clock: Callable[[], float],
+    on_stuck: Callable[[Stall], None] | None = None,
+    stall_fault_partition: int | None = None,
 ) -> Reducer:
-    """Build the Faust app: three agents, three tables and the status timer."""
+    """Build the Faust app: three agents, three tables, the status timer and the partition watch.
+
+    Args:
+        on_stuck: called when a stalled partition did not move after a re-fetch either (the
+            process restarts itself: main.py); None keeps re-fetching.
+        stall_fault_partition: fault injection (tests): keep this partition of the embedded
+            topic paused, as faust was seen to do (``faults.reducer_stall_partition``).
+    """
     topics = Topics(settings.kafka.topic_prefix)
     use_broker_highwaters()
     retry_find_coordinator()
@@ -374,7 +433,8 @@ def build_reducer(
                       clock=clock, webhooks=webhooks, metrics=metrics)
     started = {"ready": False}
 
-    watch = PartitionWatch(_STALL_S, clock)
+    stall_s = settings.reducer.stall_timeout_s
+    watch = PartitionWatch(stall_s, clock)
 
     def _agent(handle: Callable[[Incoming], Any], name: str) -> Callable[[Any], Any]:
         async def run(stream: Any) -> None:
@@ -382,6 +442,7 @@ def build_reducer(
                 msg = _incoming(event)
                 metrics.records_in.labels(SERVICE, msg.topic).inc()
                 watch.handled(msg.topic, msg.partition, msg.offset)
+                watch.started(id(msg))
                 try:
                     await handle(msg)
                 except Exception as exc:  # the agent loop: log once, stop the worker (no commit past it)
@@ -390,6 +451,8 @@ def build_reducer(
                                error=str(exc)[:500], exc_info=exc)
                     await app.crash(exc)
                     raise
+                finally:
+                    watch.finished(id(msg))
 
         run.__name__ = run.__qualname__ = name
         return run
@@ -412,23 +475,49 @@ def build_reducer(
 
     async def _watch_partitions() -> None:
         consumer: Any = app.consumer
-        if app.rebalancing or not started["ready"]:
+        if app.rebalancing or app.in_recovery or not started["ready"]:
+            watch.reset()  # faust pauses the sources meanwhile
             return
         tps = [tp for tp in consumer.assignment() if tp.topic in sources]
         ends = await consumer.highwaters(*tps) if tps else {}
         committed = getattr(consumer, "_committed_offset", {})  # faust's view of the group's offsets
-        stalled = watch.stalled(
+        stalls = watch.stalled(
             {(tp.topic, tp.partition): end for tp, end in ends.items() if end is not None},
             {(tp.topic, tp.partition): committed[tp] for tp in tps if committed.get(tp) is not None},
         )
-        for topic, partition, offset in stalled:
-            _log.warning("partition_stalled_refetching", topic=topic, partition=partition, offset=offset)
-            tp = TP(topic, partition)
-            consumer.resume_partitions({tp})
-            if offset is None:
-                await consumer.seek_to_committed()
-            else:
-                await consumer.seek(tp, offset)
+        if stalls:
+            await _act_on(consumer, stalls)
+        if stall_fault_partition is not None:
+            consumer.pause_partitions({TP(topics.embedded, stall_fault_partition)})
 
-    app.timer(_STALL_S / 4, name="partition-watch")(_watch_partitions)
+    refetched: dict[tuple[str, int], int] = {}  # partition → the stall period of its last re-fetch
+
+    async def _act_on(consumer: Any, stalls: list[Stall]) -> None:
+        spans = [(s.topic, s.partition, s.committed, s.end) for s in stalls]
+        try:
+            holds = await asyncio.get_running_loop().run_in_executor(
+                None, partial(spans_with_records, settings.kafka, spans))
+        except DocstreamError as exc:
+            _log.warning("partition_probe_failed", error_code=exc.code, error=exc.message)
+            return
+        for stall in stalls:
+            key = (stall.topic, stall.partition)
+            if key not in holds:
+                continue  # undecided (the broker did not answer in time): the next period asks again
+            if not holds[key]:
+                watch.quiet(stall.topic, stall.partition, stall.end)  # only markers or aborted records
+                continue
+            fields = {"topic": stall.topic, "partition": stall.partition, "committed": stall.committed,
+                      "end": stall.end, "stalled_s": stall.periods * stall_s}
+            if on_stuck is not None and refetched.get(key) == stall.periods - 1:
+                _log.error("partition_stuck", action="restart", **fields)
+                on_stuck(stall)
+                return
+            _log.warning("partition_stalled_refetching", **fields)
+            refetched[key] = stall.periods
+            tp = TP(stall.topic, stall.partition)
+            await consumer.seek(tp, stall.committed)
+            consumer.resume_partitions({tp})
+
+    app.timer(stall_s / 4, name="partition-watch")(_watch_partitions)
     return Reducer(app=app, documents=documents, jobs=jobs, ready=lambda: started["ready"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,10 +16,20 @@ from docstream.settings import Settings
 from docstream.store import ResultStore, open_store
 from docstream.topics import Topics
 from docstream_reducer.agents import SERVICE, StoreCalls
-from docstream_reducer.app import ReducerWorker, build_reducer, check_partitions, exit_watchdog, internal_topic_specs
+from docstream_reducer.app import (
+    ReducerWorker,
+    Stall,
+    build_reducer,
+    check_partitions,
+    exit_watchdog,
+    internal_topic_specs,
+)
 from docstream_reducer.webhook import WebhookNotifier
 
-__all__ = ["main"]
+__all__ = ["RESTARTS_ENV", "main", "restart_process"]
+
+RESTARTS_ENV = "DOCSTREAM_REDUCER_RESTARTS"
+"""How many times this reducer process replaced itself (``restart_process``); absent at first."""
 
 _STOP_TIMEOUT_S = 60.0  # a stop under exactly-once commits transactions; slow on a loaded 2-core box
 
@@ -26,6 +38,7 @@ def main(settings: Settings) -> int:
     """Run the reducer until SIGTERM/SIGINT (0) or a fatal fault (1)."""
     configure_logging(level=settings.log.level, fmt=settings.log.format, service=SERVICE)
     log = get_logger(__name__)
+    restarts = int(os.environ.get(RESTARTS_ENV, "0") or 0)
     metrics = Metrics()
     store: ResultStore | None = None
     server: MetricsServer | None = None
@@ -40,11 +53,14 @@ def main(settings: Settings) -> int:
         reducer = build_reducer(
             settings, store=StoreCalls(store, settings.retry, executor), serde=AvroSerde(settings.kafka),
             webhooks=WebhookNotifier(settings.reducer, settings.retry), metrics=metrics, clock=time.monotonic,
+            on_stuck=lambda stall: restart_process(stall, restarts),
+            stall_fault_partition=settings.faults.reducer_stall_partition if restarts == 0 else None,
         )
         if settings.metrics.port:
             server = MetricsServer(metrics, host=settings.metrics.host, port=settings.metrics.port,
                                    ready=reducer.ready).start()
-        log.info("reducer_starting", exactly_once=settings.kafka.transactions, app_id=settings.reducer.app_id)
+        log.info("reducer_starting", exactly_once=settings.kafka.transactions, app_id=settings.reducer.app_id,
+                 restarts=restarts)
         worker = ReducerWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
                               redirect_stdouts=False)
         worker.spinner = None  # a terminal spinner: escape codes in a service's log
@@ -69,3 +85,21 @@ def main(settings: Settings) -> int:
             store.close()
         if server is not None:
             server.stop()
+
+
+def restart_process(stall: Stall, restarts: int) -> None:
+    """Replace this process by a fresh reducer (same command, same environment, same pid).
+
+    The last resort of the partition watch (app.py): faust stopped delivering a partition and a
+    re-fetch did not help, while a new process resumes it (docs/reducer.md "Partition watch").
+    Like a kill -9 and a restart, nothing is lost: input offsets are committed only with their
+    effects, open transactions are aborted by the broker when the new process fences them, and
+    the tables are rebuilt from their changelogs.
+    """
+    get_logger(__name__).error("reducer_restarting", reason="partition_stuck", topic=stall.topic,
+                               partition=stall.partition, committed=stall.committed, end=stall.end,
+                               restarts=restarts + 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = [sys.executable, *sys.orig_argv[1:]]  # the interpreter and its arguments, as this process started
+    os.execve(sys.executable, argv, {**os.environ, RESTARTS_ENV: str(restarts + 1)})  # noqa: S606 - no shell wanted
