@@ -248,7 +248,6 @@ class ConsumeLoop:
         self._metrics.retries.labels(self._service, "consumer_rejoin").inc()
         _log.warning("consumer_replaced", group_id=self._group_id, replaced=self.consumers_replaced)
 
-
     def _on_message(self, consumer: Consumer, producer: ReliableProducer, dlq: DlqRouter, msg: Message) -> None:
         try:
             raise_for_message(msg)
