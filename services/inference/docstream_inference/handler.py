@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from docstream.records import ChunkCreated, ChunkEmbedded
@@ -33,7 +32,7 @@ class ChunkResult:
 
     chunk: ChunkCreated
     model_id: str
-    embedding: tuple[float, ...] = ()
+    embedding: list[float] = field(default_factory=list)  # shared, never copied: row and record use this list
     error_code: str | None = None
     error: str | None = None
 
@@ -48,9 +47,9 @@ def requested_model(chunk: ChunkCreated, loaded_model_id: str) -> str:
     return chunk.model_id or loaded_model_id
 
 
-def ok_result(chunk: ChunkCreated, model_id: str, embedding: Sequence[float]) -> ChunkResult:
-    """A chunk embedded by ``model_id``."""
-    return ChunkResult(chunk=chunk, model_id=model_id, embedding=tuple(embedding))
+def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float]) -> ChunkResult:
+    """A chunk embedded by ``model_id`` (``embedding`` is kept, not copied)."""
+    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding)
 
 
 def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str) -> ChunkResult:
@@ -73,7 +72,7 @@ def chunk_row(result: ChunkResult) -> ChunkRow:
         char_start=chunk.char_start,
         char_end=chunk.char_end,
         token_count=chunk.token_count,
-        embedding=list(result.embedding),
+        embedding=result.embedding,
         heading=chunk.heading,
         status="ok" if result.ok else "failed",
         error_code=result.error_code,
@@ -95,7 +94,7 @@ def embedded_record(result: ChunkResult, embedded_at: datetime) -> ChunkEmbedded
         page_start=chunk.page_start,
         page_end=chunk.page_end,
         embedded_at=embedded_at,
-        embedding=list(result.embedding),
+        embedding=result.embedding,
         error_code=result.error_code,
         error=result.error,
         chunker_settings=chunk.chunker_settings,

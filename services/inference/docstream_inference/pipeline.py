@@ -59,6 +59,8 @@ SERVICE = "inference"
 _log = get_logger(__name__)
 _POLL_S = 0.1
 _MAX_FETCH = 500
+_ROOM_SLICE_S = 0.002
+_PAUSE_AFTER_S = 1.0  # Q0 full this long: pause the partitions (a shorter stall just stops fetching)
 
 
 def group_id(settings: Settings) -> str:
@@ -123,6 +125,7 @@ class InferencePipeline:
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self._paused = False
+        self._full_since: float | None = None  # since when Q0 has been full (a long stall pauses the consumer)
         self._assignment_changed = False
         self._ready = False
         self._stages: list[Any] = []
@@ -285,14 +288,38 @@ class InferencePipeline:
                 break
             self._held.popleft()
         room = self._q0.maxsize - self._q0.qsize() - len(self._held)
-        if room <= 0 or self._paused:
-            msg = consumer.poll(_POLL_S)  # serves rebalances and commits; paused partitions return nothing
-            return [msg] if msg is not None else []
+        if self._paused:
+            msg = consumer.poll(0)  # serves rebalances and commits; paused partitions return nothing
+            if msg is not None:
+                return [msg]
+            self._wait_for_room()
+            return []
+        if room <= 0:
+            # a short stall: librdkafka keeps its prefetched records (a pause would drop them and refetch
+            # only at its next fetch decision, up to a second later); a long one pauses (_flow_control)
+            self._wait_for_room()
+            return []
         return list(consumer.consume(num_messages=min(room, _MAX_FETCH), timeout=_POLL_S))
+
+    def _wait_for_room(self) -> None:
+        """Backpressure: wait (at most one poll interval) until Q0 has drained to the resume mark.
+
+        Short slices, not one long poll: the stages drain a full Q0 in milliseconds, and a
+        paused consumer that sleeps a whole poll interval leaves the model idle that long.
+        """
+        deadline = self._clock() + _POLL_S
+        while self._q0.qsize() + len(self._held) > self._q0.maxsize // 2 and self._clock() < deadline:
+            if self._halt.wait(_ROOM_SLICE_S) or self._stop.is_set():
+                return
 
     def _flow_control(self, consumer: Consumer) -> None:
         backlog = self._q0.qsize() + len(self._held)
-        if not self._paused and backlog >= self._q0.maxsize:
+        now = self._clock()
+        if backlog < self._q0.maxsize:
+            self._full_since = None
+        elif self._full_since is None:
+            self._full_since = now
+        if not self._paused and self._full_since is not None and now - self._full_since >= _PAUSE_AFTER_S:
             self._set_paused(consumer, True)
         elif self._paused and backlog <= self._q0.maxsize // 2:
             self._set_paused(consumer, False)
