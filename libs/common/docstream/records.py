@@ -6,7 +6,7 @@ reads. Timestamps are timezone-aware UTC datetimes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -34,18 +34,31 @@ def utc_now() -> datetime:
     return now.replace(microsecond=(now.microsecond // 1000) * 1000)
 
 
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 class _Record:
     schema_name: ClassVar[str]
 
     def to_record(self) -> dict[str, Any]:
-        """The dict written by the Avro serializer."""
-        return asdict(self)  # type: ignore[call-overload,no-any-return]
+        """The dict written by the Avro serializer.
+
+        Shallow: the values are the record's own (records are flat and frozen), so encoding a
+        ChunkEmbedded does not copy its embedding (``dataclasses.asdict`` deep-copies every list).
+        """
+        return {name: getattr(self, name) for name in _field_names(type(self))}
 
     @classmethod
     def from_record(cls: type[_R], record: dict[str, Any]) -> _R:
         """Build from a decoded Avro dict; fields the class doesn't know are ignored."""
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        values = {k: v for k, v in record.items() if k in names}
+        values = {name: record[name] for name in _field_names(cls) if name in record}
         for key, value in values.items():
             if isinstance(value, datetime) and value.tzinfo is None:
                 values[key] = value.replace(tzinfo=UTC)
