@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from cassandra import (
     ConsistencyLevel,
     CoordinationFailure,
@@ -53,9 +54,10 @@ from docstream.store.base import (
     JobState,
     SearchHit,
 )
-from docstream.store.codec import decode_embedding, encode_embedding, none_if_empty, utc_millis
+from docstream.store.codec import decode_embedding, embedding_array, encode_embedding, none_if_empty, utc_millis
 from docstream.store.ranking import cosine_scores, unit_vector
 from docstream.store.schema import Migration, load_migrations
+from docstream.store.vectors import fast_float_vectors
 
 __all__ = ["DEFAULT_DIMENSIONS", "CassandraStore"]
 
@@ -94,6 +96,7 @@ _CHUNK_COLUMNS = (
     "token_count, embedding, heading, status, error_code"
 )
 _VECTOR_COLUMNS = "doc_id, model_id, chunk_index, job_id, embedding"
+_ROWS_PER_REQUEST = 32  # chunks of one document per write request: ~130 KiB, bounded latency per request
 _API_KEY_COLUMNS = "key_id, tenant, key_hash, created_at, name, revoked_at"
 
 
@@ -120,9 +123,17 @@ def _dt_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else _dt(value)
 
 
-def _has_cosine(embedding: Sequence[float]) -> bool:
+def _partition_groups(rows: Sequence[ChunkRow], most: int) -> list[list[ChunkRow]]:
+    """``rows`` grouped by doc_id (first-seen order), each group cut to at most ``most`` rows."""
+    by_doc: dict[str, list[ChunkRow]] = {}
+    for row in rows:
+        by_doc.setdefault(row.doc_id, []).append(row)
+    return [group[i:i + most] for group in by_doc.values() for i in range(0, len(group), most)]
+
+
+def _has_cosine(vector: npt.NDArray[np.float32]) -> bool:
     # an SAI cosine index refuses zero and non-finite vectors
-    return any(x != 0.0 for x in embedding) and all(math.isfinite(x) for x in embedding)
+    return bool(vector.any() and np.isfinite(vector).all())
 
 
 class CassandraStore:
@@ -241,6 +252,13 @@ class CassandraStore:
             with self._errors("prepare"):
                 statement = session.prepare(cql)
             self._prepared[cql] = statement
+        return statement
+
+    def _prepare_vectors(self, dimension: int) -> PreparedStatement:
+        cql = _insert(f"{self._ks}.chunk_vectors_d{dimension}", _VECTOR_COLUMNS)
+        statement = self._prepared.get(cql)
+        if statement is None:
+            statement = self._prepared[cql] = fast_float_vectors(self._prepare(cql))
         return statement
 
     def _execute(self, cql: str, params: Sequence[Any], operation: str) -> list[Any]:
@@ -579,10 +597,15 @@ class CassandraStore:
     # -- chunks --------------------------------------------------------------------
 
     def upsert_chunks(self, rows: Sequence[ChunkRow]) -> None:
-        """Write chunk rows (and their vector rows) concurrently, at most ``write_concurrency`` in flight.
+        """Write chunk rows and their vector rows: one request per document, requests concurrent.
 
-        Returns when every write is acknowledged. On failure some rows may be written and
-        others not; writing the same rows again completes them (every write is an upsert).
+        The rows of one document (``chunks`` and ``chunk_vectors_d<N>`` share the partition key
+        doc_id) go in one UNLOGGED batch of at most ``_ROWS_PER_REQUEST`` chunks: a single-partition
+        mutation, applied as one on each replica and exempt from Cassandra's batch size warnings
+        (CASSANDRA-10876), so a micro-batch of 64 chunks is a few requests instead of 128. At most
+        ``write_concurrency`` requests are in flight. Returns when every write is acknowledged. On
+        failure some documents' rows may be written and others not; writing the same rows again
+        completes them (every write is an upsert).
 
         Raises:
             StoreError: a write timed out or Cassandra was unavailable.
@@ -590,19 +613,21 @@ class CassandraStore:
         if not rows:
             return
         chunk_insert = self._prepare(_insert(f"{self._ks}.chunks", _CHUNK_COLUMNS))
-        statements: list[tuple[PreparedStatement, tuple[Any, ...]]] = []
-        for row in rows:
-            statements.append((chunk_insert, _chunk_params(row)))
-            if row.embedding and _has_cosine(row.embedding):
-                dimension = len(row.embedding)
-                self._ensure_vector_table(dimension)
-                vector_insert = self._prepare(_insert(f"{self._ks}.chunk_vectors_d{dimension}", _VECTOR_COLUMNS))
-                vector = [float(x) for x in row.embedding]
-                statements.append((vector_insert, (row.doc_id, row.model_id, row.chunk_index, row.job_id, vector)))
+        requests: list[tuple[BatchStatement, None]] = []
+        for group in _partition_groups(rows, _ROWS_PER_REQUEST):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for row in group:
+                vector = embedding_array(row.embedding)
+                batch.add(chunk_insert, _chunk_params(row, vector.tobytes()))
+                if vector.size and _has_cosine(vector):
+                    self._ensure_vector_table(vector.size)
+                    batch.add(self._prepare_vectors(vector.size),
+                              (row.doc_id, row.model_id, row.chunk_index, row.job_id, vector))
+            requests.append((batch, None))
         session = self._connect()
         with self._errors("upsert_chunks"):
             execute_concurrent(
-                session, statements, concurrency=self._settings.write_concurrency, raise_on_first_error=True
+                session, requests, concurrency=self._settings.write_concurrency, raise_on_first_error=True
             )
 
     def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
@@ -727,7 +752,7 @@ class CassandraStore:
         )
 
 
-def _chunk_params(row: ChunkRow) -> tuple[Any, ...]:
+def _chunk_params(row: ChunkRow, embedding: bytes) -> tuple[Any, ...]:
     return (
         row.doc_id,
         row.model_id,
@@ -740,7 +765,7 @@ def _chunk_params(row: ChunkRow) -> tuple[Any, ...]:
         row.char_start,
         row.char_end,
         row.token_count,
-        encode_embedding(row.embedding),
+        embedding,
         _text(row.heading),
         row.status,
         _text(row.error_code),
