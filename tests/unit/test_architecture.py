@@ -24,6 +24,7 @@ PURE_MODULES = [
     "records.py",
     "topics.py",
     "errors.py",
+    "avro/segments.py",
 ]
 FORBIDDEN = {"confluent_kafka", "cassandra", "torch", "os", "time", "fitz", "pymupdf", "faust", "sqlite3", "socket",
              "subprocess", "requests", "httpx", "fsspec"}

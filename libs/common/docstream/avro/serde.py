@@ -22,6 +22,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException
 
 from docstream.avro.schemas import AvroSchema, SchemaSet
+from docstream.avro.segments import SegmentPlan, read_body, segment_plan, write_body
 from docstream.avro.wire import WireFormat, frame_confluent, frame_single_object, parse_frame
 from docstream.errors import ConfigError, DocstreamError, FatalError, RetryableError, SchemaError
 from docstream.records import RECORD_TYPES, AnyRecord
@@ -93,6 +94,7 @@ class AvroSerde:
         self._ids: dict[tuple[str, str], int] = {}
         self._writers_by_id: dict[int, AvroSchema] = {}
         self._lock = threading.Lock()
+        self._plans: dict[bytes, SegmentPlan | None] = {}
         missing = [name for name in RECORD_TYPES if name not in self._schemas]
         if missing:
             raise ConfigError(f"no schema for record types {missing}", code="schemas_missing")
@@ -116,9 +118,13 @@ class AvroSerde:
             FatalError: the schema registry refused the schema or the credentials.
         """
         schema = self._schemas.get(record.schema_name)
+        plan = self._plan(schema)
         out = io.BytesIO()
         try:
-            schemaless_writer(out, schema.parsed, record.to_record(), strict_allow_default=True)
+            if plan is None:
+                schemaless_writer(out, schema.parsed, record.to_record(), strict_allow_default=True)
+            else:
+                write_body(plan, record.to_record(), out)
         except _DECODE_ERRORS as exc:
             raise SchemaError(f"{record.schema_name} does not fit its schema: {exc}", code="schema_mismatch") from exc
         body = out.getvalue()
@@ -157,8 +163,10 @@ class AvroSerde:
         stream = io.BytesIO(body)
         try:
             same = reader.fingerprint == writer.fingerprint
-            values = schemaless_reader(stream, writer.parsed, None if same else reader.parsed)
-            record = cls.from_record(values)  # type: ignore[arg-type]
+            plan = self._plan(reader) if same else None
+            values: Any = (read_body(plan, stream) if plan is not None
+                           else schemaless_reader(stream, writer.parsed, None if same else reader.parsed))
+            record = cls.from_record(values)
         except _DECODE_ERRORS as exc:
             raise SchemaError(f"corrupt {writer.name} body: {type(exc).__name__}", code="schema_corrupt_body",
                               raw=raw) from exc
@@ -169,6 +177,16 @@ class AvroSerde:
             raise SchemaError(f"{len(body) - stream.tell()} trailing bytes after a {writer.name} body",
                               code="schema_corrupt_body", raw=raw)
         return record  # type: ignore[return-value]
+
+    def _plan(self, schema: AvroSchema) -> SegmentPlan | None:
+        """The segment plan of ``schema`` (float arrays written by numpy), made once per schema."""
+        try:
+            return self._plans[schema.fingerprint]
+        except KeyError:
+            plan = segment_plan(schema.raw)
+            with self._lock:
+                self._plans[schema.fingerprint] = plan
+            return plan
 
     def _schema_id(self, topic: str, schema: AvroSchema) -> int:
         key = (topic, schema.name)
