@@ -39,9 +39,10 @@ from typing import Any
 
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
+from machine import cpu_line
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import SentenceTransformerEmbedder, load_embedder
+from docstream.embedding import PreparedBatch, Runtime, SentenceTransformerEmbedder, load_embedder
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.embedded import EmbeddedBroker
 from docstream.logging import configure_logging
@@ -57,6 +58,36 @@ _VOCABULARY = (
     "chunk latency throughput replica broker schema record commit write read index search cluster node "
     "failure retry backoff jitter queue thread process memory cache network disk storage page text section"
 ).split()
+
+
+class ZeroCostEmbedder:
+    """A test double of the Embedder role: fixed vectors at no model cost, so the plumbing alone is measured.
+
+    Its vectors are non-zero (the Cassandra store writes the similarity-search row too, as for a real model).
+    """
+
+    model_id = "all-MiniLM-L6-v2"
+    dimension = 384
+    max_tokens = 256
+    runtime = Runtime(device="cpu", precision="fp32", threads=1)
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self._np = np
+        self._row = np.full(self.dimension, 1 / self.dimension**0.5, dtype=np.float32)
+
+    def prepare(self, texts: Any) -> PreparedBatch:
+        return PreparedBatch(texts=tuple(texts), features=None)
+
+    def embed(self, batch: PreparedBatch) -> Any:
+        return self._np.broadcast_to(self._row, (len(batch.texts), self.dimension))
+
+    def encode(self, texts: Any, *, batch_size: int) -> Any:
+        return self.embed(self.prepare(texts))
+
+    def warm_up(self) -> None:
+        return None
 
 
 def _texts(count: int, words: int, seed: int = 7) -> list[str]:
@@ -143,6 +174,31 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process by thread name (Python threads by their name, librdkafka's by /proc comm)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for thread in psutil.Process().threads():
+        name = names.get(thread.id)
+        if name is None:
+            try:
+                name = Path(f"/proc/self/task/{thread.id}/comm").read_text().strip()
+            except OSError:
+                name = "?"
+        name = name.split(":")[0] if name.startswith("rdk:") else name
+        out[name] = out.get(name, 0.0) + thread.user_time + thread.system_time
+    return out
+
+
+def _thread_split(before: dict[str, float], after: dict[str, float], chunks: int) -> str:
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    top = sorted(((s, n) for n, s in spent.items() if s * 1000 / chunks >= 0.005), reverse=True)
+    return ", ".join(f"{n} {s * 1000 / chunks:.3f}" for s, n in top)
+
+
+THREAD_SPLITS: list[str] = []
+
+
 def _service_run(base: Settings, embedder: Any, store: ResultStore, chunks: list[ChunkCreated], batch: int,
                  rss: _PeakRss) -> tuple[float, float]:
     prefix = f"bench-{uuid.uuid4().hex[:10]}-b{batch}"
@@ -162,9 +218,10 @@ def _service_run(base: Settings, embedder: Any, store: ResultStore, chunks: list
             if not runner.is_alive():
                 raise RuntimeError("the pipeline stopped before its assignment")
             time.sleep(0.005)
-        started, cpu = time.perf_counter(), _cpu_s()
+        started, cpu, threads = time.perf_counter(), _cpu_s(), _thread_cpu()
         _wait_committed(settings, topics.chunks, ends, timeout_s=600)
         elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu
+        THREAD_SPLITS.append(_thread_split(threads, _thread_cpu(), len(chunks)))
     pipeline.stop()
     runner.join(120)
     return len(chunks) / elapsed, cpu * 1000 / len(chunks)
@@ -206,6 +263,24 @@ def _stack(args: argparse.Namespace) -> Iterator[tuple[Settings, ResultStore]]:
             store.close()
 
 
+def _zero_cost(args: argparse.Namespace, settings: Settings, store: ResultStore, batches: list[int],
+               texts: list[str], rss: _PeakRss) -> None:
+    """The plumbing alone: the service with ``ZeroCostEmbedder``, chunks/s and process CPU ms per chunk."""
+    embedder = ZeroCostEmbedder()
+    print(f"zero-cost embedder; {args.chunks} chunks of {args.words} words; broker {args.broker}, store {args.store}")
+    print(f"{'batch':>6} {'service chunks/s':>17} {'service CPU ms/chunk':>21} {'peak RSS MiB':>13}")
+    results = []
+    for batch in batches:
+        service, service_cpu = _service_run(settings, embedder, store, _chunks(texts, uuid.uuid4().hex[:8]), batch, rss)
+        results.append({"batch_size": batch, "service_chunks_per_s": round(service, 1),
+                        "service_cpu_ms_per_chunk": round(service_cpu, 3), "peak_rss_mib": round(rss.peak / 2**20, 1)})
+        print(f"{batch:>6} {service:>17.0f} {service_cpu:>21.3f} {rss.peak / 2**20:>13.0f}", flush=True)
+        print(f"       CPU ms/chunk by thread: {THREAD_SPLITS[-1]}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"zero_cost": True, "broker": args.broker, "store": args.store,
+                                         "chunks": args.chunks, "results": results}, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=512, help="chunks per run")
@@ -220,13 +295,19 @@ def main() -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--no-bf16", action="store_true", help="fp32 on CPUs with bf16")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--zero-cost", action="store_true",
+                        help="the plumbing alone: a zero-cost embedder (fixed vectors) instead of the model")
     args = parser.parse_args()
     configure_logging(level="WARNING", fmt="console")
     logging.getLogger("cassandra").setLevel(logging.ERROR)  # SAI "experimental" server warnings
     batches = [int(b) for b in args.batch_sizes.split(",")]
     texts = _texts(args.chunks, args.words)
     rss = _PeakRss()
+    print(cpu_line())
     with _stack(args) as (settings, store):
+        if args.zero_cost:
+            _zero_cost(args, settings, store, batches, texts, rss)
+            return
         embedder = load_embedder(settings.inference)
         assert isinstance(embedder, SentenceTransformerEmbedder)
         tokens = sum(embedder.prepare([t]).features["attention_mask"].sum().item() for t in texts[:64]) / 64
