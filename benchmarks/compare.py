@@ -9,14 +9,16 @@ count on a machine shared with other work):
 * (d) ``docstream run`` (tansu + SQLite, one process), fresh state dir;
 * (e) the real stack: ``docstream chunker|inference|reducer`` as separate processes on Kafka +
   Cassandra (deploy/local), driven by ``docstream submit --wait`` (skipped when
-  ``deploy/local/stack status`` does not show both running);
-* (f) ``docstream run`` with ``DOCSTREAM_INFERENCE__BACKEND=onnx`` and (g) ``onnx-int8``.
+  ``deploy/local/stack status`` does not show both running).
+
+``docstream run`` uses the runtime it measures at start (``inference.runtime=auto``, cached per
+machine; docs/inference.md); the model alone, candidate by candidate: benchmarks/runtimes.py.
 
 Every time is wall clock of the whole variant, process start (imports, model load) to the last
 embedding stored. Peak RSS is the sum over the variant's process tree, sampled every 0.2 s.
 
     .venv/bin/python benchmarks/compare.py                 # ~300 pages
-    .venv/bin/python benchmarks/compare.py --pages 100 --only a,d,f
+    .venv/bin/python benchmarks/compare.py --pages 100 --only a,d
     .venv/bin/python benchmarks/compare.py --scale 10      # also 10x the documents: time(10x)/(10*time(1x))
     .venv/bin/python benchmarks/compare.py --sweep 4,8,16,32,64   # raw-model batch-size sweep only
 """
@@ -135,21 +137,20 @@ def run_plain(folder: Path, *, bf16: bool, work: Path) -> Result:
     info = json.loads(out.strip().splitlines()[-1])
     note = f"encode {info['embed_s']} s"
     if bf16 and not info["native_bf16"]:
-        note += "; no avx512_bf16/amx: autocast emulated (service falls back to fp32)"
+        note += "; no avx512_bf16/amx: autocast emulated (the service measures it and keeps fp32)"
     return Result("b plain bf16 autocast" if bf16 else "a plain fp32 script", info["chunks"], seconds, peak, note)
 
 
-def run_docstream(folder: Path, *, backend: str, work: Path) -> Result:
+def run_docstream(folder: Path, *, work: Path) -> Result:
     state = Path(tempfile.mkdtemp(prefix="state-", dir=work))
     out_file = state / "out.jsonl"
-    env = _clean_env(DOCSTREAM_INFERENCE__BACKEND=backend)
+    env = _clean_env()
     command = [DOCSTREAM, "run", str(folder), "--out", str(out_file), "--state-dir", str(state), "--timeout", "1800"]
     seconds, peak, _ = _timed(command, env, work, 1900)
     with sqlite3.connect(state / "docstream.db") as db:
         chunks = int(db.execute("SELECT count(*) FROM chunks WHERE status = 'ok'").fetchone()[0])
     shutil.rmtree(state, ignore_errors=True)
-    label = {"torch": "d docstream run", "onnx": "f docstream run onnx", "onnx-int8": "g docstream run onnx-int8"}
-    return Result(label[backend], chunks, seconds, peak)
+    return Result("d docstream run", chunks, seconds, peak)
 
 
 def _stack_running() -> str | None:
@@ -295,10 +296,8 @@ def run_all(pages: int, only: set[str], work: Path) -> list[Result]:
         ("a", lambda: run_plain(folder, bf16=False, work=work)),
         ("b", lambda: run_plain(folder, bf16=True, work=work)),
         ("c", lambda: run_ray(folder, work=work)),
-        ("d", lambda: run_docstream(folder, backend="torch", work=work)),
+        ("d", lambda: run_docstream(folder, work=work)),
         ("e", lambda: run_stack(folder, work=work)),
-        ("f", lambda: run_docstream(folder, backend="onnx", work=work)),
-        ("g", lambda: run_docstream(folder, backend="onnx-int8", work=work)),
     ]
     for key, step in steps:
         if key not in only:
@@ -350,7 +349,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=300, help="total pages of the folder (20-page PDFs)")
     parser.add_argument("--scale", type=int, default=0, help="also run N x the pages and print time(Nx)/(N*time(1x))")
-    parser.add_argument("--only", default="a,b,c,d,e,f,g", help="comma-separated variants to run")
+    parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated variants to run")
     parser.add_argument("--sweep", default="", help="only the raw-model batch sweep, e.g. 4,8,16,32,64")
     parser.add_argument("--sweep-chunks", type=int, default=128, help="chunks per batch size in the sweep")
     args = parser.parse_args()

@@ -237,7 +237,7 @@ def _raw_run(embedder: SentenceTransformerEmbedder, texts: list[str], batch: int
 def _stack(args: argparse.Namespace) -> Iterator[tuple[Settings, ResultStore]]:
     overrides: dict[str, dict[str, Any]] = {
         "kafka": {"bootstrap_servers": args.bootstrap, "partitions": args.partitions},
-        "inference": {"device": args.device, "cpu_bf16": not args.no_bf16},
+        "inference": {"device": args.device, "runtime": args.runtime},
     }
     with contextlib.ExitStack() as stack:
         if args.broker == "tansu":
@@ -293,7 +293,8 @@ def main() -> None:
     parser.add_argument("--keyspace", default="docstream_bench")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--no-bf16", action="store_true", help="fp32 on CPUs with bf16")
+    parser.add_argument("--runtime", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                        help="inference.runtime (auto: measured at start, docs/inference.md)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--zero-cost", action="store_true",
                         help="the plumbing alone: a zero-cost embedder (fixed vectors) instead of the model")

@@ -1,7 +1,7 @@
 """`make bench`: benchmarks/compare.py at a size that finishes in minutes on a small shared box.
 
 Runs every variant of compare.py (plain fp32, bf16 autocast, Ray Data if installed, `docstream
-run`, the real stack if deploy/local runs, the onnx backends) on ``--pages`` pages (default 60)
+run`, the real stack if deploy/local runs) on ``--pages`` pages (default 60)
 and prints the table. For the full-size comparison run compare.py itself (300 pages by default).
 
     .venv/bin/python benchmarks/run_all.py [--pages 60]

@@ -27,7 +27,7 @@ def test_a_dead_letter_replayed_after_the_fault_is_lifted_completes_its_document
     kafka_bootstrap: str, cassandra_store: ResultStore, cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
     with running_pipeline(
-        kafka_bootstrap, cassandra_settings, tmp_path, "dlq-e2e", DOCSTREAM_INFERENCE__CPU_BF16="false"
+        kafka_bootstrap, cassandra_settings, tmp_path, "dlq-e2e", DOCSTREAM_INFERENCE__RUNTIME="fp32"
     ) as stack:
         settings = kafka_settings(kafka_bootstrap, topic_prefix=stack.prefix)
         chunks_topic = f"{stack.prefix}.chunks"

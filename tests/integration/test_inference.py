@@ -253,7 +253,7 @@ def _service_env(bootstrap: str, prefix: str, cassandra: CassandraSettings, **ex
         "DOCSTREAM_CASSANDRA__KEYSPACE": cassandra.keyspace,
         "DOCSTREAM_CASSANDRA__REQUEST_TIMEOUT_S": "30",
         # fp32 so that results compare with model.encode to 1e-4 on every CPU (bf16 is checked in unit tests)
-        "DOCSTREAM_INFERENCE__CPU_BF16": "false",
+        "DOCSTREAM_INFERENCE__RUNTIME": "fp32",
         "DOCSTREAM_LOG__FORMAT": "json",
         **extra,
     }
@@ -358,7 +358,7 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
 
     # 3. start again (here, in this process: a third interpreter would cost ~15 s of imports), to the end
     settings = kafka_settings(kafka_bootstrap, topic_prefix=prefix).with_overrides(
-        cassandra=cassandra_settings.model_dump(mode="json"), inference={"cpu_bf16": False})
+        cassandra=cassandra_settings.model_dump(mode="json"), inference={"runtime": "fp32"})
     with _pipeline(settings, embedder, store=cassandra_store):
         _wait_for(_all_committed(kafka_bootstrap, group, topics.chunks, produced, []), 180,
                   "every chunk committed after restart", poll_s=0.5)
@@ -376,13 +376,13 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return load_embedder(InferenceSettings(cpu_bf16=False))
+    return load_embedder(InferenceSettings(runtime="fp32"))
 
 
 def _settings(bootstrap: str, prefix: str, tmp_path: Path, **sections: dict[str, Any]) -> Settings:
     settings = kafka_settings(bootstrap, topic_prefix=prefix, partitions=2)
     return settings.with_overrides(store={"backend": "sqlite", "sqlite_path": str(tmp_path / "store.db")},
-                                   inference={"cpu_bf16": False, **sections.pop("inference", {})}, **sections)
+                                   inference={"runtime": "fp32", **sections.pop("inference", {})}, **sections)
 
 
 @contextmanager

@@ -63,7 +63,7 @@ def test_replay_under_a_second_model_writes_beside_and_the_same_model_changes_no
 ) -> None:
     # fp32: a second pass over the same chunks gives the same vectors to ~1e-6 (bf16 would not)
     with running_pipeline(
-        kafka_bootstrap, cassandra_settings, tmp_path, "replay-e2e", DOCSTREAM_INFERENCE__CPU_BF16="false"
+        kafka_bootstrap, cassandra_settings, tmp_path, "replay-e2e", DOCSTREAM_INFERENCE__RUNTIME="fp32"
     ) as stack:
         settings = kafka_settings(kafka_bootstrap, topic_prefix=stack.prefix)
         chunks_topic, group = f"{stack.prefix}.chunks", f"{stack.prefix}-inference"

@@ -25,6 +25,7 @@ PURE_MODULES = [
     "topics.py",
     "errors.py",
     "avro/segments.py",
+    "runtime.py",
 ]
 FORBIDDEN = {"confluent_kafka", "cassandra", "torch", "os", "time", "fitz", "pymupdf", "faust", "sqlite3", "socket",
              "subprocess", "requests", "httpx", "fsspec"}

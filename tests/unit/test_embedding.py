@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +13,12 @@ from docstream.embedding import (
     Embedder,
     Runtime,
     SentenceTransformerEmbedder,
-    choose_runtime,
     cpu_supports_bf16,
     load_embedder,
+    measure_runtimes,
+    model_fingerprint,
     read_cpu_flags,
+    read_cpu_model,
 )
 from docstream.errors import ConfigError
 from docstream.models import resolve_model_path
@@ -37,7 +41,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray((a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))
 
 
-# --- runtime choice (pure) ---------------------------------------------------------------
+# --- the edge of the runtime choice (the pure part: tests/unit/test_runtime.py) ---------------
 
 
 def test_bf16_flags_are_recognised() -> None:
@@ -46,43 +50,28 @@ def test_bf16_flags_are_recognised() -> None:
     assert not cpu_supports_bf16({"avx2", "avx512f", "fma"})
 
 
-def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
+def test_cpu_flags_and_model_are_read_from_cpuinfo(tmp_path: Path) -> None:
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512_bf16 avx2\n\nprocessor\t: 1\nflags\t: fpu\n")
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx512_bf16 avx2\n\n"
+                       "processor\t: 1\nflags\t: fpu\n")
     assert read_cpu_flags(cpuinfo) == frozenset({"fpu", "sse", "avx512_bf16", "avx2"})
+    assert read_cpu_model(cpuinfo) == "AMD EPYC"
     assert read_cpu_flags(tmp_path / "absent") == frozenset()
-
-
-def test_auto_picks_cuda_in_fp16_when_present() -> None:
-    runtime = choose_runtime(InferenceSettings(), cuda_available=True, cpu_flags=(), cpu_count=8)
-    assert runtime == Runtime(device="cuda", precision="fp16", threads=0)
-
-
-def test_cpu_uses_every_core_and_bf16_where_supported() -> None:
-    settings = InferenceSettings(device="cpu")
-    assert choose_runtime(settings, cuda_available=True, cpu_flags={"avx512_bf16"}, cpu_count=12) == Runtime(
-        "cpu", "bf16", 12
-    )
-    assert choose_runtime(settings, cuda_available=False, cpu_flags={"avx2"}, cpu_count=2) == Runtime("cpu", "fp32", 2)
-
-
-def test_cpu_bf16_off_means_fp32_even_where_supported() -> None:
-    settings = InferenceSettings(cpu_bf16=False)
-    runtime = choose_runtime(settings, cuda_available=False, cpu_flags={"avx512_bf16"}, cpu_count=4)
-    assert runtime.precision == "fp32"
+    assert read_cpu_model(tmp_path / "absent") == ""
 
 
 def test_cuda_asked_but_absent_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as info:
-        choose_runtime(InferenceSettings(device="cuda"), cuda_available=False, cpu_flags=(), cpu_count=1)
+        load_embedder(InferenceSettings(device="cuda", warmup=False))
     assert info.value.code == "cuda_unavailable"
 
 
-@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
-def test_onnx_backends_refuse_cuda(backend: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        load_embedder(InferenceSettings(backend=backend, device="cuda"))  # type: ignore[arg-type]
-    assert info.value.code == "backend_unavailable"
+def test_model_fingerprint_follows_the_files(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"a": 1}')
+    first = model_fingerprint(tmp_path)
+    assert model_fingerprint(tmp_path) == first
+    (tmp_path / "config.json").write_text('{"a": 2}')
+    assert model_fingerprint(tmp_path) != first
 
 
 def test_a_folder_without_a_model_is_refused(tmp_path: Path) -> None:
@@ -94,14 +83,13 @@ def test_a_folder_without_a_model_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def default_embedder() -> Embedder:
-    return load_embedder(InferenceSettings(device="cpu"))
+def default_embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    return load_embedder(InferenceSettings(device="cpu"), cache_dir=tmp_path_factory.mktemp("runtime-cache"))
 
 
 @pytest.fixture(scope="module")
 def fp32_embedder() -> SentenceTransformerEmbedder:
-    runtime = choose_runtime(InferenceSettings(device="cpu", cpu_bf16=False), cuda_available=False,
-                             cpu_flags=(), cpu_count=2)
+    runtime = Runtime(device="cpu", precision="fp32", threads=2)
     return SentenceTransformerEmbedder(resolve_model_path(None), model_id="all-MiniLM-L6-v2", runtime=runtime)
 
 
@@ -133,19 +121,53 @@ def test_texts_longer_than_the_model_are_truncated(fp32_embedder: SentenceTransf
     assert fp32_embedder.embed(prepared).shape == (1, 384)
 
 
-def test_bf16_where_supported_else_fp32_fallback(
-    default_embedder: Embedder, fp32_embedder: SentenceTransformerEmbedder
-) -> None:
-    fp32 = fp32_embedder.embed(fp32_embedder.prepare(REAL_TEXT))
-    default = default_embedder.embed(default_embedder.prepare(REAL_TEXT))
+def test_auto_measures_once_then_reads_the_cache(tmp_path: Path, fp32_embedder: SentenceTransformerEmbedder) -> None:
+    """On this machine: one candidate (no bf16 flags) means nothing timed and nothing cached; with bf16 flags,
+    the first load times fp32 and bf16 and caches the pick, the second reads it. Either way the pick agrees."""
+    settings = InferenceSettings(device="cpu", warmup=False)
+    first = load_embedder(settings, cache_dir=tmp_path)
+    cached = list(tmp_path.glob("*.json"))
     if cpu_supports_bf16(read_cpu_flags()):
-        assert default_embedder.runtime.precision == "bf16"
-        assert _cosines(default, fp32).min() >= 0.9999
+        assert len(cached) == 1
+        assert json.loads(cached[0].read_text())["runtime"] == first.runtime.label
+        stamp = cached[0].stat().st_mtime_ns
+        assert load_embedder(settings, cache_dir=tmp_path).runtime == first.runtime
+        assert cached[0].stat().st_mtime_ns == stamp  # read, not re-measured
     else:
-        # This CPU has no bf16 instructions: cpu_bf16=True (the default) must fall back to fp32.
-        assert InferenceSettings().cpu_bf16 is True
-        assert default_embedder.runtime.precision == "fp32"
-        assert np.abs(default - fp32).max() < 1e-5
+        assert cached == []
+        assert first.runtime.precision == "fp32"
+    fp32 = fp32_embedder.embed(fp32_embedder.prepare(REAL_TEXT))
+    assert _cosines(first.embed(first.prepare(REAL_TEXT)), fp32).min() >= 0.999
+
+
+def test_a_corrupt_cache_file_is_measured_again(tmp_path: Path) -> None:
+    if not cpu_supports_bf16(read_cpu_flags()):
+        pytest.skip("one candidate on this CPU: nothing is measured or cached")
+    settings = InferenceSettings(device="cpu", warmup=False)
+    load_embedder(settings, cache_dir=tmp_path)
+    (cached,) = tmp_path.glob("*.json")
+    cached.write_text('{"version": 1, "runtime": "torch/cpu/')
+    embedder = load_embedder(settings, cache_dir=tmp_path)
+    assert json.loads(cached.read_text())["runtime"] == embedder.runtime.label
+
+
+def test_a_forced_runtime_is_used_without_measuring(tmp_path: Path) -> None:
+    embedder = load_embedder(InferenceSettings(device="cpu", runtime="fp32", warmup=False), cache_dir=tmp_path)
+    assert embedder.runtime == Runtime(device="cpu", precision="fp32", threads=len(os.sched_getaffinity(0)))
+    assert embedder.runtime.label.startswith("torch/cpu/fp32/")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_measurement_times_every_candidate_on_real_length_texts(fp32_embedder: SentenceTransformerEmbedder) -> None:
+    bf16 = SentenceTransformerEmbedder(resolve_model_path(None), model_id="all-MiniLM-L6-v2",
+                                       runtime=Runtime("cpu", "bf16", 2), shared=fp32_embedder.model)
+    assert bf16.model is fp32_embedder.model
+    fp32_result, bf16_result = measure_runtimes([fp32_embedder, bf16], batch_size=4)
+    assert (fp32_result.runtime, bf16_result.runtime) == (fp32_embedder.runtime, bf16.runtime)
+    assert fp32_result.chunks == bf16_result.chunks == 8
+    assert fp32_result.worst_cosine == 1.0
+    assert 0.999 <= bf16_result.worst_cosine <= 1.0
+    assert fp32_result.seconds > 0 and bf16_result.seconds > 0
 
 
 def test_bf16_autocast_stays_within_cosine_of_fp32(fp32_embedder: SentenceTransformerEmbedder) -> None:

@@ -1,30 +1,48 @@
-"""The Embedder role and its sentence-transformers implementation (docs/inference.md).
+"""The Embedder role, its sentence-transformers implementation, and the runtime measurement (docs/inference.md).
 
 An ``Embedder`` turns texts into one vector each, in two steps the inference pipeline runs
 on different threads: ``prepare`` (tokenize, cheap, CPU) and ``embed`` (the model forward).
 ``encode`` is the plain one-call path, the model library's own ``encode``, used as the
 reference the service is measured and tested against.
 
-Runtime choice (``choose_runtime``, pure): CUDA when asked or found, in fp16 under
-``torch.inference_mode``; otherwise the CPU with every core, under bf16 autocast when
-``cpu_bf16`` is on and the CPU has bf16 instructions (``avx512_bf16`` or ``amx_bf16``),
-else fp32. Models load from a local folder only; nothing is downloaded.
+Runtime choice: ``docstream.runtime`` (pure) lists the candidates the machine allows and
+picks among measurements; this module is its edge. ``load_embedder`` reads /proc/cpuinfo,
+and, when there is more than one candidate and no cached choice, times each on a few
+real-length batches against fp32, logs ``runtime_chosen`` and caches the choice in
+``$XDG_CACHE_HOME/docstream/runtime/<key>.json``. Models load from a local folder only;
+nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from docstream.errors import ConfigError
+from docstream.logging import get_logger
 from docstream.models import resolve_model_path
+from docstream.runtime import (
+    BF16_CPU_FLAGS,
+    Measurement,
+    Precision,
+    Runtime,
+    cache_entry,
+    cached_runtime,
+    choose_runtime,
+    cpu_supports_bf16,
+    runtime_cache_key,
+    runtime_candidates,
+)
 from docstream.settings import InferenceSettings
 
 __all__ = [
@@ -34,19 +52,33 @@ __all__ = [
     "PreparedBatch",
     "Runtime",
     "SentenceTransformerEmbedder",
-    "choose_runtime",
     "cpu_supports_bf16",
+    "default_runtime_cache_dir",
     "load_embedder",
+    "measure_runtimes",
+    "model_fingerprint",
     "read_cpu_flags",
+    "read_cpu_model",
 ]
 
-Precision = Literal["fp32", "bf16", "fp16"]
 Vectors = npt.NDArray[np.float32]
 
-BF16_CPU_FLAGS: frozenset[str] = frozenset({"avx512_bf16", "amx_bf16"})
-"""/proc/cpuinfo flags that mean bf16 matrix instructions (AVX-512 BF16 or AMX)."""
+_log = get_logger(__name__)
 
 _WARMUP_TEXTS = ("docstream warm-up: a short sentence.", "A second, slightly longer sentence to embed at start.")
+_MEASURE_BATCHES = 2
+_MEASURE_MAX_BATCH = 32
+_MODEL_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "sentence_bert_config.json", "modules.json")
+_PROSE = (
+    "The committee reviewed the quarterly figures and found that shipping costs had risen for the third time",
+    "while the warehouse in the north handled twice the orders it was built for, so the board asked for a plan",
+    "Photosynthesis converts light energy into chemical energy that plants store as glucose in their leaves",
+    "A consumer commits an offset only after every effect of the record is written and acknowledged",
+    "Die Verordnung gilt für alle Mitgliedstaaten und tritt zwanzig Tage nach ihrer Veröffentlichung in Kraft",
+    "Le rapport annuel présente les résultats financiers, les risques principaux et la stratégie du groupe",
+    "Patients in the treatment arm reported fewer side effects, although the difference was not significant",
+    "The bridge was closed for repairs after engineers found cracks in two of the steel supports near the river",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +112,7 @@ class Embedder(Protocol):
 
     @property
     def runtime(self) -> Runtime:
-        """Device and precision the model runs with."""
+        """Backend, device, precision and threads the model runs with (its ``label`` goes with every result)."""
 
     def prepare(self, texts: Sequence[str]) -> PreparedBatch:
         """Tokenize ``texts`` for one forward pass."""
@@ -93,26 +125,6 @@ class Embedder(Protocol):
 
     def warm_up(self) -> None:
         """Run one small batch so the first real batch pays no start-up cost."""
-
-
-@dataclass(frozen=True, slots=True)
-class Runtime:
-    """Where and how the model runs.
-
-    Attributes:
-        device: "cpu" or "cuda".
-        precision: fp32, bf16 (CPU autocast) or fp16 (CUDA weights).
-        threads: torch intra-op threads on the CPU (0: leave torch's default, on CUDA).
-    """
-
-    device: Literal["cpu", "cuda"]
-    precision: Precision
-    threads: int
-
-
-def cpu_supports_bf16(flags: Iterable[str]) -> bool:
-    """Whether CPU ``flags`` (as in /proc/cpuinfo) include bf16 matrix instructions."""
-    return not BF16_CPU_FLAGS.isdisjoint(flags)
 
 
 def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -128,22 +140,6 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
-def choose_runtime(
-    settings: InferenceSettings, *, cuda_available: bool, cpu_flags: Iterable[str], cpu_count: int
-) -> Runtime:
-    """Pick device and precision from the settings and what the machine has. Pure.
-
-    Raises:
-        ConfigError: ``device`` is "cuda" but no CUDA device is present.
-    """
-    if settings.device == "cuda" and not cuda_available:
-        raise ConfigError("inference.device is cuda but no CUDA device is available", code="cuda_unavailable")
-    if settings.device == "cuda" or (settings.device == "auto" and cuda_available):
-        return Runtime(device="cuda", precision="fp16", threads=0)
-    bf16 = settings.cpu_bf16 and cpu_supports_bf16(cpu_flags)
-    return Runtime(device="cpu", precision="bf16" if bf16 else "fp32", threads=max(1, cpu_count))
-
-
 def _usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -153,21 +149,33 @@ def _usable_cpus() -> int:
 class SentenceTransformerEmbedder:
     """An ``Embedder`` over a local sentence-transformers model folder, on torch."""
 
-    def __init__(self, path: Path, *, model_id: str, runtime: Runtime, normalize: bool = True) -> None:
+    def __init__(
+        self, path: Path, *, model_id: str, runtime: Runtime, normalize: bool = True, shared: Any = None
+    ) -> None:
         """Load the model from ``path`` (never from a hub).
 
+        Args:
+            path: a local sentence-transformers folder.
+            model_id: the name recorded with results.
+            runtime: a torch runtime (fp32, CPU bf16 autocast, CUDA fp16).
+            normalize: L2-normalize the output.
+            shared: an already loaded fp32 ``SentenceTransformer`` on the same device to reuse
+                (CPU fp32 and bf16 autocast differ only in the autocast scope); None loads one.
+
         Raises:
-            ConfigError: the folder holds no loadable sentence-transformers model.
+            ConfigError: the folder holds no loadable sentence-transformers model, or the runtime is not torch.
         """
         import torch
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
 
+        if runtime.backend != "torch":
+            raise ConfigError(f"runtime {runtime.label} is not a torch runtime", code="runtime_unavailable")
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no progress bars in logs
         if runtime.device == "cpu":
             torch.set_num_threads(runtime.threads)
         try:
-            model = SentenceTransformer(str(path), device=runtime.device, local_files_only=True)
+            model = shared or SentenceTransformer(str(path), device=runtime.device, local_files_only=True)
         except (OSError, ValueError, RuntimeError) as exc:
             raise ConfigError(f"cannot load the model in {path}: {exc}", code="model_unavailable") from exc
         if runtime.precision == "fp16":
@@ -202,7 +210,7 @@ class SentenceTransformerEmbedder:
 
     @property
     def runtime(self) -> Runtime:
-        """Device and precision the model runs with."""
+        """Backend, device, precision and threads the model runs with."""
         return self._runtime
 
     @property
@@ -258,51 +266,183 @@ class SentenceTransformerEmbedder:
         self.embed(self.prepare(_WARMUP_TEXTS))
 
 
-def load_embedder(settings: InferenceSettings) -> Embedder:
-    """The embedder ``settings`` describe: backend, model folder, device and precision.
+def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None) -> Embedder:
+    """The embedder ``settings`` describe, on the runtime measured fastest here (or the one forced).
 
-    ``backend`` "torch" runs sentence-transformers on torch; "onnx" and "onnx-int8" run an
-    ONNX export of the same folder on onnxruntime, CPU only (``docstream.onnx_backend``).
+    ``inference.runtime`` "auto" lists the candidates this machine allows
+    (``docstream.runtime.runtime_candidates``); with one, or with a cached choice for this
+    machine and model, nothing is timed; else each is timed on a few real-length batches
+    (``measure_runtimes``) and the choice cached. Every path logs ``runtime_chosen``.
+
+    Args:
+        settings: the inference settings.
+        cache_dir: where choices are cached (default ``default_runtime_cache_dir()``).
 
     Raises:
-        ConfigError: an unimplemented backend, a missing model folder, cuda asked but absent (or asked
-            of an onnx backend), or an onnx backend without the ``onnx`` package for its first export.
+        ConfigError: a missing model folder, cuda asked but absent, or a runtime the device cannot run.
     """
-    if settings.backend in ("onnx", "onnx-int8"):
-        return _load_onnx_embedder(settings)
-    if settings.backend != "torch":
-        raise ConfigError(
-            f"inference.backend {settings.backend!r} is not implemented yet (use 'torch')", code="backend_unavailable"
-        )
     import torch
 
-    runtime = choose_runtime(
-        settings,
-        cuda_available=bool(torch.cuda.is_available()),
-        cpu_flags=read_cpu_flags(),
-        cpu_count=_usable_cpus(),
-    )
     path = resolve_model_path(settings.model_path)
-    embedder = SentenceTransformerEmbedder(
-        path, model_id=settings.model_id, runtime=runtime, normalize=settings.normalize
-    )
+    flags = read_cpu_flags()
+    candidates = runtime_candidates(settings.runtime, device=settings.device,
+                                    cuda_available=bool(torch.cuda.is_available()), cpu_flags=flags,
+                                    cpu_count=_usable_cpus())
+    if len(candidates) == 1:
+        embedder = _build(candidates[0], path, settings)
+        _log.info("runtime_chosen", runtime=embedder.runtime.label, source="forced" if settings.runtime != "auto"
+                  else "only_candidate", mode=settings.runtime, candidates=[candidates[0].label])
+    else:
+        embedder = _chosen_embedder(candidates, path, settings, flags, cache_dir or default_runtime_cache_dir())
     if settings.warmup:
         embedder.warm_up()
     return embedder
 
 
-def _load_onnx_embedder(settings: InferenceSettings) -> Embedder:
-    from docstream.onnx_backend import OnnxEmbedder
+def default_runtime_cache_dir() -> Path:
+    """Where runtime choices are cached: ``$XDG_CACHE_HOME/docstream/runtime`` (``~/.cache`` when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "docstream" / "runtime"
 
-    if settings.device == "cuda":
-        raise ConfigError(f"inference.backend {settings.backend!r} runs on the CPU only", code="backend_unavailable")
-    embedder = OnnxEmbedder(
-        resolve_model_path(settings.model_path),
-        model_id=settings.model_id,
-        variant="int8" if settings.backend == "onnx-int8" else "fp32",
-        threads=_usable_cpus(),
-        normalize=settings.normalize,
-    )
-    if settings.warmup:
-        embedder.warm_up()
-    return embedder
+
+def read_cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name from /proc/cpuinfo; "" where it is absent."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return ""
+
+
+def model_fingerprint(model_path: Path) -> str:
+    """A short hash of the model folder's config and weight files (names, sizes, first MiB of each).
+
+    Raises:
+        ConfigError: the folder cannot be read.
+    """
+    digest = hashlib.sha256()
+    try:
+        for name in _MODEL_FILES:
+            file = model_path / name
+            if not file.is_file():
+                continue
+            digest.update(name.encode())
+            digest.update(str(file.stat().st_size).encode())
+            with file.open("rb") as handle:
+                digest.update(handle.read(1 << 20))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the model in {model_path}: {exc}", code="model_unavailable") from exc
+    return digest.hexdigest()[:16]
+
+
+def measure_runtimes(embedders: Sequence[Embedder], *, batch_size: int) -> list[Measurement]:
+    """Time each embedder's forward pass on the same real-length batches, fp32 (the first) as reference.
+
+    Each embedder runs one untimed warm-up batch, then ``_MEASURE_BATCHES`` timed ones, taking
+    turns batch by batch (a load swing on a shared machine falls on all of them). Texts are
+    about ``max_tokens`` long, as real chunks are. Agreement: the lowest cosine of a
+    candidate's vectors to the reference's, text by text.
+    """
+    max_tokens = embedders[0].max_tokens
+    size = max(1, min(batch_size, _MEASURE_MAX_BATCH))
+    texts = _measurement_texts(size * _MEASURE_BATCHES, max_tokens)
+    batches = [texts[i : i + size] for i in range(0, len(texts), size)]
+    prepared = [[e.prepare(b) for b in batches] for e in embedders]
+    for embedder, own in zip(embedders, prepared, strict=True):
+        embedder.embed(own[0])
+    seconds = [0.0] * len(embedders)
+    vectors: list[list[Vectors]] = [[] for _ in embedders]
+    for number in range(len(batches)):
+        for i, embedder in enumerate(embedders):
+            started = time.perf_counter()
+            vectors[i].append(embedder.embed(prepared[i][number]))
+            seconds[i] += time.perf_counter() - started
+    reference = np.vstack(vectors[0])
+    measurements = []
+    for embedder, took, got in zip(embedders, seconds, vectors, strict=True):
+        worst = float(_cosines(np.vstack(got), reference).min())
+        measurements.append(Measurement(embedder.runtime, took, len(texts), round(min(worst, 1.0), 6)))
+    return measurements
+
+
+def _measurement_texts(count: int, max_tokens: int) -> list[str]:
+    texts = []
+    for i in range(count):
+        words: list[str] = [f"Section {i + 1}."]
+        j = i
+        while len(words) < max_tokens:  # at least one token a word: the tokenizer truncates to max_tokens
+            words.extend(_PROSE[j % len(_PROSE)].split())
+            j += 3
+        texts.append(" ".join(words))
+    return texts
+
+
+def _cosines(a: Vectors, b: Vectors) -> Vectors:
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    result: Vectors = ((a * b).sum(axis=1) / np.clip(norms, 1e-12, None)).astype(np.float32)
+    return result
+
+
+def _chosen_embedder(
+    candidates: Sequence[Runtime], path: Path, settings: InferenceSettings, flags: frozenset[str], cache_dir: Path
+) -> Embedder:
+    import torch
+
+    key = runtime_cache_key(cpu_model=read_cpu_model(), cpu_flags=flags, torch_version=str(torch.__version__),
+                            device=candidates[0].device, threads=candidates[0].threads,
+                            model_hash=model_fingerprint(path), candidates=candidates)
+    file = cache_dir / f"{key}.json"
+    cached = _read_cache(file, candidates)
+    if cached is not None:
+        embedder = _build(cached, path, settings)
+        _log.info("runtime_chosen", runtime=cached.label, source="cache", mode=settings.runtime,
+                  candidates=[c.label for c in candidates], cache_file=str(file))
+        return embedder
+    built: list[Embedder] = []
+    for runtime in candidates:
+        shared = getattr(built[0], "model", None) if built and runtime.device == "cpu" else None
+        built.append(_build(runtime, path, settings, shared=shared))
+    measurements = measure_runtimes(built, batch_size=settings.max_batch_size)
+    chosen = choose_runtime(measurements)
+    _write_cache(file, cache_entry(chosen, measurements))
+    _log.info("runtime_chosen", runtime=chosen.label, source="measured", mode=settings.runtime,
+              candidates=[{"runtime": m.runtime.label, "chunks_per_s": round(m.chunks_per_s, 1),
+                           "worst_cosine": m.worst_cosine} for m in measurements],
+              chunks=measurements[0].chunks, cache_file=str(file))
+    return built[candidates.index(chosen)]
+
+
+def _read_cache(file: Path, candidates: Sequence[Runtime]) -> Runtime | None:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        _log.warning("runtime_cache_unreadable", cache_file=str(file), error=str(exc))
+        return None
+    runtime = cached_runtime(text, candidates)
+    if runtime is None:
+        _log.warning("runtime_cache_ignored", cache_file=str(file), reason="corrupt or not a candidate")
+    return runtime
+
+
+def _write_cache(file: Path, entry: dict[str, Any]) -> None:
+    import json
+
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=file.name + ".", suffix=".tmp", dir=file.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(entry, handle, indent=1)
+        os.replace(name, file)
+    except OSError as exc:  # a read-only home only costs the next start a measurement
+        _log.warning("runtime_cache_unwritable", cache_file=str(file), error=str(exc))
+
+
+def _build(runtime: Runtime, path: Path, settings: InferenceSettings, *, shared: Any = None) -> Embedder:
+    return SentenceTransformerEmbedder(path, model_id=settings.model_id, runtime=runtime,
+                                       normalize=settings.normalize, shared=shared)

@@ -175,8 +175,13 @@ class InferenceSettings(BaseModel):
         None, description="Local sentence-transformers folder; unset: the bundled all-MiniLM-L6-v2."
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA (fp16) when present, else CPU.")
-    cpu_bf16: bool = Field(True, description="bf16 autocast on CPUs that support it.")
-    backend: Literal["torch", "onnx", "onnx-int8"] = Field("torch", description="Model runtime.")
+    runtime: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="auto: time fp32 and the candidates this machine allows (bf16 autocast where the CPU flags "
+        "allow it, fp16 on CUDA) on a few real-length batches at start, keep the fastest that agrees with fp32 "
+        "(worst cosine >= 0.999), cache the choice per machine and model (docs/inference.md). fp32, bf16 (CPU "
+        "autocast), fp16 (CUDA): force that runtime, nothing timed.",
+    )
     normalize: bool = Field(True, description="L2-normalize embeddings.")
     max_batch_size: int = Field(16, ge=1, le=4096, description="A batch closes at this many records.")
     max_batch_tokens: int = Field(8192, ge=16, description="A batch closes at this many tokens.")

@@ -25,8 +25,8 @@ def build_inference(settings: Settings, *, store: ResultStore, metrics: Metrics)
     """Load (and warm up) the model and build the pipeline on ``store`` (migrated, topics ensured)."""
     embedder = with_faults(load_embedder(settings.inference), settings.faults)
     runtime = embedder.runtime
-    _log.info("model_loaded", model_id=embedder.model_id, device=runtime.device, precision=runtime.precision,
-              threads=runtime.threads, dimension=embedder.dimension)
+    _log.info("model_loaded", model_id=embedder.model_id, runtime=runtime.label, device=runtime.device,
+              precision=runtime.precision, threads=runtime.threads, dimension=embedder.dimension)
     return InferencePipeline(settings, embedder=embedder, store=store, serde=AvroSerde(settings.kafka),
                              metrics=metrics)
 
