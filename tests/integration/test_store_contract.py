@@ -91,6 +91,7 @@ def _result(doc_id: str, model_id: str, job_id: str, **changes: object) -> Docum
         chunker_settings="max_tokens=256,overlap=32",
         completed_at=T0 + timedelta(minutes=1),
         content_sha256="cd" * 32,
+        runtime="torch/cpu/fp32/2t",
     )
     return replace(row, **changes)  # type: ignore[arg-type]
 
@@ -133,6 +134,7 @@ def test_migrations_recorded_once_each(store: ResultStore) -> None:
     after = store.applied_migrations()  # type: ignore[attr-defined]
     assert after == before
     assert "001_init" in after
+    assert "004_result_runtime" in after
     if not isinstance(store, SqliteStore):
         assert f"002_chunk_vectors@{DIM}" in after
 
@@ -240,7 +242,7 @@ def test_document_results_per_model_side_by_side(store: ResultStore) -> None:
     assert store.get_document_result(doc_id, "model-b@2") == new
     assert store.get_document_result(doc_id, "model-c@1") is None
 
-    failed = replace(old, status="failed", embedding=[], content_sha256=None)
+    failed = replace(old, status="failed", embedding=[], content_sha256=None, runtime=None)
     store.upsert_document_result(failed)
     assert store.get_document_result(doc_id, "model-a@1") == failed
     assert store.get_document_result(doc_id, "model-b@2") == new

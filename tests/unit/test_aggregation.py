@@ -29,16 +29,19 @@ from docstream.records import ChunkEmbedded, DocumentCompleted
 
 T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
 SETTINGS = "chunker=v1;max_tokens=256;overlap=32"
+RUNTIME = "torch/cpu/bf16/2t"
 
 
 def _chunk(index: int, count: int, *, vector: list[float] | None = None, tokens: int = 10, ok: bool = True,
-           doc_id: str = "d1", at: datetime | None = None, settings: str = SETTINGS) -> ChunkEmbedded:
+           doc_id: str = "d1", at: datetime | None = None, settings: str = SETTINGS,
+           runtime: str | None = RUNTIME) -> ChunkEmbedded:
     return ChunkEmbedded(
         job_id="j1", doc_id=doc_id, chunk_id=f"c{index}", chunk_index=index, chunk_count=count, model_id="m",
         status="ok" if ok else "failed", token_count=tokens, page_start=1, page_end=1,
         embedded_at=at or T0 + timedelta(seconds=index),
         embedding=(vector if vector is not None else [float(index), 1.0]) if ok else [],
         error_code=None if ok else "model_error", error=None if ok else "boom", chunker_settings=settings,
+        runtime=runtime if ok else None,
     )
 
 
@@ -234,6 +237,33 @@ def test_state_saved_before_chunker_settings_existed_still_loads() -> None:
     assert isinstance(state, DocumentState)
     data = state.to_json()
     del data["chunker_settings"]
+    assert DocumentState.from_json(data) == state
+
+
+def test_the_document_carries_the_runtime_its_chunks_were_embedded_with() -> None:
+    state, done = _run([_chunk(1, 2, ok=False), _chunk(0, 2)])
+    assert [d.runtime for d in done] == [RUNTIME]
+    state, _ = apply(None, _chunk(0, 2))
+    assert isinstance(state, DocumentState) and state.runtime == RUNTIME
+    assert decode_entry(json.loads(json.dumps(state.to_json()))) == state
+
+
+def test_chunks_without_a_runtime_give_none_and_the_first_one_carried_stays() -> None:
+    """ChunkEmbedded before v3, failed and reused chunks carry no runtime; mixed runtimes (a restart on
+    another machine) keep the first that arrived."""
+    _, done = _run([_chunk(0, 2, runtime=None), _chunk(1, 2, runtime=None)])
+    assert [d.runtime for d in done] == [None]
+    _, done = _run([_chunk(0, 2, runtime=None), _chunk(1, 2, runtime="torch/cpu/fp32/2t")])
+    assert [d.runtime for d in done] == ["torch/cpu/fp32/2t"]
+    _, done = _run([_chunk(0, 2), _chunk(1, 2, runtime="torch/cpu/fp32/2t")])
+    assert [d.runtime for d in done] == [RUNTIME]
+
+
+def test_state_saved_before_the_runtime_existed_still_loads() -> None:
+    state, _ = apply(None, _chunk(0, 2, runtime=None))
+    assert isinstance(state, DocumentState)
+    data = state.to_json()
+    del data["runtime"]
     assert DocumentState.from_json(data) == state
 
 

@@ -164,3 +164,22 @@ def test_records_written_before_chunker_settings_read_with_its_default(single: A
     assert isinstance(back, ChunkEmbedded | DocumentCompleted)
     assert back.chunker_settings == ("" if name == "ChunkEmbedded" else None)
     assert back.doc_id == record.doc_id  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["ChunkEmbedded", "DocumentCompleted"])
+def test_records_written_before_runtime_read_with_none(single: AvroSerde, name: str) -> None:
+    """v2 of ChunkEmbedded and DocumentCompleted (schemas/history) had no runtime: such records decode
+    with None and keep their chunker_settings."""
+    v2 = AvroSchema.from_json(json.loads((find_schemas_dir() / "history" / f"{name}.v2.avsc").read_text()),
+                              find_schemas_dir() / "history" / f"{name}.v2.avsc")
+    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
+    assert record.runtime is not None  # type: ignore[attr-defined]
+    values = {k: v for k, v in record.to_record().items() if k != "runtime"}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, v2.parsed, values)
+
+    back = single.deserialize(frame_single_object(v2.fingerprint, body.getvalue()), _TOPIC)
+
+    assert isinstance(back, ChunkEmbedded | DocumentCompleted)
+    assert back.runtime is None
+    assert back.chunker_settings == record.chunker_settings  # type: ignore[attr-defined]

@@ -110,6 +110,8 @@ def test_ok_result_becomes_a_row_and_a_record() -> None:
     assert record.embedding == [0.5, -0.5]
     assert (record.chunk_count, record.page_start, record.page_end, record.embedded_at) == (9, 1, 2, AT)
     assert record.key == "d"
+    assert record.runtime is None  # reused from the store: not made by this process's runtime
+    assert embedded_record(ok_result(_chunk(), "m1", [0.5], "torch/cpu/bf16/2t"), AT).runtime == "torch/cpu/bf16/2t"
 
 
 def test_failed_result_keeps_its_code_and_no_embedding() -> None:

@@ -138,6 +138,8 @@ class DocumentState:
         partition: source partition at that emission (expiry deletes through it); -1 before.
         chunker_settings: the chunker settings the chunks carry ("" until one carries them: records
             written before ChunkEmbedded v2 do not).
+        runtime: the runtime label the chunk results carry, the first that arrived with one ("" until then:
+            failed and reused chunks, and records written before ChunkEmbedded v3, carry none).
     """
 
     doc_id: str
@@ -156,6 +158,7 @@ class DocumentState:
     completed_ms: int = 0
     partition: int = -1
     chunker_settings: str = ""
+    runtime: str = ""
 
     @classmethod
     def empty(cls, doc_id: str, job_id: str, model_id: str, chunk_count: int) -> DocumentState:
@@ -207,6 +210,7 @@ class DocumentState:
             "completed_ms": self.completed_ms,
             "partition": self.partition,
             "chunker_settings": self.chunker_settings,
+            "runtime": self.runtime,
         }
 
     @classmethod
@@ -238,6 +242,7 @@ class DocumentState:
                 completed_ms=int(data.get("completed_ms", 0)),
                 partition=int(data.get("partition", -1)),
                 chunker_settings=str(data.get("chunker_settings") or ""),
+                runtime=str(data.get("runtime") or ""),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise CorruptStateError(f"corrupt document state: {exc}") from exc
@@ -350,7 +355,8 @@ def apply(
 
 def _fold(state: DocumentState, chunk: ChunkEmbedded, *, replaces_failure: bool = False) -> DocumentState:
     common: dict[str, Any] = {"latest_ms": max(state.latest_ms, _to_ms(chunk.embedded_at)),
-                              "chunker_settings": state.chunker_settings or chunk.chunker_settings}
+                              "chunker_settings": state.chunker_settings or chunk.chunker_settings,
+                              "runtime": state.runtime or chunk.runtime or ""}
     if replaces_failure:
         failed_chunks = state.failed_chunks - 1
         common.update(failed=_clear_bit(state.failed, chunk.chunk_index), failed_chunks=failed_chunks,
@@ -406,6 +412,7 @@ def _completed(state: DocumentState) -> DocumentCompleted:
         error_code=error_code,
         error=error,
         chunker_settings=state.chunker_settings or None,
+        runtime=state.runtime or None,
     )
 
 

@@ -135,6 +135,7 @@ class ChunkEmbedded(_Record):
     error_code: str | None = None
     error: str | None = None
     chunker_settings: str = ""
+    runtime: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,7 @@ class DocumentCompleted(_Record):
     error_code: str | None = None
     error: str | None = None
     chunker_settings: str | None = None
+    runtime: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

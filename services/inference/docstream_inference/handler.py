@@ -28,13 +28,15 @@ MODEL_UNAVAILABLE = "model_unavailable"
 
 @dataclass(frozen=True, slots=True)
 class ChunkResult:
-    """The outcome of one chunk: an embedding, or an error code and message."""
+    """The outcome of one chunk: an embedding, or an error code and message; ``runtime``: the label of the
+    runtime that made the embedding (None when not made here)."""
 
     chunk: ChunkCreated
     model_id: str
     embedding: list[float] = field(default_factory=list)  # shared, never copied: row and record use this list
     error_code: str | None = None
     error: str | None = None
+    runtime: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -47,9 +49,10 @@ def requested_model(chunk: ChunkCreated, loaded_model_id: str) -> str:
     return chunk.model_id or loaded_model_id
 
 
-def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float]) -> ChunkResult:
-    """A chunk embedded by ``model_id`` (``embedding`` is kept, not copied)."""
-    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding)
+def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtime: str | None = None) -> ChunkResult:
+    """A chunk embedded by ``model_id`` (``embedding`` is kept, not copied) on ``runtime`` (a ``Runtime.label``;
+    None: reused from the store, not made here)."""
+    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime)
 
 
 def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str) -> ChunkResult:
@@ -98,4 +101,5 @@ def embedded_record(result: ChunkResult, embedded_at: datetime) -> ChunkEmbedded
         error_code=result.error_code,
         error=result.error,
         chunker_settings=chunk.chunker_settings,
+        runtime=result.runtime,
     )

@@ -347,7 +347,7 @@ class ModelStage(_StageThread):
                 message = f"model failed on this chunk alone {outcome.attempts} times: {outcome.error}"
                 results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message))
             else:
-                results.append(ok_result(work.chunk, model_id, outcome.tolist()))
+                results.append(ok_result(work.chunk, model_id, outcome.tolist(), self._embedder.runtime.label))
         for work, embedding in batch.reused:
             results.append(ok_result(work.chunk, model_id, embedding))
         for work in batch.unavailable:

@@ -257,7 +257,7 @@ class DocumentReducer:
             chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks,
             token_count=completed.token_count, embedding=completed.embedding,
             chunker_settings=completed.chunker_settings or "",
-            completed_at=completed.completed_at, content_sha256=completed.content_sha256,
+            completed_at=completed.completed_at, content_sha256=completed.content_sha256, runtime=completed.runtime,
         ))
         if document is not None:
             await store(store.store.upsert_document, replace(

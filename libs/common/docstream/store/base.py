@@ -90,6 +90,7 @@ class DocumentResultRow:
     chunker_settings: str
     completed_at: datetime
     content_sha256: str | None = None
+    runtime: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

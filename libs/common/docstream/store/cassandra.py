@@ -89,7 +89,7 @@ _DOCUMENT_COLUMNS = (
 )
 _RESULT_COLUMNS = (
     "doc_id, model_id, job_id, status, chunk_count, failed_chunks, token_count, embedding, chunker_settings, "
-    "completed_at, content_sha256"
+    "completed_at, content_sha256, runtime"
 )
 _CHUNK_COLUMNS = (
     "doc_id, model_id, chunk_index, chunk_id, job_id, text, page_start, page_end, char_start, char_end, "
@@ -563,6 +563,7 @@ class CassandraStore:
             row.chunker_settings,
             _ts(row.completed_at),
             _text(row.content_sha256),
+            _text(row.runtime),
         )
         self._execute(_insert(f"{self._ks}.document_results", _RESULT_COLUMNS), params, "upsert_document_result")
 
@@ -592,6 +593,7 @@ class CassandraStore:
             chunker_settings=row.chunker_settings,
             completed_at=_dt(row.completed_at),
             content_sha256=none_if_empty(row.content_sha256),
+            runtime=none_if_empty(row.runtime),
         )
 
     # -- chunks --------------------------------------------------------------------

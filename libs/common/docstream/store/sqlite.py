@@ -51,7 +51,7 @@ _DOCUMENT_COLUMNS = (
 )
 _RESULT_COLUMNS = (
     "doc_id, model_id, job_id, status, chunk_count, failed_chunks, token_count, embedding, chunker_settings, "
-    "completed_at, content_sha256"
+    "completed_at, content_sha256, runtime"
 )
 _CHUNK_COLUMNS = (
     "doc_id, model_id, chunk_index, chunk_id, job_id, text, page_start, page_end, char_start, char_end, "
@@ -458,6 +458,7 @@ class SqliteStore:
             row.chunker_settings,
             _ts(row.completed_at),
             none_if_empty(row.content_sha256),
+            row.runtime,
         )
         self._write(_UPSERT_RESULT, params, "upsert_document_result")
 
@@ -486,6 +487,7 @@ class SqliteStore:
             chunker_settings=found[8],
             completed_at=_dt(found[9]),
             content_sha256=found[10],
+            runtime=found[11],
         )
 
     # -- chunks --------------------------------------------------------------------
