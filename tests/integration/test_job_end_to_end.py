@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from docstream.avro import AvroSerde
 from docstream.chunking import CHUNKER_VERSION
 from docstream.records import AnyRecord, DocumentCompleted, JobStatus
+from docstream.runtime import Runtime
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
 from tests.fixtures.documents import make_pdf
@@ -94,6 +95,9 @@ def test_a_job_of_50_documents_completes_once_each_end_to_end(
         # the chunker's settings reach the completed record (and the document_results row below)
         (settings,) = {r.chunker_settings for r in completed}
         assert settings is not None and settings.startswith(SETTINGS_PREFIX), settings
+        # so does the runtime the inference process chose (one process: one label)
+        (runtime,) = {r.runtime for r in completed}
+        assert runtime is not None and Runtime.from_label(runtime).label == runtime, runtime
         pipeline.check_alive()
 
     job = cassandra_store.get_job(job_id)
@@ -106,3 +110,4 @@ def test_a_job_of_50_documents_completes_once_each_end_to_end(
         result = cassandra_store.get_document_result(record.doc_id, MODEL_ID)
         assert result is not None and result.status == "completed" and len(result.embedding) == 384
         assert result.chunker_settings == settings
+        assert result.runtime == runtime
