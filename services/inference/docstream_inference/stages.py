@@ -340,14 +340,14 @@ class ModelStage(_StageThread):
             self._metrics.model_latency.labels(self._service).observe(time.perf_counter() - started)
             if self._on_embedded is not None:
                 self._on_embedded([w.chunk.chunk_id for w in batch.works])
-        model_id = self._embedder.model_id
+        model_id, runtime = self._embedder.model_id, self._embedder.runtime.label
         results: list[ChunkResult] = []
         for work, outcome in zip(batch.works, outcomes, strict=True):
             if isinstance(outcome, Isolated):
                 message = f"model failed on this chunk alone {outcome.attempts} times: {outcome.error}"
                 results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message))
             else:
-                results.append(ok_result(work.chunk, model_id, outcome.tolist(), self._embedder.runtime.label))
+                results.append(ok_result(work.chunk, model_id, outcome.tolist(), runtime))
         for work, embedding in batch.reused:
             results.append(ok_result(work.chunk, model_id, embedding))
         for work in batch.unavailable:
