@@ -143,11 +143,11 @@ def test_auto_measures_once_then_reads_the_cache(tmp_path: Path, fp32_embedder: 
 def test_a_corrupt_cache_file_is_measured_again(tmp_path: Path) -> None:
     if not cpu_supports_bf16(read_cpu_flags()):
         pytest.skip("one candidate on this CPU: nothing is measured or cached")
-    settings = InferenceSettings(device="cpu", warmup=False)
-    load_embedder(settings, cache_dir=tmp_path)
+    settings = InferenceSettings(device="cpu", warmup=False, runtime_cache_dir=tmp_path)  # the setting, this time
+    load_embedder(settings)
     (cached,) = tmp_path.glob("*.json")
     cached.write_text('{"version": 1, "runtime": "torch/cpu/')
-    embedder = load_embedder(settings, cache_dir=tmp_path)
+    embedder = load_embedder(settings)
     assert json.loads(cached.read_text())["runtime"] == embedder.runtime.label
 
 

@@ -276,7 +276,8 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
 
     Args:
         settings: the inference settings.
-        cache_dir: where choices are cached (default ``default_runtime_cache_dir()``).
+        cache_dir: where choices are cached (default ``inference.runtime_cache_dir``, else
+            ``default_runtime_cache_dir()``).
 
     Raises:
         ConfigError: a missing model folder, cuda asked but absent, or a runtime the device cannot run.
@@ -293,7 +294,8 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
         _log.info("runtime_chosen", runtime=embedder.runtime.label, source="forced" if settings.runtime != "auto"
                   else "only_candidate", mode=settings.runtime, candidates=[candidates[0].label])
     else:
-        embedder = _chosen_embedder(candidates, path, settings, flags, cache_dir or default_runtime_cache_dir())
+        folder = cache_dir or settings.runtime_cache_dir or default_runtime_cache_dir()
+        embedder = _chosen_embedder(candidates, path, settings, flags, folder)
     if settings.warmup:
         embedder.warm_up()
     return embedder

@@ -182,6 +182,10 @@ class InferenceSettings(BaseModel):
         "(worst cosine >= 0.999), cache the choice per machine and model (docs/inference.md). fp32, bf16 (CPU "
         "autocast), fp16 (CUDA): force that runtime, nothing timed.",
     )
+    runtime_cache_dir: Path | None = Field(
+        None, description="Where auto keeps its measured choice; unset: $XDG_CACHE_HOME/docstream/runtime "
+        "(~/.cache when XDG_CACHE_HOME is unset). Unwritable: measured again at every start, with a warning.",
+    )
     normalize: bool = Field(True, description="L2-normalize embeddings.")
     max_batch_size: int = Field(16, ge=1, le=4096, description="A batch closes at this many records.")
     max_batch_tokens: int = Field(8192, ge=16, description="A batch closes at this many tokens.")
