@@ -93,6 +93,24 @@ def run_job_id(paths: Sequence[str | Path], model_id: str, settings_key: str) ->
     return str(uuid.uuid5(_NAMESPACE, f"run\n{model_id}\n{settings_key}\n{inputs}"))
 
 
+class _Phases:
+    """``run_phase`` log events: where the time of a run goes (benchmarks/fixed_cost.py reads them).
+
+    Each event carries ``phase`` and ``t_s``, monotonic seconds since the run started.
+    """
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._marked: set[str] = set()
+
+    def mark(self, phase: str, **fields: Any) -> None:
+        """Log ``phase`` (once: a phase marked again is ignored)."""
+        if phase in self._marked:
+            return
+        self._marked.add(phase)
+        _log.info("run_phase", phase=phase, t_s=round(time.monotonic() - self._started, 4), **fields)
+
+
 class _Progress:
     """Follows the completed and embedded topics (from the start) for one job."""
 
@@ -147,10 +165,11 @@ class _Progress:
 class _Services:
     """The chunker, inference and reducer of one run, each on its own thread."""
 
-    def __init__(self, settings: Settings, store: ResultStore, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, store: ResultStore, metrics: Metrics, phases: _Phases) -> None:
         self._settings = settings
         self._store = store
         self._metrics = metrics
+        self._phases = phases
         self._threads: list[threading.Thread] = []
         self._stops: list[Callable[[], None]] = []
         self._cleanups: list[Callable[[], None]] = []
@@ -174,14 +193,18 @@ class _Services:
         from docstream_inference.main import build_inference
         from docstream_reducer.service import build_reducer_service
 
+        self._phases.mark("services_starting")
         chunker = build_chunker(self._settings, store=self._store, metrics=self._metrics, static_assignment=True)
         self._cleanups.append(chunker.close)
         self._start("chunker", chunker.run, chunker.stop)
+        self._phases.mark("model_load_started")
         inference = build_inference(self._settings, store=self._store, metrics=self._metrics)
+        self._phases.mark("model_loaded")
         self._start("inference", inference.run, inference.stop)
         reducer = build_reducer_service(self._settings, store=self._store, metrics=self._metrics)
         self._cleanups.append(reducer.close)
         self._start("reducer", reducer.run_in_thread, reducer.stop)
+        self._phases.mark("services_started")
 
     def stop(self, timeout_s: float = 60.0) -> None:
         for stop in self._stops:
@@ -215,11 +238,16 @@ def run_job(
     started = time.monotonic()
     state_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(level=settings.log.level, fmt="json", service="run", file=state_dir / "run.log")
+    phases = _Phases()
+    phases.mark("run_started")
     with EmbeddedBroker(state_dir / "broker") as broker:
+        phases.mark("broker_started")
         settings = embedded_settings(settings, state_dir, broker.bootstrap_servers)
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
+        phases.mark("topics_created")
         store = SqliteStore(Path(settings.store.sqlite_path))
         store.migrate()
+        phases.mark("store_migrated")
         model_id = settings.inference.model_id
         chunking = f"{settings.chunker.max_tokens}/{settings.chunker.overlap_tokens}/{settings.inference.model_path}"
         job_id = run_job_id(paths, model_id, chunking)
@@ -236,6 +264,7 @@ def run_job(
             )
         finally:
             producer.close()
+        phases.mark("submitted")
         outcome = RunOutcome(job_id=job_id, refused=[(r.path, r.code, r.reason) for r in result.refused])
         expected = {doc.doc_id for doc in result.documents}
         for doc in result.documents:
@@ -248,13 +277,16 @@ def run_job(
                 outcome.filenames[dup.doc_id] = dup.path
                 outcome.resumed_chunks += row.chunk_count
         if expected:
-            _process(settings, store, serde, outcome, expected, console, timeout_s)
+            _process(settings, store, serde, outcome, expected, console, timeout_s, phases)
         if out is not None:
             export_results(store, job_id, out, fmt="parquet" if out.suffix == ".parquet" else "jsonl",
                            model_id=model_id)
             outcome.out = out
+            phases.mark("exported")
         store.close()
+    phases.mark("broker_stopped")
     outcome.seconds = time.monotonic() - started
+    phases.mark("run_finished")
     return outcome
 
 
@@ -266,9 +298,10 @@ def _process(
     expected: set[str],
     console: Console,
     timeout_s: float | None,
+    phases: _Phases,
 ) -> None:
     metrics = Metrics()
-    services = _Services(settings, store, metrics)
+    services = _Services(settings, store, metrics, phases)
     progress_feed = _Progress(settings, serde, outcome.job_id, expected)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     columns: list[Any] = [
@@ -289,14 +322,17 @@ def _process(
                 progress_feed.poll(0.5)
                 if progress_feed.chunks_embedded and first_chunk_at is None:
                     first_chunk_at = time.monotonic()
+                    phases.mark("first_chunk_embedded")
                 elapsed = time.monotonic() - (first_chunk_at or time.monotonic())
                 rate = progress_feed.chunks_embedded / elapsed if elapsed > 0 else 0.0
                 bar.update(docs, completed=len(progress_feed.done))
                 bar.update(chunks, completed=progress_feed.chunks_embedded,
                            total=progress_feed.chunks_total or None, rate=f"{rate:.1f} chunks/s")
+        phases.mark("documents_completed")
     finally:
         progress_feed.close()
         services.stop()
+        phases.mark("services_stopped")
     for doc_id, record in progress_feed.done.items():
         outcome.statuses[doc_id] = record.status
         outcome.chunks += record.chunk_count - record.failed_chunks
