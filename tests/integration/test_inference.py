@@ -521,3 +521,37 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_every_chunk_is_em
     assert len(rows) == 20 and all(len(found) == 1 for found in rows.values())
     embedded = _read_topic(broker, topics.embedded, 21, 10)  # all there is (10 s more than the 20 need)
     assert len(embedded) == 20, "each chunk embedded once: nothing committed was taken again"
+
+
+def test_static_assignment_takes_every_partition_without_a_group_and_commits_only_what_is_written(
+    broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
+) -> None:
+    prefix = unique_name("infstatic")
+    settings = _settings(broker, prefix, tmp_path)
+    topics = Topics(prefix)
+    serde = AvroSerde(settings.kafka)
+    chunks = _chunks(prefix[-8:], 24, 1)  # one chunk per document: the keys spread over both partitions
+    group = group_id(settings)
+    fast = lambda: time.monotonic() * 100  # noqa: E731 - the membership watch's 1 s rejoin timeout passes in 10 ms
+    ensure_topics(settings.kafka, topics)  # 2 partitions, before anything is produced
+    first = _produce_chunks(broker, topics.chunks, chunks[:12], serde)
+    assert _partitions(first) == [0, 1]
+    with _pipeline(settings, embedder, static_assignment=True, rejoin_timeout_s=1.0, clock=fast) as (pipeline, store):
+        assert sorted(pipeline.assignment) == [(topics.chunks, 0), (topics.chunks, 1)]
+        _wait_for(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 12, 60,
+                  "the first chunks committed")
+        committed = _committed(broker, group, topics.chunks, [0, 1])
+        _assert_nothing_committed_ahead(committed, first, set(_rows(store, first)))
+        second = _produce_chunks(broker, topics.chunks, chunks[12:18], serde)
+        _wait_for(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 18, 60,
+                  "the next chunks committed")
+        assert pipeline.consumers_replaced == 0, "an assigned consumer has no member id and is not replaced for it"
+    # a new process resumes from the group's committed offsets: nothing done is taken again
+    third = _produce_chunks(broker, topics.chunks, chunks[18:], serde)
+    with _pipeline(settings, embedder, static_assignment=True) as (pipeline, store):
+        _wait_for(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 24, 60,
+                  "the rest committed after the restart")
+        rows = _rows(store, first + second + third)
+    assert len(rows) == 24 and all(len(found) == 1 for found in rows.values())
+    embedded = _read_topic(broker, topics.embedded, 25, 10)  # all there is (10 s more than the 24 need)
+    assert len(embedded) == 24, "each chunk embedded once"

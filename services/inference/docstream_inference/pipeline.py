@@ -84,6 +84,10 @@ class InferencePipeline:
         clock: monotonic seconds (the batcher's clock).
         rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced by a new
             one, as ConsumeLoop does (docs/messaging.md).
+        static_assignment: ``assign()`` every partition of the chunks topic instead of joining the
+            group, as ConsumeLoop's option of that name: no group join delay and no rebalancing, for a
+            process that is the only consumer of the topic (``docstream run``). Offsets are still
+            committed to the group, after the writes, and read back from it at the start.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class InferencePipeline:
         commit_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         rejoin_timeout_s: float = 120.0,
+        static_assignment: bool = False,
     ) -> None:
         self._settings = settings
         self._embedder = embedder
@@ -131,6 +136,7 @@ class InferencePipeline:
         self._stages: list[Any] = []
         self._consumer: Consumer | None = None
         self._membership = MembershipWatch(rejoin_timeout_s)
+        self._static = static_assignment
         self.consumers_replaced = 0
 
     @property
@@ -164,7 +170,8 @@ class InferencePipeline:
             FatalError: a stage failed (a transient fault outlived its retries, a bug, a fatal client error).
         """
         settings = self._settings
-        producer = self._producer or ReliableProducer(settings.kafka, client_id=SERVICE)
+        # not ``or``: an empty ReliableProducer is falsy (__len__), and a given one must be used, not leaked
+        producer = self._producer if self._producer is not None else ReliableProducer(settings.kafka, client_id=SERVICE)
         self._consumer = self._subscribe()
         writer = self._start_stages(producer)
         try:
@@ -227,9 +234,31 @@ class InferencePipeline:
         settings = self._settings
         consumer = create_consumer(settings.kafka, group_id=group_id(settings), client_id=SERVICE,
                                    on_commit=self._on_commit)
-        consumer.subscribe([self._topics.chunks], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                           on_lost=self._on_lost)
+        if self._static:
+            try:
+                self._assign_all(consumer)
+            except BaseException:
+                consumer.close()
+                raise
+        else:
+            consumer.subscribe([self._topics.chunks], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                               on_lost=self._on_lost)
         return consumer
+
+    def _assign_all(self, consumer: Consumer) -> None:
+        """Take every partition of the chunks topic without a group join (``static_assignment``)."""
+        topic = self._topics.chunks
+        try:
+            info = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException as exc:
+            raise kafka_error(exc.args[0], f"metadata of {topic}") from exc
+        if info is None or info.error is not None or not info.partitions:
+            raise FatalError(f"topic {topic} not found for static assignment", code="kafka_unknown_topic")
+        tps = [(topic, p) for p in sorted(info.partitions)]
+        consumer.assign([TopicPartition(t, p) for t, p in tps])  # from the group's committed offsets
+        self._assignments.assign(tps)
+        self._assignment_changed = True
+        _log.info("partitions_assigned", partitions=[f"{t}[{p}]" for t, p in tps], static=True)
 
     def _consume(self, writer: WriteStage) -> None:
         last_commit = last_membership = self._clock()
@@ -237,7 +266,7 @@ class InferencePipeline:
             consumer = self._consumer
             assert consumer is not None
             now = self._clock()
-            if now - last_membership >= 1.0:
+            if not self._static and now - last_membership >= 1.0:  # an assigned consumer has no member id
                 last_membership = now
                 if self._membership.observe(self._member_id(consumer), now):
                     consumer = self._replace_consumer(consumer, now)
