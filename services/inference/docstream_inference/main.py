@@ -5,9 +5,10 @@ from __future__ import annotations
 import signal
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import load_embedder
+from docstream.embedding import Embedder, load_embedder
 from docstream.errors import DocstreamError
 from docstream.kafka.admin import ensure_topics
+from docstream.kafka.clients import ReliableProducer
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics, MetricsServer
 from docstream.settings import Settings
@@ -16,19 +17,32 @@ from docstream.topics import Topics
 from docstream_inference.faults import with_faults
 from docstream_inference.pipeline import SERVICE, InferencePipeline
 
-__all__ = ["build_inference", "main"]
+__all__ = ["build_inference", "load_model", "main"]
 
 _log = get_logger(__name__)
 
 
-def build_inference(settings: Settings, *, store: ResultStore, metrics: Metrics) -> InferencePipeline:
-    """Load (and warm up) the model and build the pipeline on ``store`` (migrated, topics ensured)."""
+def load_model(settings: Settings) -> Embedder:
+    """Load (and warm up) the model of ``settings.inference``, with the fault injection of ``settings.faults``."""
     embedder = with_faults(load_embedder(settings.inference), settings.faults)
     runtime = embedder.runtime
     _log.info("model_loaded", model_id=embedder.model_id, runtime=runtime.label, device=runtime.device,
               precision=runtime.precision, threads=runtime.threads, dimension=embedder.dimension)
-    return InferencePipeline(settings, embedder=embedder, store=store, serde=AvroSerde(settings.kafka),
-                             metrics=metrics)
+    return embedder
+
+
+def build_inference(
+    settings: Settings, *, store: ResultStore, metrics: Metrics, embedder: Embedder | None = None,
+    static_assignment: bool = False, producer: ReliableProducer | None = None,
+) -> InferencePipeline:
+    """The pipeline on ``store`` (migrated, topics ensured) with ``embedder``, or the model loaded here.
+
+    ``static_assignment`` takes every partition without a group join (``docstream run`` only);
+    ``producer`` (not closed by the pipeline) replaces the pipeline's own.
+    """
+    return InferencePipeline(settings, embedder=embedder if embedder is not None else load_model(settings),
+                             store=store, serde=AvroSerde(settings.kafka), metrics=metrics, producer=producer,
+                             static_assignment=static_assignment)
 
 
 def main(settings: Settings) -> int:
