@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from docstream.avro.serde import AvroSerde
 from docstream.errors import DocstreamError
+from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.loop import ConsumeLoop
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics, MetricsServer
@@ -37,9 +38,14 @@ class ChunkerService:
 
 
 def build_chunker(
-    settings: Settings, *, store: ResultStore, metrics: Metrics, static_assignment: bool = False
+    settings: Settings, *, store: ResultStore, metrics: Metrics, static_assignment: bool = False,
+    poll_timeout_s: float = 1.0, producer: ReliableProducer | None = None,
 ) -> ChunkerService:
-    """The chunker service on ``store``; ``static_assignment`` skips the group join (embedded run)."""
+    """The chunker service on ``store``; ``static_assignment`` skips the group join (embedded run).
+
+    ``poll_timeout_s`` bounds how long a ``stop()`` waits for the loop to notice it; ``producer``
+    (not closed by the service) replaces the loop's own.
+    """
     settings = settings.with_overrides(kafka={"max_poll_interval_ms": max_poll_interval_ms(settings)})
     extractor = ProcessExtractor(settings)
     topics = Topics(settings.kafka.topic_prefix)
@@ -52,6 +58,8 @@ def build_chunker(
         service="chunker",
         metrics=metrics,
         static_assignment=static_assignment,
+        poll_timeout_s=poll_timeout_s,
+        producer=producer,
     )
     return ChunkerService(loop, extractor)
 
