@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -26,13 +27,24 @@ from docstream_reducer.webhook import WebhookNotifier
 __all__ = ["ReducerService", "build_reducer_service"]
 
 _log = get_logger(__name__)
+_LOOP_CLOSE_GRACE_S = 0.05
 
 
 class _ThreadWorker(ReducerWorker):
-    """A worker that leaves signals to the process that hosts it."""
+    """A worker that leaves signals to the process that hosts it, and closes its loop without a pause.
+
+    mode-streaming 0.7.1's ``Worker._shutdown_loop`` (the end of every stop) runs ``_sentinel_task``, a
+    bare ``asyncio.sleep(1.0)``, on the stopped worker's loop before closing it: one loop pass is
+    left for late callbacks (transports closing) and the second is idle. Here a short sleep does the
+    same; on a thread of a process that waits for the reducer to stop, that second was one more in
+    every ``docstream run`` (tests/unit/test_reducer_service.py checks mode still works this way).
+    """
 
     def install_signal_handlers(self) -> None:
         return
+
+    async def _sentinel_task(self) -> None:
+        await asyncio.sleep(_LOOP_CLOSE_GRACE_S)
 
 
 class ReducerService:
@@ -45,6 +57,7 @@ class ReducerService:
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
         self._worker: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = threading.Event()
 
     def run_in_thread(self) -> None:
         """Build the app on a new event loop in this thread and run it until ``stop()``."""
@@ -61,13 +74,17 @@ class ReducerService:
         self._worker = _ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
                                      redirect_stdouts=False, loop=self._loop)
         self._worker.spinner = None
+        if self._stop_requested.is_set():  # stopped while starting: stop() found no worker to tell
+            self._loop.close()
+            return
         try:
             self._worker.execute_from_commandline()
         except SystemExit as exc:
             _log.info("reducer_stopped", exit_code=exc.code)
 
     def stop(self) -> None:
-        """Ask the worker to shut down (thread-safe)."""
+        """Ask the worker to shut down (thread-safe; before the worker runs, it does not start)."""
+        self._stop_requested.set()
         if self._worker is not None and self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._worker._schedule_shutdown, signal.SIGTERM)
 
