@@ -14,6 +14,9 @@ interleaves them). Headings come from the outline when the document has one, els
 blocks' geometry: a short block of at most two lines whose line height is 1.25 times the
 body's. (Font sizes from ``get_text("dict")`` cost a third of the extraction speed;
 line height is the same signal for free.)
+
+PyMuPDF is imported on first use: a process that only hands chunks on (the chunker's parent,
+whose extraction runs in a child process) does not pay its import, ~0.5 s of CPU.
 """
 
 from __future__ import annotations
@@ -23,9 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
-
-import pymupdf
+from typing import TYPE_CHECKING, Any
 
 from docstream.chunking import (
     Chunk,
@@ -38,6 +39,9 @@ from docstream.chunking import (
 )
 from docstream.errors import DocumentError
 
+if TYPE_CHECKING:
+    import pymupdf
+
 __all__ = [
     "ChunkedDocument",
     "DocumentFormat",
@@ -47,7 +51,6 @@ __all__ = [
     "open_document",
 ]
 
-_FLAGS = pymupdf.TEXTFLAGS_BLOCKS & ~pymupdf.TEXT_PRESERVE_IMAGES
 _HEADING_RATIO = 1.25
 _HEADING_MAX_CHARS = 150
 _HEADING_MAX_WORDS = 20
@@ -202,6 +205,8 @@ def open_document(data: bytes, fmt: DocumentFormat, *, max_pages: int) -> pymupd
         DocumentError: ``corrupt`` (unreadable, truncated, or repaired into nothing),
             ``not_a_document``, ``encrypted``, ``zero_pages``, ``too_many_pages``.
     """
+    import pymupdf
+
     try:
         doc = pymupdf.open(stream=data, filetype=fmt.filetype)
     except (RuntimeError, ValueError) as exc:  # pymupdf.FileDataError is a RuntimeError
@@ -240,6 +245,9 @@ def extract_pages(doc: pymupdf.Document, *, check: Callable[[], None] | None = N
     Raises:
         DocumentError: whatever ``check`` raises (``timeout``).
     """
+    import pymupdf
+
+    flags = pymupdf.TEXTFLAGS_BLOCKS & ~pymupdf.TEXT_PRESERVE_IMAGES
     outline = _outline(doc)
     body = _BodyLineHeight()
     for number in range(1, doc.page_count + 1):
@@ -249,7 +257,7 @@ def extract_pages(doc: pymupdf.Document, *, check: Callable[[], None] | None = N
             pymupdf.TOOLS.store_shrink(100)  # MuPDF's cache would otherwise grow to 256 MB
         try:
             page = doc.load_page(number - 1)
-            blocks = page.get_text("blocks", sort=True, flags=_FLAGS)
+            blocks = page.get_text("blocks", sort=True, flags=flags)
             width = page.rect.width
         except (RuntimeError, ValueError):  # one damaged page: the others still count
             yield PageText(number, "", ())
