@@ -120,3 +120,52 @@ def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path:
     recomputed = len(set(embedded_before) & set(embedded_after))
     # only chunks in flight at the kill (embedded, not yet stored) may be computed twice
     assert recomputed <= len(set(embedded_before) - stored_before)
+
+
+def _broken_model(folder: Path) -> Path:
+    """The bundled model's folder with its weights replaced by garbage: the tokenizer loads, the model does not."""
+    from docstream.models import resolve_model_path
+
+    source = resolve_model_path(None)
+    folder.mkdir()
+    for item in source.iterdir():
+        if item.name == "model.safetensors":
+            (folder / item.name).write_bytes(b"these are not weights" * 100)
+        else:
+            (folder / item.name).symlink_to(item, target_is_directory=item.is_dir())
+    return folder
+
+
+def test_a_model_that_fails_to_load_fails_the_run_with_its_error(tmp_path: Path) -> None:
+    (tmp_path / "one.pdf").write_bytes(make_pdf(1, seed=5).data)
+    model = _broken_model(tmp_path / "broken-model")
+    command = [DOCSTREAM, "run", str(tmp_path / "one.pdf"), "--model", str(model), "--state-dir",
+               str(tmp_path / "state"), "--timeout", "300"]
+
+    proc = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=360)
+
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    assert "error model_unavailable" in output or "error model_load_failed" in output, output[-3000:]
+    assert "Traceback" not in output
+    events = [json.loads(line) for line in (tmp_path / "state" / "run.log").read_text().splitlines()]
+    assert any(e["event"] == "model_load_failed" for e in events)
+    assert any(e["event"] == "embedded_broker_stopped" for e in events), "the run stopped what it started"
+
+
+def test_a_service_that_fails_to_start_fails_the_run_with_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "one.pdf").write_bytes(make_pdf(1, seed=6).data)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "reducer").write_text("a file where the reducer keeps its folder")  # its start fails
+    command = [DOCSTREAM, "run", str(tmp_path / "one.pdf"), "--state-dir", str(state), "--timeout", "300"]
+
+    proc = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=360)
+
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    assert "error service_failed: the reducer failed" in " ".join(output.split()), output[-3000:]
+    assert "Traceback" not in output
+    events = [json.loads(line) for line in (state / "run.log").read_text().splitlines()]
+    assert any(e["event"] == "service_failed" and e["service"] == "reducer" for e in events)
+    assert any(e["event"] == "embedded_broker_stopped" for e in events), "the run stopped what it started"

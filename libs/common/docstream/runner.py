@@ -5,6 +5,15 @@ service code as the real stack runs here: the chunker's consume loop and the inf
 pipeline on threads, the reducer's Faust worker on a thread of its own event loop, and a
 progress consumer on the completed and embedded topics.
 
+Start-up runs side by side, so that a run costs little more than its model load and model time
+(docs/performance.md, "Fixed cost of docstream run"): the model loads on a thread from the first
+moment; meanwhile the broker starts, the topics and the store are made, the reducer and the
+chunker start on their threads (the reducer's group join and table recovery, the extraction
+child) and the documents are submitted. The inference service starts once the model is there.
+The chunker and the inference pipeline take every partition by ``assign()`` (static assignment:
+no group join); they still commit their offsets, after the writes. A run's phases are logged as
+``run_phase`` events with monotonic offsets (``t_s``) in ``<state-dir>/run.log``.
+
 Resuming: the embedded broker's topics vanish when it stops, so a re-run resumes from the
 SQLite store instead. The job id of a run is derived from the inputs, the model and the
 chunker settings, so the same command gives the same job and the same doc_ids: documents
@@ -36,9 +45,10 @@ from rich.progress import (
 from rich.table import Table
 
 from docstream.avro.serde import AvroSerde
+from docstream.embedding import Embedder
 from docstream.errors import DocstreamError, FatalError, SchemaError
 from docstream.kafka.admin import ensure_topics
-from docstream.kafka.clients import consumer_config
+from docstream.kafka.clients import ReliableProducer, consumer_config
 from docstream.kafka.embedded import EmbeddedBroker
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics
@@ -52,6 +62,7 @@ __all__ = ["RunOutcome", "embedded_settings", "run_job", "run_job_id"]
 _log = get_logger(__name__)
 _NAMESPACE = uuid.UUID("2c6f5e0e-3a4b-4f0f-8f4e-5d3b1e0c9a77")
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+_SERVICE_POLL_S = 0.1  # how often the run and its services look for a stop, an error, a record
 
 
 @dataclass
@@ -117,6 +128,9 @@ class _Progress:
     def __init__(self, settings: Settings, serde: AvroSerde, job_id: str, expected: set[str]) -> None:
         topics = Topics(settings.kafka.topic_prefix)
         conf = consumer_config(settings.kafka, group_id=f"{topics.prefix}-run-progress")
+        # tansu answers a waiting fetch late when a record arrives: ~0.11 s at librdkafka's 500 ms
+        # fetch.wait.max.ms, ~0.015 s at 100 ms (measured, tansu 0.6.0); the last completion counts
+        conf["fetch.wait.max.ms"] = 100
         self._consumer = Consumer(conf)
         self._topics = (topics.completed, topics.embedded)
         self._serde = serde
@@ -135,7 +149,11 @@ class _Progress:
         self._consumer.assign(partitions)
 
     def poll(self, timeout_s: float) -> None:
-        for msg in self._consumer.consume(num_messages=500, timeout=timeout_s):
+        """Take what arrived; waits at most ``timeout_s`` for the first record, not for a full batch."""
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return
+        for msg in [first, *self._consumer.consume(num_messages=500, timeout=0)]:
             value, topic = msg.value(), msg.topic()
             if msg.error() is not None or value is None or topic is None:
                 continue
@@ -162,58 +180,165 @@ class _Progress:
         self._consumer.close()
 
 
+@dataclass(frozen=True)
+class _Service:
+    """A built service: ``run`` blocks until ``stop``; ``close`` releases what it holds afterwards."""
+
+    run: Callable[[], None]
+    stop: Callable[[], None]
+    close: Callable[[], None] = lambda: None
+
+
 class _Services:
-    """The chunker, inference and reducer of one run, each on its own thread."""
+    """The chunker, inference and reducer of one run, each built and run on a thread of its own.
 
-    def __init__(self, settings: Settings, store: ResultStore, metrics: Metrics, phases: _Phases) -> None:
-        self._settings = settings
-        self._store = store
-        self._metrics = metrics
+    Building happens on the service's thread too, so the slow starts (the extraction child, the
+    reducer's group join and table recovery) overlap each other and the model load. A service
+    that fails, to start or later, puts its error in ``errors``: the run fails with it.
+    """
+
+    def __init__(self, phases: _Phases) -> None:
         self._phases = phases
+        self._lock = threading.Lock()
+        self._stopping = False
         self._threads: list[threading.Thread] = []
-        self._stops: list[Callable[[], None]] = []
-        self._cleanups: list[Callable[[], None]] = []
-        self.errors: list[BaseException] = []
+        self._running: list[_Service] = []
+        self.errors: list[tuple[str, BaseException]] = []  # (service, error), first first
 
-    def _start(self, name: str, target: Callable[[], None], stop: Callable[[], None]) -> None:
-        def _guarded() -> None:
-            try:
-                target()
-            except BaseException as exc:  # noqa: BLE001 - a service thread hands its error to the run
-                self.errors.append(exc)
-                _log.error("service_failed", service=name, error=str(exc)[:500])
-
-        thread = threading.Thread(target=_guarded, name=f"docstream-{name}", daemon=True)
+    def start(self, name: str, build: Callable[[], _Service]) -> None:
+        """Build and run one service on its own thread."""
+        thread = threading.Thread(target=self._serve, args=(name, build), name=f"docstream-{name}", daemon=True)
         self._threads.append(thread)
-        self._stops.append(stop)
         thread.start()
 
-    def start(self) -> None:
-        from docstream_chunker.main import build_chunker
-        from docstream_inference.main import build_inference
-        from docstream_reducer.service import build_reducer_service
+    def _serve(self, name: str, build: Callable[[], _Service]) -> None:
+        service: _Service | None = None
+        try:
+            self._phases.mark(f"{name}_starting")
+            service = build()
+            with self._lock:
+                stopping = self._stopping
+                if not stopping:
+                    self._running.append(service)
+            if stopping:  # the run ended while this service was starting
+                return
+            self._phases.mark(f"{name}_started")
+            service.run()
+        except BaseException as exc:  # noqa: BLE001 - a service thread hands its error to the run
+            self.errors.append((name, exc))
+            _log.error("service_failed", service=name, error_code=getattr(exc, "code", type(exc).__name__),
+                       error=str(exc)[:500])
+        finally:
+            if service is not None:
+                service.close()  # here, so that the services close side by side
 
-        self._phases.mark("services_starting")
-        chunker = build_chunker(self._settings, store=self._store, metrics=self._metrics, static_assignment=True)
-        self._cleanups.append(chunker.close)
-        self._start("chunker", chunker.run, chunker.stop)
-        self._phases.mark("model_load_started")
-        inference = build_inference(self._settings, store=self._store, metrics=self._metrics)
-        self._phases.mark("model_loaded")
-        self._start("inference", inference.run, inference.stop)
-        reducer = build_reducer_service(self._settings, store=self._store, metrics=self._metrics)
-        self._cleanups.append(reducer.close)
-        self._start("reducer", reducer.run_in_thread, reducer.stop)
-        self._phases.mark("services_started")
+    def raise_if_failed(self) -> None:
+        """Raises: FatalError: a service failed, to start or later (the first error is its cause)."""
+        if self.errors:
+            name, error = self.errors[0]
+            code = error.code if isinstance(error, DocstreamError) else "service_failed"
+            raise FatalError(f"the {name} failed: {error}", code=code) from error
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        for stop in self._stops:
-            stop()
+        """Stop every service at once and wait (bounded) for their threads, which close them."""
+        with self._lock:
+            self._stopping = True
+            running = list(self._running)
+        for service in running:
+            service.stop()
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(0.1, deadline - time.monotonic()))
-        for cleanup in self._cleanups:
-            cleanup()
+        left = [thread.name for thread in self._threads if thread.is_alive()]
+        if left:
+            _log.warning("services_stop_timed_out", threads=left, timeout_s=timeout_s)
+
+
+class _ModelLoad:
+    """The model, loaded (and warmed up) on a thread of its own from the first moment of the run.
+
+    It is the longest part of a run's start: the broker, the store, the intake, the chunker and the
+    reducer start meanwhile, and the inference service starts as soon as it is there.
+    """
+
+    def __init__(self, settings: Settings, phases: _Phases) -> None:
+        self._settings = settings
+        self._phases = phases
+        self._done = threading.Event()
+        self._embedder: Embedder | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._load, name="docstream-model-load", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            from docstream_inference.main import load_model
+
+            self._phases.mark("model_load_started")
+            self._embedder = load_model(self._settings)
+            self._phases.mark("model_loaded")
+        except BaseException as exc:  # noqa: BLE001 - handed to the run, which fails with it
+            self._error = exc
+            _log.error("model_load_failed", error_code=getattr(exc, "code", type(exc).__name__),
+                       error=str(exc)[:500])
+        finally:
+            self._done.set()
+
+    def wait(self, timeout_s: float) -> Embedder | None:
+        """The loaded model, or None while it is still loading after ``timeout_s``.
+
+        Raises:
+            DocstreamError: the load failed with it (a ConfigError for a folder without a model).
+            FatalError: the load failed with another error (``model_load_failed``).
+        """
+        if not self._done.wait(timeout_s):
+            return None
+        if self._error is not None:
+            if isinstance(self._error, DocstreamError):
+                raise self._error
+            raise FatalError(f"the model did not load: {self._error}", code="model_load_failed") from self._error
+        return self._embedder
+
+
+def _start_reducer(settings: Settings, store: ResultStore, metrics: Metrics) -> _Service:
+    from docstream_reducer.service import build_reducer_service
+
+    reducer = build_reducer_service(settings, store=store, metrics=metrics)
+    return _Service(reducer.run_in_thread, reducer.stop, reducer.close)
+
+
+def _start_chunker(settings: Settings, store: ResultStore, metrics: Metrics, producer: ReliableProducer) -> _Service:
+    from docstream_chunker.main import build_chunker
+
+    chunker = build_chunker(settings, store=store, metrics=metrics, static_assignment=True,
+                            poll_timeout_s=_SERVICE_POLL_S, producer=producer)
+    return _Service(chunker.run, chunker.stop, chunker.close)
+
+
+def _start_inference(
+    settings: Settings, store: ResultStore, metrics: Metrics, producer: ReliableProducer, embedder: Embedder
+) -> _Service:
+    from docstream_inference.main import build_inference
+
+    pipeline = build_inference(settings, store=store, metrics=metrics, embedder=embedder, static_assignment=True,
+                               producer=producer)
+    return _Service(pipeline.run, pipeline.stop)
+
+
+class _Producers:
+    """The run's own producers, made as soon as the broker is up and closed after the services stopped.
+
+    An idempotent producer's first record waits for its producer id: ~0.5 s on tansu right after the
+    producer is made, nothing once it has had that time. Made early, none of them waits later.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.intake = ReliableProducer(settings.kafka, client_id="docstream-run")
+        self.chunker = ReliableProducer(settings.kafka, client_id="chunker")
+        self.inference = ReliableProducer(settings.kafka, client_id="inference")
+
+    def close(self) -> None:
+        for producer in (self.intake, self.chunker, self.inference):
+            producer.close(5)
 
 
 def run_job(
@@ -227,57 +352,72 @@ def run_job(
 ) -> RunOutcome:
     """Run one job over ``paths`` on the embedded stack; returns when every document is terminal.
 
+    The model loads on a thread from the start while the broker, the store, the intake, the chunker
+    and the reducer start beside it; the inference service starts once the model is there.
+
     Raises:
         InputError: nothing to process.
-        FatalError: a service failed, or the run timed out.
+        ConfigError: the model cannot be loaded (no model in the folder).
+        FatalError: a service or the model load failed, or the run timed out.
     """
     from docstream.export import export_results
-    from docstream.kafka.clients import ReliableProducer
     from docstream_ingest.intake import submit_paths
 
     started = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
     state_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(level=settings.log.level, fmt="json", service="run", file=state_dir / "run.log")
     phases = _Phases()
     phases.mark("run_started")
+    model = _ModelLoad(settings, phases)
     with EmbeddedBroker(state_dir / "broker") as broker:
         phases.mark("broker_started")
         settings = embedded_settings(settings, state_dir, broker.bootstrap_servers)
-        ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-        phases.mark("topics_created")
-        store = SqliteStore(Path(settings.store.sqlite_path))
-        store.migrate()
-        phases.mark("store_migrated")
-        model_id = settings.inference.model_id
-        chunking = f"{settings.chunker.max_tokens}/{settings.chunker.overlap_tokens}/{settings.inference.model_path}"
-        job_id = run_job_id(paths, model_id, chunking)
-        serde = AvroSerde(settings.kafka)
-
-        def _not_done(doc_id: str, _status: str) -> bool:
-            return store.get_document_result(doc_id, model_id) is None
-
-        producer = ReliableProducer(settings.kafka, client_id="docstream-run")
+        producers = _Producers(settings)
+        services = _Services(phases)
         try:
+            ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
+            phases.mark("topics_created")
+            store = SqliteStore(Path(settings.store.sqlite_path))
+            store.migrate()
+            phases.mark("store_migrated")
+            metrics = Metrics()
+            services.start("reducer", lambda: _start_reducer(settings, store, metrics))
+            services.start("chunker", lambda: _start_chunker(settings, store, metrics, producers.chunker))
+            model_id = settings.inference.model_id
+            chunker, inference = settings.chunker, settings.inference
+            chunking = f"{chunker.max_tokens}/{chunker.overlap_tokens}/{inference.model_path}"
+            job_id = run_job_id(paths, model_id, chunking)
+            serde = AvroSerde(settings.kafka)
+
+            def _not_done(doc_id: str, _status: str) -> bool:
+                return store.get_document_result(doc_id, model_id) is None
+
             result = submit_paths(
-                paths, settings=settings, store=store, producer=producer, serde=serde, job_id=job_id,
+                paths, settings=settings, store=store, producer=producers.intake, serde=serde, job_id=job_id,
                 model_id=model_id, resubmit=_not_done,
             )
+            phases.mark("submitted")
+            outcome = RunOutcome(job_id=job_id, refused=[(r.path, r.code, r.reason) for r in result.refused])
+            expected = {doc.doc_id for doc in result.documents}
+            for doc in result.documents:
+                outcome.filenames[doc.doc_id] = doc.filename or doc.doc_id
+            for dup in result.duplicates:
+                row = store.get_document_result(dup.doc_id, model_id)
+                if row is not None and dup.doc_id not in outcome.statuses:
+                    outcome.resumed += 1
+                    outcome.statuses[dup.doc_id] = row.status
+                    outcome.filenames[dup.doc_id] = dup.path
+                    outcome.resumed_chunks += row.chunk_count
+            if expected:
+                embedder = _await_model(model, services, deadline)
+                services.start("inference", lambda: _start_inference(settings, store, metrics, producers.inference,
+                                                                     embedder))
+                _follow(settings, serde, outcome, expected, console, deadline, phases, services)
         finally:
-            producer.close()
-        phases.mark("submitted")
-        outcome = RunOutcome(job_id=job_id, refused=[(r.path, r.code, r.reason) for r in result.refused])
-        expected = {doc.doc_id for doc in result.documents}
-        for doc in result.documents:
-            outcome.filenames[doc.doc_id] = doc.filename or doc.doc_id
-        for dup in result.duplicates:
-            row = store.get_document_result(dup.doc_id, model_id)
-            if row is not None and dup.doc_id not in outcome.statuses:
-                outcome.resumed += 1
-                outcome.statuses[dup.doc_id] = row.status
-                outcome.filenames[dup.doc_id] = dup.path
-                outcome.resumed_chunks += row.chunk_count
-        if expected:
-            _process(settings, store, serde, outcome, expected, console, timeout_s, phases)
+            services.stop()
+            phases.mark("services_stopped")
+            producers.close()
         if out is not None:
             export_results(store, job_id, out, fmt="parquet" if out.suffix == ".parquet" else "jsonl",
                            model_id=model_id)
@@ -290,36 +430,45 @@ def run_job(
     return outcome
 
 
-def _process(
+def _check(services: _Services, deadline: float | None) -> None:
+    services.raise_if_failed()
+    if deadline is not None and time.monotonic() > deadline:
+        raise FatalError("the run timed out", code="timeout")
+
+
+def _await_model(model: _ModelLoad, services: _Services, deadline: float | None) -> Embedder:
+    """The model once loaded; a service failing or the deadline passing meanwhile ends the wait."""
+    while True:
+        _check(services, deadline)
+        embedder = model.wait(_SERVICE_POLL_S)
+        if embedder is not None:
+            return embedder
+
+
+def _follow(
     settings: Settings,
-    store: ResultStore,
     serde: AvroSerde,
     outcome: RunOutcome,
     expected: set[str],
     console: Console,
-    timeout_s: float | None,
+    deadline: float | None,
     phases: _Phases,
+    services: _Services,
 ) -> None:
-    metrics = Metrics()
-    services = _Services(settings, store, metrics, phases)
+    """Show progress until every expected document is completed; then record their statuses."""
     progress_feed = _Progress(settings, serde, outcome.job_id, expected)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     columns: list[Any] = [
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
     ]
     try:
-        services.start()
         with Progress(*columns, console=console, transient=False) as bar:
             docs = bar.add_task("documents", total=len(expected), rate="")
             chunks = bar.add_task("chunks embedded", total=None, rate="")
             first_chunk_at: float | None = None
             while not progress_feed.finished:
-                if services.errors:
-                    raise FatalError(f"a service failed: {services.errors[0]}") from services.errors[0]
-                if deadline is not None and time.monotonic() > deadline:
-                    raise FatalError("the run timed out", code="timeout")
-                progress_feed.poll(0.5)
+                _check(services, deadline)
+                progress_feed.poll(_SERVICE_POLL_S)
                 if progress_feed.chunks_embedded and first_chunk_at is None:
                     first_chunk_at = time.monotonic()
                     phases.mark("first_chunk_embedded")
@@ -331,8 +480,6 @@ def _process(
         phases.mark("documents_completed")
     finally:
         progress_feed.close()
-        services.stop()
-        phases.mark("services_stopped")
     for doc_id, record in progress_feed.done.items():
         outcome.statuses[doc_id] = record.status
         outcome.chunks += record.chunk_count - record.failed_chunks
