@@ -52,6 +52,19 @@ def test_broker_starts_answers_metadata_and_stops(tmp_path: Path) -> None:
     broker.stop()  # idempotent
 
 
+def test_begin_stop_signals_the_broker_and_the_end_of_the_block_waits_for_it(tmp_path: Path) -> None:
+    with EmbeddedBroker(tmp_path / "logs") as broker:
+        pid = broker.pid
+        assert pid is not None
+        broker.begin_stop()
+        broker.begin_stop()  # once is enough; a second call sends nothing
+        wait_until(lambda: not broker.is_running(), 10, "the broker to exit on SIGTERM")
+    assert not _alive(pid)
+    with pytest.raises(FatalError):
+        _ = broker.bootstrap_servers
+    broker.begin_stop()  # nothing to stop: harmless
+
+
 def test_two_brokers_run_side_by_side_on_their_own_ports(tmp_path: Path) -> None:
     with EmbeddedBroker(tmp_path / "a") as first, EmbeddedBroker(tmp_path / "b") as second:
         assert first.bootstrap_servers != second.bootstrap_servers

@@ -97,6 +97,7 @@ class EmbeddedBroker:
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
+        self._terminated = False
 
     @property
     def bootstrap_servers(self) -> str:
@@ -182,12 +183,20 @@ class EmbeddedBroker:
                 continue
         return False
 
+    def begin_stop(self) -> None:
+        """Send the broker SIGTERM without waiting; ``stop()`` (or the ``with`` block's end) waits for it."""
+        if self._proc is not None and self._proc.poll() is None and not self._terminated:
+            self._proc.terminate()
+            self._terminated = True
+
     def stop(self) -> None:
         """Stop the broker: SIGTERM, then SIGKILL after ``stop_timeout_s``. Idempotent."""
         proc, self._proc = self._proc, None
+        terminated, self._terminated = self._terminated, False
         if proc is not None:
             if proc.poll() is None:
-                proc.terminate()
+                if not terminated:
+                    proc.terminate()
                 try:
                     proc.wait(self._stop_timeout_s)
                 except subprocess.TimeoutExpired:
