@@ -65,6 +65,15 @@ def test_begin_stop_signals_the_broker_and_the_end_of_the_block_waits_for_it(tmp
     broker.begin_stop()  # nothing to stop: harmless
 
 
+def test_stop_with_a_grace_kills_a_broker_that_does_not_exit_within_it(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "logs").start()
+    pid = broker.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # a broker that cannot act on SIGTERM
+    broker.stop(grace_s=0.1)
+    assert not broker.is_running() and not _alive(pid)
+
+
 def test_two_brokers_run_side_by_side_on_their_own_ports(tmp_path: Path) -> None:
     with EmbeddedBroker(tmp_path / "a") as first, EmbeddedBroker(tmp_path / "b") as second:
         assert first.bootstrap_servers != second.bootstrap_servers

@@ -63,6 +63,7 @@ _log = get_logger(__name__)
 _NAMESPACE = uuid.UUID("2c6f5e0e-3a4b-4f0f-8f4e-5d3b1e0c9a77")
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 _SERVICE_POLL_S = 0.1  # how often the run and its services look for a stop, an error, a record
+_BROKER_GRACE_S = 0.1
 
 
 @dataclass
@@ -434,6 +435,7 @@ def run_job(
             outcome.out = out
             phases.mark("exported")
         store.close()
+        broker.stop(grace_s=_BROKER_GRACE_S)  # every client is closed; its memory storage holds nothing to keep
     phases.mark("broker_stopped")
     outcome.seconds = time.monotonic() - started
     phases.mark("run_finished")
