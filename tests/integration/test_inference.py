@@ -418,11 +418,11 @@ def _pipeline(settings: Settings, embedder: Embedder, store: ResultStore | None 
     assert errors == []
 
 
-def test_a_lone_chunk_leaves_the_batcher_after_max_latency(
+def test_a_lone_chunk_leaves_at_once_when_the_model_is_idle(
     broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
-    prefix = unique_name("inflat")
-    settings = _settings(broker, prefix, tmp_path, inference={"max_latency_ms": 300, "max_batch_size": 16})
+    prefix = unique_name("inidle")
+    settings = _settings(broker, prefix, tmp_path, inference={"max_latency_ms": 5000, "max_batch_size": 16})
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
     with _pipeline(settings, embedder) as (pipeline, _):
@@ -433,8 +433,28 @@ def test_a_lone_chunk_leaves_the_batcher_after_max_latency(
     record = serde.deserialize(msg.value(), topics.embedded)
     assert isinstance(record, ChunkEmbedded)
     assert (record.doc_id, record.status, len(record.embedding)) == (produced.chunk.doc_id, "ok", DIMENSION)
-    assert (stats.size, stats.reason) == (1, "latency")
-    assert 0.300 <= stats.oldest_wait_s < 0.300 + 0.5  # the batcher's own recorded wait
+    assert (stats.size, stats.reason) == (1, "idle")
+    assert stats.oldest_wait_s < 5.0  # closed long before its latency cap
+
+
+def test_while_the_model_is_busy_a_chunk_leaves_the_batcher_after_max_latency(
+    broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
+) -> None:
+    prefix = unique_name("inflat")
+    settings = _settings(broker, prefix, tmp_path, inference={"max_latency_ms": 300, "max_batch_size": 16},
+                         faults={"inference_delay_ms": 2500})
+    topics = Topics(prefix)
+    serde = AvroSerde(settings.kafka)
+    chunks = _chunks(prefix[-8:], 1, 2)
+    with _pipeline(settings, embedder) as (pipeline, _):
+        _produce_chunks(broker, topics.chunks, chunks[:1], serde)
+        _wait_for(lambda: len(pipeline.batch_history) == 1, 60, "the first chunk to reach the model")
+        _produce_chunks(broker, topics.chunks, chunks[1:], serde)  # the model is busy with the first for 2.5 s
+        _read_topic(broker, topics.embedded, 2, 60)
+        first, second = pipeline.batch_history
+    assert (first.size, first.reason) == (1, "idle")
+    assert (second.size, second.reason) == (1, "latency")
+    assert 0.300 <= second.oldest_wait_s < 0.300 + 0.5  # the batcher's own recorded wait
 
 
 def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(

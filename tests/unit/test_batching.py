@@ -202,3 +202,14 @@ def test_many_records_every_batch_respects_every_limit() -> None:
         assert batch.tokens <= 40 or len(batch) == 1
         assert batch.oldest_wait_s <= 0.1 + 0.07
     assert {b.reason for b in closed} >= {"size", "tokens", "latency"}
+
+
+def test_close_idle_closes_the_open_batch_before_its_deadline() -> None:
+    batcher, clock = _batcher(size=16)
+    assert batcher.close_idle() is None
+    batcher.add("a", 10)
+    clock.advance(0.01)
+    batch = batcher.close_idle()
+    assert batch is not None
+    assert (batch.items, batch.reason, batch.oldest_wait_s) == (("a",), "idle", pytest.approx(0.01))
+    assert batcher.pending == 0 and batcher.deadline() is None

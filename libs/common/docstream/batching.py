@@ -2,10 +2,10 @@
 
 A batch closes when it holds ``max_batch_size`` records, or ``max_batch_tokens`` tokens, or
 its oldest record has waited ``max_latency_s`` — whichever comes first (DESIGN.md "Inference
-micro-batching"). Time comes from an injected clock (seconds, monotonic), so the rules are
-tested with a fake clock; the caller uses ``time_left()`` as its poll timeout and calls
-``poll()`` when it expires. Every closed ``Batch`` records why it closed and how long its
-oldest record waited.
+micro-batching") — or, through ``close_idle``, as soon as the model has nothing to run.
+Time comes from an injected clock (seconds, monotonic), so the rules are tested with a fake
+clock; the caller uses ``time_left()`` as its poll timeout and calls ``poll()`` when it
+expires. Every closed ``Batch`` records why it closed and how long its oldest record waited.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ __all__ = ["Batch", "BatchPolicy", "Batcher", "CloseReason", "LengthOrder", "ord
 T = TypeVar("T")
 V = TypeVar("V")
 
-CloseReason = Literal["size", "tokens", "latency", "flush"]
+CloseReason = Literal["size", "tokens", "latency", "idle", "flush"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +199,15 @@ class Batcher(Generic[T]):
     def flush(self) -> Batch[T] | None:
         """Close the open batch now, whatever it holds (shutdown); None when empty."""
         return self._close("flush", self._clock()) if self._items else None
+
+    def close_idle(self) -> Batch[T] | None:
+        """Close the open batch now because the model has nothing to run; None when empty.
+
+        The caller saw no record arrive for a moment while the model stage sat idle: waiting
+        out ``max_latency_s`` would only leave the model idle longer. The latency rule still
+        bounds a batch's wait while the model is busy.
+        """
+        return self._close("idle", self._clock()) if self._items else None
 
     def discard(self, predicate: Callable[[T], bool]) -> list[T]:
         """Remove and return the open batch's records that match (e.g. of revoked partitions)."""

@@ -60,7 +60,7 @@ _log = get_logger(__name__)
 _POLL_S = 0.1
 _MAX_FETCH = 500
 _ROOM_SLICE_S = 0.002
-_PAUSE_AFTER_S = 1.0  # Q0 full this long: pause the partitions (a shorter stall just stops fetching)
+_PAUSE_AFTER_S = 0.1  # Q0 full this long: pause the partitions (a shorter stall just stops fetching)
 
 
 def group_id(settings: Settings) -> str:
@@ -207,13 +207,15 @@ class InferencePipeline:
             serialize=self._serde.serialize, embedded_topic=self._topics.embedded, ledger=self._ledger,
             assignments=self._assignments, retry=settings.retry, crash=CrashSwitch(settings.faults), **common,
         )
+        model = ModelStage(inbox=q1, outbox=q2, embedder=self._embedder, attempts=settings.retry.handler_attempts,
+                           on_embedded=EmbedLog(settings.faults.embed_log) if settings.faults.embed_log else None,
+                           **common)
         self._stages = [
             BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), embedder=self._embedder,
                        assignments=self._assignments, history=self._history,
-                       stored=StoredEmbeddings(self._store) if inference.reuse_stored else None, **common),
-            ModelStage(inbox=q1, outbox=q2, embedder=self._embedder, attempts=settings.retry.handler_attempts,
-                       on_embedded=EmbedLog(settings.faults.embed_log) if settings.faults.embed_log else None,
-                       **common),
+                       stored=StoredEmbeddings(self._store) if inference.reuse_stored else None,
+                       model_idle=lambda: model.idle, **common),
+            model,
             writer,
         ]
         for stage in self._stages:

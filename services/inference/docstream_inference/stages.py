@@ -65,6 +65,7 @@ __all__ = [
 
 _log = get_logger(__name__)
 _IDLE_S = 0.05
+_IDLE_GRACE_S = 0.002  # no record for this long and the model idle: the open batch goes
 _T = TypeVar("_T")
 
 
@@ -227,7 +228,12 @@ class _StageThread(threading.Thread):
 
 
 class BatchStage(_StageThread):
-    """Q0 → batches by size/tokens/latency → tokenized, longest first → Q1."""
+    """Q0 → batches by size/tokens/latency → tokenized, longest first → Q1.
+
+    With ``model_idle``, an open batch also closes when no record arrived for ``_IDLE_GRACE_S``
+    while the model stage has nothing to run (reason ``idle``): the latency cap bounds a batch's
+    wait while the model is busy, and never keeps an idle model waiting.
+    """
 
     def __init__(
         self,
@@ -243,9 +249,11 @@ class BatchStage(_StageThread):
         halt: threading.Event,
         on_error: Callable[[BaseException], None],
         stored: StoredEmbeddings | None = None,
+        model_idle: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__("inference-batch", halt, on_error)
         self._stored = stored
+        self._model_idle = model_idle
         self._inbox, self._outbox = inbox, outbox
         self._batcher = batcher
         self._embedder = embedder
@@ -256,10 +264,12 @@ class BatchStage(_StageThread):
 
     def step(self) -> None:
         left = self._batcher.time_left()
+        if left is not None and self._model_idle is not None:
+            left = min(left, _IDLE_GRACE_S)
         try:
             item = self._inbox.get(timeout=_IDLE_S * 2 if left is None else left)
         except queue.Empty:
-            self._emit(self._batcher.poll())  # nothing waiting: the latency rule applies
+            self._close_waiting()  # nothing arrived: the latency rule, or the model has nothing to run
             return
         for _ in range(self._batcher.policy.max_batch_size):
             self._take(item)
@@ -269,6 +279,12 @@ class BatchStage(_StageThread):
                 self._emit(self._batcher.poll())
                 return
         self._take(item)
+
+    def _close_waiting(self) -> None:
+        batch = self._batcher.poll()
+        if batch is None and self._model_idle is not None and self._batcher.pending and self._model_idle():
+            batch = self._batcher.close_idle()
+        self._emit(batch)
 
     def _take(self, item: Any) -> None:
         if item is FLUSH:
@@ -321,6 +337,7 @@ class ModelStage(_StageThread):
         on_embedded: Callable[[Sequence[str]], None] | None = None,
     ) -> None:
         super().__init__("inference-model", halt, on_error)
+        self._busy = False
         self._on_embedded = on_embedded
         self._inbox, self._outbox = inbox, outbox
         self._embedder = embedder
@@ -328,11 +345,23 @@ class ModelStage(_StageThread):
         self._metrics = metrics
         self._service = service
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to run: no batch in the model's hands and none waiting in its inbox."""
+        return not self._busy and self._inbox.empty()
+
     def step(self) -> None:
         try:
             batch = self._inbox.get(timeout=_IDLE_S * 2)
         except queue.Empty:
             return
+        self._busy = True
+        try:
+            self._run(batch)
+        finally:
+            self._busy = False
+
+    def _run(self, batch: ModelBatch) -> None:
         outcomes: list[Any] = []
         if batch.works:
             started = time.perf_counter()
