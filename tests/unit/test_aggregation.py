@@ -216,6 +216,39 @@ def test_state_json_round_trip_is_exact_and_compact_for_large_documents() -> Non
     assert all(restored.has(i) == (i % 3 == 0) for i in range(0, 50))
 
 
+def test_embedding_sum_is_stored_as_packed_float64_and_round_trips_exactly() -> None:
+    rng = random.Random(3)
+    vector = [rng.uniform(-1, 1) for _ in range(384)] + [-0.0, 5e-324, 1.7976931348623157e308, 1 / 3]
+    state, _ = apply(None, _chunk(0, 2, vector=vector, tokens=213))
+    assert isinstance(state, DocumentState)
+    data = state.to_json()
+    assert isinstance(data["embedding_sum"], str)  # base64 of little-endian float64, not a JSON list
+    encoded = json.dumps(data)
+    assert len(encoded) < 2 * 8 * len(vector)  # a JSON list of these floats takes ~20 chars each
+    restored = decode_entry(json.loads(encoded))
+    assert restored == state
+    assert isinstance(restored, DocumentState)
+    assert [repr(x) for x in restored.embedding_sum] == [repr(x) for x in state.embedding_sum]  # -0.0 included
+
+
+def test_state_written_with_embedding_sum_as_a_json_list_still_loads() -> None:
+    """States in changelogs written before the packed format keep loading, and fold on the same."""
+    state, _ = apply(None, _chunk(0, 3, vector=[0.1, -2.5, 1 / 3], tokens=7))
+    assert isinstance(state, DocumentState)
+    old = {**state.to_json(), "embedding_sum": list(state.embedding_sum)}
+    restored = decode_entry(json.loads(json.dumps(old)))
+    assert restored == state
+    assert apply(restored, _chunk(1, 3, vector=[1.0, 1.0, 1.0])) == apply(state, _chunk(1, 3, vector=[1.0, 1.0, 1.0]))
+
+
+@pytest.mark.parametrize("value", ["not base64!", "AAAA", 7])
+def test_an_embedding_sum_that_is_not_packed_floats_is_corrupt(value: object) -> None:
+    state, _ = apply(None, _chunk(0, 2))
+    assert isinstance(state, DocumentState)
+    with pytest.raises(CorruptStateError):
+        DocumentState.from_json({**state.to_json(), "embedding_sum": value})
+
+
 def test_the_document_carries_its_chunks_chunker_settings() -> None:
     state, done = _run([_chunk(1, 2), _chunk(0, 2, ok=False)])
     assert [d.chunker_settings for d in done] == [SETTINGS]

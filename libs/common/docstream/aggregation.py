@@ -21,7 +21,8 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Mapping
+import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -98,6 +99,21 @@ def _to_ms(value: datetime) -> int:
 
 def _from_ms(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+def _pack_floats(values: Sequence[float]) -> str:
+    """``values`` as base64 of little-endian float64: exact, and far cheaper to encode than a JSON list."""
+    return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
+
+
+def _unpack_floats(data: str | Sequence[float]) -> tuple[float, ...]:
+    """The inverse of ``_pack_floats``; a JSON list of numbers (states written before it) is read too."""
+    if not isinstance(data, str):
+        return tuple(float(x) for x in data)
+    raw = base64.b64decode(data, validate=True)
+    if len(raw) % 8:
+        raise ValueError("embedding_sum is not a whole number of float64 values")
+    return struct.unpack(f"<{len(raw) // 8}d", raw)
 
 
 def _has_bit(bitmap: bytes, index: int) -> bool:
@@ -203,7 +219,7 @@ class DocumentState:
             "failed_chunks": self.failed_chunks,
             "token_count": self.token_count,
             "weight_total": self.weight_total,
-            "embedding_sum": list(self.embedding_sum),
+            "embedding_sum": _pack_floats(self.embedding_sum),
             "latest_ms": self.latest_ms,
             "first_error_code": self.first_error_code,
             "failed": base64.b64encode(self.failed).decode("ascii"),
@@ -235,7 +251,7 @@ class DocumentState:
                 failed_chunks=int(data["failed_chunks"]),
                 token_count=int(data["token_count"]),
                 weight_total=float(data["weight_total"]),
-                embedding_sum=tuple(float(x) for x in data["embedding_sum"]),
+                embedding_sum=_unpack_floats(data["embedding_sum"]),
                 latest_ms=int(data["latest_ms"]),
                 first_error_code=None if data.get("first_error_code") is None else str(data["first_error_code"]),
                 failed=failed,
