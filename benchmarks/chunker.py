@@ -11,16 +11,31 @@
    (``ProcessExtractor``: object-store read, hash check, pickling back) is timed too.
 2. Memory. A fresh process loads the tokenizer (its "idle" RSS), then chunks a 1,000-page PDF;
    peak RSS (ru_maxrss) above idle is the figure (target < 300 MB).
+3. The chunker service (``--service tansu,kafka``): 20-page generated PDFs are submitted (not
+   timed: object store, rows, DocumentSubmitted) to a fresh topic prefix; then the service's own
+   consume loop (``build_chunker``, as ``docstream run`` runs it: intake topic → extraction child
+   → rows → ChunkCreated produced → offsets committed) runs on a thread while the chunks topic
+   is read. Pages/s over the window from the first document's last chunk to the last one's (the
+   loop start and the extraction child's spawn left out), and CPU ms per page of this process
+   (the service, and the reader of the chunks topic) and its extraction child over the same
+   window (not the broker's, nor Cassandra's). tansu + SQLite, and real Kafka + Cassandra
+   (127.0.0.1:19092 / 127.0.0.1:19042, keyspace docstream_bench).
+
+The CPU model and its flags, and the load average, are printed first.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +47,14 @@ import pymupdf  # noqa: E402
 from docstream.chunking import ChunkingConfig  # noqa: E402
 from docstream.extraction import chunk_bytes  # noqa: E402
 from docstream.ids import content_sha256  # noqa: E402
+from docstream.logging import configure_logging  # noqa: E402
 from docstream.objectstore import ObjectStore  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.tokenization import load_token_counter  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from machine import cpu_banner, load_average  # noqa: E402
 
 MODEL_ID = "all-MiniLM-L6-v2"
 _MEMORY_CHILD = """
@@ -159,14 +178,120 @@ def memory(pages: int) -> dict[str, float]:
     }
 
 
+@contextlib.contextmanager
+def _service_stack(stack: str, folder: Path) -> Iterator[Settings]:
+    from docstream.kafka.embedded import EmbeddedBroker
+
+    prefix = f"benchc-{uuid.uuid4().hex[:10]}"
+    overrides: dict[str, dict[str, Any]] = {
+        "kafka": {"topic_prefix": prefix, "bootstrap_servers": "127.0.0.1:19092"},
+        "object_store": {"url": str(folder / "objects")}, "log": {"level": "WARNING"},
+    }
+    with contextlib.ExitStack() as exits:
+        if stack == "tansu":
+            broker = exits.enter_context(EmbeddedBroker(folder / "broker"))
+            overrides["kafka"].update(bootstrap_servers=broker.bootstrap_servers, partitions=2)
+            overrides["store"] = {"backend": "sqlite", "sqlite_path": str(folder / "bench.db")}
+        else:
+            overrides["store"] = {"backend": "cassandra"}
+            overrides["cassandra"] = {"contact_points": ["127.0.0.1"], "port": 19042, "keyspace": "docstream_bench"}
+        yield Settings().with_overrides(**overrides)
+
+
+def _cpu_with_children() -> float:
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in (me, *me.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.name() == "tansu":  # the embedded broker is a child too: count only the chunker's side
+                continue
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def service(stack: str, docs: int) -> dict[str, float]:
+    """Pages/s of the chunker service's loop on ``stack`` (tansu or kafka), documents submitted first."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from docstream.avro import AvroSerde
+    from docstream.kafka.admin import ensure_topics
+    from docstream.kafka.clients import ReliableProducer
+    from docstream.metrics import Metrics
+    from docstream.records import ChunkCreated
+    from docstream.store import open_store
+    from docstream.topics import Topics
+    from docstream_chunker.main import build_chunker
+    from docstream_ingest.intake import submit_paths
+
+    with tempfile.TemporaryDirectory() as tmp, _service_stack(stack, Path(tmp)) as settings:
+        folder = Path(tmp) / "pdfs"
+        folder.mkdir()
+        for i in range(docs):
+            (folder / f"doc-{i:03d}.pdf").write_bytes(make_pdf(20, seed=100 + i, two_column_every=3).data)
+        topics = Topics(settings.kafka.topic_prefix)
+        ensure_topics(settings.kafka, topics)
+        store = open_store(settings)
+        store.migrate()
+        serde = AvroSerde(settings.kafka)
+        producer = ReliableProducer(settings.kafka, client_id="bench-chunker")
+        try:
+            submitted = submit_paths([folder], settings=settings, store=store, producer=producer, serde=serde)
+        finally:
+            producer.close()
+        reader = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": f"r-{uuid.uuid4()}",
+                           "enable.auto.commit": False})
+        reader.assign([TopicPartition(topics.chunks, p, -2) for p in range(settings.kafka.partitions)])
+        chunker = build_chunker(settings, store=store, metrics=Metrics(), static_assignment=True)
+        runner = threading.Thread(target=chunker.run, name="bench-chunker")
+        seen: dict[str, int] = {}
+        done: list[tuple[float, float, str]] = []  # (time, CPU, doc_id) of each document's last chunk
+        pages = {d.doc_id: 20 for d in submitted.documents}
+        runner.start()
+        try:
+            deadline = time.monotonic() + 600
+            while len(done) < len(pages):
+                if time.monotonic() > deadline or not runner.is_alive():
+                    raise RuntimeError(f"chunker: {len(done)}/{len(pages)} documents")
+                for msg in reader.consume(num_messages=500, timeout=0.05):
+                    if msg.error() is not None:
+                        continue
+                    record = serde.deserialize(msg.value(), topics.chunks)
+                    if isinstance(record, ChunkCreated):
+                        seen[record.doc_id] = seen.get(record.doc_id, 0) + 1
+                        if seen[record.doc_id] == record.chunk_count:
+                            done.append((time.perf_counter(), _cpu_with_children(), record.doc_id))
+        finally:
+            chunker.stop()
+            runner.join(60)
+            chunker.close()
+            reader.close()
+            store.close()
+    window = done[-1][0] - done[0][0]
+    window_pages = sum(pages[doc_id] for _, _, doc_id in done[1:])
+    return {"stack": stack, "documents": len(done), "pages": sum(pages.values()), "window_s": round(window, 2),
+            "pages_per_s": round(window_pages / window, 1),
+            "cpu_ms_per_page": round((done[-1][1] - done[0][1]) * 1000 / window_pages, 2),
+            "chunks": sum(seen.values())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=240, help="pages in the speed test (4 PDFs)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds of the speed test")
-    parser.add_argument("--big-pages", type=int, default=1000, help="pages of the memory test PDF")
+    parser.add_argument("--big-pages", type=int, default=1000, help="pages of the memory test PDF (0: skip)")
+    parser.add_argument("--service", default="tansu,kafka", help="service run stacks, comma-separated ('': skip)")
+    parser.add_argument("--service-docs", type=int, default=100, help="20-page PDFs of the service run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    results = {"speed": speed(args.pages, args.rounds), "memory": memory(args.big_pages)}
+    configure_logging(level="WARNING", fmt="console")
+    if not args.json:
+        print(cpu_banner(), flush=True)
+    results: dict[str, Any] = {"speed": speed(args.pages, args.rounds)}
+    results["memory"] = memory(args.big_pages) if args.big_pages else None
+    results["service"] = [service(stack, args.service_docs) for stack in args.service.split(",") if stack]
     if args.json:
         print(json.dumps(results))
         return
@@ -176,11 +301,18 @@ def main() -> None:
     print(f"chunker (in process):    {s['chunker_pages_per_s']:10.1f}   {s['chunker_pages_per_cpu_s']:10.1f}")
     print(f"ratio (target >= 0.7):   {s['ratio']:10.2f}   {s['cpu_ratio']:10.2f}")
     print(f"chunker (child process): {s['child_process_pages_per_s']:10.1f}   (wall; object store read + IPC included)")
-    print(
-        f"{m['pages']}-page PDF ({m['pdf_mb']} MB, {m['chunks']} chunks, {m['seconds']} s): "
-        f"idle {m['idle_rss_mb']} MB, peak {m['peak_rss_mb']} MB, "
-        f"above idle {m['peak_above_idle_mb']} MB (target < 300)"
-    )
+    if m is not None:
+        print(
+            f"{m['pages']}-page PDF ({m['pdf_mb']} MB, {m['chunks']} chunks, {m['seconds']} s): "
+            f"idle {m['idle_rss_mb']} MB, peak {m['peak_rss_mb']} MB, "
+            f"above idle {m['peak_above_idle_mb']} MB (target < 300)"
+        )
+    for row in results["service"]:
+        name = "tansu + SQLite" if row["stack"] == "tansu" else "Kafka + Cassandra"
+        print(f"chunker service, {name}: {row['pages_per_s']:.1f} pages/s, {row['cpu_ms_per_page']:.2f} CPU ms/page "
+              f"(process + extraction child, not the broker; {row['documents']} documents, {row['pages']} pages, "
+              f"{row['chunks']} chunks, window {row['window_s']} s)")
+    print(f"load average after: {load_average()}")
 
 if __name__ == "__main__":
     main()

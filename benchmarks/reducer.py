@@ -59,6 +59,9 @@ from docstream.settings import Settings  # noqa: E402
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore, SqliteStore  # noqa: E402
 from docstream.topics import Topics  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from machine import cpu_banner, load_average  # noqa: E402
+
 _BIN = Path(sys.executable).parent / "docstream"
 _MODEL = "all-MiniLM-L6-v2"
 _PROFILED = """
@@ -71,17 +74,6 @@ profile.dump_stats(sys.argv[1])
 logging.shutdown()
 os._exit(code)
 """
-
-
-def cpu_banner() -> str:
-    """The CPU model, core count and flags (lscpu), and the load average."""
-    info = {}
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
-            name, _, value = line.partition(":")
-            info[name.strip()] = value.strip()
-    return (f"CPU: {info.get('Model name', '?')}, {os.cpu_count()} CPUs, load average "
-            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\nflags: {info.get('Flags', '?')}")
 
 
 def _records(job_id: str, docs: int, per_doc: int, dim: int) -> list[ChunkEmbedded]:
@@ -313,7 +305,7 @@ def main() -> None:
         print(f"{name:<18} {'on' if eos else 'off':>4} {row['records']:>8} {row['documents']:>5} "
               f"{row['window_s']:>9.2f} {row['records_per_s']:>10.1f} {row['documents_per_s']:>7.1f} "
               f"{row['cpu_ms_per_record']:>11.3f} {row['from_start_s']:>13.2f} {row['duplicates']:>6}", flush=True)
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after: {load_average()}")
     if args.profile is not None:
         print(f"cProfile stats: {args.profile} (python -m pstats)")
     if args.json:
