@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from docstream.embedding import (
     Embedder,
@@ -91,6 +92,28 @@ def default_embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
 def fp32_embedder() -> SentenceTransformerEmbedder:
     runtime = Runtime(device="cpu", precision="fp32", threads=2)
     return SentenceTransformerEmbedder(resolve_model_path(None), model_id="all-MiniLM-L6-v2", runtime=runtime)
+
+
+def test_inference_threads_set_torch_intra_op_threads(tmp_path: Path) -> None:
+    """``inference.threads`` is torch's thread count on the CPU; 0 (the default) leaves every usable core."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        settings = InferenceSettings(device="cpu", runtime="fp32", threads=1, warmup=False)
+        one = load_embedder(settings, cache_dir=tmp_path)
+        assert one.runtime.threads == 1
+        assert one.runtime.label == "torch/cpu/fp32/1t"
+        assert torch.get_num_threads() == 1
+        every = load_embedder(InferenceSettings(device="cpu", runtime="fp32", warmup=False), cache_dir=tmp_path)
+        assert every.runtime.threads == len(os.sched_getaffinity(0)) == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_inference_threads_must_not_be_negative() -> None:
+    with pytest.raises(ValidationError):
+        InferenceSettings(threads=-1)
 
 
 def test_bundled_model_gives_normalized_384_dim_vectors(default_embedder: Embedder) -> None:

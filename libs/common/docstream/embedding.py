@@ -288,7 +288,7 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
     flags = read_cpu_flags()
     candidates = runtime_candidates(settings.runtime, device=settings.device,
                                     cuda_available=bool(torch.cuda.is_available()), cpu_flags=flags,
-                                    cpu_count=_usable_cpus())
+                                    cpu_count=settings.threads or _usable_cpus())
     if len(candidates) == 1:
         embedder = _build(candidates[0], path, settings)
         _log.info("runtime_chosen", runtime=embedder.runtime.label, source="forced" if settings.runtime != "auto"

@@ -187,6 +187,11 @@ class InferenceSettings(BaseModel):
         "(~/.cache when XDG_CACHE_HOME is unset). Unwritable: measured again at every start, with a warning.",
     )
     normalize: bool = Field(True, description="L2-normalize embeddings.")
+    threads: int = Field(
+        0, ge=0, le=4096,
+        description="torch intra-op threads on the CPU; 0: every usable core (docs/performance.md, "
+        "\"Thread split on 2 cores\").",
+    )
     max_batch_size: int = Field(16, ge=1, le=4096, description="A batch closes at this many records.")
     max_batch_tokens: int = Field(8192, ge=16, description="A batch closes at this many tokens.")
     max_latency_ms: int = Field(
