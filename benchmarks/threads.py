@@ -111,6 +111,35 @@ def run_split(folder: Path, name: str, work: Path, keep_log: Path | None) -> dic
             "cpu_s": round(cpu, 1), "load_before": round(load, 2), **overlap}
 
 
+def raw_model(rounds: int, count: int = 64) -> None:
+    """The model alone, in this process: encode ``count`` chunks with 1 and with 2 torch threads, alternating."""
+    import torch
+
+    from docstream.embedding import load_embedder
+    from docstream.settings import InferenceSettings
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from inference import _texts
+
+    embedder = load_embedder(InferenceSettings(device="cpu", cpu_bf16=False))
+    texts = _texts(count, 170)
+    totals: dict[int, list[float]] = {1: [0.0, 0.0], 2: [0.0, 0.0]}
+    for round_no in range(rounds):
+        for threads in (1, 2) if round_no % 2 == 0 else (2, 1):
+            torch.set_num_threads(threads)
+            started, cpu = time.perf_counter(), time.process_time()
+            embedder.embed(embedder.prepare(texts[:16]))
+            for i in range(16, count, 16):
+                embedder.embed(embedder.prepare(texts[i:i + 16]))
+            totals[threads][0] += time.perf_counter() - started
+            totals[threads][1] += time.process_time() - cpu
+    for threads, (wall, cpu) in totals.items():
+        done = count * rounds
+        print(f"raw model, torch {threads} thread(s): {done / wall:6.1f} chunks/s, "
+              f"{cpu * 1000 / done:6.1f} CPU ms/chunk "
+              f"({rounds} rounds of {count} chunks of ~200 tokens, batch 16)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=160, help="pages in the folder (20-page PDFs)")
@@ -118,7 +147,13 @@ def main() -> None:
     parser.add_argument("--splits", default=",".join(SPLITS), help=f"comma-separated, of {', '.join(SPLITS)}")
     parser.add_argument("--keep-log", type=Path, help="copy the first run's run.log here")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--raw", type=int, metavar="ROUNDS", help="only the model alone, 1 vs 2 torch threads")
     args = parser.parse_args()
+    if args.raw:
+        print(cpu_banner(), flush=True)
+        raw_model(args.raw)
+        print(f"load average after: {load_average()}")
+        return
     splits = args.splits.split(",")
     unknown = set(splits) - set(SPLITS)
     if unknown:
