@@ -90,14 +90,15 @@ def _overlap(log: Path) -> dict[str, Any]:
     }
 
 
-def run_split(folder: Path, name: str, work: Path, keep_log: Path | None) -> dict[str, Any]:
+def run_split(folder: Path, name: str, work: Path, keep_log: Path | None, runtime: str) -> dict[str, Any]:
     """One `docstream run` of ``folder`` with split ``name``; its figures."""
     state = Path(tempfile.mkdtemp(prefix=f"threads-{name}-", dir=work))
     command = [DOCSTREAM, "run", str(folder), "--out", str(state / "out.jsonl"), "--state-dir", str(state),
                "--timeout", "1800"]
     load = os.getloadavg()[0]
     cpu, started = _children_cpu(), time.perf_counter()
-    proc = subprocess.run(command, env=_env(SPLITS[name]), cwd=work, capture_output=True, text=True, timeout=1900)
+    env = _env({**SPLITS[name], "DOCSTREAM_INFERENCE__RUNTIME": runtime})
+    proc = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=1900)
     seconds, cpu = time.perf_counter() - started, _children_cpu() - cpu
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -111,7 +112,7 @@ def run_split(folder: Path, name: str, work: Path, keep_log: Path | None) -> dic
             "cpu_s": round(cpu, 1), "load_before": round(load, 2), **overlap}
 
 
-def raw_model(rounds: int, count: int = 64) -> None:
+def raw_model(rounds: int, runtime: str, count: int = 64) -> None:
     """The model alone, in this process: encode ``count`` chunks with 1 and with 2 torch threads, alternating."""
     import torch
 
@@ -121,7 +122,7 @@ def raw_model(rounds: int, count: int = 64) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from inference import _texts
 
-    embedder = load_embedder(InferenceSettings(device="cpu", cpu_bf16=False))
+    embedder = load_embedder(InferenceSettings(device="cpu", runtime=runtime))  # type: ignore[arg-type]
     texts = _texts(count, 170)
     totals: dict[int, list[float]] = {1: [0.0, 0.0], 2: [0.0, 0.0]}
     for round_no in range(rounds):
@@ -135,7 +136,7 @@ def raw_model(rounds: int, count: int = 64) -> None:
             totals[threads][1] += time.process_time() - cpu
     for threads, (wall, cpu) in totals.items():
         done = count * rounds
-        print(f"raw model, torch {threads} thread(s): {done / wall:6.1f} chunks/s, "
+        print(f"raw model ({runtime}), torch {threads} thread(s): {done / wall:6.1f} chunks/s, "
               f"{cpu * 1000 / done:6.1f} CPU ms/chunk "
               f"({rounds} rounds of {count} chunks of ~200 tokens, batch 16)")
 
@@ -148,10 +149,11 @@ def main() -> None:
     parser.add_argument("--keep-log", type=Path, help="copy the first run's run.log here")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--raw", type=int, metavar="ROUNDS", help="only the model alone, 1 vs 2 torch threads")
+    parser.add_argument("--runtime", default="auto", help="inference.runtime of every run (--raw: fp32 if auto)")
     args = parser.parse_args()
     if args.raw:
         print(cpu_banner(), flush=True)
-        raw_model(args.raw)
+        raw_model(args.raw, "fp32" if args.runtime == "auto" else args.runtime)
         print(f"load average after: {load_average()}")
         return
     splits = args.splits.split(",")
@@ -170,7 +172,7 @@ def main() -> None:
             order = splits if round_no % 2 else list(reversed(splits))
             for name in order:
                 keep = args.keep_log if args.keep_log is not None and not results else None
-                row = {"round": round_no, **run_split(folder, name, work, keep)}
+                row = {"round": round_no, **run_split(folder, name, work, keep, args.runtime)}
                 results.append(row)
                 print(f"{round_no:>5} {name:<12} {row['chunks']:>6} {row['seconds']:>7.1f} {row['chunks_per_s']:>9.2f} "
                       f"{row['cpu_s']:>7.1f} {row['load_before']:>5.2f} {row.get('last_chunked_s', '-'):>15} "
