@@ -50,7 +50,7 @@ def test_run_reports_good_and_bad_documents_and_exits_non_zero(tmp_path: Path) -
     }
     for name, (_, data) in bad.items():
         (inputs / name).write_bytes(data)
-    out = tmp_path / "results.jsonl"
+    out = tmp_path / "not-yet" / "results.jsonl"  # its folder is made
 
     proc = subprocess.run(
         [DOCSTREAM, "run", str(inputs), "--out", str(out), "--state-dir", str(tmp_path / "state"), "--timeout", "400"],

@@ -430,6 +430,7 @@ def run_job(
             producers.close()
             broker.begin_stop()  # nothing uses it any more: it exits while the results are exported
         if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
             export_results(store, job_id, out, fmt="parquet" if out.suffix == ".parquet" else "jsonl",
                            model_id=model_id)
             outcome.out = out
