@@ -13,11 +13,8 @@ import io
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException
 
@@ -28,8 +25,13 @@ from docstream.errors import ConfigError, DocstreamError, FatalError, RetryableE
 from docstream.records import RECORD_TYPES, AnyRecord
 from docstream.settings import KafkaSettings
 
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
 __all__ = ["AvroSerde", "registry_client", "subject_name"]
 
+# The registry client (confluent_kafka.schema_registry, httpx, authlib: ~0.2 s) is imported only
+# where a registry is used, not by every process that encodes single-object records.
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, EOFError, OverflowError, UnicodeDecodeError,
                   StopIteration, AttributeError)
 
@@ -50,10 +52,21 @@ def registry_client(kafka: KafkaSettings) -> SchemaRegistryClient | None:
     if kafka.schema_registry_basic_auth is not None:
         conf["basic.auth.credentials.source"] = "USER_INFO"
         conf["basic.auth.user.info"] = kafka.schema_registry_basic_auth.get_secret_value()
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
     return SchemaRegistryClient.new_client(conf)
 
 
-def _registry_error(exc: Exception, what: str, raw: bytes | None = None) -> DocstreamError:
+def _registry_failures() -> tuple[type[BaseException], ...]:
+    import httpx
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    return (SchemaRegistryError, httpx.HTTPError, OSError)
+
+
+def _registry_error(exc: BaseException, what: str, raw: bytes | None = None) -> DocstreamError:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     if isinstance(exc, SchemaRegistryError):
         status = exc.http_status_code
         if status == 404:
@@ -194,9 +207,11 @@ class AvroSerde:
         if cached is not None:
             return cached
         assert self._registry is not None
+        from confluent_kafka.schema_registry import Schema
+
         try:
             schema_id = self._registry.register_schema(subject_name(topic), Schema(json.dumps(schema.raw), "AVRO"))
-        except (SchemaRegistryError, httpx.HTTPError, OSError) as exc:
+        except _registry_failures() as exc:
             raise _registry_error(exc, f"registering {schema.name} for {topic}") from exc
         with self._lock:
             self._ids[key] = schema_id
@@ -212,7 +227,7 @@ class AvroSerde:
                               code="schema_registry_missing", raw=raw)
         try:
             registered = self._registry.get_schema(schema_id)
-        except (SchemaRegistryError, httpx.HTTPError, OSError) as exc:
+        except _registry_failures() as exc:
             error = _registry_error(exc, f"schema id {schema_id}", raw)
             raise error from exc
         try:
