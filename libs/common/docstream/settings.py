@@ -67,6 +67,10 @@ class KafkaSettings(BaseModel):
     )
     heartbeat_interval_ms: int = Field(1000, ge=100, description="Consumer heartbeat.interval.ms.")
     max_poll_interval_ms: int = Field(300_000, ge=10_000, description="Consumer max.poll.interval.ms.")
+    fetch_wait_max_ms: int = Field(
+        500, ge=1, le=60_000,
+        description="Consumer fetch.wait.max.ms: how long the broker holds a fetch that has no data yet.",
+    )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="security.protocol passed to every client."
     )

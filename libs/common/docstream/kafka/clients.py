@@ -134,6 +134,7 @@ def consumer_config(kafka: KafkaSettings, *, group_id: str, client_id: str | Non
         "session.timeout.ms": kafka.session_timeout_ms,
         "heartbeat.interval.ms": kafka.heartbeat_interval_ms,
         "max.poll.interval.ms": kafka.max_poll_interval_ms,
+        "fetch.wait.max.ms": kafka.fetch_wait_max_ms,
         "partition.assignment.strategy": "cooperative-sticky",
         "isolation.level": "read_committed",
     }
