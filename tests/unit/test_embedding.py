@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from docstream import embedding
 from docstream.embedding import (
     Embedder,
     Runtime,
@@ -23,6 +24,7 @@ from docstream.embedding import (
 )
 from docstream.errors import ConfigError
 from docstream.models import resolve_model_path
+from docstream.runtime import BF16_CPU_FLAGS
 from docstream.settings import InferenceSettings
 
 REAL_TEXT = [
@@ -144,28 +146,39 @@ def test_texts_longer_than_the_model_are_truncated(fp32_embedder: SentenceTransf
     assert fp32_embedder.embed(prepared).shape == (1, 384)
 
 
-def test_auto_measures_once_then_reads_the_cache(tmp_path: Path, fp32_embedder: SentenceTransformerEmbedder) -> None:
-    """On this machine: one candidate (no bf16 flags) means nothing timed and nothing cached; with bf16 flags,
-    the first load times fp32 and bf16 and caches the pick, the second reads it. Either way the pick agrees."""
+def _cpu_flags(monkeypatch: pytest.MonkeyPatch, *, bf16: bool) -> None:
+    """This machine's flags with the bf16 ones added or taken away: the candidate list, not the arithmetic."""
+    flags = read_cpu_flags() - BF16_CPU_FLAGS
+    chosen = flags | {"avx512_bf16"} if bf16 else flags
+    monkeypatch.setattr(embedding, "read_cpu_flags", lambda: chosen)
+
+
+def test_auto_measures_once_then_reads_the_cache(
+    tmp_path: Path, fp32_embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two candidates (bf16 flags; emulated where the CPU lacks them): the first load times fp32 and bf16
+    and caches the pick, the second reads it; the pick agrees with fp32."""
+    _cpu_flags(monkeypatch, bf16=True)
     settings = InferenceSettings(device="cpu", warmup=False)
     first = load_embedder(settings, cache_dir=tmp_path)
-    cached = list(tmp_path.glob("*.json"))
-    if cpu_supports_bf16(read_cpu_flags()):
-        assert len(cached) == 1
-        assert json.loads(cached[0].read_text())["runtime"] == first.runtime.label
-        stamp = cached[0].stat().st_mtime_ns
-        assert load_embedder(settings, cache_dir=tmp_path).runtime == first.runtime
-        assert cached[0].stat().st_mtime_ns == stamp  # read, not re-measured
-    else:
-        assert cached == []
-        assert first.runtime.precision == "fp32"
+    (cached,) = tmp_path.glob("*.json")
+    assert json.loads(cached.read_text())["runtime"] == first.runtime.label
+    stamp = cached.stat().st_mtime_ns
+    assert load_embedder(settings, cache_dir=tmp_path).runtime == first.runtime
+    assert cached.stat().st_mtime_ns == stamp  # read, not re-measured
     fp32 = fp32_embedder.embed(fp32_embedder.prepare(REAL_TEXT))
     assert _cosines(first.embed(first.prepare(REAL_TEXT)), fp32).min() >= 0.999
 
 
-def test_a_corrupt_cache_file_is_measured_again(tmp_path: Path) -> None:
-    if not cpu_supports_bf16(read_cpu_flags()):
-        pytest.skip("one candidate on this CPU: nothing is measured or cached")
+def test_one_candidate_is_neither_measured_nor_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _cpu_flags(monkeypatch, bf16=False)
+    embedder = load_embedder(InferenceSettings(device="cpu", warmup=False), cache_dir=tmp_path)
+    assert embedder.runtime.precision == "fp32"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_corrupt_cache_file_is_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _cpu_flags(monkeypatch, bf16=True)
     settings = InferenceSettings(device="cpu", warmup=False, runtime_cache_dir=tmp_path)  # the setting, this time
     load_embedder(settings)
     (cached,) = tmp_path.glob("*.json")
