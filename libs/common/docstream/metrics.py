@@ -50,6 +50,10 @@ class Metrics:
             buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.paused = Gauge("docstream_consumer_paused", "1 while partitions are paused.", ["service"], registry=r)
+        self.pauses = Counter(
+            "docstream_consumer_pauses", "Times the partitions were paused (backpressure; short pauses too).",
+            ["service"], registry=r,
+        )
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""

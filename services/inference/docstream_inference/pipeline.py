@@ -328,6 +328,8 @@ class InferencePipeline:
         if room <= 0:
             # a short stall: librdkafka keeps its prefetched records (a pause would drop them and refetch
             # only at its next fetch decision, up to a second later); a long one pauses (_flow_control)
+            if self._full_since is None:
+                self._full_since = self._clock()  # the stall starts now, not when flow control next looks
             self._wait_for_room()
             return []
         return list(consumer.consume(num_messages=min(room, _MAX_FETCH), timeout=_POLL_S))
@@ -371,6 +373,8 @@ class InferencePipeline:
         else:
             consumer.resume(assignment)
         self._paused = paused
+        if paused:
+            self._metrics.pauses.labels(SERVICE).inc()
         self._metrics.paused.labels(SERVICE).set(1 if paused else 0)
         _log.debug("consumer_paused" if paused else "consumer_resumed", partitions=len(assignment),
                    backlog=self._q0.qsize())
