@@ -250,15 +250,9 @@ class CassandraStore:
         if statement is None:
             session = self._connect()
             with self._errors("prepare"):
-                statement = session.prepare(cql)
+                # vector<float, N> bind columns (the vector insert, the ANN query) bound by numpy
+                statement = fast_float_vectors(session.prepare(cql))
             self._prepared[cql] = statement
-        return statement
-
-    def _prepare_vectors(self, dimension: int) -> PreparedStatement:
-        cql = _insert(f"{self._ks}.chunk_vectors_d{dimension}", _VECTOR_COLUMNS)
-        statement = self._prepared.get(cql)
-        if statement is None:
-            statement = self._prepared[cql] = fast_float_vectors(self._prepare(cql))
         return statement
 
     def _execute(self, cql: str, params: Sequence[Any], operation: str) -> list[Any]:
@@ -623,8 +617,8 @@ class CassandraStore:
                 batch.add(chunk_insert, _chunk_params(row, vector.tobytes()))
                 if vector.size and _has_cosine(vector):
                     self._ensure_vector_table(vector.size)
-                    batch.add(self._prepare_vectors(vector.size),
-                              (row.doc_id, row.model_id, row.chunk_index, row.job_id, vector))
+                    vector_insert = self._prepare(_insert(f"{self._ks}.chunk_vectors_d{vector.size}", _VECTOR_COLUMNS))
+                    batch.add(vector_insert, (row.doc_id, row.model_id, row.chunk_index, row.job_id, vector))
             requests.append((batch, None))
         session = self._connect()
         with self._errors("upsert_chunks"):
