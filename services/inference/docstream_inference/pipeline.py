@@ -27,7 +27,13 @@ from docstream.batching import Batcher, BatchPolicy
 from docstream.embedding import Embedder
 from docstream.errors import DocstreamError, FatalError, SchemaError
 from docstream.kafka.attempts import run_with_retries
-from docstream.kafka.clients import ReliableProducer, close_abandoned_consumer, create_consumer, kafka_error
+from docstream.kafka.clients import (
+    ReliableProducer,
+    close_abandoned_consumer,
+    create_consumer,
+    kafka_error,
+    topic_partitions,
+)
 from docstream.kafka.dlq import DlqRouter, error_code_of
 from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import TopicPartitionKey
@@ -250,13 +256,7 @@ class InferencePipeline:
     def _assign_all(self, consumer: Consumer) -> None:
         """Take every partition of the chunks topic without a group join (``static_assignment``)."""
         topic = self._topics.chunks
-        try:
-            info = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        except KafkaException as exc:
-            raise kafka_error(exc.args[0], f"metadata of {topic}") from exc
-        if info is None or info.error is not None or not info.partitions:
-            raise FatalError(f"topic {topic} not found for static assignment", code="kafka_unknown_topic")
-        tps = [(topic, p) for p in sorted(info.partitions)]
+        tps = [(topic, p) for p in topic_partitions(consumer, topic)]
         consumer.assign([TopicPartition(t, p) for t, p in tps])  # from the group's committed offsets
         self._assignments.assign(tps)
         self._assignment_changed = True

@@ -31,6 +31,7 @@ __all__ = [
     "producer_config",
     "raise_for_message",
     "redact_config",
+    "topic_partitions",
 ]
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
@@ -208,6 +209,22 @@ def create_consumer(
         conf["on_commit"] = on_commit
     _log.debug("kafka_consumer_created", config=redact_config(conf))
     return Consumer(conf)
+
+
+def topic_partitions(consumer: Consumer, topic: str) -> list[int]:
+    """The partition ids of ``topic``, sorted, for a consumer that assigns them itself (static assignment).
+
+    Raises:
+        FatalError: the topic does not exist (or has no partitions).
+        DocstreamError: the metadata request failed (``kafka_error``'s families).
+    """
+    try:
+        info = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException as exc:
+        raise kafka_error(exc.args[0], f"metadata of {topic}") from exc
+    if info is None or info.error is not None or not info.partitions:
+        raise FatalError(f"topic {topic} not found for static assignment", code="kafka_unknown_topic")
+    return sorted(info.partitions)
 
 
 class ReliableProducer:

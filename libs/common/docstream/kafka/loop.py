@@ -33,9 +33,15 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from docstream.avro.serde import AvroSerde
-from docstream.errors import DocstreamError, FatalError, PoisonRecord, RetryableError, SchemaError
+from docstream.errors import DocstreamError, PoisonRecord, RetryableError, SchemaError
 from docstream.kafka.attempts import run_with_retries
-from docstream.kafka.clients import ReliableProducer, close_abandoned_consumer, create_consumer, raise_for_message
+from docstream.kafka.clients import (
+    ReliableProducer,
+    close_abandoned_consumer,
+    create_consumer,
+    raise_for_message,
+    topic_partitions,
+)
 from docstream.kafka.dlq import DlqRouter, error_code_of
 from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import OffsetTracker, TopicPartitionKey
@@ -187,20 +193,13 @@ class ConsumeLoop:
 
     def _start(self, consumer: Consumer) -> None:
         if self._static:
-            parts = [TopicPartition(t, p) for t in self._topics for p in self._partitions_of(consumer, t)]
+            parts = [TopicPartition(t, p) for t in self._topics for p in topic_partitions(consumer, t)]
             consumer.assign(parts)
             _log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in parts], static=True)
         else:
             consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                on_lost=self._on_lost)
         _log.info("loop_started", group_id=self._group_id, topics=self._topics, service=self._service)
-
-    def _partitions_of(self, consumer: Consumer, topic: str) -> list[int]:
-        metadata = consumer.list_topics(topic, timeout=10)
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            raise FatalError(f"topic {topic} not found for static assignment", code="kafka_unknown_topic")
-        return sorted(info.partitions)
 
     def _consume(self, producer: ReliableProducer, dlq: DlqRouter, max_idle_s: float | None) -> None:
         last_commit = last_record = last_membership = time.monotonic()
