@@ -1,0 +1,79 @@
+"""JobRequest: the job-level options of one submission, whichever entry point it came through.
+
+`docstream submit`, POST /v1/jobs and `docstream run` each build one ``JobRequest`` and hand
+it to ``docstream_ingest.intake``, whose entry points differ only in where the documents come
+from (paths, uploads, URIs). ``validate_job_request`` holds the checks every entry point shares;
+it is pure (no I/O, no clock), so its rules are tested on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from docstream.client import validate_id
+from docstream.errors import InputError
+
+__all__ = ["JobRequest", "validate_job_request"]
+
+_MIN_CHUNK_TOKENS, _MAX_CHUNK_TOKENS = 8, 8192
+_WEBHOOK_SCHEMES = ("http", "https")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What a submission asks of its job; the documents travel beside it.
+
+    Attributes:
+        job_id: the job to submit to (new or existing); None or empty: a new one.
+        tenant: the job's tenant.
+        model_id: model requested for the job (None: the service default).
+        chunk_max_tokens: per-job chunk size (None: the service default).
+        chunk_overlap_tokens: per-job chunk overlap (None: the service default).
+        webhook_url: called by the reducer when the job ends.
+        atomic: when anything is refused, submit nothing (no rows, no records).
+    """
+
+    job_id: str | None = None
+    tenant: str = "default"
+    model_id: str | None = None
+    chunk_max_tokens: int | None = None
+    chunk_overlap_tokens: int | None = None
+    webhook_url: str | None = None
+    atomic: bool = False
+
+    def job_options(self) -> dict[str, str]:
+        """The options kept on the jobs row (``JobRow.options``): the ones given, as strings."""
+        values = {
+            "model_id": self.model_id,
+            "chunk_max_tokens": self.chunk_max_tokens,
+            "chunk_overlap_tokens": self.chunk_overlap_tokens,
+        }
+        return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def validate_job_request(request: JobRequest, *, default_max_tokens: int) -> JobRequest:
+    """``request`` when every option is valid; checks run in the order of the codes below.
+
+    Args:
+        request: the submission's options.
+        default_max_tokens: the chunk size when the request names none (``chunker.max_tokens``);
+            the overlap must stay below it.
+
+    Raises:
+        InputError: ``invalid_job_id``, ``invalid_tenant``, ``invalid_chunk_options`` (size
+            outside 8-8192, overlap negative or not below the size), ``invalid_webhook_url``
+            (not http or https).
+    """
+    if request.job_id:
+        validate_id(request.job_id)
+    validate_id(request.tenant, "tenant")
+    max_tokens = request.chunk_max_tokens or default_max_tokens
+    overlap = request.chunk_overlap_tokens if request.chunk_overlap_tokens is not None else 0
+    if not _MIN_CHUNK_TOKENS <= max_tokens <= _MAX_CHUNK_TOKENS or not 0 <= overlap < max_tokens:
+        raise InputError(
+            "chunk_max_tokens must be 8-8192 and chunk_overlap_tokens 0 to below it", code="invalid_chunk_options"
+        )
+    if request.webhook_url is not None and urlsplit(request.webhook_url).scheme not in _WEBHOOK_SCHEMES:
+        raise InputError("webhook_url must be an http(s) URL", code="invalid_webhook_url")
+    return request
