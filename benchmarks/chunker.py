@@ -224,7 +224,8 @@ def service(stack: str, docs: int) -> dict[str, float]:
     from docstream.store import open_store
     from docstream.topics import Topics
     from docstream_chunker.main import build_chunker
-    from docstream_ingest.intake import submit_paths
+    from docstream_ingest.intake import IntakeClients, submit_paths
+    from docstream_ingest.request import JobRequest
 
     with tempfile.TemporaryDirectory() as tmp, _service_stack(stack, Path(tmp)) as settings:
         folder = Path(tmp) / "pdfs"
@@ -238,7 +239,7 @@ def service(stack: str, docs: int) -> dict[str, float]:
         serde = AvroSerde(settings.kafka)
         producer = ReliableProducer(settings.kafka, client_id="bench-chunker")
         try:
-            submitted = submit_paths([folder], settings=settings, store=store, producer=producer, serde=serde)
+            submitted = submit_paths([folder], JobRequest(), IntakeClients(settings, store, producer, serde))
         finally:
             producer.close()
         reader = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": f"r-{uuid.uuid4()}",

@@ -31,8 +31,9 @@ from docstream.store.base import JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_ingest.commands import EXIT_OK, wait_for_job
-from docstream_ingest.intake import SubmitResult, submit_paths
+from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.main import main as ingest_main
+from docstream_ingest.request import JobRequest
 from tests.fixtures.documents import make_pdf, make_text_document
 from tests.fixtures.kafka import kafka_settings
 
@@ -49,15 +50,8 @@ class Intake:
     topic: str
 
     def submit(self, *paths: Path, **options: object) -> SubmitResult:
-        return submit_paths(
-            list(paths),
-            settings=self.settings,
-            store=self.store,
-            producer=self.producer,
-            serde=self.serde,
-            objects=self.objects,
-            **options,  # type: ignore[arg-type]
-        )
+        clients = IntakeClients(self.settings, self.store, self.producer, self.serde, self.objects)
+        return submit_paths(list(paths), JobRequest(**options), clients)  # type: ignore[arg-type]
 
     def records(self) -> dict[str, DocumentSubmitted]:
         """Every record on the intake topic, by key; fails on a key seen twice."""

@@ -1,14 +1,26 @@
-"""JobRequest: its checks (pure) and its job options."""
+"""JobRequest: its checks (pure), its job options, and the same job from every intake entry point."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from docstream import ids
 from docstream.errors import InputError
+from docstream.objectstore import ObjectStore
+from docstream.records import AnyRecord, DocumentSubmitted
+from docstream.settings import Settings
+from docstream.store.sqlite import SqliteStore
+from docstream.topics import Topics
+from docstream_ingest.intake import IntakeClients, SubmitResult, Upload, submit_paths, submit_uploads, submit_uris
 from docstream_ingest.request import JobRequest, validate_job_request
 
+AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 DEFAULT_MAX_TOKENS = 256
 
 
@@ -99,3 +111,141 @@ def test_a_request_is_frozen() -> None:
     request = JobRequest(tenant="acme")
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.tenant = "other"  # type: ignore[misc]
+
+
+# -- the three entry points ---------------------------------------------------------------
+
+
+class FakeProducer:
+    """An IntakeProducer that keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.produced: list[tuple[str, str | bytes | None]] = []
+        self.flushes: list[float] = []
+
+    def produce(self, topic: str, key: str | bytes | None, value: bytes | None) -> None:
+        self.produced.append((topic, key))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        self.flushes.append(timeout)
+
+
+class FakeSerde:
+    """A RecordSerializer that keeps the records instead of encoding them."""
+
+    def __init__(self) -> None:
+        self.records: list[AnyRecord] = []
+
+    def serialize(self, record: AnyRecord, topic: str) -> bytes:
+        self.records.append(record)
+        return b""
+
+
+@dataclasses.dataclass
+class Intake:
+    clients: IntakeClients
+    producer: FakeProducer
+    serde: FakeSerde
+    store: SqliteStore
+    objects: ObjectStore
+    inbox: Path
+
+
+@pytest.fixture
+def intake(tmp_path: Path) -> Iterator[Intake]:
+    settings = Settings().with_overrides(
+        kafka={"topic_prefix": "unit"},
+        store={"backend": "sqlite", "sqlite_path": str(tmp_path / "store.db")},
+        object_store={"url": str(tmp_path / "objects")},
+    )
+    store = SqliteStore(tmp_path / "store.db")
+    store.migrate()
+    objects = ObjectStore(settings.object_store)
+    producer, serde = FakeProducer(), FakeSerde()
+    clients = IntakeClients(settings, store, producer, serde, objects, flush_timeout_s=7.0, clock=lambda: AT)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    try:
+        yield Intake(clients, producer, serde, store, objects, inbox)
+    finally:
+        store.close()
+
+
+Submit = Callable[[Intake, dict[str, bytes], JobRequest], SubmitResult]
+
+
+def _by_paths(intake: Intake, files: dict[str, bytes], request: JobRequest) -> SubmitResult:
+    for name, data in files.items():
+        (intake.inbox / name).write_bytes(data)
+    return submit_paths([intake.inbox / name for name in files], request, intake.clients)
+
+
+def _by_uploads(intake: Intake, files: dict[str, bytes], request: JobRequest) -> SubmitResult:
+    uploads = [Upload(name, io.BytesIO(data)) for name, data in files.items()]
+    return submit_uploads(uploads, request, intake.clients)
+
+
+def _by_uris(intake: Intake, files: dict[str, bytes], request: JobRequest) -> SubmitResult:
+    uris = [intake.objects.put(data, ids.content_sha256(data)) for data in files.values()]
+    return submit_uris(uris, request, intake.clients)
+
+
+ENTRY_POINTS = pytest.mark.parametrize("submit", [_by_paths, _by_uploads, _by_uris], ids=["paths", "uploads", "uris"])
+REQUEST = JobRequest(
+    job_id="job-1",
+    tenant="acme",
+    model_id="m-1",
+    chunk_max_tokens=64,
+    chunk_overlap_tokens=8,
+    webhook_url="https://hooks.example.com/done",
+)
+
+
+@ENTRY_POINTS
+def test_every_entry_point_makes_the_same_job_of_the_same_request(intake: Intake, submit: Submit) -> None:
+    files = {"a.txt": b"first document", "b.txt": b"second document"}
+    result = submit(intake, files, REQUEST)
+
+    assert (result.job_id, len(result.documents), result.refused, result.document_count) == ("job-1", 2, (), 2)
+    job = intake.store.get_job("job-1")
+    assert job is not None
+    assert (job.tenant, job.status, job.document_count, job.created_at) == ("acme", "running", 2, AT)
+    assert job.options == {"model_id": "m-1", "chunk_max_tokens": "64", "chunk_overlap_tokens": "8"}
+    assert job.webhook_url == "https://hooks.example.com/done"
+    topic = Topics("unit").submitted
+    doc_ids = [ids.doc_id("job-1", ids.content_sha256(data)) for data in files.values()]
+    assert intake.producer.produced == [(topic, doc_id) for doc_id in doc_ids]
+    assert intake.producer.flushes == [7.0]
+    records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
+    assert [(r.doc_id, r.size_bytes) for r in records] == [
+        (doc_id, len(data)) for doc_id, data in zip(doc_ids, files.values(), strict=True)
+    ]
+    assert {(r.job_id, r.tenant, r.model_id, r.chunk_max_tokens, r.chunk_overlap_tokens, r.submitted_at)
+            for r in records} == {("job-1", "acme", "m-1", 64, 8, AT)}
+
+
+@ENTRY_POINTS
+def test_an_invalid_request_writes_and_produces_nothing(intake: Intake, submit: Submit) -> None:
+    with pytest.raises(InputError) as caught:
+        submit(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", webhook_url="file:///etc/passwd"))
+    assert caught.value.code == "invalid_webhook_url"
+    assert intake.store.get_job("job-1") is None
+    assert intake.producer.produced == []
+
+
+@ENTRY_POINTS
+def test_an_atomic_request_with_a_refusal_submits_nothing(intake: Intake, submit: Submit) -> None:
+    request = JobRequest(job_id="job-1", atomic=True)
+    result = submit(intake, {"a.txt": b"document", "empty.txt": b""}, request)
+
+    assert (result.documents, [r.code for r in result.refused]) == ((), ["empty"])
+    assert intake.store.get_job("job-1") is None
+    assert intake.producer.produced == []
+
+
+@ENTRY_POINTS
+def test_without_atomic_the_rest_of_a_request_goes(intake: Intake, submit: Submit) -> None:
+    result = submit(intake, {"a.txt": b"document", "empty.txt": b""}, JobRequest(job_id="job-1"))
+
+    assert (len(result.documents), [r.code for r in result.refused]) == (1, ["empty"])
+    assert len(intake.producer.produced) == 1

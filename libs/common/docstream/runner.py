@@ -369,7 +369,8 @@ def run_job(
         FatalError: a service or the model load failed, or the run timed out.
     """
     from docstream.export import export_results
-    from docstream_ingest.intake import submit_paths
+    from docstream_ingest.intake import IntakeClients, submit_paths
+    from docstream_ingest.request import JobRequest
 
     started = time.monotonic()
     deadline = None if timeout_s is None else started + timeout_s
@@ -404,8 +405,8 @@ def run_job(
                 return store.get_document_result(doc_id, model_id) is None
 
             result = submit_paths(
-                paths, settings=settings, store=store, producer=producers.intake, serde=serde, job_id=job_id,
-                model_id=model_id, resubmit=_not_done,
+                paths, JobRequest(job_id=job_id, model_id=model_id),
+                IntakeClients(settings, store, producers.intake, serde), resubmit=_not_done,
             )
             phases.mark("submitted")
             outcome = RunOutcome(job_id=job_id, refused=[(r.path, r.code, r.reason) for r in result.refused])

@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -29,23 +28,14 @@ from docstream.objectstore import ObjectStore
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, ResultStore, open_store
 from docstream.topics import Topics
-from docstream_ingest.intake import SubmitResult, submit_paths
+from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
+from docstream_ingest.request import JobRequest
 
-__all__ = ["IntakeClients", "intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
+__all__ = ["intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
 
 EXIT_OK, EXIT_FAILED, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3
 _SHOWN_ROWS = 50
 _POLL_S = 0.5
-
-
-@dataclass(frozen=True)
-class IntakeClients:
-    """Everything ``submit_paths`` needs, built from the settings."""
-
-    store: ResultStore
-    producer: ReliableProducer
-    serde: AvroSerde
-    objects: ObjectStore
 
 
 def prepare_intake(settings: Settings) -> None:
@@ -66,9 +56,8 @@ def intake_clients(settings: Settings, *, client_id: str = "docstream-submit") -
     try:
         store.migrate()
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-        yield IntakeClients(
-            store, ReliableProducer(settings.kafka, client_id=client_id), AvroSerde(settings.kafka), objects
-        )
+        producer = ReliableProducer(settings.kafka, client_id=client_id)
+        yield IntakeClients(settings, store, producer, AvroSerde(settings.kafka), objects)
     finally:
         store.close()
 
@@ -162,29 +151,19 @@ def submit_command(
     try:
         settings = load_settings(config)
         configure_logging(level=settings.log.level, fmt=settings.log.format, service="submit")
+        # the job id is checked (and printed) before any work; the other options, by submit_paths
         job_id = validate_id(job_id or new_job_id())
     except DocstreamError as exc:
         errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
         return EXIT_FAILED
+    request = JobRequest(job_id=job_id, tenant=tenant, model_id=model_id, chunk_max_tokens=chunk_max_tokens,
+                         chunk_overlap_tokens=chunk_overlap_tokens, webhook_url=webhook_url)
     sys.stdout.write(job_id + "\n")
     sys.stdout.flush()
     console = Console()
     try:
         with intake_clients(settings) as clients:
-            result = submit_paths(
-                paths,
-                settings=settings,
-                store=clients.store,
-                producer=clients.producer,
-                serde=clients.serde,
-                objects=clients.objects,
-                job_id=job_id,
-                tenant=tenant,
-                model_id=model_id,
-                chunk_max_tokens=chunk_max_tokens,
-                chunk_overlap_tokens=chunk_overlap_tokens,
-                webhook_url=webhook_url,
-            )
+            result = submit_paths(paths, request, clients)
             _print_summary(console, result)
             if not result.documents:
                 errors.print("nothing was submitted", highlight=False)

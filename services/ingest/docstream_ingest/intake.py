@@ -1,9 +1,11 @@
 """Intake: files, folders and archives → object store → job rows → DocumentSubmitted records.
 
 ``submit_paths`` (local paths), ``submit_uploads`` (seekable streams, e.g. HTTP uploads) and
-``submit_uris`` (documents already in object storage, read in place) run in three phases, in
-this order, so that the reducer can always know a job's document_count before it sees the
-job's first result:
+``submit_uris`` (documents already in object storage, read in place) differ only in where the
+documents come from: each takes the job's options as one ``JobRequest``
+(``docstream_ingest.request``) and what it writes through as one ``IntakeClients``. They run in
+three phases, in this order, so that the reducer can always know a job's document_count before
+it sees the job's first result:
 
 1. collect: walk the paths, expand archives, hash each document (SHA-256, streamed) and
    put its bytes in the object store (content-addressed, idempotent);
@@ -36,7 +38,6 @@ from fsspec.core import url_to_fs
 
 from docstream import ids
 from docstream.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
-from docstream.client import validate_id
 from docstream.errors import InputError
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
@@ -44,9 +45,11 @@ from docstream.records import AnyRecord, DocumentSubmitted, utc_now
 from docstream.settings import Settings
 from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics
+from docstream_ingest.request import JobRequest, validate_job_request
 
 __all__ = [
     "DuplicateFile",
+    "IntakeClients",
     "IntakeProducer",
     "RecordSerializer",
     "RefusedFile",
@@ -81,6 +84,29 @@ class RecordSerializer(Protocol):
 
     def serialize(self, record: AnyRecord, topic: str) -> bytes:
         """Encode a record for a topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeClients:
+    """What a submission runs under and writes through, the same for every entry point.
+
+    Attributes:
+        settings: all settings (ingest limits, chunker defaults, topic prefix, object store).
+        store: where jobs, job_documents and documents rows go.
+        producer: delivers the records; ``flush`` must raise on any failed delivery.
+        serde: encodes the records.
+        objects: the object store (default: one from ``settings.object_store``).
+        flush_timeout_s: how long to wait for every delivery.
+        clock: now, UTC.
+    """
+
+    settings: Settings
+    store: ResultStore
+    producer: IntakeProducer
+    serde: RecordSerializer
+    objects: ObjectStore | None = None
+    flush_timeout_s: float = 60.0
+    clock: Callable[[], datetime] = utc_now
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,35 +160,6 @@ class SubmitResult:
     refused: tuple[RefusedFile, ...]
     duplicates: tuple[DuplicateFile, ...] = ()
     document_count: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Options:
-    tenant: str
-    model_id: str | None
-    chunk_max_tokens: int | None
-    chunk_overlap_tokens: int | None
-    webhook_url: str | None
-
-    def as_job_options(self) -> dict[str, str]:
-        values = {
-            "model_id": self.model_id,
-            "chunk_max_tokens": self.chunk_max_tokens,
-            "chunk_overlap_tokens": self.chunk_overlap_tokens,
-        }
-        return {key: str(value) for key, value in values.items() if value is not None}
-
-
-def _validate_options(options: _Options, settings: Settings) -> None:
-    validate_id(options.tenant, "tenant")
-    max_tokens = options.chunk_max_tokens or settings.chunker.max_tokens
-    overlap = options.chunk_overlap_tokens if options.chunk_overlap_tokens is not None else 0
-    if not 8 <= max_tokens <= 8192 or not 0 <= overlap < max_tokens:
-        raise InputError(
-            "chunk_max_tokens must be 8-8192 and chunk_overlap_tokens 0 to below it", code="invalid_chunk_options"
-        )
-    if options.webhook_url is not None and urlsplit(options.webhook_url).scheme not in ("http", "https"):
-        raise InputError("webhook_url must be an http(s) URL", code="invalid_webhook_url")
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,7 +437,7 @@ def _write_rows(
     job_id: str,
     earlier: JobRow | None,
     collected: _Collector,
-    options: _Options,
+    request: JobRequest,
     now: datetime,
 ) -> None:
     for doc in collected.documents.values():
@@ -461,12 +458,12 @@ def _write_rows(
     store.upsert_job(
         JobRow(
             job_id=job_id,
-            tenant=options.tenant,
+            tenant=request.tenant,
             created_at=earlier.created_at if earlier else now,
             status="running",
             document_count=collected.count,
-            options={**(earlier.options if earlier else {}), **options.as_job_options()},
-            webhook_url=options.webhook_url or (earlier.webhook_url if earlier else None),
+            options={**(earlier.options if earlier else {}), **request.job_options()},
+            webhook_url=request.webhook_url or (earlier.webhook_url if earlier else None),
             completed=earlier.completed if earlier else 0,
             partial=earlier.partial if earlier else 0,
             failed=earlier.failed if earlier else 0,
@@ -476,16 +473,9 @@ def _write_rows(
 
 
 def _produce(
-    documents: Sequence[SubmittedDocument],
-    *,
-    job_id: str,
-    options: _Options,
-    topic: str,
-    producer: IntakeProducer,
-    serde: RecordSerializer,
-    now: datetime,
-    flush_timeout_s: float,
+    documents: Sequence[SubmittedDocument], job_id: str, request: JobRequest, clients: IntakeClients, now: datetime
 ) -> None:
+    topic = Topics(clients.settings.kafka.topic_prefix).submitted
     for doc in documents:
         record = DocumentSubmitted(
             job_id=job_id,
@@ -494,60 +484,46 @@ def _produce(
             content_sha256=doc.content_sha256,
             size_bytes=doc.size_bytes,
             submitted_at=now,
-            tenant=options.tenant,
+            tenant=request.tenant,
             filename=doc.filename,
             media_type=doc.media_type,
-            model_id=options.model_id,
-            chunk_max_tokens=options.chunk_max_tokens,
-            chunk_overlap_tokens=options.chunk_overlap_tokens,
+            model_id=request.model_id,
+            chunk_max_tokens=request.chunk_max_tokens,
+            chunk_overlap_tokens=request.chunk_overlap_tokens,
         )
-        producer.produce(topic, doc.doc_id, serde.serialize(record, topic))
-    producer.flush(flush_timeout_s)
+        clients.producer.produce(topic, doc.doc_id, clients.serde.serialize(record, topic))
+    clients.producer.flush(clients.flush_timeout_s)
+
+
+_Sources = Callable[[_Collector], Iterable[_Candidate]]
+"""A submission's documents, as candidates; refusals found on the way go to the collector."""
 
 
 def _submit(
-    candidates: Callable[[Callable[[str, str, str], None]], Iterable[_Candidate]],
-    *,
-    settings: Settings,
-    store: ResultStore,
-    producer: IntakeProducer,
-    serde: RecordSerializer,
-    objects: ObjectStore | None,
-    job_id: str | None,
-    options: _Options,
-    flush_timeout_s: float,
-    clock: Callable[[], datetime],
-    atomic: bool = False,
+    sources: _Sources,
+    request: JobRequest,
+    clients: IntakeClients,
     resubmit: Callable[[str, DocState], bool] | None = None,
 ) -> SubmitResult:
-    job_id = validate_id(job_id or ids.new_job_id())
-    _validate_options(options, settings)
-    log = _log.bind(job_id=job_id, tenant=options.tenant)
-    earlier, existing = _existing_job(store, job_id, options.tenant)
-    resubmit = resubmit or _resubmit_if_unprocessed
-    collected = _Collector(job_id, settings, objects or ObjectStore(settings.object_store), existing, resubmit)
-    for candidate in candidates(collected.refuse):
+    settings, store = clients.settings, clients.store
+    validate_job_request(request, default_max_tokens=settings.chunker.max_tokens)
+    job_id = request.job_id or ids.new_job_id()
+    log = _log.bind(job_id=job_id, tenant=request.tenant)
+    earlier, existing = _existing_job(store, job_id, request.tenant)
+    objects = clients.objects or ObjectStore(settings.object_store)
+    collected = _Collector(job_id, settings, objects, existing, resubmit or _resubmit_if_unprocessed)
+    for candidate in sources(collected):
         collected.add(candidate)
     documents = tuple(collected.documents.values())
-    if atomic and collected.refused:
+    if request.atomic and collected.refused:
         # nothing of a refused request is recorded; stored bytes stay, unreferenced and harmless
         log.info("job_refused", refused=len(collected.refused), error_code=collected.refused[0].code)
         return SubmitResult(job_id=job_id, documents=(), refused=tuple(collected.refused),
                             duplicates=tuple(collected.duplicates), document_count=len(existing))
     if documents:
-        now = clock()
-        _write_rows(store, job_id, earlier, collected, options, now)
-        topic = Topics(settings.kafka.topic_prefix).submitted
-        _produce(
-            documents,
-            job_id=job_id,
-            options=options,
-            topic=topic,
-            producer=producer,
-            serde=serde,
-            now=now,
-            flush_timeout_s=flush_timeout_s,
-        )
+        now = clients.clock()
+        _write_rows(store, job_id, earlier, collected, request, now)
+        _produce(documents, job_id, request, clients, now)
     log.info(
         "job_submitted",
         documents=len(documents),
@@ -566,45 +542,23 @@ def _submit(
 
 def submit_paths(
     paths: Sequence[str | Path],
+    request: JobRequest,
+    clients: IntakeClients,
     *,
-    settings: Settings,
-    store: ResultStore,
-    producer: IntakeProducer,
-    serde: RecordSerializer,
-    objects: ObjectStore | None = None,
-    job_id: str | None = None,
-    tenant: str = "default",
-    model_id: str | None = None,
-    chunk_max_tokens: int | None = None,
-    chunk_overlap_tokens: int | None = None,
-    webhook_url: str | None = None,
-    flush_timeout_s: float = 60.0,
-    clock: Callable[[], datetime] = utc_now,
     resubmit: Callable[[str, DocState], bool] | None = None,
 ) -> SubmitResult:
     """Submit files, folders and archives as one job.
 
     Folders are walked (sorted; hidden entries skipped; links followed only inside the
     folder); .zip/.tar/.tar.gz/.tgz archives are expanded safely (``docstream.archives``);
-    every document's bytes go to the object store, its rows to ``store`` and one
+    every document's bytes go to the object store, its rows to ``clients.store`` and one
     DocumentSubmitted (key doc_id) to the intake topic. The same content twice in a job is
     one document. Files that cannot go are listed in ``refused`` with a code and a reason.
 
     Args:
         paths: files and folders.
-        settings: all settings (ingest limits, topic prefix, object store).
-        store: where jobs, job_documents and documents rows go.
-        producer: delivers the records; ``flush`` must raise on any failed delivery.
-        serde: encodes the records.
-        objects: the object store (default: one from ``settings.object_store``).
-        job_id: the job to submit to (new or existing); default: a new one.
-        tenant: the job's tenant.
-        model_id: model requested for the job (None: the service default).
-        chunk_max_tokens: per-job chunk size (None: the service default).
-        chunk_overlap_tokens: per-job chunk overlap (None: the service default).
-        webhook_url: called by the reducer when the job ends.
-        flush_timeout_s: how long to wait for every delivery.
-        clock: now, UTC.
+        request: the job and its options (checked by ``validate_job_request``).
+        clients: the settings, stores, producer and serde the submission goes through.
         resubmit: for a document already in the job, whether to produce it again, given its
             doc_id and status; default: only while it is still ``submitted``.
 
@@ -615,39 +569,10 @@ def submit_paths(
             written, and submitting again with the same job id completes the job.
         FatalError: the broker refused the records.
     """
-    return _submit(
-        partial(_walk, paths),
-        settings=settings,
-        store=store,
-        producer=producer,
-        serde=serde,
-        objects=objects,
-        job_id=job_id,
-        options=_Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url),
-        flush_timeout_s=flush_timeout_s,
-        clock=clock,
-        resubmit=resubmit,
-    )
+    return _submit(lambda collected: _walk(paths, collected.refuse), request, clients, resubmit)
 
 
-def submit_uploads(
-    uploads: Sequence[Upload],
-    *,
-    settings: Settings,
-    store: ResultStore,
-    producer: IntakeProducer,
-    serde: RecordSerializer,
-    objects: ObjectStore | None = None,
-    job_id: str | None = None,
-    tenant: str = "default",
-    model_id: str | None = None,
-    chunk_max_tokens: int | None = None,
-    chunk_overlap_tokens: int | None = None,
-    webhook_url: str | None = None,
-    atomic: bool = False,
-    flush_timeout_s: float = 60.0,
-    clock: Callable[[], datetime] = utc_now,
-) -> SubmitResult:
+def submit_uploads(uploads: Sequence[Upload], request: JobRequest, clients: IntakeClients) -> SubmitResult:
     """Submit streams (files and archives, told apart by ``filename``) as one job.
 
     The same rules as ``submit_paths`` apply to each upload as to a file on disk. Arguments
@@ -655,54 +580,23 @@ def submit_uploads(
 
     Args:
         uploads: the files, each a seekable stream read from its start (left open).
-        atomic: when anything is refused, submit nothing (no rows, no records) and return
-            the refusals with an empty ``documents``.
 
     Raises:
         InputError: as ``submit_paths``.
         RetryableError: as ``submit_paths``.
         FatalError: as ``submit_paths``.
     """
-    return _submit(
-        lambda _refuse: (_upload_candidate(upload) for upload in uploads),
-        settings=settings,
-        store=store,
-        producer=producer,
-        serde=serde,
-        objects=objects,
-        job_id=job_id,
-        options=_Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url),
-        flush_timeout_s=flush_timeout_s,
-        clock=clock,
-        atomic=atomic,
-    )
+    return _submit(lambda _collected: (_upload_candidate(upload) for upload in uploads), request, clients)
 
 
-def submit_uris(
-    uris: Sequence[str],
-    *,
-    settings: Settings,
-    store: ResultStore,
-    producer: IntakeProducer,
-    serde: RecordSerializer,
-    objects: ObjectStore | None = None,
-    job_id: str | None = None,
-    tenant: str = "default",
-    model_id: str | None = None,
-    chunk_max_tokens: int | None = None,
-    chunk_overlap_tokens: int | None = None,
-    webhook_url: str | None = None,
-    atomic: bool = False,
-    flush_timeout_s: float = 60.0,
-    clock: Callable[[], datetime] = utc_now,
-) -> SubmitResult:
+def submit_uris(uris: Sequence[str], request: JobRequest, clients: IntakeClients) -> SubmitResult:
     """Submit documents that already live in object storage, read where they are.
 
     Each URI must pass ``ObjectStore.check_uri`` (an allowed scheme, under the store root or
     an ``allowed_roots`` prefix), else it is refused with ``source_not_allowed``. A document
     is read once, streamed, to hash it; its record keeps the URI as ``source_uri`` (the bytes
     are not copied). An archive URI is expanded as in ``submit_paths`` and its members are put
-    in the object store. Arguments not listed here are those of ``submit_uploads``.
+    in the object store. Arguments not listed here are those of ``submit_paths``.
 
     Args:
         uris: source URIs (``file:///...``, ``s3://bucket/key``...).
@@ -712,17 +606,8 @@ def submit_uris(
         RetryableError: as ``submit_paths``.
         FatalError: as ``submit_paths``.
     """
-    store_objects = objects or ObjectStore(settings.object_store)
     return _submit(
-        lambda _refuse: (_uri_candidate(uri, store_objects, settings) for uri in uris),
-        settings=settings,
-        store=store,
-        producer=producer,
-        serde=serde,
-        objects=store_objects,
-        job_id=job_id,
-        options=_Options(tenant, model_id, chunk_max_tokens, chunk_overlap_tokens, webhook_url),
-        flush_timeout_s=flush_timeout_s,
-        clock=clock,
-        atomic=atomic,
+        lambda collected: (_uri_candidate(uri, collected.objects, collected.settings) for uri in uris),
+        request,
+        clients,
     )

@@ -41,7 +41,8 @@ from docstream_ingest.api.schemas import (
     RefusalOut,
 )
 from docstream_ingest.api.uploads import read_json, read_multipart
-from docstream_ingest.intake import SubmitResult, submit_uploads, submit_uris
+from docstream_ingest.intake import IntakeClients, SubmitResult, submit_uploads, submit_uris
+from docstream_ingest.request import JobRequest
 
 __all__ = ["NdjsonResponse", "health_router", "jobs_router"]
 
@@ -206,26 +207,40 @@ def _accepted(result: SubmitResult, store: ResultStore) -> JobAccepted:
     )
 
 
-def _submit(
-    ctx: ApiContext, caller: Principal, submit: Callable[..., SubmitResult], items: list[Any], options: JobOptionsIn
-) -> JobAccepted:
-    """Store, record and produce (blocking: runs in a worker thread); a refusal submits nothing."""
-    result = submit(
-        items,
-        settings=ctx.intake_settings,
-        store=ctx.store,
-        producer=RequestDeliveries(lambda: ctx.producer.producer),
-        serde=ctx.serde,
-        objects=ctx.objects,
+def _job_request(caller: Principal, options: JobOptionsIn) -> JobRequest:
+    """A new job of the caller's tenant; anything refused refuses the whole request."""
+    return JobRequest(
         tenant=caller.tenant,
         model_id=options.model_id,
         chunk_max_tokens=options.chunk_max_tokens,
         chunk_overlap_tokens=options.chunk_overlap_tokens,
         webhook_url=options.webhook_url,
         atomic=True,
+    )
+
+
+def _intake_clients(ctx: ApiContext) -> IntakeClients:
+    """The shared clients, with this request's own delivery tracking on the shared producer."""
+    return IntakeClients(
+        ctx.intake_settings,
+        ctx.store,
+        RequestDeliveries(lambda: ctx.producer.producer),
+        ctx.serde,
+        ctx.objects,
         flush_timeout_s=ctx.settings.api.flush_timeout_s,
         clock=ctx.clock,
     )
+
+
+def _submit(
+    ctx: ApiContext,
+    caller: Principal,
+    submit: Callable[[Any, JobRequest, IntakeClients], SubmitResult],
+    items: list[Any],
+    options: JobOptionsIn,
+) -> JobAccepted:
+    """Store, record and produce (blocking: runs in a worker thread); a refusal submits nothing."""
+    result = submit(items, _job_request(caller, options), _intake_clients(ctx))
     if result.refused or not result.documents:
         raise _refusal(result) if result.refused else ApiError(422, "no_documents", "nothing to submit")
     ctx.metrics.records_out.labels("api", ctx.topics.submitted).inc(len(result.documents))
