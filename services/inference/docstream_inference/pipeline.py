@@ -5,7 +5,8 @@ assigned partitions while Q0 is full and resumes them once it has drained to hal
 rebalances, and commits. The other stages run on their own threads (docstream_inference.stages).
 Commits come from the AckLedger only: a partition is committed up to its lowest record whose
 store write and ChunkEmbedded delivery (and DLQ delivery, for a failed chunk) are not both
-acknowledged. ``stop()`` (SIGTERM) drains: no more polling, the open batch closes, every
+acknowledged; membership, rebalances, commits and the lag gauge are the Committer's
+(docstream.kafka.committer). ``stop()`` (SIGTERM) drains: no more polling, the open batch closes, every
 record in flight is finished and committed, then ``run`` returns. A fatal fault ends ``run``
 with FatalError after committing only what is done.
 """
@@ -20,22 +21,16 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message
 
 from docstream.avro.serde import AvroSerde
 from docstream.batching import Batcher, BatchPolicy
 from docstream.embedding import Embedder
 from docstream.errors import DocstreamError, FatalError, SchemaError
 from docstream.kafka.attempts import run_with_retries
-from docstream.kafka.clients import (
-    ReliableProducer,
-    close_abandoned_consumer,
-    create_consumer,
-    kafka_error,
-    topic_partitions,
-)
+from docstream.kafka.clients import ReliableProducer, kafka_error
+from docstream.kafka.committer import Committer, RebalanceHooks
 from docstream.kafka.dlq import DlqRouter, error_code_of
-from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -140,10 +135,18 @@ class InferencePipeline:
         self._assignment_changed = False
         self._ready = False
         self._stages: list[Any] = []
-        self._consumer: Consumer | None = None
-        self._membership = MembershipWatch(rejoin_timeout_s)
-        self._static = static_assignment
-        self.consumers_replaced = 0
+        self._committer = Committer(
+            settings.kafka, group_id=group_id(settings), topics=[self._topics.chunks], service=SERVICE,
+            book=self._ledger, metrics=self._metrics, clock=clock, static_assignment=static_assignment,
+            rejoin_timeout_s=rejoin_timeout_s, member_id=self._member_id,
+            hooks=RebalanceHooks(assigned=self._assigned, revoking=self._finish_revoked,
+                                 dropped=self._assignments.revoke, replaced=self._replaced),
+        )
+
+    @property
+    def consumers_replaced(self) -> int:
+        """How many consumers were replaced for staying outside their group."""
+        return self._committer.consumers_replaced
 
     @property
     def ready(self) -> bool:
@@ -178,7 +181,7 @@ class InferencePipeline:
         settings = self._settings
         # not ``or``: an empty ReliableProducer is falsy (__len__), and a given one must be used, not leaked
         producer = self._producer if self._producer is not None else ReliableProducer(settings.kafka, client_id=SERVICE)
-        self._consumer = self._subscribe()
+        self._committer.start()
         writer = self._start_stages(producer)
         try:
             self._ready = True
@@ -186,12 +189,12 @@ class InferencePipeline:
                       model_id=self._embedder.model_id)
             self._consume(writer)
             if self._error is None:
-                self._drain(self._consumer)
+                self._drain()
         except DocstreamError as exc:
             self._fail(exc)
         finally:
             self._ready = False
-            self._close(self._consumer, producer)
+            self._close(producer)
         if self._error is not None:
             error = self._error
             if isinstance(error, FatalError):
@@ -238,78 +241,32 @@ class InferencePipeline:
 
     # -- poll + decode ------------------------------------------------------------------------
 
-    def _subscribe(self) -> Consumer:
-        settings = self._settings
-        consumer = create_consumer(settings.kafka, group_id=group_id(settings), client_id=SERVICE,
-                                   on_commit=self._on_commit)
-        if self._static:
-            try:
-                self._assign_all(consumer)
-            except BaseException:
-                consumer.close()
-                raise
-        else:
-            consumer.subscribe([self._topics.chunks], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                               on_lost=self._on_lost)
-        return consumer
-
-    def _assign_all(self, consumer: Consumer) -> None:
-        """Take every partition of the chunks topic without a group join (``static_assignment``)."""
-        topic = self._topics.chunks
-        tps = [(topic, p) for p in topic_partitions(consumer, topic)]
-        consumer.assign([TopicPartition(t, p) for t, p in tps])  # from the group's committed offsets
-        self._assignments.assign(tps)
-        self._assignment_changed = True
-        _log.info("partitions_assigned", partitions=[f"{t}[{p}]" for t, p in tps], static=True)
-
     def _consume(self, writer: WriteStage) -> None:
-        last_commit = last_membership = self._clock()
+        last_commit = self._clock()
+        committer = self._committer
         while not self._stop.is_set() and self._error is None:
-            consumer = self._consumer
-            assert consumer is not None
-            now = self._clock()
-            if not self._static and now - last_membership >= 1.0:  # an assigned consumer has no member id
-                last_membership = now
-                if self._membership.observe(self._member_id(consumer), now):
-                    consumer = self._replace_consumer(consumer, now)
+            committer.watch_membership()
+            consumer = committer.consumer
             self._flow_control(consumer)
             last: dict[TopicPartitionKey, int] = {}
             for msg in self._fetch(consumer):
                 self._take(msg, writer)
                 if msg.error() is None:
                     last[(str(msg.topic()), int(msg.partition() or 0))] = int(msg.offset() or 0)
-            self._observe_lag(consumer, last)
+            committer.observe_lag(last)
             now = self._clock()
             # periodically, and at once when everything taken is done (the tail of a burst)
             if now - last_commit >= self._commit_interval_s or not self._ledger.pending_count():
-                self._commit(consumer, asynchronous=True)
+                committer.commit(asynchronous=True)
                 last_commit = now
 
     def _member_id(self, consumer: Consumer) -> str | None:
         """The consumer's group member id; empty or None while it is outside the group."""
         return consumer.memberid()
 
-    def _replace_consumer(self, stuck: Consumer, now: float) -> Consumer:
-        """A consumer that never joined its group again: drop its partitions as lost, subscribe a new one.
-
-        As ``ConsumeLoop`` does: nothing of the old consumer is committed past what is done, its
-        records in flight are dropped (the new consumer resumes from the committed offsets), and it
-        is closed on a side thread for at most 10 s; its late callbacks are ignored.
-        """
-        tps = self._assignments.partitions()
-        dropped = self._ledger.revoke(tps)
-        self._assignments.revoke(tps)
-        _log.error("consumer_rejoin_stuck", outside_group_s=round(self._membership.outside_for(now), 1),
-                   partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
-        close_abandoned_consumer(stuck)
-        self._consumer = self._subscribe()
+    def _replaced(self) -> None:
         self._paused = False  # a new consumer pauses nothing; flow control decides again
         self._metrics.paused.labels(SERVICE).set(0)
-        self._membership.restart(self._clock())
-        self.consumers_replaced += 1
-        self._metrics.retries.labels(SERVICE, "consumer_rejoin").inc()
-        _log.warning("consumer_replaced", replaced=self.consumers_replaced)
-        return self._consumer
 
     def _fetch(self, consumer: Consumer) -> list[Message]:
         while self._held:
@@ -436,75 +393,23 @@ class InferencePipeline:
         self._metrics.records_failed.labels(SERVICE, error_code_of(failure)).inc()
         writer.dead_letter(tp, offset, msg.key(), msg.value(), failure, attempts=attempts)
 
-    def _observe_lag(self, consumer: Consumer, last: dict[TopicPartitionKey, int]) -> None:
-        for (topic, partition), offset in last.items():
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            except KafkaException:
-                continue
-            if high is not None and high >= 0:
-                self._metrics.consumer_lag.labels(SERVICE, topic, str(partition)).set(max(0, high - offset - 1))
+    # -- rebalances (the Committer's hooks) --------------------------------------------------
 
-    # -- commits and rebalances ---------------------------------------------------------------
-
-    def _commit(self, consumer: Consumer, *, asynchronous: bool, tps: list[TopicPartitionKey] | None = None) -> None:
-        offsets = self._ledger.committable(tps)
-        if not offsets:
-            return
-        parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        try:
-            if asynchronous:
-                consumer.commit(offsets=parts, asynchronous=True)
-            else:
-                consumer.commit(offsets=parts, asynchronous=False)
-        except KafkaException as exc:
-            err: KafkaError = exc.args[0]
-            if err.code() != KafkaError._NO_OFFSET:
-                _log.warning("offsets_commit_failed", error_code=err.name(), error=err.str())
-            return
-        self._ledger.mark_committed(offsets)
-        _log.debug("offsets_committed", offsets={f"{t}[{p}]": o for (t, p), o in offsets.items()},
-                   asynchronous=asynchronous)
-
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        failed = [(str(p.topic), int(p.partition)) for p in partitions if err is not None or p.error is not None]
-        if failed:
-            self._ledger.forget_committed(failed)
-            _log.warning("offsets_commit_failed", partitions=[f"{t}[{p}]" for t, p in failed],
-                         error=err.str() if err is not None else None)
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return  # a replaced consumer closing late
-        tps = [(str(p.topic), int(p.partition)) for p in partitions]
+    def _assigned(self, tps: list[TopicPartitionKey]) -> None:
         self._assignments.assign(tps)
         self._assignment_changed = True
-        _log.info("partitions_assigned", partitions=[f"{t}[{p}]" for t, p in tps])
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return
-        tps = [(str(p.topic), int(p.partition)) for p in partitions]
+    def _finish_revoked(self, tps: list[TopicPartitionKey]) -> None:
+        """Revoke: give the stages a grace period to finish the revoked partitions' records."""
         deadline = self._clock() + self._revoke_grace_s
         while self._ledger.pending_count(tps) and self._clock() < deadline and not self._halt.is_set():
-            self._halt.wait(0.02)  # the stages keep finishing these partitions' records meanwhile
-        self._commit(consumer, asynchronous=False, tps=tps)
-        dropped = self._ledger.revoke(tps)
-        self._assignments.revoke(tps)
-        _log.info("partitions_revoked", partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return
-        tps = [(str(p.topic), int(p.partition)) for p in partitions]
-        dropped = self._ledger.revoke(tps)
-        self._assignments.revoke(tps)
-        _log.warning("partitions_lost", partitions=[f"{t}[{p}]" for t, p in tps], dropped_in_flight=dropped)
+            self._halt.wait(0.02)
 
     # -- drain and close ----------------------------------------------------------------------
 
-    def _drain(self, consumer: Consumer) -> None:
+    def _drain(self) -> None:
         _log.info("inference_draining", in_flight=self._ledger.pending_count())
+        consumer = self._committer.consumer
         consumer.pause(consumer.assignment())
         deadline = self._clock() + self._drain_timeout_s
         pending_input: list[Any] = [*self._held, FLUSH]
@@ -521,13 +426,13 @@ class InferencePipeline:
                 break
             consumer.poll(_POLL_S)  # serves rebalances and commit callbacks; nothing is taken any more
             if self._clock() - last_commit >= self._commit_interval_s:
-                self._commit(consumer, asynchronous=True)
+                self._committer.commit(asynchronous=True)
                 last_commit = self._clock()
         left = self._ledger.pending_count()
         if left:
             _log.warning("inference_drain_incomplete", in_flight=left)
 
-    def _close(self, consumer: Consumer, producer: ReliableProducer) -> None:
+    def _close(self, producer: ReliableProducer) -> None:
         self._halt.set()
         for stage in self._stages:
             stage.join(timeout=30)
@@ -535,8 +440,7 @@ class InferencePipeline:
             producer.flush(10)  # delivery callbacks of the last outputs: their records become done
         except DocstreamError as exc:
             _log.error("producer_flush_failed", error_code=exc.code, error=exc.message)
-        self._commit(consumer, asynchronous=False)
-        consumer.close()
+        self._committer.close()
         if self._own_producer:
             producer.close(0)
         _log.info("inference_stopped", in_flight=self._ledger.pending_count(), batches=len(self._history))

@@ -15,10 +15,9 @@ One record at a time, on one thread:
 A delivery failure is kept by the ReliableProducer and ends ``run`` with its error after a
 final commit of what is done: a restart resumes from there (at-least-once).
 
-A consumer that stays outside its group (no member id) for ``rejoin_timeout_s`` is replaced by a
-new one (MembershipWatch): after a broker restart one chunker's librdkafka consumer never joined
-again (docs/reliability.md). Nothing of it is committed; the new consumer resumes from the
-group's committed offsets.
+Membership, rebalances, commits, the consumer replacement and the lag gauge are the Committer's
+(docstream.kafka.committer), as for every other driver of a consumer; this loop tells it what is
+done through its OffsetTracker.
 """
 
 from __future__ import annotations
@@ -27,23 +26,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message
 
 from docstream.avro.serde import AvroSerde
 from docstream.errors import DocstreamError, PoisonRecord, RetryableError, SchemaError
 from docstream.kafka.attempts import run_with_retries
-from docstream.kafka.clients import (
-    ReliableProducer,
-    close_abandoned_consumer,
-    create_consumer,
-    raise_for_message,
-    topic_partitions,
-)
+from docstream.kafka.clients import ReliableProducer, raise_for_message
+from docstream.kafka.committer import Committer, RebalanceHooks
 from docstream.kafka.dlq import DlqRouter, error_code_of
-from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import OffsetTracker, TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -150,12 +142,18 @@ class ConsumeLoop:
         self._producer = producer
         self._commit_interval_s = commit_interval_s
         self._poll_timeout_s = min(poll_timeout_s, 1.0)
-        self._static = static_assignment
         self._flush_timeout_s = flush_timeout_s
         self._tracker = OffsetTracker()
-        self._consumer: Consumer | None = None
-        self._membership = MembershipWatch(rejoin_timeout_s)
-        self.consumers_replaced = 0
+        self._committer = Committer(
+            settings.kafka, group_id=group_id, topics=self._topics, service=service, book=self._tracker,
+            metrics=self._metrics, hooks=RebalanceHooks(revoking=self._flush_before_revoke),
+            static_assignment=static_assignment, rejoin_timeout_s=rejoin_timeout_s, member_id=self._member_id,
+        )
+
+    @property
+    def consumers_replaced(self) -> int:
+        """How many consumers were replaced for staying outside their group."""
+        return self._committer.consumers_replaced
 
     @property
     def stop_event(self) -> threading.Event:
@@ -177,77 +175,47 @@ class ConsumeLoop:
             self._producer = ReliableProducer(self._settings.kafka, client_id=self._service)
         producer = self._producer
         dlq = DlqRouter(producer, self._service)
-        self._consumer = self._new_consumer()
         failed = True
         try:
-            self._start(self._consumer)
+            self._committer.start()
+            _log.info("loop_started", group_id=self._group_id, topics=self._topics, service=self._service)
             self._consume(producer, dlq, max_idle_s)
             failed = False
         finally:
-            self._close(self._consumer, producer, raise_errors=not failed)
-
-    def _new_consumer(self) -> Consumer:
-        return create_consumer(
-            self._settings.kafka, group_id=self._group_id, client_id=self._service, on_commit=self._on_commit
-        )
-
-    def _start(self, consumer: Consumer) -> None:
-        if self._static:
-            parts = [TopicPartition(t, p) for t in self._topics for p in topic_partitions(consumer, t)]
-            consumer.assign(parts)
-            _log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in parts], static=True)
-        else:
-            consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                               on_lost=self._on_lost)
-        _log.info("loop_started", group_id=self._group_id, topics=self._topics, service=self._service)
+            self._close(producer, raise_errors=not failed)
 
     def _consume(self, producer: ReliableProducer, dlq: DlqRouter, max_idle_s: float | None) -> None:
-        last_commit = last_record = last_membership = time.monotonic()
+        last_commit = last_record = time.monotonic()
+        committer = self._committer
         while not self._stop.is_set():
-            consumer = self._consumer
-            assert consumer is not None
             producer.raise_if_failed()
-            msg = consumer.poll(self._poll_timeout_s)
+            msg = committer.consumer.poll(self._poll_timeout_s)
             producer.poll(0)
             now = time.monotonic()
             if msg is not None:
                 last_record = now
-                self._on_message(consumer, producer, dlq, msg)
+                self._on_message(producer, dlq, msg)
             elif max_idle_s is not None and now - last_record >= max_idle_s and not self._tracker.pending_count():
                 _log.info("loop_idle", idle_s=round(now - last_record, 3))
                 break
             if now - last_commit >= self._commit_interval_s:
-                self._commit(consumer, asynchronous=True)
+                committer.commit(asynchronous=True)
                 last_commit = now
-            if not self._static and now - last_membership >= 1.0:
-                last_membership = now
-                if self._membership.observe(self._member_id(consumer), now):
-                    self._replace_consumer(consumer, now)
+            committer.watch_membership()
 
     def _member_id(self, consumer: Consumer) -> str | None:
         """The consumer's group member id; empty or None while it is outside the group."""
         return consumer.memberid()
 
-    def _replace_consumer(self, stuck: Consumer, now: float) -> None:
-        """Give up on a consumer that never joined its group again; subscribe a new one.
+    def _flush_before_revoke(self, _: list[TopicPartitionKey]) -> None:
+        """Revoke: the outputs in flight are delivered first, so their records commit with the rest."""
+        if self._producer is not None:
+            try:
+                self._producer.flush(self._flush_timeout_s)
+            except DocstreamError as exc:
+                _log.error("producer_flush_failed", error_code=exc.code, error=exc.message)
 
-        Whatever it tracked is dropped uncommitted (outside the group, its commits are refused
-        anyway); the new consumer starts from the group's committed offsets, so records handled
-        and not committed are handled again (at-least-once, as after a restart). The old consumer
-        is closed on a side thread, for at most 10 s: a stuck one may never finish closing.
-        """
-        _log.error("consumer_rejoin_stuck", group_id=self._group_id, outside_group_s=round(
-            self._membership.outside_for(now), 1), dropped_pending=self._tracker.pending_count())
-        self._tracker.revoke(self._tracker.partitions())
-        close_abandoned_consumer(stuck)
-        self._consumer = self._new_consumer()
-        self._start(self._consumer)
-        self._membership.restart(time.monotonic())
-        self.consumers_replaced += 1
-        self._metrics.retries.labels(self._service, "consumer_rejoin").inc()
-        _log.warning("consumer_replaced", group_id=self._group_id, replaced=self.consumers_replaced)
-
-    def _on_message(self, consumer: Consumer, producer: ReliableProducer, dlq: DlqRouter, msg: Message) -> None:
+    def _on_message(self, producer: ReliableProducer, dlq: DlqRouter, msg: Message) -> None:
         try:
             raise_for_message(msg)
         except RetryableError as exc:
@@ -275,7 +243,7 @@ class ConsumeLoop:
             self._dead_letter(dlq, msg, tp, outcome.error, outcome.attempts)
         else:
             self._produce(producer, dlq, msg, tp, outcome.value or [])
-        self._observe_lag(consumer, tp, offset)
+        self._committer.observe_lag({tp: offset})
 
     def _attempt(self, msg: Message) -> _Encoded:
         topic = str(msg.topic())
@@ -353,76 +321,17 @@ class ConsumeLoop:
         _log.warning("handler_retry", attempt=attempt, error_code=error_code_of(error), error=str(error)[:500],
                      delay_s=round(delay_s, 3))
 
-    def _observe_lag(self, consumer: Consumer, tp: TopicPartitionKey, offset: int) -> None:
-        try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(tp[0], tp[1]), cached=True)
-        except KafkaException:
-            return
-        if high is not None and high >= 0:
-            self._metrics.consumer_lag.labels(self._service, tp[0], str(tp[1])).set(max(0, high - offset - 1))
-
-    def _commit(self, consumer: Consumer, *, asynchronous: bool, tps: list[TopicPartitionKey] | None = None) -> None:
-        offsets = self._tracker.committable(tps)
-        if not offsets:
-            return
-        parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        try:
-            if asynchronous:
-                consumer.commit(offsets=parts, asynchronous=True)
-            else:
-                consumer.commit(offsets=parts, asynchronous=False)
-        except KafkaException as exc:
-            err: KafkaError = exc.args[0]
-            if err.code() != KafkaError._NO_OFFSET:
-                _log.warning("offsets_commit_failed", error_code=err.name(), error=err.str())
-            return
-        self._tracker.mark_committed(offsets)
-        _log.debug("offsets_committed", offsets={f"{t}[{p}]": o for (t, p), o in offsets.items()},
-                   asynchronous=asynchronous)
-
-    def _on_commit(self, err: KafkaError | None, partitions: list[Any]) -> None:
-        failed = [(p.topic, p.partition) for p in partitions if err is not None or p.error is not None]
-        if failed:
-            self._tracker.forget_committed(failed)
-            _log.warning("offsets_commit_failed", partitions=[f"{t}[{p}]" for t, p in failed],
-                         error=err.str() if err is not None else None)
-
-    def _on_assign(self, _: Consumer, partitions: list[TopicPartition]) -> None:
-        _log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return  # a replaced consumer closing late: the partitions' tracking belongs to the new one
-        tps = [(str(p.topic), int(p.partition)) for p in partitions]
-        if self._producer is not None:
-            try:
-                self._producer.flush(self._flush_timeout_s)
-            except DocstreamError as exc:
-                _log.error("producer_flush_failed", error_code=exc.code, error=exc.message)
-        self._commit(consumer, asynchronous=False, tps=tps)
-        self._tracker.revoke(tps)
-        _log.info("partitions_revoked", partitions=[f"{t}[{p}]" for t, p in tps])
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return
-        tps = [(str(p.topic), int(p.partition)) for p in partitions]
-        self._tracker.revoke(tps)
-        _log.warning("partitions_lost", partitions=[f"{t}[{p}]" for t, p in tps])
-
-    def _close(self, consumer: Consumer, producer: ReliableProducer, *, raise_errors: bool) -> None:
+    def _close(self, producer: ReliableProducer, *, raise_errors: bool) -> None:
         error: DocstreamError | None = None
         try:
             producer.flush(self._flush_timeout_s)
         except DocstreamError as exc:
             error = exc
             _log.error("producer_flush_failed", error_code=exc.code, error=exc.message)
-        self._commit(consumer, asynchronous=False)
-        consumer.close()
+        self._committer.close()
         if self._own_producer:
             producer.close(0)
             self._producer = None
-        self._consumer = None
         structlog.contextvars.unbind_contextvars("topic", "partition", "offset", "job_id", "doc_id")
         _log.info("loop_stopped", group_id=self._group_id, pending=self._tracker.pending_count())
         if raise_errors and error is not None:

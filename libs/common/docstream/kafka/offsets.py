@@ -107,11 +107,19 @@ class OffsetTracker:
         for tp in tps:
             self._committed.pop(tp, None)
 
-    def revoke(self, tps: Iterable[TopicPartitionKey]) -> None:
-        """Drop ``tps`` and everything pending in them (their records will be consumed again)."""
+    def revoke(self, tps: Iterable[TopicPartitionKey]) -> int:
+        """Drop ``tps`` and everything pending in them (their records will be consumed again).
+
+        Returns:
+            How many records of ``tps`` were still pending.
+        """
+        dropped = 0
         for tp in tps:
-            self._parts.pop(tp, None)
+            state = self._parts.pop(tp, None)
+            if state is not None:
+                dropped += len(state.pending)
             self._committed.pop(tp, None)
+        return dropped
 
     def pending_count(self, tp: TopicPartitionKey | None = None) -> int:
         """Records taken and not done, in ``tp`` or in all partitions."""
