@@ -44,9 +44,12 @@ $(VENV)/.bench-installed: $(STAMP) pyproject.toml
 bench: setup $(VENV)/.bench-installed
 	@$(BIN)/python benchmarks/run_all.py
 
+# ruff; the import contracts of pyproject.toml (layers, pure modules); mypy strict over the library,
+# the composition root and every service.
 lint: setup
 	@$(BIN)/ruff check libs services tests benchmarks
-	@$(BIN)/mypy libs/common/docstream
+	@$(BIN)/lint-imports --no-cache
+	@$(BIN)/mypy libs/common/docstream services/*/docstream_*
 
 clean:
 	rm -rf .docstream .pytest_cache

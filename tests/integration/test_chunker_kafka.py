@@ -371,7 +371,7 @@ def test_the_chunker_command_runs_until_sigterm_and_commits(
         "DOCSTREAM_STORE__SQLITE_PATH": str(s.store.sqlite_path),
         "DOCSTREAM_LOG__FORMAT": "json",
     }
-    command = [sys.executable, "-c", "from docstream.cli import app; app()", "chunker"]
+    command = [sys.executable, "-c", "from docstream_cli.app import app; app()", "chunker"]
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         outputs = read_outputs(service, lambda o: o.finished({r.doc_id for r in records}, copies=1))

@@ -1,9 +1,12 @@
-"""Mechanical checks of the architecture: pure modules stay pure, records match schemas."""
+"""Mechanical checks of the architecture: the import contracts hold, records match their schemas."""
 
 from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
+import tomllib
 from dataclasses import fields
 from pathlib import Path
 
@@ -14,40 +17,40 @@ from docstream.records import RECORD_TYPES
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / "libs" / "common" / "docstream"
 
-PURE_MODULES = [
-    "chunking.py",
-    "batching.py",
-    "aggregation.py",
-    "kafka/offsets.py",
-    "retry.py",
-    "ids.py",
-    "records.py",
-    "topics.py",
-    "errors.py",
-    "avro/segments.py",
-    "runtime.py",
-]
-FORBIDDEN = {"confluent_kafka", "cassandra", "torch", "os", "time", "fitz", "pymupdf", "faust", "sqlite3", "socket",
-             "subprocess", "requests", "httpx", "fsspec"}
+_LINTER = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+_CONTRACTS = {contract["id"]: contract for contract in _LINTER["contracts"]}
+_PURE = _CONTRACTS["pure"]["source_modules"]
+_SERVICES = ["docstream_ingest", "docstream_chunker", "docstream_inference", "docstream_reducer"]
 
 
-def _imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    roots: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+def _module_path(name: str) -> Path:
+    package, *rest = name.split(".")
+    base = LIB if package == "docstream" else next((ROOT / "services").glob(f"*/{package}"))
+    return base.joinpath(*rest).with_suffix(".py")
 
 
-@pytest.mark.parametrize("module", PURE_MODULES)
-def test_pure_module_imports_no_io(module: str) -> None:
-    path = LIB / module
-    if not path.exists():
-        pytest.fail(f"pure module {module} is listed but missing")
-    assert _imported_roots(path) & FORBIDDEN == set()
+def test_the_import_contracts_hold() -> None:
+    """The layering and the pure modules, as `make lint` checks them (import-linter, pyproject.toml)."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Contracts: 2 kept, 0 broken." in done.stdout
+
+
+def test_the_layers_contract_puts_the_composition_root_over_every_service_over_the_library() -> None:
+    layers = _CONTRACTS["layers"]["layers"]
+    assert layers[0] == "docstream_cli" and layers[-1] == "docstream"
+    assert sorted(name.strip() for name in layers[1].split("|")) == sorted(_SERVICES), "siblings: independent"
+
+
+@pytest.mark.parametrize("module", _PURE)
+def test_every_module_of_the_pure_contract_exists(module: str) -> None:
+    assert _module_path(module).is_file(), f"pure module {module} is listed in pyproject.toml but missing"
+
+
+def test_the_pure_contract_forbids_the_io_libraries() -> None:
+    assert {"confluent_kafka", "cassandra", "torch", "os", "time", "fitz", "faust", "sqlite3", "socket",
+            "subprocess", "httpx"} <= set(_CONTRACTS["pure"]["forbidden_modules"])
 
 
 def test_no_utils_or_helpers_modules() -> None:
@@ -58,7 +61,7 @@ def test_no_utils_or_helpers_modules() -> None:
 def test_no_print_in_services_and_libs() -> None:
     offenders = []
     for path in [*LIB.rglob("*.py"), *(ROOT / "services").rglob("*.py")]:
-        if path.name == "cli.py" or "commands" in path.stem:
+        if path.parent.name == "docstream_cli" or "commands" in path.stem:
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

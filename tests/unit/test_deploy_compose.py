@@ -30,8 +30,8 @@ import yaml
 from pydantic import BaseModel, SecretStr
 
 import docstream.settings
-from docstream.cli import app
 from docstream.settings import Settings, load_settings
+from docstream_cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -247,7 +247,7 @@ def test_docstream_service_runs_a_real_command_from_the_one_image(name: str) -> 
     service = _services()[name]
     command = _command(service)
     assert command[0] == "docstream"
-    assert command[1] in cli_commands(), f"`docstream {command[1]}` is not a command of docstream.cli"
+    assert command[1] in cli_commands(), f"`docstream {command[1]}` is not a command of docstream_cli.app"
     assert len(command) == 2
     build = service["build"]
     assert (COMPOSE_FILE.parent / build["context"]).resolve() == ROOT

@@ -224,7 +224,7 @@ def test_renders_every_service_once(target: str) -> None:
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_workloads_run_real_commands(target: str) -> None:
     used = {_component(d) for d in _workloads(_rendered(target))}
-    assert sorted(used - cli_commands()) == [], "not commands of docstream.cli"
+    assert sorted(used - cli_commands()) == [], "not commands of docstream_cli.app"
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))

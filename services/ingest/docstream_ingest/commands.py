@@ -1,4 +1,4 @@
-"""`docstream submit`: build the clients, submit, report; typer parsing stays in docstream.cli.
+"""`docstream submit`: build the clients, submit, report; typer parsing stays in docstream_cli.app.
 
 Output contract (scripts rely on it): the job id alone on the first line of stdout, written
 before any work starts; then a summary of submitted, duplicate and refused files. Exit

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from docstream.aggregation import (
     CompletionMarker,
@@ -288,9 +288,12 @@ class DocumentReducer:
                 del self._table[key]
 
 
+def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
+    return status in _TERMINAL_STATUSES
+
+
 def _terminal_documents(store: ResultStore, job_id: str) -> list[tuple[str, TerminalStatus]]:
-    return [(row.doc_id, row.status) for row in store.iter_job_documents(job_id)
-            if row.status in _TERMINAL_STATUSES]
+    return [(row.doc_id, row.status) for row in store.iter_job_documents(job_id) if _is_terminal(row.status)]
 
 
 def _emitted(raw: Any) -> tuple[int, int] | None:

@@ -1,6 +1,6 @@
 """`docstream api` (serve, or dump the OpenAPI spec) and `docstream apikey create|revoke`.
 
-typer parsing stays in docstream.cli. `apikey create` prints the new key alone on the first
+typer parsing stays in docstream_cli.app. `apikey create` prints the new key alone on the first
 line of stdout (scripts: `KEY=$(docstream apikey create --tenant acme | head -1)`); only its
 hash is stored, so it is shown this once.
 """

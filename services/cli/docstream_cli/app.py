@@ -312,7 +312,7 @@ def run(
     """
     from pathlib import Path
 
-    from docstream.runner import run_command
+    from docstream_cli.runner import run_command
 
     settings = _settings(config)
     inference: dict[str, Any] = {}
