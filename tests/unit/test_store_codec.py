@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from docstream.store.codec import decode_embedding, encode_embedding, float32_values, none_if_empty, utc_millis
-from docstream.store.ranking import TopK, cosine_scores, unit_vector
+from docstream.store.ranking import TopK, cosine_scores, search_query, unit_vector
 
 
 def test_embedding_round_trips_as_float32() -> None:
@@ -72,3 +72,11 @@ def test_top_k_ties_keep_the_first_seen_and_never_compare_keys() -> None:
     assert [key for _, key in best.best()] == [first, second]
     with pytest.raises(ValueError, match="k must be"):
         TopK(0)
+
+
+def test_search_query_checks_k_then_the_embedding() -> None:
+    assert np.allclose(search_query([3.0, 4.0], 1), [0.6, 0.8])
+    with pytest.raises(ValueError, match="k must be at least 1, got 0"):
+        search_query([0.0, 0.0], 0)
+    with pytest.raises(ValueError, match="zero"):
+        search_query([0.0, 0.0], 3)

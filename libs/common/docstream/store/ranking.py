@@ -10,7 +10,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["TopK", "cosine_scores", "unit_vector"]
+__all__ = ["TopK", "cosine_scores", "search_query", "unit_vector"]
 
 K = TypeVar("K", bound=Hashable)
 _Matrix = npt.NDArray[np.float32]
@@ -31,6 +31,17 @@ def unit_vector(embedding: Sequence[float]) -> _Matrix:
     if norm == 0.0:
         raise ValueError("cosine similarity is undefined for a zero vector")
     return vector / norm
+
+
+def search_query(embedding: Sequence[float], k: int) -> _Matrix:
+    """A similarity search's query as a unit vector, after checking its ``k`` (every store's checks).
+
+    Raises:
+        ValueError: k < 1; or the embedding is empty, holds a non-finite value, or is zero.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    return unit_vector(embedding)
 
 
 def cosine_scores(rows: _Matrix, unit_query: _Matrix) -> npt.NDArray[np.float64]:

@@ -1,0 +1,343 @@
+"""One mapping between the store's rows and its tables' columns, shared by every backend. Pure.
+
+Each table is a :class:`Table` (name, columns in order, primary key). ``*_to_columns``
+turns a row into its column values, in the table's column order (what a prepared
+statement or a ``?`` placeholder list binds); ``*_from_columns`` builds the row back
+from a fetched row read by column name (a ``dict`` from the Cassandra driver's
+``dict_factory``, a ``sqlite3.Row``). What the backends store differently — timestamps,
+the options map, absent optional text — is a :class:`ColumnEncoding` each backend
+supplies; everything else is written and read the same way (docs/storage.md):
+
+* optional text reads back as ``None`` whether stored as ``""`` or null;
+* embeddings are little-endian float32 blobs (:mod:`docstream.store.codec`);
+* an optional timestamp is null when absent, on every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.codec import decode_embedding, encode_embedding, none_if_empty
+
+__all__ = [
+    "API_KEYS",
+    "CHUNKS",
+    "DOCUMENTS",
+    "DOCUMENT_RESULTS",
+    "JOBS",
+    "JOB_DOCUMENTS",
+    "ColumnEncoding",
+    "Columns",
+    "Table",
+    "api_key_from_columns",
+    "api_key_to_columns",
+    "chunk_from_columns",
+    "chunk_to_columns",
+    "document_from_columns",
+    "document_result_from_columns",
+    "document_result_to_columns",
+    "document_to_columns",
+    "job_document_from_columns",
+    "job_document_to_columns",
+    "job_from_columns",
+    "job_to_columns",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table's name, its columns in the order ``*_to_columns`` gives their values, and its key.
+
+    Attributes:
+        name: the table's name (without a keyspace).
+        columns: every column the store reads and writes, in binding order.
+        key: the primary key's columns (partition key first).
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+
+    @property
+    def column_list(self) -> str:
+        """The columns as a statement lists them: ``a, b, c``."""
+        return ", ".join(self.columns)
+
+    @property
+    def key_condition(self) -> str:
+        """The condition that selects one row by its key: ``a = ? AND b = ?``."""
+        return " AND ".join(f"{name} = ?" for name in self.key)
+
+
+JOBS = Table(
+    "jobs",
+    ("job_id", "tenant", "created_at", "status", "document_count", "options", "webhook_url", "completed", "partial",
+     "failed", "updated_at"),
+    key=("job_id",),
+)
+JOB_DOCUMENTS = Table(
+    "job_documents", ("job_id", "doc_id", "status", "updated_at", "filename", "error_code"), key=("job_id", "doc_id")
+)
+DOCUMENTS = Table(
+    "documents",
+    ("doc_id", "job_id", "source_uri", "content_sha256", "status", "updated_at", "media_type", "filename",
+     "page_count", "error_code", "error"),
+    key=("doc_id",),
+)
+DOCUMENT_RESULTS = Table(
+    "document_results",
+    ("doc_id", "model_id", "job_id", "status", "chunk_count", "failed_chunks", "token_count", "embedding",
+     "chunker_settings", "completed_at", "content_sha256", "runtime"),
+    key=("doc_id", "model_id"),
+)
+CHUNKS = Table(
+    "chunks",
+    ("doc_id", "model_id", "chunk_index", "chunk_id", "job_id", "text", "page_start", "page_end", "char_start",
+     "char_end", "token_count", "embedding", "heading", "status", "error_code"),
+    key=("doc_id", "model_id", "chunk_index"),
+)
+API_KEYS = Table("api_keys", ("key_id", "tenant", "key_hash", "created_at", "name", "revoked_at"), key=("key_id",))
+
+
+class Columns(Protocol):
+    """A fetched row, read by column name: a ``dict``, a ``sqlite3.Row``."""
+
+    def __getitem__(self, column: str, /) -> Any:
+        """The value of one column."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnEncoding:
+    """How one backend stores the values the backends store differently.
+
+    Attributes:
+        timestamp: a datetime as the backend binds it (it is already aware UTC or naive UTC).
+        read_timestamp: a stored non-null timestamp as an aware UTC datetime.
+        text: an optional text value as the backend binds it (``""`` or ``None`` for none).
+        options: a job's options map as the backend binds it.
+        read_options: a stored options value as a dict.
+    """
+
+    timestamp: Callable[[datetime], Any]
+    read_timestamp: Callable[[Any], datetime]
+    text: Callable[[str | None], str | None]
+    options: Callable[[Mapping[str, str]], Any]
+    read_options: Callable[[Any], dict[str, str]]
+
+    def optional_timestamp(self, value: datetime | None) -> Any:
+        """``timestamp(value)``, or ``None`` for no value."""
+        return None if value is None else self.timestamp(value)
+
+    def read_optional_timestamp(self, value: Any) -> datetime | None:
+        """``read_timestamp(value)``, or ``None`` for null."""
+        return None if value is None else self.read_timestamp(value)
+
+
+def job_to_columns(row: JobRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    """A jobs row's values in ``JOBS.columns`` order."""
+    return (
+        row.job_id,
+        row.tenant,
+        encoding.timestamp(row.created_at),
+        row.status,
+        row.document_count,
+        encoding.options(row.options),
+        encoding.text(row.webhook_url),
+        row.completed,
+        row.partial,
+        row.failed,
+        encoding.optional_timestamp(row.updated_at),
+    )
+
+
+def job_from_columns(found: Columns, encoding: ColumnEncoding) -> JobRow:
+    """A jobs row from its fetched columns."""
+    return JobRow(
+        job_id=found["job_id"],
+        tenant=found["tenant"],
+        created_at=encoding.read_timestamp(found["created_at"]),
+        status=found["status"],
+        document_count=found["document_count"],
+        options=encoding.read_options(found["options"]),
+        webhook_url=none_if_empty(found["webhook_url"]),
+        completed=found["completed"],
+        partial=found["partial"],
+        failed=found["failed"],
+        updated_at=encoding.read_optional_timestamp(found["updated_at"]),
+    )
+
+
+def job_document_to_columns(row: JobDocumentRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    """A job_documents row's values in ``JOB_DOCUMENTS.columns`` order."""
+    return (
+        row.job_id,
+        row.doc_id,
+        row.status,
+        encoding.timestamp(row.updated_at),
+        encoding.text(row.filename),
+        encoding.text(row.error_code),
+    )
+
+
+def job_document_from_columns(found: Columns, encoding: ColumnEncoding) -> JobDocumentRow:
+    """A job_documents row from its fetched columns."""
+    return JobDocumentRow(
+        job_id=found["job_id"],
+        doc_id=found["doc_id"],
+        status=found["status"],
+        updated_at=encoding.read_timestamp(found["updated_at"]),
+        filename=none_if_empty(found["filename"]),
+        error_code=none_if_empty(found["error_code"]),
+    )
+
+
+def document_to_columns(row: DocumentRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    """A documents row's values in ``DOCUMENTS.columns`` order."""
+    return (
+        row.doc_id,
+        row.job_id,
+        row.source_uri,
+        row.content_sha256,
+        row.status,
+        encoding.timestamp(row.updated_at),
+        encoding.text(row.media_type),
+        encoding.text(row.filename),
+        row.page_count,
+        encoding.text(row.error_code),
+        encoding.text(row.error),
+    )
+
+
+def document_from_columns(found: Columns, encoding: ColumnEncoding) -> DocumentRow:
+    """A documents row from its fetched columns."""
+    return DocumentRow(
+        doc_id=found["doc_id"],
+        job_id=found["job_id"],
+        source_uri=found["source_uri"],
+        content_sha256=found["content_sha256"],
+        status=found["status"],
+        updated_at=encoding.read_timestamp(found["updated_at"]),
+        media_type=none_if_empty(found["media_type"]),
+        filename=none_if_empty(found["filename"]),
+        page_count=found["page_count"],
+        error_code=none_if_empty(found["error_code"]),
+        error=none_if_empty(found["error"]),
+    )
+
+
+def document_result_to_columns(row: DocumentResultRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    """A document_results row's values in ``DOCUMENT_RESULTS.columns`` order."""
+    return (
+        row.doc_id,
+        row.model_id,
+        row.job_id,
+        row.status,
+        row.chunk_count,
+        row.failed_chunks,
+        row.token_count,
+        encode_embedding(row.embedding),
+        row.chunker_settings,
+        encoding.timestamp(row.completed_at),
+        encoding.text(row.content_sha256),
+        encoding.text(row.runtime),
+    )
+
+
+def document_result_from_columns(found: Columns, encoding: ColumnEncoding) -> DocumentResultRow:
+    """A document_results row from its fetched columns.
+
+    Raises:
+        ValueError: the stored embedding is not float32 bytes.
+    """
+    return DocumentResultRow(
+        doc_id=found["doc_id"],
+        model_id=found["model_id"],
+        job_id=found["job_id"],
+        status=found["status"],
+        chunk_count=found["chunk_count"],
+        failed_chunks=found["failed_chunks"],
+        token_count=found["token_count"],
+        embedding=decode_embedding(found["embedding"]),
+        chunker_settings=found["chunker_settings"],
+        completed_at=encoding.read_timestamp(found["completed_at"]),
+        content_sha256=none_if_empty(found["content_sha256"]),
+        runtime=none_if_empty(found["runtime"]),
+    )
+
+
+def chunk_to_columns(row: ChunkRow, embedding: bytes, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    """A chunks row's values in ``CHUNKS.columns`` order.
+
+    ``embedding`` is the row's embedding as stored (:func:`~docstream.store.codec.encode_embedding`):
+    the caller encodes it once, for a backend that also binds the vector elsewhere.
+    """
+    return (
+        row.doc_id,
+        row.model_id,
+        row.chunk_index,
+        row.chunk_id,
+        row.job_id,
+        row.text,
+        row.page_start,
+        row.page_end,
+        row.char_start,
+        row.char_end,
+        row.token_count,
+        embedding,
+        encoding.text(row.heading),
+        row.status,
+        encoding.text(row.error_code),
+    )
+
+
+def chunk_from_columns(found: Columns) -> ChunkRow:
+    """A chunks row from its fetched columns (no column of it is stored differently by backend).
+
+    Raises:
+        ValueError: the stored embedding is not float32 bytes.
+    """
+    return ChunkRow(
+        doc_id=found["doc_id"],
+        model_id=found["model_id"],
+        chunk_index=found["chunk_index"],
+        chunk_id=found["chunk_id"],
+        job_id=found["job_id"],
+        text=found["text"],
+        page_start=found["page_start"],
+        page_end=found["page_end"],
+        char_start=found["char_start"],
+        char_end=found["char_end"],
+        token_count=found["token_count"],
+        embedding=decode_embedding(found["embedding"]),
+        heading=none_if_empty(found["heading"]),
+        status=found["status"],
+        error_code=none_if_empty(found["error_code"]),
+    )
+
+
+def api_key_to_columns(row: ApiKeyRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    """An api_keys row's values in ``API_KEYS.columns`` order."""
+    return (
+        row.key_id,
+        row.tenant,
+        row.key_hash,
+        encoding.timestamp(row.created_at),
+        encoding.text(row.name),
+        encoding.optional_timestamp(row.revoked_at),
+    )
+
+
+def api_key_from_columns(found: Columns, encoding: ColumnEncoding) -> ApiKeyRow:
+    """An api_keys row from its fetched columns."""
+    return ApiKeyRow(
+        key_id=found["key_id"],
+        tenant=found["tenant"],
+        key_hash=found["key_hash"],
+        created_at=encoding.read_timestamp(found["created_at"]),
+        name=none_if_empty(found["name"]),
+        revoked_at=encoding.read_optional_timestamp(found["revoked_at"]),
+    )

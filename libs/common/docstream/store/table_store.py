@@ -1,0 +1,217 @@
+"""TableStore: the ResultStore methods both backends share, over a few queries each backend writes.
+
+A backend (``SqliteStore``, ``CassandraStore``) supplies its :class:`~docstream.store.rows.ColumnEncoding`,
+one upsert and one read by primary key for any table, and the three keyset page queries;
+everything between those queries and the rows — which columns, in which order, how a row
+is built back, limits and paging — is here and in :mod:`docstream.store.rows`, once. What
+only one backend does (Cassandra's logged jobs batch, chunk writes, search, migrations)
+stays in that backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.paging import at_least_one, keyset_rows
+from docstream.store.rows import (
+    API_KEYS,
+    DOCUMENT_RESULTS,
+    DOCUMENTS,
+    JOB_DOCUMENTS,
+    JOBS,
+    ColumnEncoding,
+    Columns,
+    Table,
+    api_key_from_columns,
+    api_key_to_columns,
+    chunk_from_columns,
+    document_from_columns,
+    document_result_from_columns,
+    document_result_to_columns,
+    document_to_columns,
+    job_document_from_columns,
+    job_document_to_columns,
+    job_from_columns,
+    job_to_columns,
+)
+
+__all__ = ["TableStore"]
+
+
+def _doc_id(row: JobDocumentRow) -> str:
+    return row.doc_id
+
+
+def _chunk_index(row: ChunkRow) -> int:
+    return row.chunk_index
+
+
+class TableStore(ABC):
+    """The row reads and writes of ``ResultStore``, written once over a backend's queries.
+
+    A subclass sets ``_encoding`` (how it stores timestamps, options, absent text) and
+    ``_page_size`` (rows per ``iter_chunks`` query), and implements ``_upsert``, ``_get`` and
+    the page queries ``_jobs_page``, ``_job_documents_page``, ``_chunks_page``: rows strictly
+    after a key, ordered by it, at most ``limit`` of them, read by column name.
+    """
+
+    _encoding: ClassVar[ColumnEncoding]
+    _page_size: int
+
+    # -- what a backend writes -------------------------------------------------------
+
+    @abstractmethod
+    def _upsert(self, table: Table, values: Sequence[Any], operation: str) -> None:
+        """Write one row: ``values`` in ``table.columns`` order."""
+
+    @abstractmethod
+    def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
+        """The row of ``table`` whose primary key (``table.key`` order) is ``key``, or ``None``."""
+
+    @abstractmethod
+    def _jobs_page(self, tenant: str, after: str, limit: int) -> Sequence[Columns]:
+        """A tenant's jobs with job_id > ``after``, by job_id."""
+
+    @abstractmethod
+    def _job_documents_page(self, job_id: str, after: str, limit: int) -> Sequence[Columns]:
+        """A job's documents with doc_id > ``after``, by doc_id."""
+
+    @abstractmethod
+    def _chunks_page(self, doc_id: str, model_id: str, after: int, limit: int) -> Sequence[Columns]:
+        """A document's chunks of one model with chunk_index > ``after``, by chunk_index."""
+
+    # -- jobs ------------------------------------------------------------------------
+
+    def upsert_job(self, row: JobRow) -> None:
+        """Write a jobs row.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._upsert(JOBS, job_to_columns(row, self._encoding), "upsert_job")
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        """Read a jobs row.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._get(JOBS, (job_id,), "get_job")
+        return None if found is None else job_from_columns(found, self._encoding)
+
+    def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
+        """A tenant's jobs ordered by job_id, strictly after ``after`` (paging).
+
+        Raises:
+            ValueError: limit < 1.
+            StoreError: the read failed transiently.
+        """
+        at_least_one("limit", limit)
+        return [job_from_columns(found, self._encoding) for found in self._jobs_page(tenant, after or "", limit)]
+
+    # -- documents -------------------------------------------------------------------
+
+    def upsert_job_document(self, row: JobDocumentRow) -> None:
+        """Write a job_documents row.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._upsert(JOB_DOCUMENTS, job_document_to_columns(row, self._encoding), "upsert_job_document")
+
+    def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
+        """One page of a job's documents ordered by doc_id, strictly after ``after``.
+
+        Raises:
+            ValueError: limit < 1.
+            StoreError: the read failed transiently.
+        """
+        at_least_one("limit", limit)
+        return self._job_documents(job_id, after or "", limit)
+
+    def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
+        """Stream a job's documents ordered by doc_id, fetched page by page (keyset paging).
+
+        Raises:
+            ValueError: page_size < 1.
+            StoreError: a page read failed transiently.
+        """
+
+        def _page(after: str, limit: int) -> list[JobDocumentRow]:
+            return self._job_documents(job_id, after, limit)
+
+        return keyset_rows(_page, start="", key=_doc_id, page_size=page_size)
+
+    def _job_documents(self, job_id: str, after: str, limit: int) -> list[JobDocumentRow]:
+        page = self._job_documents_page(job_id, after, limit)
+        return [job_document_from_columns(found, self._encoding) for found in page]
+
+    def upsert_document(self, row: DocumentRow) -> None:
+        """Write a documents row.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._upsert(DOCUMENTS, document_to_columns(row, self._encoding), "upsert_document")
+
+    def get_document(self, doc_id: str) -> DocumentRow | None:
+        """Read a documents row.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._get(DOCUMENTS, (doc_id,), "get_document")
+        return None if found is None else document_from_columns(found, self._encoding)
+
+    def upsert_document_result(self, row: DocumentResultRow) -> None:
+        """Write a document_results row.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._upsert(DOCUMENT_RESULTS, document_result_to_columns(row, self._encoding), "upsert_document_result")
+
+    def get_document_result(self, doc_id: str, model_id: str) -> DocumentResultRow | None:
+        """Read a document_results row.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._get(DOCUMENT_RESULTS, (doc_id, model_id), "get_document_result")
+        return None if found is None else document_result_from_columns(found, self._encoding)
+
+    # -- chunks ----------------------------------------------------------------------
+
+    def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
+        """Stream a document's chunks for one model by chunk_index, ``page_size`` rows per query.
+
+        Raises:
+            StoreError: a page read failed transiently.
+        """
+
+        def _page(after: int, limit: int) -> list[ChunkRow]:
+            return [chunk_from_columns(found) for found in self._chunks_page(doc_id, model_id, after, limit)]
+
+        return keyset_rows(_page, start=-1, key=_chunk_index, page_size=self._page_size)
+
+    # -- API keys --------------------------------------------------------------------
+
+    def upsert_api_key(self, row: ApiKeyRow) -> None:
+        """Write an api_keys row.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._upsert(API_KEYS, api_key_to_columns(row, self._encoding), "upsert_api_key")
+
+    def get_api_key(self, key_id: str) -> ApiKeyRow | None:
+        """Read an api_keys row.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._get(API_KEYS, (key_id,), "get_api_key")
+        return None if found is None else api_key_from_columns(found, self._encoding)

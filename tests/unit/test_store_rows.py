@@ -1,0 +1,205 @@
+"""The one row mapping both stores share: columns by name, backend encodings injected."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from docstream.store import rows
+from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.codec import encode_embedding, float32_values
+from docstream.store.rows import ColumnEncoding, Columns, Table
+
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
+T1 = datetime(2024, 5, 1, 13, 0, 0, 456000, tzinfo=UTC)
+
+# the two ways the backends store what they store differently (cassandra.py, sqlite.py)
+AS_CASSANDRA = ColumnEncoding(
+    timestamp=lambda value: value,
+    read_timestamp=lambda value: value.replace(tzinfo=UTC),
+    text=lambda value: value or "",
+    options=dict,
+    read_options=lambda value: dict(value or {}),
+)
+AS_SQLITE = ColumnEncoding(
+    timestamp=lambda value: value.isoformat(timespec="milliseconds"),
+    read_timestamp=datetime.fromisoformat,
+    text=lambda value: value or None,
+    options=lambda value: json.dumps(dict(sorted(value.items()))),
+    read_options=lambda value: dict(json.loads(value)),
+)
+ENCODINGS = pytest.mark.parametrize("encoding", [AS_CASSANDRA, AS_SQLITE], ids=["cassandra", "sqlite"])
+
+JOB = JobRow(
+    job_id="job-1", tenant="acme", created_at=T0, status="running", document_count=3,
+    options={"priority": "high", "chunker.max_tokens": "256"}, webhook_url="https://example.invalid/hook",
+    completed=1, partial=2, failed=4, updated_at=T1,
+)
+JOB_DOCUMENT = JobDocumentRow(
+    job_id="job-1", doc_id="doc-1", status="failed", updated_at=T0, filename="a.pdf", error_code="encrypted"
+)
+DOCUMENT = DocumentRow(
+    doc_id="doc-1", job_id="job-1", source_uri="file:///a.pdf", content_sha256="ab" * 32, status="failed",
+    updated_at=T0, media_type="application/pdf", filename="a.pdf", page_count=12, error_code="corrupt",
+    error="xref table broken",
+)
+RESULT = DocumentResultRow(
+    doc_id="doc-1", model_id="model@1", job_id="job-1", status="partial", chunk_count=7, failed_chunks=1,
+    token_count=1234, embedding=float32_values([0.1, -0.2, 0.3]), chunker_settings="max_tokens=256",
+    completed_at=T0, content_sha256="cd" * 32, runtime="torch/cpu/fp32/2t",
+)
+CHUNK = ChunkRow(
+    doc_id="doc-1", model_id="model@1", chunk_index=5, chunk_id="chunk-5", job_id="job-1", text="Ünïcode ✓",
+    page_start=2, page_end=3, char_start=100, char_end=199, token_count=42, embedding=float32_values([0.5, 1 / 3]),
+    heading="Introduction", status="failed", error_code="model_error",
+)
+API_KEY = ApiKeyRow(key_id="key-1", tenant="acme", key_hash="h" * 64, created_at=T0, name="ci", revoked_at=T1)
+
+Mapper = tuple[Table, Any, Callable[[Any, ColumnEncoding], tuple[Any, ...]], Callable[[Columns, ColumnEncoding], Any]]
+
+
+def _chunk_to_columns(row: ChunkRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    return rows.chunk_to_columns(row, encode_embedding(row.embedding), encoding)
+
+
+def _chunk_from_columns(found: Columns, encoding: ColumnEncoding) -> ChunkRow:
+    return rows.chunk_from_columns(found)
+
+
+MAPPERS: list[Mapper] = [
+    (rows.JOBS, JOB, rows.job_to_columns, rows.job_from_columns),
+    (rows.JOB_DOCUMENTS, JOB_DOCUMENT, rows.job_document_to_columns, rows.job_document_from_columns),
+    (rows.DOCUMENTS, DOCUMENT, rows.document_to_columns, rows.document_from_columns),
+    (rows.DOCUMENT_RESULTS, RESULT, rows.document_result_to_columns, rows.document_result_from_columns),
+    (rows.CHUNKS, CHUNK, _chunk_to_columns, _chunk_from_columns),
+    (rows.API_KEYS, API_KEY, rows.api_key_to_columns, rows.api_key_from_columns),
+]
+BY_TABLE = pytest.mark.parametrize("mapper", MAPPERS, ids=[m[0].name for m in MAPPERS])
+
+# optional fields: None on write, None on read (stored "" by Cassandra, NULL by SQLite)
+OPTIONAL_TEXT = {
+    "jobs": ["webhook_url"],
+    "job_documents": ["filename", "error_code"],
+    "documents": ["media_type", "filename", "error_code", "error"],
+    "document_results": ["content_sha256", "runtime"],
+    "chunks": ["heading", "error_code"],
+    "api_keys": ["name"],
+}
+OPTIONAL_TIMESTAMPS = {"jobs": ["updated_at"], "api_keys": ["revoked_at"]}
+
+
+def _stored(mapper: Mapper, row: Any, encoding: ColumnEncoding) -> dict[str, Any]:
+    table, _, to_columns, _ = mapper
+    return dict(zip(table.columns, to_columns(row, encoding), strict=True))
+
+
+@BY_TABLE
+def test_a_table_has_a_column_per_field_in_field_order(mapper: Mapper) -> None:
+    table, row, _, _ = mapper
+    assert table.columns == tuple(f.name for f in fields(row))
+    assert set(table.key) <= set(table.columns)
+    assert table.column_list == ", ".join(table.columns)
+
+
+@BY_TABLE
+@ENCODINGS
+def test_values_land_in_their_named_columns_and_read_back(mapper: Mapper, encoding: ColumnEncoding) -> None:
+    _, row, _, from_columns = mapper
+    stored = _stored(mapper, row, encoding)
+    for name, value in stored.items():
+        expected = getattr(row, name)
+        if name == "embedding":
+            assert value == encode_embedding(expected)
+        elif isinstance(expected, datetime):
+            assert value == encoding.timestamp(expected)
+        elif name == "options":
+            assert value == encoding.options(expected)
+        else:
+            assert value == expected, name
+    assert from_columns(stored, encoding) == row
+
+
+@BY_TABLE
+@ENCODINGS
+def test_absent_optional_values_round_trip_as_none(mapper: Mapper, encoding: ColumnEncoding) -> None:
+    table, row, _, from_columns = mapper
+    absent = {name: None for name in OPTIONAL_TEXT[table.name] + OPTIONAL_TIMESTAMPS.get(table.name, [])}
+    row = replace(row, **absent)
+    stored = _stored(mapper, row, encoding)
+    for name in OPTIONAL_TEXT[table.name]:
+        assert stored[name] == encoding.text(None)
+    for name in OPTIONAL_TIMESTAMPS.get(table.name, []):
+        assert stored[name] is None
+    assert from_columns(stored, encoding) == row
+
+
+@BY_TABLE
+@pytest.mark.parametrize("empty", ["", None])
+def test_optional_text_stored_empty_or_null_reads_as_none(mapper: Mapper, empty: str | None) -> None:
+    table, row, _, from_columns = mapper
+    stored = _stored(mapper, row, AS_SQLITE) | {name: empty for name in OPTIONAL_TEXT[table.name]}
+    found = from_columns(stored, AS_SQLITE)
+    assert all(getattr(found, name) is None for name in OPTIONAL_TEXT[table.name])
+
+
+def test_job_options_and_timestamps_go_through_the_backend_encoding() -> None:
+    stored = _stored(MAPPERS[0], JOB, AS_SQLITE)
+    assert stored["options"] == '{"chunker.max_tokens": "256", "priority": "high"}'
+    assert stored["created_at"] == "2024-05-01T12:00:00.123+00:00"
+    assert stored["updated_at"] == "2024-05-01T13:00:00.456+00:00"
+    as_cassandra = _stored(MAPPERS[0], replace(JOB, options={}), AS_CASSANDRA)
+    assert as_cassandra["options"] == {}
+    naive = as_cassandra | {"created_at": datetime(2024, 5, 1, 12, 0, 0, 123000), "options": None}
+    found = rows.job_from_columns(naive, AS_CASSANDRA)
+    assert found.created_at == T0
+    assert found.options == {}
+
+
+def test_a_bad_embedding_blob_is_refused() -> None:
+    stored = _stored(MAPPERS[4], CHUNK, AS_SQLITE) | {"embedding": b"\x00\x01\x02"}
+    with pytest.raises(ValueError, match="float32"):
+        rows.chunk_from_columns(stored)
+
+
+def test_sqlite_rows_are_read_by_name_whatever_the_select_order() -> None:
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.row_factory = sqlite3.Row
+        columns = list(reversed(rows.CHUNKS.columns))
+        conn.execute(f"CREATE TABLE chunks ({', '.join(columns)})")
+        values = _stored(MAPPERS[4], CHUNK, AS_SQLITE)
+        conn.execute(f"INSERT INTO chunks ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                     [values[name] for name in columns])
+        found = conn.execute("SELECT rowid, * FROM chunks").fetchone()
+    finally:
+        conn.close()
+    assert rows.chunk_from_columns(found) == CHUNK
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("module", ["rows.py", "paging.py", "table_store.py"])
+def test_the_shared_mapping_and_paging_are_pure(module: str) -> None:
+    forbidden = {"cassandra", "sqlite3", "os", "time", "socket", "confluent_kafka", "fsspec"}
+    assert _imported_roots(Path(rows.__file__).with_name(module)) & forbidden == set()
+
+
+def test_columns_protocol_takes_plain_mappings() -> None:
+    found: Mapping[str, Any] = _stored(MAPPERS[5], API_KEY, AS_CASSANDRA)
+    assert rows.api_key_from_columns(found, AS_CASSANDRA) == API_KEY
