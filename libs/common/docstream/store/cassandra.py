@@ -17,7 +17,7 @@ import math
 import re
 import ssl
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -39,24 +39,28 @@ from cassandra.concurrent import execute_concurrent
 from cassandra.connection import ConnectionException
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
 
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.settings import CassandraSettings
-from docstream.store.base import (
-    ApiKeyRow,
-    ChunkRow,
-    DocumentResultRow,
-    DocumentRow,
-    JobDocumentRow,
-    JobRow,
-    JobState,
-    SearchHit,
+from docstream.store.base import ChunkRow, JobRow, JobState, SearchHit
+from docstream.store.codec import embedding_array, utc_millis
+from docstream.store.paging import at_least_one
+from docstream.store.ranking import cosine_scores, search_query
+from docstream.store.rows import (
+    CHUNKS,
+    JOB_DOCUMENTS,
+    JOBS,
+    ColumnEncoding,
+    Columns,
+    Table,
+    chunk_from_columns,
+    chunk_to_columns,
+    job_to_columns,
 )
-from docstream.store.codec import decode_embedding, embedding_array, encode_embedding, none_if_empty, utc_millis
-from docstream.store.ranking import cosine_scores, unit_vector
 from docstream.store.schema import Migration, load_migrations
+from docstream.store.table_store import TableStore
 from docstream.store.vectors import fast_float_vectors
 
 __all__ = ["DEFAULT_DIMENSIONS", "CassandraStore"]
@@ -79,25 +83,8 @@ _UNAVAILABLE = (
     IsBootstrappingErrorMessage,
 )
 
-_JOB_COLUMNS = (
-    "job_id, tenant, created_at, status, document_count, options, webhook_url, completed, partial, failed, updated_at"
-)
-_JOB_DOCUMENT_COLUMNS = "job_id, doc_id, status, updated_at, filename, error_code"
-_DOCUMENT_COLUMNS = (
-    "doc_id, job_id, source_uri, content_sha256, status, updated_at, media_type, filename, page_count, "
-    "error_code, error"
-)
-_RESULT_COLUMNS = (
-    "doc_id, model_id, job_id, status, chunk_count, failed_chunks, token_count, embedding, chunker_settings, "
-    "completed_at, content_sha256, runtime"
-)
-_CHUNK_COLUMNS = (
-    "doc_id, model_id, chunk_index, chunk_id, job_id, text, page_start, page_end, char_start, char_end, "
-    "token_count, embedding, heading, status, error_code"
-)
 _VECTOR_COLUMNS = "doc_id, model_id, chunk_index, job_id, embedding"
 _ROWS_PER_REQUEST = 32  # chunks of one document per write request: ~130 KiB, bounded latency per request
-_API_KEY_COLUMNS = "key_id, tenant, key_hash, created_at, name, revoked_at"
 
 
 def _insert(table: str, columns: str) -> str:
@@ -119,8 +106,11 @@ def _dt(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC)
 
 
-def _dt_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else _dt(value)
+def _read_options(value: Mapping[str, str] | None) -> dict[str, str]:
+    return dict(value or {})
+
+
+_ENCODING = ColumnEncoding(timestamp=_ts, read_timestamp=_dt, text=_text, options=dict, read_options=_read_options)
 
 
 def _partition_groups(rows: Sequence[ChunkRow], most: int) -> list[list[ChunkRow]]:
@@ -136,7 +126,7 @@ def _has_cosine(vector: npt.NDArray[np.float32]) -> bool:
     return bool(vector.any() and np.isfinite(vector).all())
 
 
-class CassandraStore:
+class CassandraStore(TableStore):
     """ResultStore on Cassandra 5; connects on first use.
 
     Args:
@@ -149,6 +139,8 @@ class CassandraStore:
         ValueError: page_size < 1 or a dimension < 1.
     """
 
+    _encoding = _ENCODING
+
     def __init__(
         self,
         settings: CassandraSettings,
@@ -156,8 +148,7 @@ class CassandraStore:
         dimensions: Sequence[int] = DEFAULT_DIMENSIONS,
         page_size: int = 500,
     ) -> None:
-        if page_size < 1:
-            raise ValueError("page_size must be at least 1")
+        at_least_one("page_size", page_size)
         if any(d < 1 for d in dimensions):
             raise ValueError("embedding dimensions must be positive")
         self._settings = settings
@@ -213,6 +204,8 @@ class CassandraStore:
             load_balancing_policy=TokenAwarePolicy(balancing),
             consistency_level=ConsistencyLevel.name_to_value[s.consistency],
             request_timeout=s.request_timeout_s,
+            # rows are read by column name (docstream.store.rows)
+            row_factory=dict_factory,
         )
         auth = None
         if s.username is not None:
@@ -260,6 +253,18 @@ class CassandraStore:
         with self._errors(operation):
             return list(self._connect().execute(statement, params))
 
+    def _upsert(self, table: Table, values: Sequence[Any], operation: str) -> None:
+        self._execute(_insert(f"{self._ks}.{table.name}", table.column_list), values, operation)
+
+    def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
+        rows = self._select(table, table.name, table.key_condition, key, operation)
+        return rows[0] if rows else None
+
+    def _select(self, table: Table, source: str, clause: str, params: Sequence[Any], operation: str) -> list[Any]:
+        # source: the table itself or a copy of its rows under another key (jobs_by_tenant);
+        # clause: what follows WHERE (conditions, LIMIT)
+        return self._execute(f"SELECT {table.column_list} FROM {self._ks}.{source} WHERE {clause}", params, operation)
+
     def _schema(self, cql: str) -> None:
         with self._errors("migrate"):
             self._connect().execute(cql, timeout=_SCHEMA_TIMEOUT_S)
@@ -287,7 +292,7 @@ class CassandraStore:
                 "(version text PRIMARY KEY, applied_at timestamp)"
             )
         with self._errors("migrate"):
-            applied = {row.version for row in session.execute(f"SELECT version FROM {self._ks}.schema_migrations")}
+            applied = {row["version"] for row in session.execute(f"SELECT version FROM {self._ks}.schema_migrations")}
         dimensions = sorted(set(self._dimensions) | self._existing_vector_tables())
         for migration in load_migrations("cql"):
             for dimension in dimensions if migration.per_dimension else [None]:
@@ -315,7 +320,7 @@ class CassandraStore:
             FatalError: the keyspace has no schema_migrations table.
         """
         rows = self._execute(f"SELECT version, applied_at FROM {self._ks}.schema_migrations", (), "migrations")
-        return {row.version: _dt(row.applied_at) for row in rows}
+        return {row["version"]: _dt(row["applied_at"]) for row in rows}
 
     def _existing_vector_tables(self) -> set[int]:
         metadata = self._cluster.metadata if self._cluster is not None else None
@@ -364,50 +369,17 @@ class CassandraStore:
         Raises:
             StoreError: the write failed transiently.
         """
-        params = (
-            row.job_id,
-            row.tenant,
-            _ts(row.created_at),
-            row.status,
-            row.document_count,
-            dict(row.options),
-            _text(row.webhook_url),
-            row.completed,
-            row.partial,
-            row.failed,
-            None if row.updated_at is None else _ts(row.updated_at),
-        )
+        params = job_to_columns(row, _ENCODING)
         # a logged batch: the tenant listing never misses a job the jobs table has
         batch = BatchStatement(batch_type=BatchType.LOGGED)
-        batch.add(self._prepare(_insert(f"{self._ks}.jobs", _JOB_COLUMNS)), params)
-        batch.add(self._prepare(_insert(f"{self._ks}.jobs_by_tenant", _JOB_COLUMNS)), params)
+        batch.add(self._prepare(_insert(f"{self._ks}.jobs", JOBS.column_list)), params)
+        batch.add(self._prepare(_insert(f"{self._ks}.jobs_by_tenant", JOBS.column_list)), params)
         with self._errors("upsert_job"):
             self._connect().execute(batch)
 
-    def get_job(self, job_id: str) -> JobRow | None:
-        """Read a jobs row.
-
-        Raises:
-            StoreError: the read failed transiently.
-        """
-        rows = self._execute(f"SELECT {_JOB_COLUMNS} FROM {self._ks}.jobs WHERE job_id = ?", (job_id,), "get_job")
-        return _job(rows[0]) if rows else None
-
-    def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
-        """A tenant's jobs ordered by job_id, strictly after ``after`` (paging).
-
-        Raises:
-            ValueError: limit < 1.
-            StoreError: the read failed transiently.
-        """
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        rows = self._execute(
-            f"SELECT {_JOB_COLUMNS} FROM {self._ks}.jobs_by_tenant WHERE tenant = ? AND job_id > ? LIMIT ?",
-            (tenant, after or "", limit),
-            "list_jobs",
-        )
-        return [_job(row) for row in rows]
+    def _jobs_page(self, tenant: str, after: str, limit: int) -> list[Any]:
+        return self._select(JOBS, "jobs_by_tenant", "tenant = ? AND job_id > ? LIMIT ?", (tenant, after, limit),
+                            "list_jobs")
 
     def set_job_status(self, job_id: str, tenant: str, status: JobState, updated_at: datetime) -> None:
         """Set only the status and updated_at of a jobs row and its jobs_by_tenant copy (one logged batch).
@@ -436,159 +408,9 @@ class CassandraStore:
 
     # -- documents -----------------------------------------------------------------
 
-    def upsert_job_document(self, row: JobDocumentRow) -> None:
-        """Write a job_documents row.
-
-        Raises:
-            StoreError: the write failed transiently.
-        """
-        params = (row.job_id, row.doc_id, row.status, _ts(row.updated_at), _text(row.filename), _text(row.error_code))
-        self._execute(_insert(f"{self._ks}.job_documents", _JOB_DOCUMENT_COLUMNS), params, "upsert_job_document")
-
-    def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
-        """Stream a job's documents ordered by doc_id, fetched page by page (keyset paging).
-
-        Raises:
-            ValueError: page_size < 1.
-            StoreError: a page read failed transiently.
-        """
-        if page_size < 1:
-            raise ValueError("page_size must be at least 1")
-        return self._iter_job_documents(job_id, page_size)
-
-    def _iter_job_documents(self, job_id: str, page_size: int) -> Iterator[JobDocumentRow]:
-        after = ""
-        while True:
-            page = self._job_documents_page(job_id, after, page_size)
-            yield from page
-            if len(page) < page_size:
-                return
-            after = page[-1].doc_id
-
-    def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
-        """One page of a job's documents ordered by doc_id, strictly after ``after`` (one partition).
-
-        Raises:
-            ValueError: limit < 1.
-            StoreError: the read failed transiently.
-        """
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        return self._job_documents_page(job_id, after or "", limit)
-
-    def _job_documents_page(self, job_id: str, after: str, limit: int) -> list[JobDocumentRow]:
-        cql = (
-            f"SELECT {_JOB_DOCUMENT_COLUMNS} FROM {self._ks}.job_documents WHERE job_id = ? AND doc_id > ? LIMIT ?"
-        )
-        return [
-            JobDocumentRow(
-                job_id=row.job_id,
-                doc_id=row.doc_id,
-                status=row.status,
-                updated_at=_dt(row.updated_at),
-                filename=none_if_empty(row.filename),
-                error_code=none_if_empty(row.error_code),
-            )
-            for row in self._execute(cql, (job_id, after, limit), "list_job_documents")
-        ]
-
-    def upsert_document(self, row: DocumentRow) -> None:
-        """Write a documents row.
-
-        Raises:
-            StoreError: the write failed transiently.
-        """
-        params = (
-            row.doc_id,
-            row.job_id,
-            row.source_uri,
-            row.content_sha256,
-            row.status,
-            _ts(row.updated_at),
-            _text(row.media_type),
-            _text(row.filename),
-            row.page_count,
-            _text(row.error_code),
-            _text(row.error),
-        )
-        self._execute(_insert(f"{self._ks}.documents", _DOCUMENT_COLUMNS), params, "upsert_document")
-
-    def get_document(self, doc_id: str) -> DocumentRow | None:
-        """Read a documents row.
-
-        Raises:
-            StoreError: the read failed transiently.
-        """
-        rows = self._execute(
-            f"SELECT {_DOCUMENT_COLUMNS} FROM {self._ks}.documents WHERE doc_id = ?", (doc_id,), "get_document"
-        )
-        if not rows:
-            return None
-        row = rows[0]
-        return DocumentRow(
-            doc_id=row.doc_id,
-            job_id=row.job_id,
-            source_uri=row.source_uri,
-            content_sha256=row.content_sha256,
-            status=row.status,
-            updated_at=_dt(row.updated_at),
-            media_type=none_if_empty(row.media_type),
-            filename=none_if_empty(row.filename),
-            page_count=row.page_count,
-            error_code=none_if_empty(row.error_code),
-            error=none_if_empty(row.error),
-        )
-
-    def upsert_document_result(self, row: DocumentResultRow) -> None:
-        """Write a document_results row.
-
-        Raises:
-            StoreError: the write failed transiently.
-        """
-        params = (
-            row.doc_id,
-            row.model_id,
-            row.job_id,
-            row.status,
-            row.chunk_count,
-            row.failed_chunks,
-            row.token_count,
-            encode_embedding(row.embedding),
-            row.chunker_settings,
-            _ts(row.completed_at),
-            _text(row.content_sha256),
-            _text(row.runtime),
-        )
-        self._execute(_insert(f"{self._ks}.document_results", _RESULT_COLUMNS), params, "upsert_document_result")
-
-    def get_document_result(self, doc_id: str, model_id: str) -> DocumentResultRow | None:
-        """Read a document_results row.
-
-        Raises:
-            StoreError: the read failed transiently.
-        """
-        rows = self._execute(
-            f"SELECT {_RESULT_COLUMNS} FROM {self._ks}.document_results WHERE doc_id = ? AND model_id = ?",
-            (doc_id, model_id),
-            "get_document_result",
-        )
-        if not rows:
-            return None
-        row = rows[0]
-        return DocumentResultRow(
-            doc_id=row.doc_id,
-            model_id=row.model_id,
-            job_id=row.job_id,
-            status=row.status,
-            chunk_count=row.chunk_count,
-            failed_chunks=row.failed_chunks,
-            token_count=row.token_count,
-            embedding=decode_embedding(row.embedding),
-            chunker_settings=row.chunker_settings,
-            completed_at=_dt(row.completed_at),
-            content_sha256=none_if_empty(row.content_sha256),
-            runtime=none_if_empty(row.runtime),
-        )
+    def _job_documents_page(self, job_id: str, after: str, limit: int) -> list[Any]:
+        return self._select(JOB_DOCUMENTS, "job_documents", "job_id = ? AND doc_id > ? LIMIT ?",
+                            (job_id, after, limit), "list_job_documents")
 
     # -- chunks --------------------------------------------------------------------
 
@@ -608,13 +430,13 @@ class CassandraStore:
         """
         if not rows:
             return
-        chunk_insert = self._prepare(_insert(f"{self._ks}.chunks", _CHUNK_COLUMNS))
+        chunk_insert = self._prepare(_insert(f"{self._ks}.chunks", CHUNKS.column_list))
         requests: list[tuple[BatchStatement, None]] = []
         for group in _partition_groups(rows, _ROWS_PER_REQUEST):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for row in group:
                 vector = embedding_array(row.embedding)
-                batch.add(chunk_insert, _chunk_params(row, vector.tobytes()))
+                batch.add(chunk_insert, chunk_to_columns(row, vector.tobytes(), _ENCODING))
                 if vector.size and _has_cosine(vector):
                     self._ensure_vector_table(vector.size)
                     vector_insert = self._prepare(_insert(f"{self._ks}.chunk_vectors_d{vector.size}", _VECTOR_COLUMNS))
@@ -626,23 +448,9 @@ class CassandraStore:
                 session, requests, concurrency=self._settings.write_concurrency, raise_on_first_error=True
             )
 
-    def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
-        """Stream a document's chunks for one model by chunk_index, ``page_size`` rows per query.
-
-        Raises:
-            StoreError: a page read failed transiently.
-        """
-        cql = (
-            f"SELECT {_CHUNK_COLUMNS} FROM {self._ks}.chunks "
-            "WHERE doc_id = ? AND model_id = ? AND chunk_index > ? LIMIT ?"
-        )
-        after = -1
-        while True:
-            page = self._execute(cql, (doc_id, model_id, after, self._page_size), "iter_chunks")
-            yield from (_chunk(row) for row in page)
-            if len(page) < self._page_size:
-                return
-            after = page[-1].chunk_index
+    def _chunks_page(self, doc_id: str, model_id: str, after: int, limit: int) -> list[Any]:
+        return self._select(CHUNKS, "chunks", "doc_id = ? AND model_id = ? AND chunk_index > ? LIMIT ?",
+                            (doc_id, model_id, after, limit), "iter_chunks")
 
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model (one partition).
@@ -655,7 +463,7 @@ class CassandraStore:
             (doc_id, model_id),
             "count_chunks",
         )
-        return int(rows[0].n) if rows else 0
+        return int(rows[0]["n"]) if rows else 0
 
     def search(
         self, embedding: Sequence[float], model_id: str, *, k: int = 10, job_id: str | None = None
@@ -670,9 +478,7 @@ class CassandraStore:
             ValueError: k < 1, or the embedding is empty, zero or not finite.
             StoreError: a read failed transiently.
         """
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        query = unit_vector(embedding)
+        query = search_query(embedding, k)
         dimension = int(query.size)
         self._connect()
         if dimension not in self._vector_tables and dimension not in self._existing_vector_tables():
@@ -685,7 +491,7 @@ class CassandraStore:
             (*filters, [float(x) for x in query], k),
             "search",
         )
-        chunks = self._read_chunks([(c.doc_id, c.model_id, c.chunk_index) for c in candidates])
+        chunks = self._read_chunks([(c["doc_id"], c["model_id"], c["chunk_index"]) for c in candidates])
         usable = [c for c in chunks if len(c.embedding) == dimension]
         if not usable:
             return []
@@ -697,7 +503,7 @@ class CassandraStore:
         if not keys:
             return []
         select = self._prepare(
-            f"SELECT {_CHUNK_COLUMNS} FROM {self._ks}.chunks WHERE doc_id = ? AND model_id = ? AND chunk_index = ?"
+            f"SELECT {CHUNKS.column_list} FROM {self._ks}.chunks WHERE {CHUNKS.key_condition}"
         )
         with self._errors("search"):
             results = execute_concurrent(
@@ -706,99 +512,4 @@ class CassandraStore:
                 concurrency=self._settings.write_concurrency,
                 raise_on_first_error=True,
             )
-        return [_chunk(row) for result in results for row in result.result_or_exc]
-
-    # -- API keys ------------------------------------------------------------------
-
-    def upsert_api_key(self, row: ApiKeyRow) -> None:
-        """Write an api_keys row.
-
-        Raises:
-            StoreError: the write failed transiently.
-        """
-        params = (
-            row.key_id,
-            row.tenant,
-            row.key_hash,
-            _ts(row.created_at),
-            _text(row.name),
-            None if row.revoked_at is None else _ts(row.revoked_at),
-        )
-        self._execute(_insert(f"{self._ks}.api_keys", _API_KEY_COLUMNS), params, "upsert_api_key")
-
-    def get_api_key(self, key_id: str) -> ApiKeyRow | None:
-        """Read an api_keys row.
-
-        Raises:
-            StoreError: the read failed transiently.
-        """
-        rows = self._execute(
-            f"SELECT {_API_KEY_COLUMNS} FROM {self._ks}.api_keys WHERE key_id = ?", (key_id,), "get_api_key"
-        )
-        if not rows:
-            return None
-        row = rows[0]
-        return ApiKeyRow(
-            key_id=row.key_id,
-            tenant=row.tenant,
-            key_hash=row.key_hash,
-            created_at=_dt(row.created_at),
-            name=none_if_empty(row.name),
-            revoked_at=_dt_or_none(row.revoked_at),
-        )
-
-
-def _chunk_params(row: ChunkRow, embedding: bytes) -> tuple[Any, ...]:
-    return (
-        row.doc_id,
-        row.model_id,
-        row.chunk_index,
-        row.chunk_id,
-        row.job_id,
-        row.text,
-        row.page_start,
-        row.page_end,
-        row.char_start,
-        row.char_end,
-        row.token_count,
-        embedding,
-        _text(row.heading),
-        row.status,
-        _text(row.error_code),
-    )
-
-
-def _chunk(row: Any) -> ChunkRow:
-    return ChunkRow(
-        doc_id=row.doc_id,
-        model_id=row.model_id,
-        chunk_index=row.chunk_index,
-        chunk_id=row.chunk_id,
-        job_id=row.job_id,
-        text=row.text,
-        page_start=row.page_start,
-        page_end=row.page_end,
-        char_start=row.char_start,
-        char_end=row.char_end,
-        token_count=row.token_count,
-        embedding=decode_embedding(row.embedding),
-        heading=none_if_empty(row.heading),
-        status=row.status,
-        error_code=none_if_empty(row.error_code),
-    )
-
-
-def _job(row: Any) -> JobRow:
-    return JobRow(
-        job_id=row.job_id,
-        tenant=row.tenant,
-        created_at=_dt(row.created_at),
-        status=row.status,
-        document_count=row.document_count,
-        options=dict(row.options or {}),
-        webhook_url=none_if_empty(row.webhook_url),
-        completed=row.completed,
-        partial=row.partial,
-        failed=row.failed,
-        updated_at=_dt_or_none(row.updated_at),
-    )
+        return [chunk_from_columns(row) for result in results for row in result.result_or_exc]
