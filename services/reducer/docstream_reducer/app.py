@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import ssl
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +23,9 @@ from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import KafkaSettings, Settings
 from docstream.topics import Topics
+from docstream_reducer import faust_shim
 from docstream_reducer.agents import SERVICE, CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
+from docstream_reducer.faust_shim import ReducerWorker, exit_watchdog  # re-exported: main.py's names
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = [
@@ -42,9 +41,6 @@ __all__ = [
     "exit_watchdog",
     "faust_settings",
     "internal_topic_specs",
-    "retry_find_coordinator",
-    "use_broker_highwaters",
-    "use_transaction_timeout",
 ]
 
 _log = get_logger(__name__)
@@ -85,83 +81,6 @@ def _credentials(kafka: KafkaSettings) -> Any:
     if context is not None:
         return faust.SSLCredentials(context)
     return None
-
-
-def use_broker_highwaters() -> None:
-    """Make Faust read changelog ends from the broker under exactly-once (idempotent).
-
-    faust-streaming 0.15.3 takes the end of a changelog partition, under exactly-once, from
-    aiokafka's ``last_stable_offset``, which stays None until that partition has been fetched
-    once; Faust turns None into -1, an "empty" changelog: recovery after a restart or a
-    rebalance then restores nothing, or stops with ConsistencyError. A ListOffsets request
-    (``end_offsets``) with isolation read_committed returns the broker's last stable offset.
-    """
-    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-
-    async def _highwaters(self: Any, partitions: list[Any]) -> Any:
-        return await self._ensure_consumer().end_offsets(partitions)
-
-    AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
-
-
-def retry_find_coordinator() -> None:
-    """Make aiokafka's transactional producer retry a FindCoordinator that lost its connection (idempotent).
-
-    aiokafka 0.14.0's ``Sender._find_coordinator`` retries only CoordinatorNotAvailable, NodeNotReady
-    and RequestTimedOut; any other error, a KafkaConnectionError too (the broker went away during
-    the request), becomes a KafkaError that ends the sender routine: Faust's consumer then crashes
-    and the exactly-once reducer exits 1 on a broker restart (docs/reliability.md, "Found and
-    fixed"). Here every error its library marks ``retriable`` is retried the way the library retries
-    NodeNotReady: refresh the metadata, wait ``retry_backoff``, ask again; other errors stay fatal.
-    """
-    from aiokafka import errors as kafka_errors
-    from aiokafka.producer.sender import Sender
-
-    original = Sender._find_coordinator
-    if getattr(original, "docstream_retries", False):
-        return
-
-    async def _find_coordinator(self: Any, coordinator_type: Any, coordinator_key: str) -> Any:
-        while True:
-            try:
-                return await original(self, coordinator_type, coordinator_key)
-            except kafka_errors.KafkaError as exc:
-                cause = exc.__cause__
-                if not (isinstance(cause, kafka_errors.KafkaError) and cause.retriable):
-                    raise
-                _log.warning("find_coordinator_retry", error=repr(cause), coordinator_key=coordinator_key)
-                await self.client.force_metadata_update()
-                await asyncio.sleep(self._retry_backoff)
-
-    _find_coordinator.docstream_retries = True  # type: ignore[attr-defined]
-    Sender._find_coordinator = _find_coordinator
-
-
-_TRANSACTION_TIMEOUT_MS = {"value": 60_000}
-
-
-def use_transaction_timeout(timeout_s: float) -> None:
-    """Give Faust's transactional producers ``transaction_timeout_ms`` (idempotent; the last call wins).
-
-    faust-streaming 0.15.3 has no setting for it, so aiokafka's 60 s default applies: a store
-    outage that keeps an agent retrying inside a transaction for longer (Cassandra restarting) made
-    the broker abort the transaction and fence the producer, and the reducer crashed with
-    ProducerFenced (full Cassandra-outage chaos scenario, docs/reliability.md).
-    """
-    from faust.transport.drivers.aiokafka import Producer
-
-    original = Producer._settings_extra
-    if not getattr(original, "docstream_transaction_timeout", False):
-
-        def _settings_extra(self: Any) -> Any:
-            extra = dict(original(self))
-            if self.app.in_transaction:
-                extra["transaction_timeout_ms"] = _TRANSACTION_TIMEOUT_MS["value"]
-            return extra
-
-        _settings_extra.docstream_transaction_timeout = True  # type: ignore[attr-defined]
-        Producer._settings_extra = _settings_extra  # type: ignore[method-assign]
-    _TRANSACTION_TIMEOUT_MS["value"] = int(timeout_s * 1000)
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -245,39 +164,6 @@ class FaustSink:
         producer: Any = await self._app.maybe_start_producer() if transactional else self._app.producer
         pending = await producer.send(topic, key, value, partition, None, headers)
         await pending
-
-
-def exit_watchdog(seconds: float, code: int) -> threading.Timer:
-    """Exit the process with ``code`` unless it ended by itself within ``seconds``.
-
-    A stop can hang in Faust/aiokafka (a transaction commit during a rebalance, a consumer thread
-    that never ends); a service must still go away. Exiting hard loses nothing: input offsets
-    are committed only with their effects (and open transactions are aborted by the broker).
-    """
-
-    def _exit() -> None:
-        _log.error("reducer_stop_timed_out", seconds=seconds, exit_code=code)
-        os._exit(code)
-
-    timer = threading.Timer(seconds, _exit)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
-class ReducerWorker(faust.Worker):
-    """A Faust worker whose stop is bounded by ``stop_timeout_s`` when set (the process exits 1 past it).
-
-    Only a process of its own (``docstream reducer``) sets it; a host process running the
-    reducer on a thread keeps the default None and decides itself.
-    """
-
-    stop_timeout_s: float | None = None
-
-    def _schedule_shutdown(self, signum: signal.Signals) -> None:
-        if not self._signal_stop_time and self.stop_timeout_s is not None:
-            exit_watchdog(self.stop_timeout_s, 1)
-        super()._schedule_shutdown(signum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,10 +295,8 @@ def build_reducer(
             topic paused, as faust was seen to do (``faults.reducer_stall_partition``).
     """
     topics = Topics(settings.kafka.topic_prefix)
-    use_broker_highwaters()
-    retry_find_coordinator()
-    use_transaction_timeout(settings.reducer.transaction_timeout_s)
     app = faust.App(settings.reducer.app_id, **faust_settings(settings))
+    faust_shim.apply(app, transaction_timeout_s=settings.reducer.transaction_timeout_s)
     partitions = settings.kafka.partitions
     table_args: dict[str, Any] = {
         "partitions": partitions,
@@ -480,10 +364,10 @@ def build_reducer(
             return
         tps = [tp for tp in consumer.assignment() if tp.topic in sources]
         ends = await consumer.highwaters(*tps) if tps else {}
-        committed = getattr(consumer, "_committed_offset", {})  # faust's view of the group's offsets
+        committed = faust_shim.committed_offsets(consumer, tps)
         stalls = watch.stalled(
             {(tp.topic, tp.partition): end for tp, end in ends.items() if end is not None},
-            {(tp.topic, tp.partition): committed[tp] for tp in tps if committed.get(tp) is not None},
+            {(tp.topic, tp.partition): offset for tp, offset in committed.items()},
         )
         if stalls:
             await _act_on(consumer, stalls)

@@ -8,11 +8,9 @@ called from any thread.
 from __future__ import annotations
 
 import asyncio
-import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from docstream.avro import AvroSerde
 from docstream.kafka.admin import create_topics
@@ -21,30 +19,13 @@ from docstream.metrics import Metrics
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream_reducer.agents import StoreCalls
-from docstream_reducer.app import ReducerWorker, build_reducer, internal_topic_specs
+from docstream_reducer.app import build_reducer, internal_topic_specs
+from docstream_reducer.faust_shim import ThreadWorker
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = ["ReducerService", "build_reducer_service"]
 
 _log = get_logger(__name__)
-_LOOP_CLOSE_GRACE_S = 0.05
-
-
-class _ThreadWorker(ReducerWorker):
-    """A worker that leaves signals to the process that hosts it, and closes its loop without a pause.
-
-    mode-streaming 0.7.1's ``Worker._shutdown_loop`` (the end of every stop) runs ``_sentinel_task``, a
-    bare ``asyncio.sleep(1.0)``, on the stopped worker's loop before closing it: one loop pass is
-    left for late callbacks (transports closing) and the second is idle. Here a short sleep does the
-    same; on a thread of a process that waits for the reducer to stop, that second was one more in
-    every ``docstream run`` (tests/unit/test_reducer_service.py checks mode still works this way).
-    """
-
-    def install_signal_handlers(self) -> None:
-        return
-
-    async def _sentinel_task(self) -> None:
-        await asyncio.sleep(_LOOP_CLOSE_GRACE_S)
 
 
 class ReducerService:
@@ -55,7 +36,7 @@ class ReducerService:
         self._store = store
         self._metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
-        self._worker: Any = None
+        self._worker: ThreadWorker | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
 
@@ -71,8 +52,8 @@ class ReducerService:
             serde=AvroSerde(settings.kafka), webhooks=WebhookNotifier(settings.reducer, settings.retry),
             metrics=self._metrics, clock=time.monotonic,
         )
-        self._worker = _ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
-                                     redirect_stdouts=False, loop=self._loop)
+        self._worker = ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
+                                    redirect_stdouts=False, loop=self._loop)
         self._worker.spinner = None
         if self._stop_requested.is_set():  # stopped while starting: stop() found no worker to tell
             self._loop.close()
@@ -86,7 +67,7 @@ class ReducerService:
         """Ask the worker to shut down (thread-safe; before the worker runs, it does not start)."""
         self._stop_requested.set()
         if self._worker is not None and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._worker._schedule_shutdown, signal.SIGTERM)
+            self._loop.call_soon_threadsafe(self._worker.request_stop)
 
     def close(self) -> None:
         """Release the store executor."""

@@ -1,0 +1,347 @@
+"""Every touch of faust-streaming's, aiokafka's and mode-streaming's private internals, in one place.
+
+The reducer needs four fixes inside those libraries and two of their private fields
+(docs/reducer.md "Faust shim"). They were written for the exact versions in ``PINNED`` (also
+pinned in pyproject.toml); ``apply()`` refuses to start on any other version, or when a wrapped
+function's signature changed, with a ``LibraryMismatchError`` naming the package, what was
+expected and what was found.
+
+Nothing here patches a class for the whole process. ``apply(app, ...)`` gives one Faust app a
+transport of its own, whose subclasses carry the fixes:
+
+* ``_Consumer`` / ``_ConsumerThread``: changelog ends read from the broker under exactly-once
+  (``AIOKafkaConsumerThread._highwaters``);
+* ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
+  the value of this app's transport, and are ``_TransactionalProducer``s;
+* ``_TransactionalProducer``: its sender retries a FindCoordinator that lost its connection
+  (``Sender._find_coordinator``, wrapped on that sender instance only).
+
+``ReducerWorker`` (a bounded stop: ``Worker._schedule_shutdown``, ``_signal_stop_time``) and
+``ThreadWorker`` (a quick loop close: ``Worker._sentinel_task``) are subclasses used only where the
+reducer creates its worker. ``committed_offsets(consumer)`` reads Faust's view of the group's
+committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import inspect
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import aiokafka
+import faust
+import mode
+from aiokafka import errors as kafka_errors
+from aiokafka.producer.sender import Sender
+from faust.transport import base as transport_base
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from docstream.errors import FatalError
+from docstream.logging import get_logger
+
+__all__ = [
+    "PINNED",
+    "SIGNATURES",
+    "LibraryMismatchError",
+    "ReducerWorker",
+    "Shim",
+    "ThreadWorker",
+    "apply",
+    "check_signatures",
+    "check_versions",
+    "committed_offsets",
+    "exit_watchdog",
+]
+
+_log = get_logger(__name__)
+
+PINNED: Mapping[str, str] = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0", "mode-streaming": "0.7.1"}
+"""The distributions whose internals this module touches, at the versions it was written for."""
+
+SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
+    "aiokafka.producer.sender.Sender._find_coordinator":
+        ("aiokafka", Sender._find_coordinator, "(self, coordinator_type, coordinator_key)"),
+    "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._highwaters":
+        ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread._highwaters,
+         "(self, partitions: List[faust.types.tuples.TP]) -> Mapping[faust.types.tuples.TP, int]"),
+    "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._ensure_consumer":
+        ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread._ensure_consumer,
+         "(self) -> aiokafka.consumer.consumer.AIOKafkaConsumer"),
+    "faust.transport.drivers.aiokafka.Consumer._new_consumer_thread":
+        ("faust-streaming", faust_aiokafka.Consumer._new_consumer_thread,
+         "(self) -> 'AIOKafkaConsumerThread'"),
+    "faust.transport.drivers.aiokafka.Producer._settings_extra":
+        ("faust-streaming", faust_aiokafka.Producer._settings_extra, "(self) -> Mapping[str, Any]"),
+    "faust.transport.drivers.aiokafka.Producer._new_producer":
+        ("faust-streaming", faust_aiokafka.Producer._new_producer,
+         "(self, transactional_id: Optional[str] = None) -> aiokafka.producer.producer.AIOKafkaProducer"),
+    "faust.transport.drivers.aiokafka.Producer._producer_type":
+        ("faust-streaming", faust_aiokafka.Producer.__dict__["_producer_type"].fget,
+         "(self) -> Type[aiokafka.producer.producer.AIOKafkaProducer]"),
+    "faust.transport.base.Transport.__init__":
+        ("faust-streaming", transport_base.Transport.__init__,
+         "(self, url: List[yarl.URL], app: faust.types.app.AppT,"
+         " loop: Optional[asyncio.events.AbstractEventLoop] = None) -> None"),
+    "mode.worker.Worker._schedule_shutdown":
+        ("mode-streaming", mode.Worker._schedule_shutdown, "(self, signal: signal.Signals) -> None"),
+    "mode.worker.Worker._sentinel_task":
+        ("mode-streaming", mode.Worker._sentinel_task, "(self) -> None"),
+}
+"""Every third-party function this module wraps, overrides or calls privately: (package, function,
+expected ``str(inspect.signature(...))``)."""
+
+_PRIVATE_FIELDS = (
+    ("mode-streaming", mode.Worker, "_signal_stop_time"),
+    ("faust-streaming", faust_aiokafka.Consumer, "_committed_offset"),
+)
+
+
+class LibraryMismatchError(FatalError):
+    """An installed library differs from the one the reducer's patches were written for.
+
+    Attributes:
+        package: the distribution, e.g. ``aiokafka``.
+        expected: the pinned version, or the expected signature.
+        found: the installed version, or the signature found.
+    """
+
+    code = "library_mismatch"
+
+    def __init__(self, package: str, what: str, expected: str, found: str) -> None:
+        super().__init__(f"{package}: {what} is {found!r}, the reducer's patches were written for {expected!r} "
+                         "(services/reducer/docstream_reducer/faust_shim.py)")
+        self.package = package
+        self.expected = expected
+        self.found = found
+
+
+def check_versions(version: Callable[[str], str] = importlib.metadata.version) -> None:
+    """Refuse any installed version of the patched libraries but the pinned one.
+
+    Args:
+        version: looks up an installed distribution's version (``importlib.metadata.version``).
+
+    Raises:
+        LibraryMismatchError: a distribution is missing or at another version.
+    """
+    for package, expected in PINNED.items():
+        try:
+            found = version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found = "not installed"
+        if found != expected:
+            raise LibraryMismatchError(package, "the installed version", expected, found)
+
+
+def check_signatures(signatures: Mapping[str, tuple[str, Callable[..., Any], str]] = SIGNATURES) -> None:
+    """Refuse to run when a function this module wraps changed its signature, or a private field is gone.
+
+    Raises:
+        LibraryMismatchError: a signature differs, or a function or field is missing.
+    """
+    for name, (package, function, expected) in signatures.items():
+        found = str(inspect.signature(function))
+        if found != expected:
+            raise LibraryMismatchError(package, f"the signature of {name}", expected, found)
+    if not inspect.iscoroutinefunction(mode.Worker._sentinel_task):
+        raise LibraryMismatchError("mode-streaming", "mode.Worker._sentinel_task", "a coroutine function",
+                                   "a plain function")
+    for package, owner, field in _PRIVATE_FIELDS:
+        if field not in _annotations(owner):
+            raise LibraryMismatchError(package, f"{owner.__qualname__}.{field}", "a declared field", "absent")
+
+
+def _annotations(owner: type) -> set[str]:
+    return {name for cls in owner.__mro__ for name in getattr(cls, "__annotations__", {})}
+
+
+@dataclass
+class Shim:
+    """What ``apply()`` did to one app; ``undo()`` gives the app back the transport it had."""
+
+    app: faust.App
+    transport: _Transport
+    previous: Any
+
+    def undo(self) -> None:
+        """Put the app's previous transport back (None: Faust builds its own again on first use)."""
+        self.app._transport = self.previous
+
+
+def apply(app: faust.App, *, transaction_timeout_s: float) -> Shim:
+    """Check the libraries, then give ``app`` the patched transport. Call it before the app starts.
+
+    Args:
+        app: the reducer's Faust app (broker ``kafka://``: the aiokafka driver).
+        transaction_timeout_s: ``transaction_timeout_ms`` of its transactional producers.
+
+    Raises:
+        LibraryMismatchError: see ``check_versions`` and ``check_signatures``.
+    """
+    check_versions()
+    check_signatures()
+    previous = app._transport
+    transport = _Transport(app.conf.broker_consumer, app, transaction_timeout_ms=int(transaction_timeout_s * 1000))
+    app.transport = transport
+    return Shim(app=app, transport=transport, previous=previous)
+
+
+def committed_offsets(consumer: Any, tps: Iterable[TP]) -> dict[TP, int]:
+    """Faust's view of the group's committed offsets of ``tps`` (partitions without one are left out)."""
+    committed: Mapping[TP, int | None] = getattr(consumer, "_committed_offset", {})
+    return {tp: offset for tp in tps if (offset := committed.get(tp)) is not None}
+
+
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Reads changelog ends from the broker under exactly-once.
+
+    faust-streaming 0.15.3 takes the end of a changelog partition, under exactly-once, from
+    aiokafka's ``last_stable_offset``, which stays None until that partition has been fetched
+    once; Faust turns None into -1, an "empty" changelog: recovery after a restart or a
+    rebalance then restores nothing, or stops with ConsistencyError. A ListOffsets request
+    (``end_offsets``) with isolation read_committed returns the broker's last stable offset.
+    """
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        return cast(Mapping[TP, int], await self._ensure_consumer().end_offsets(partitions))
+
+
+class _Consumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> _ConsumerThread:
+        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+def _retry_find_coordinator(sender: Any) -> None:
+    """Make ``sender`` retry a FindCoordinator that lost its connection (this sender only).
+
+    aiokafka 0.14.0's ``Sender._find_coordinator`` retries only CoordinatorNotAvailable, NodeNotReady
+    and RequestTimedOut; any other error, a KafkaConnectionError too (the broker went away during
+    the request), becomes a KafkaError that ends the sender routine: Faust's consumer then crashes
+    and the exactly-once reducer exits 1 on a broker restart (docs/reliability.md, "Found and
+    fixed"). Here every error its library marks ``retriable`` is retried the way the library retries
+    NodeNotReady: refresh the metadata, wait ``retry_backoff``, ask again; other errors stay fatal.
+    """
+    find = sender._find_coordinator
+
+    async def _find_coordinator(coordinator_type: Any, coordinator_key: str) -> Any:
+        while True:
+            try:
+                return await find(coordinator_type, coordinator_key)
+            except kafka_errors.KafkaError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, kafka_errors.KafkaError) and cause.retriable):
+                    raise
+                _log.warning("find_coordinator_retry", error=repr(cause), coordinator_key=coordinator_key)
+                await sender.client.force_metadata_update()
+                await asyncio.sleep(sender._retry_backoff)
+
+    _find_coordinator.docstream_retries = True  # type: ignore[attr-defined]
+    sender._find_coordinator = _find_coordinator
+
+
+class _TransactionalProducer(aiokafka.AIOKafkaProducer):  # type: ignore[misc]  # aiokafka is untyped
+    """An AIOKafkaProducer whose sender retries FindCoordinator on retriable errors."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        sender = getattr(self, "_sender", None)
+        if not isinstance(sender, Sender):
+            raise LibraryMismatchError("aiokafka", "AIOKafkaProducer._sender", "a Sender", type(sender).__name__)
+        _retry_find_coordinator(sender)
+
+
+class _Producer(faust_aiokafka.Producer):
+    """Faust's producer; transactional producers get their transport's ``transaction_timeout_ms``.
+
+    faust-streaming 0.15.3 has no setting for it, so aiokafka's 60 s default applies: a store
+    outage that keeps an agent retrying inside a transaction for longer (Cassandra restarting) made
+    the broker abort the transaction and fence the producer, and the reducer crashed with
+    ProducerFenced (full Cassandra-outage chaos scenario, docs/reliability.md).
+    """
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        extra = dict(super()._settings_extra())
+        if self.app.in_transaction:
+            extra["transaction_timeout_ms"] = cast(_Transport, self.transport).transaction_timeout_ms
+        return extra
+
+    @property
+    def _producer_type(self) -> type[aiokafka.AIOKafkaProducer]:
+        return _TransactionalProducer
+
+
+class _Transport(faust_aiokafka.Transport):
+    """The aiokafka transport of one app, with the patched consumer and producer."""
+
+    Consumer = _Consumer
+    Producer = _Producer
+
+    def __init__(self, url: Any, app: faust.App, *, transaction_timeout_ms: int) -> None:
+        super().__init__(url, app)
+        self.transaction_timeout_ms = transaction_timeout_ms
+
+
+def exit_watchdog(seconds: float, code: int) -> threading.Timer:
+    """Exit the process with ``code`` unless it ended by itself within ``seconds``.
+
+    A stop can hang in Faust/aiokafka (a transaction commit during a rebalance, a consumer thread
+    that never ends); a service must still go away. Exiting hard loses nothing: input offsets
+    are committed only with their effects (and open transactions are aborted by the broker).
+    """
+
+    def _exit() -> None:
+        _log.error("reducer_stop_timed_out", seconds=seconds, exit_code=code)
+        os._exit(code)
+
+    timer = threading.Timer(seconds, _exit)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+class ReducerWorker(faust.Worker):
+    """A Faust worker whose stop is bounded by ``stop_timeout_s`` when set (the process exits 1 past it).
+
+    Only a process of its own (``docstream reducer``) sets it; a host process running the
+    reducer on a thread keeps the default None and decides itself. ``watchdog`` arms the bound
+    (``exit_watchdog``; tests give a recorder).
+    """
+
+    stop_timeout_s: float | None = None
+    watchdog: Callable[[float, int], object] = staticmethod(exit_watchdog)
+
+    def request_stop(self) -> None:
+        """Stop as on SIGTERM (call it on the worker's loop)."""
+        self._schedule_shutdown(signal.SIGTERM)
+
+    def _schedule_shutdown(self, signum: signal.Signals) -> None:
+        if not self._signal_stop_time and self.stop_timeout_s is not None:
+            self.watchdog(self.stop_timeout_s, 1)
+        super()._schedule_shutdown(signum)
+
+
+_LOOP_CLOSE_GRACE_S = 0.05
+
+
+class ThreadWorker(ReducerWorker):
+    """A worker that leaves signals to the process that hosts it, and closes its loop without a pause.
+
+    mode-streaming 0.7.1's ``Worker._shutdown_loop`` (the end of every stop) runs ``_sentinel_task``, a
+    bare ``asyncio.sleep(1.0)``, on the stopped worker's loop before closing it: one loop pass is
+    left for late callbacks (transports closing) and the second is idle. Here a short sleep does the
+    same; on a thread of a process that waits for the reducer to stop, that second was one more in
+    every ``docstream run`` (tests/unit/test_faust_shim.py checks mode still works this way).
+    """
+
+    def install_signal_handlers(self) -> None:
+        return
+
+    async def _sentinel_task(self) -> None:
+        await asyncio.sleep(_LOOP_CLOSE_GRACE_S)

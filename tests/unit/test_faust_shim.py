@@ -1,0 +1,294 @@
+"""faust_shim: each fix inside faust-streaming/aiokafka/mode, and the checks that guard them (no broker).
+
+Every test that applies the shim gets its app from the ``shimmed`` fixture, whose teardown
+undoes it and checks that no class of the three libraries was changed for the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.metadata
+import inspect
+import signal
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import MethodType, SimpleNamespace
+from typing import Any
+
+import faust
+import mode
+import pytest
+from aiokafka import errors as kafka_errors
+from aiokafka.client import CoordinationType
+from aiokafka.producer.sender import Sender
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from docstream_reducer import faust_shim
+from docstream_reducer.faust_shim import LibraryMismatchError, ReducerWorker, ThreadWorker
+
+_ROOT = Path(__file__).resolve().parents[2]
+_LIBRARY_CLASSES = (Sender, faust_aiokafka.AIOKafkaConsumerThread, faust_aiokafka.Consumer,
+                    faust_aiokafka.Producer, faust_aiokafka.Transport, mode.Worker, faust.Worker)
+
+
+def _class_state() -> dict[str, dict[str, Any]]:
+    return {cls.__qualname__: dict(vars(cls)) for cls in _LIBRARY_CLASSES}
+
+
+def _app(name: str, *, exactly_once: bool = False) -> faust.App:
+    return faust.App(name, broker="kafka://127.0.0.1:1", web_enabled=False, autodiscover=False,
+                     processing_guarantee="exactly_once" if exactly_once else "at_least_once")
+
+
+@pytest.fixture
+def shimmed() -> Iterator[Callable[..., faust.App]]:
+    """Apply the shim to new apps; undo it afterwards and check that nothing process-wide changed."""
+    before = _class_state()
+    shims: list[faust_shim.Shim] = []
+
+    def _make(name: str = "shim-test", *, exactly_once: bool = False, timeout_s: float = 300.0) -> faust.App:
+        app = _app(name, exactly_once=exactly_once)
+        app.in_worker = exactly_once  # in_transaction needs both (set by faust's Worker)
+        shims.append(faust_shim.apply(app, transaction_timeout_s=timeout_s))
+        return app
+
+    yield _make
+    for shim in shims:
+        shim.undo()
+        assert shim.app._transport is shim.previous
+    assert _class_state() == before
+
+
+# --- version and signature checks ---------------------------------------------------------------
+
+
+def test_the_pins_of_the_shim_are_the_pins_of_pyproject() -> None:
+    dependencies = tomllib.loads((_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for package, version in faust_shim.PINNED.items():
+        assert f"{package}=={version}" in dependencies
+
+
+def test_the_installed_libraries_pass_both_checks() -> None:
+    faust_shim.check_versions()
+    faust_shim.check_signatures()
+
+
+def test_another_installed_version_is_refused_with_the_package_and_both_versions() -> None:
+    def version(package: str) -> str:
+        return "0.15.0" if package == "aiokafka" else importlib.metadata.version(package)
+
+    with pytest.raises(LibraryMismatchError) as caught:
+        faust_shim.check_versions(version)
+    assert caught.value.code == "library_mismatch"
+    assert (caught.value.package, caught.value.expected, caught.value.found) == ("aiokafka", "0.14.0", "0.15.0")
+    assert "aiokafka" in caught.value.message and "0.14.0" in caught.value.message and "0.15.0" in caught.value.message
+
+
+def test_a_missing_library_is_refused() -> None:
+    def version(package: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(package)
+
+    with pytest.raises(LibraryMismatchError, match="not installed"):
+        faust_shim.check_versions(version)
+
+
+def test_a_changed_signature_is_refused_with_both_signatures() -> None:
+    async def _find_coordinator(self: Any, coordinator_type: Any, coordinator_key: str, timeout: float) -> Any:
+        return None
+
+    expected = "(self, coordinator_type, coordinator_key)"
+    with pytest.raises(LibraryMismatchError) as caught:
+        faust_shim.check_signatures({"aiokafka.producer.sender.Sender._find_coordinator":
+                                     ("aiokafka", _find_coordinator, expected)})
+    assert caught.value.package == "aiokafka" and caught.value.expected == expected
+    assert "timeout: 'float'" in caught.value.found and "Sender._find_coordinator" in caught.value.message
+
+
+def test_apply_checks_before_it_patches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(faust_shim, "PINNED", {"faust-streaming": "0.16.0"})
+    app = _app("shim-refused")
+    with pytest.raises(LibraryMismatchError, match="faust-streaming"):
+        faust_shim.apply(app, transaction_timeout_s=300)
+    assert app._transport is None
+
+
+def test_mode_still_ends_a_worker_with_the_sentinel_task_that_the_thread_worker_shortens() -> None:
+    # ThreadWorker overrides a private coroutine of mode's Worker; a mode that no longer calls it
+    # (or calls it differently) makes the override dead code: review faust_shim.ThreadWorker.
+    assert "self._sentinel_task()" in inspect.getsource(mode.Worker._shutdown_loop)
+    assert "self._shutdown_loop()" in inspect.getsource(mode.Worker.stop_and_shutdown)
+    assert "self._producer_type(" in inspect.getsource(faust_aiokafka.Producer._new_producer)
+    assert ThreadWorker._sentinel_task is not mode.Worker._sentinel_task
+
+
+# --- the patches ---------------------------------------------------------------------------------
+
+
+def test_changelog_ends_come_from_the_broker_also_in_a_transaction(shimmed: Callable[..., faust.App]) -> None:
+    app = shimmed("shim-highwaters")
+
+    async def _consumer_thread() -> type:
+        async def _noop(*_: Any) -> None:
+            return None
+
+        consumer = app.transport.create_consumer(callback=_noop, on_partitions_revoked=_noop,
+                                                 on_partitions_assigned=_noop)
+        consumer._thread.thread_loop.close()
+        return type(consumer._thread)
+
+    thread_type = asyncio.run(_consumer_thread())
+    assert issubclass(thread_type, faust_aiokafka.AIOKafkaConsumerThread)
+
+    class _AioConsumer:
+        async def end_offsets(self, partitions: list[TP]) -> dict[TP, int]:
+            return {tp: 41 for tp in partitions}
+
+        def last_stable_offset(self, tp: TP) -> None:
+            return None  # what aiokafka answers before the partition was fetched
+
+    aio = _AioConsumer()
+    thread = SimpleNamespace(consumer=SimpleNamespace(in_transaction=True), _ensure_consumer=lambda: aio)
+    tp = TP("t-changelog", 0)
+    assert asyncio.run(thread_type._highwaters(thread, [tp])) == {tp: 41}
+    assert asyncio.run(faust_aiokafka.AIOKafkaConsumerThread._highwaters(thread, [tp])) == {tp: None}
+
+
+def test_transactional_producers_get_their_own_apps_transaction_timeout(shimmed: Callable[..., faust.App]) -> None:
+    first = shimmed("shim-txn-1", exactly_once=True, timeout_s=300)
+    second = shimmed("shim-txn-2", exactly_once=True, timeout_s=450)  # no "last call wins"
+    plain = shimmed("shim-plain", timeout_s=450)
+    assert first.producer._settings_extra() == {"acks": "all", "enable_idempotence": True,
+                                                "transaction_timeout_ms": 300_000}
+    assert second.producer._settings_extra()["transaction_timeout_ms"] == 450_000
+    assert plain.producer._settings_extra() == {}
+
+
+def test_the_apps_aiokafka_producers_retry_find_coordinator(shimmed: Callable[..., faust.App]) -> None:
+    app = shimmed("shim-sender", exactly_once=True)
+
+    async def _new() -> tuple[Any, Any]:
+        producer = app.producer._new_producer(transactional_id="reducer-0")
+        try:
+            return producer._sender._find_coordinator, producer._txn_manager.transaction_timeout_ms
+        finally:
+            await producer.stop()
+
+    find, timeout_ms = asyncio.run(_new())
+    gc.collect()
+    assert getattr(find, "docstream_retries", False)
+    assert timeout_ms == 300_000
+
+
+class _Client:
+    """coordinator_lookup answers with the given errors first, then node 7; every node is ready."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.lookups = 0
+        self.metadata_updates = 0
+
+    async def coordinator_lookup(self, coordinator_type: Any, coordinator_key: str) -> int:
+        self.lookups += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return 7
+
+    async def ready(self, node_id: int, group: Any = None) -> bool:
+        return True
+
+    async def force_metadata_update(self) -> bool:
+        self.metadata_updates += 1
+        return True
+
+
+def _sender(client: _Client) -> Any:
+    """A stand-in for a Sender's state (client, transaction manager, backoff), with the shim's retry."""
+    sender = SimpleNamespace(client=client, _txn_manager=SimpleNamespace(transactional_id="reducer-0"),
+                             _coordinators={}, _retry_backoff=0.0)
+    sender._find_coordinator = MethodType(Sender._find_coordinator, sender)
+    faust_shim._retry_find_coordinator(sender)
+    return sender
+
+
+def _find(sender: Any) -> int:
+    return asyncio.run(sender._find_coordinator(CoordinationType.GROUP, "group"))
+
+
+def test_a_connection_lost_during_find_coordinator_is_retried_until_the_broker_answers() -> None:
+    client = _Client(kafka_errors.KafkaConnectionError("Connection at 127.0.0.1:9092 closed"),
+                     kafka_errors.KafkaConnectionError("Connection at 127.0.0.1:9092 closed"))
+    sender = _sender(client)
+    assert _find(sender) == 7
+    assert client.lookups == 3 and client.metadata_updates == 2
+    assert sender._coordinators[CoordinationType.GROUP] == 7
+
+
+def test_a_non_retriable_error_still_fails() -> None:
+    client = _Client(kafka_errors.GroupAuthorizationFailedError())
+    with pytest.raises(kafka_errors.GroupAuthorizationFailedError):
+        _find(_sender(client))
+    client = _Client(kafka_errors.UnsupportedVersionError())
+    with pytest.raises(kafka_errors.KafkaError):
+        _find(_sender(client))
+    assert client.lookups == 1
+
+
+def test_without_the_shim_a_connection_lost_ends_find_coordinator() -> None:
+    client = _Client(kafka_errors.KafkaConnectionError("Connection at 127.0.0.1:9092 closed"))
+    sender = SimpleNamespace(client=client, _txn_manager=SimpleNamespace(transactional_id="reducer-0"),
+                             _coordinators={}, _retry_backoff=0.0)
+    with pytest.raises(kafka_errors.KafkaError):
+        asyncio.run(Sender._find_coordinator(sender, CoordinationType.GROUP, "group"))
+
+
+# --- private reads and the workers ----------------------------------------------------------------
+
+
+def test_committed_offsets_leave_out_partitions_without_one() -> None:
+    a, b, c = TP("t", 0), TP("t", 1), TP("u", 0)
+    consumer = SimpleNamespace(_committed_offset={a: 5, b: None})
+    assert faust_shim.committed_offsets(consumer, [a, b, c]) == {a: 5}
+    assert faust_shim.committed_offsets(SimpleNamespace(), [a]) == {}
+
+
+def test_the_first_stop_signal_arms_the_watchdog_once_and_only_with_a_bound() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        for bound, expected in ((7.0, [(7.0, 1)]), (None, [])):
+            worker = ReducerWorker(_app("shim-worker"), loop=loop, quiet=True, override_logging=False,
+                                   redirect_stdouts=False, loglevel="warning")
+            armed: list[tuple[float, int]] = []
+            worker.watchdog = lambda seconds, code, armed=armed: armed.append((seconds, code))  # type: ignore[misc]
+            worker.stop_timeout_s = bound
+            worker.request_stop()
+            worker.request_stop()
+            loop.run_until_complete(worker._signal_stop_future)
+            assert armed == expected
+    finally:
+        loop.close()
+
+
+def test_the_thread_worker_installs_no_signal_handlers() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        worker = ThreadWorker(_app("shim-thread"), loop=loop, quiet=True, override_logging=False,
+                              redirect_stdouts=False, loglevel="warning")
+        worker.install_signal_handlers()
+        assert not loop.remove_signal_handler(signal.SIGTERM)
+    finally:
+        loop.close()
+
+
+def test_the_thread_worker_sentinel_lets_the_loop_run_once_more_and_returns_at_once() -> None:
+    loop = asyncio.new_event_loop()
+    ran: list[str] = []
+    try:
+        loop.call_soon(ran.append, "late callback")
+        worker = object.__new__(ThreadWorker)  # the coroutine uses nothing of the worker
+        loop.run_until_complete(asyncio.wait_for(ThreadWorker._sentinel_task(worker), timeout=0.5))
+    finally:
+        loop.close()
+    assert ran == ["late callback"]
