@@ -246,7 +246,7 @@ def _retry_find_coordinator(sender: Any) -> None:
     sender._find_coordinator = _find_coordinator
 
 
-class _TransactionalProducer(aiokafka.AIOKafkaProducer):  # type: ignore[misc]  # aiokafka is untyped
+class _TransactionalProducer(aiokafka.AIOKafkaProducer):  # aiokafka is untyped: see the mypy carve-out
     """An AIOKafkaProducer whose sender retries FindCoordinator on retriable errors."""
 
     def __init__(self, **kwargs: Any) -> None:
