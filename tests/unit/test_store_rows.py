@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,22 +180,6 @@ def test_sqlite_rows_are_read_by_name_whatever_the_select_order() -> None:
     finally:
         conn.close()
     assert rows.chunk_from_columns(found) == CHUNK
-
-
-def _imported_roots(path: Path) -> set[str]:
-    roots: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
-
-
-@pytest.mark.parametrize("module", ["rows.py", "paging.py", "table_store.py"])
-def test_the_shared_mapping_and_paging_are_pure(module: str) -> None:
-    forbidden = {"cassandra", "sqlite3", "os", "time", "socket", "confluent_kafka", "fsspec"}
-    assert _imported_roots(Path(rows.__file__).with_name(module)) & forbidden == set()
 
 
 def test_columns_protocol_takes_plain_mappings() -> None:
