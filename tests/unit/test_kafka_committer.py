@@ -319,3 +319,17 @@ def test_a_failed_static_assignment_closes_its_consumer() -> None:
     assert rig.consumer.closed
     with pytest.raises(RuntimeError):
         _ = rig.committer.consumer
+
+
+def test_started_holds_from_start_to_close_and_not_after_a_failed_start() -> None:
+    rig = _rig()
+    assert not rig.committer.started
+    rig.committer.start()
+    assert rig.committer.started  # subscribed, before any assignment: what a loop's /readyz reads
+    rig.committer.close()
+    assert not rig.committer.started
+
+    failed = _rig(static=True, partitions=())
+    with pytest.raises(FatalError):
+        failed.committer.start()
+    assert not failed.committer.started

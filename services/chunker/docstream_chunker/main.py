@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 
 from docstream.avro.serde import AvroSerde
-from docstream.errors import DocstreamError
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.loop import ConsumeLoop
-from docstream.logging import configure_logging, get_logger
-from docstream.metrics import Metrics, MetricsServer
+from docstream.metrics import Metrics
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
-from docstream.store import ResultStore, open_store
+from docstream.store import ResultStore
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler, max_poll_interval_ms
 from docstream_chunker.worker import ProcessExtractor
@@ -32,6 +30,11 @@ class ChunkerService:
 
     def stop(self) -> None:
         self.loop.stop()
+
+    @property
+    def ready(self) -> bool:
+        """The loop consumes: subscribed and running, not stopping (for /readyz)."""
+        return self.loop.ready
 
     def close(self) -> None:
         self.extractor.close()
@@ -66,30 +69,10 @@ def build_chunker(
 
 def main(settings: Settings) -> int:
     """Run the chunker until SIGTERM/SIGINT; 0 on a clean stop, 1 on a fatal error."""
-    configure_logging(level=settings.log.level, fmt=settings.log.format, service="chunker")
-    log = get_logger(__name__)
-    metrics = Metrics()
-    server = MetricsServer(metrics, host=settings.metrics.host, port=settings.metrics.port).start() if (
-        settings.metrics.port
-    ) else None
-    store = open_store(settings)
-    service: ChunkerService | None = None
-    try:
-        service = build_chunker(settings, store=store, metrics=metrics)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: service.stop() if service else None)
-        service.run()
-    except DocstreamError as exc:
-        log.error("chunker_failed", error_code=exc.code, error=exc.message)
-        return 1
-    except Exception as exc:  # main: log once, exit non-zero
-        log.error("chunker_crashed", error=str(exc)[:500], exc_info=exc)
-        return 1
-    finally:
-        if service is not None:
-            service.close()
-        store.close()
-        if server is not None:
-            server.stop()
-    log.info("chunker_stopped")
-    return 0
+
+    def serve(host: ServiceHost) -> None:
+        service = build_chunker(settings, store=host.open_store(), metrics=host.metrics)
+        host.on_exit(service.close)
+        host.serve(service.run, stop=service.stop, ready=lambda: service.ready)
+
+    return run_service(settings, "chunker", serve, stopped_event="chunker_stopped")

@@ -159,6 +159,11 @@ class Committer:
         return self._consumer
 
     @property
+    def started(self) -> bool:
+        """Whether it holds a consumer: ``start`` subscribed (or assigned) one and ``close`` has not closed it."""
+        return self._consumer is not None
+
+    @property
     def assigned(self) -> TopicPartitions:
         """The partitions the current consumer holds, in assignment order."""
         return list(self._assigned)

@@ -160,6 +160,11 @@ class ConsumeLoop:
         """The event that stops the loop."""
         return self._stop
 
+    @property
+    def ready(self) -> bool:
+        """Consuming (for /readyz): ``run()`` holds its subscribed (or assigned) consumer and no stop is asked."""
+        return self._committer.started and not self._stop.is_set()
+
     def stop(self) -> None:
         """Ask the loop to finish (thread- and signal-safe)."""
         self._stop.set()
