@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import signal
-
 from docstream.avro.serde import AvroSerde
 from docstream.embedding import Embedder, load_embedder
-from docstream.errors import DocstreamError
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
-from docstream.logging import configure_logging, get_logger
-from docstream.metrics import Metrics, MetricsServer
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
-from docstream.store import ResultStore, open_store
+from docstream.store import ResultStore
 from docstream.topics import Topics
 from docstream_inference.faults import with_faults
 from docstream_inference.pipeline import SERVICE, InferencePipeline
@@ -47,31 +45,10 @@ def build_inference(
 
 def main(settings: Settings) -> int:
     """Run the inference service until SIGTERM/SIGINT (0) or a fatal fault (1)."""
-    configure_logging(level=settings.log.level, fmt=settings.log.format, service=SERVICE)
-    metrics = Metrics()
-    pipeline: list[InferencePipeline] = []
-    server = None
-    if settings.metrics.port:
-        ready = lambda: bool(pipeline) and pipeline[0].ready  # noqa: E731
-        server = MetricsServer(metrics, host=settings.metrics.host, port=settings.metrics.port, ready=ready).start()
-    store: ResultStore | None = None
-    try:
+
+    def serve(host: ServiceHost) -> None:
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-        store = open_store(settings)
-        store.migrate()
-        pipeline.append(build_inference(settings, store=store, metrics=metrics))
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: pipeline[0].stop())
-        pipeline[0].run()
-        return 0
-    except DocstreamError as exc:
-        _log.error("inference_failed", error_code=exc.code, error=exc.message)
-        return 1
-    except Exception:  # noqa: BLE001 - main: log once, exit non-zero
-        _log.exception("inference_crashed")
-        return 1
-    finally:
-        if store is not None:
-            store.close()
-        if server is not None:
-            server.stop()
+        pipeline = build_inference(settings, store=host.open_store(migrate=True), metrics=host.metrics)
+        host.serve(pipeline.run, stop=pipeline.stop, ready=lambda: pipeline.ready)
+
+    return run_service(settings, SERVICE, serve)
