@@ -6,8 +6,8 @@ of DocumentSubmitted (docs/intake.md); this process makes sure what they write t
 
 from __future__ import annotations
 
-from docstream.errors import DocstreamError
-from docstream.logging import configure_logging, get_logger
+from docstream.logging import get_logger
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream_ingest.commands import prepare_intake
 
@@ -16,12 +16,11 @@ __all__ = ["main"]
 
 def main(settings: Settings) -> int:
     """Create the store schema and the topics where missing; 0 when ready, 1 otherwise."""
-    configure_logging(level=settings.log.level, fmt=settings.log.format, service="ingest")
-    log = get_logger(__name__)
-    try:
+
+    def prepare(_: ServiceHost) -> None:
         prepare_intake(settings)
-    except DocstreamError as exc:
-        log.error("ingest_prepare_failed", error_code=exc.code, error=exc.message)
-        return 1
-    log.info("ingest_ready", topic_prefix=settings.kafka.topic_prefix, object_store=settings.object_store.url)
-    return 0
+        get_logger(__name__).info("ingest_ready", topic_prefix=settings.kafka.topic_prefix,
+                                  object_store=settings.object_store.url)
+
+    # one-shot: no metrics endpoint, and prepare_intake opens (and closes) the store itself
+    return run_service(settings, "ingest", prepare, metrics_endpoint=False, failed_event="ingest_prepare_failed")
