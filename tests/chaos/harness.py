@@ -6,7 +6,8 @@
   make of it (chunk ids computed here with the chunker's own code and default settings, or the error
   code it must fail with).
 * ``KafkaProbe``: topic ends and group offsets (one consumer and one admin client, reused).
-* ``read_topic``: a topic from the start up to its current end, read_committed by default.
+* ``read_topic``: a topic from the start up to its current end, read_committed by default (the messages
+  of tests.fixtures.kafka.read_topic).
 * ``JobExpectations.check(store)``: every document terminal with the right status and exactly its
   chunk rows; returns figures.
 * ``Sampler``: a background thread sampling a callable at an interval (progress, memory).
@@ -29,7 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from cassandra.cluster import Cluster
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
@@ -53,6 +54,7 @@ from tests.fixtures.documents import (
     make_pdf,
     make_truncated_pdf,
 )
+from tests.fixtures.kafka import read_topic as read_to_end
 from tests.fixtures.kafka import wait_until
 from tests.fixtures.services import ROOT, Pipeline
 
@@ -299,40 +301,18 @@ def headers_of(msg: Message) -> dict[str, str]:
 
 
 def read_topic(
-    bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout_s: float = 60.0
+    bootstrap: str, topic: str, *, isolation: Literal["read_committed", "read_uncommitted"] = "read_committed",
+    timeout_s: float = 60.0,
 ) -> list[Message]:
-    """Every record of ``topic`` from the start up to the end it has now (no group join)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": isolation, **_QUIET_KAFKA})
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-        todo = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
-        messages: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
-                messages.append(msg)
-            # under read_committed the position skips transaction markers and aborted records
-            for tp in consumer.position([TopicPartition(topic, p) for p in list(todo)]):
-                if tp.offset >= ends[tp.partition]:
-                    todo.discard(tp.partition)
-        if todo:
-            raise AssertionError(f"could not read {topic} to its end within {timeout_s} s (partitions {todo})")
-        return messages
-    finally:
-        consumer.close()
+    """Every record of ``topic`` from the start up to the end it has now (tests.fixtures.kafka.read_topic)."""
+    return read_to_end(bootstrap, topic, isolation=isolation, timeout_s=timeout_s).messages
 
 
 def completed_per_document(bootstrap: str, topic: str, kafka: KafkaSettings, doc_ids: Iterable[str]) -> Counter[str]:
     """How many DocumentCompleted records (read_committed) each of ``doc_ids`` has on ``topic``."""
     wanted = set(doc_ids)
-    serde = AvroSerde(kafka)
     counts: Counter[str] = Counter()
-    for msg in read_topic(bootstrap, topic):
-        record = serde.deserialize(msg.value(), topic)
+    for record in read_to_end(bootstrap, topic, serde=AvroSerde(kafka), timeout_s=60.0).records:
         if isinstance(record, DocumentCompleted) and record.doc_id in wanted:
             counts[record.doc_id] += 1
     return counts

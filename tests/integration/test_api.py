@@ -12,7 +12,6 @@ import json
 import socket
 import tarfile
 import threading
-import time
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -23,13 +22,11 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from docstream import ids
 from docstream.apikeys import generate_api_key
 from docstream.avro.serde import AvroSerde
 from docstream.kafka.admin import ensure_topics
-from docstream.kafka.clients import consumer_config
 from docstream.objectstore import ObjectStore
 from docstream.records import DocumentSubmitted
 from docstream.settings import CassandraSettings, Settings
@@ -47,7 +44,7 @@ from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import InlineExtractor
 from docstream_ingest.api import create_app
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.kafka import kafka_settings, wait_until
+from tests.fixtures.kafka import TopicReader, kafka_settings, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -96,37 +93,24 @@ class Stack:
         return httpx.Client(base_url=self.url, headers=headers or {}, timeout=60)
 
     def records(self, job_id: str, count: int, timeout_s: float = 30.0) -> list[DocumentSubmitted]:
-        """The job's DocumentSubmitted records on the intake topic (waits for ``count``)."""
-        found: dict[str, DocumentSubmitted] = {}
+        """The job's DocumentSubmitted records on the intake topic (waits for ``count``, then reads to the end)."""
 
-        def poll() -> bool:
-            for key, value in _read_topic(self.settings, self.topic):
-                record = self.serde.deserialize(value, self.topic)
+        def mine(reader: TopicReader) -> dict[str, DocumentSubmitted]:
+            found: dict[str, DocumentSubmitted] = {}
+            for received in reader.received:
+                record = received.record
                 assert isinstance(record, DocumentSubmitted)
                 if record.job_id == job_id:
+                    key = (received.message.key() or b"").decode()
                     assert key == record.doc_id
                     found[key] = record
-            return len(found) >= count
+            return found
 
-        wait_until(poll, timeout_s, f"{count} records of job {job_id}")
-        return sorted(found.values(), key=lambda r: r.doc_id)
-
-
-def _read_topic(settings: Settings, topic: str) -> list[tuple[str, bytes]]:
-    consumer = Consumer(consumer_config(settings.kafka, group_id=f"api-test-{uuid.uuid4().hex}"))
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        out: list[tuple[str, bytes]] = []
-        deadline = time.monotonic() + 20
-        while len(out) < sum(ends.values()) and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
-                out.append((msg.key().decode(), msg.value()))
-        return out
-    finally:
-        consumer.close()
+        with TopicReader(self.settings.kafka.bootstrap_servers, self.topic, serde=self.serde) as reader:
+            reader.read(until=lambda r: len(mine(r)) >= count, timeout_s=timeout_s,
+                        what=f"{count} records of job {job_id}")
+            reader.read()  # and whatever else the topic holds now
+        return sorted(mine(reader).values(), key=lambda r: r.doc_id)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from docstream.avro import AvroSerde
 from docstream.kafka.clients import ReliableProducer
 from docstream.records import ChunkCreated
 from docstream.settings import KafkaSettings
-from tests.fixtures.kafka import consume_messages, kafka_settings, records_of_every_type
+from tests.fixtures.kafka import kafka_settings, read_topic, records_of_every_type
 
 pytestmark = pytest.mark.integration
 
@@ -38,9 +38,10 @@ def test_every_record_type_round_trips_through_the_broker(
     producer.flush(30)
     producer.close()
 
-    messages = consume_messages(broker, topic, len(records))
+    read = read_topic(broker, topic, expected=len(records), serde=serde)
+    messages = read.messages
 
-    assert [serde.deserialize(m.value() or b"", topic) for m in messages] == records
+    assert read.records == records
     assert {(m.value() or b"x")[:1] for m in messages} == {b"\x00" if wire_format == "confluent" else b"\xc3"}
     assert [m.key() for m in messages] == [r.key.encode() for r in records]
 
@@ -64,13 +65,12 @@ def test_records_of_one_document_land_in_one_partition_in_order(
     producer.flush(30)
     producer.close()
 
-    messages = consume_messages(broker, topic, 60)
+    read = read_topic(broker, topic, expected=60, serde=serde)
 
-    assert len(messages) == 60
+    assert len(read.received) == 60
     partitions: dict[str, set[int]] = defaultdict(set)
     sequence: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for msg in messages:
-        record = serde.deserialize(msg.value() or b"", topic)
+    for msg, record in ((r.message, r.record) for r in read.received):
         assert isinstance(record, ChunkCreated) and (msg.key() or b"").decode() == record.doc_id
         partitions[record.doc_id].add(int(msg.partition() or 0))
         sequence[record.doc_id].append((int(msg.offset() or 0), record.chunk_index))

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import psutil
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
@@ -31,7 +31,7 @@ from docstream.kafka.admin import create_topics, topic_specs
 from docstream.kafka.clients import ReliableProducer, consumer_config
 from docstream.kafka.loop import ConsumeLoop
 from docstream.objectstore import ObjectStore
-from docstream.records import AnyRecord, ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
+from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
 from docstream.store.sqlite import SqliteStore
 from docstream.tokenization import load_token_counter
@@ -47,7 +47,7 @@ from tests.fixtures.documents import (
     make_text_document,
     page_marker,
 )
-from tests.fixtures.kafka import kafka_settings
+from tests.fixtures.kafka import Received, kafka_settings, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -169,6 +169,23 @@ class Outputs:
     chunks: dict[str, list[ChunkCreated]] = field(default_factory=lambda: defaultdict(list))
     completed: dict[str, list[DocumentCompleted]] = field(default_factory=lambda: defaultdict(list))
     dlq: list[bytes] = field(default_factory=list)
+    seen: int = 0
+
+    def add(self, received: Sequence[Received]) -> Outputs:
+        """Sorts in the records not seen yet (undecoded: the DLQ's); itself."""
+        for item in received[self.seen:]:
+            record = item.record
+            if record is None:
+                self.dlq.append(item.message.value() or b"")
+                continue
+            assert (item.message.key() or b"").decode() == record.doc_id  # type: ignore[union-attr]
+            if isinstance(record, ChunkCreated):
+                self.chunks[record.doc_id].append(record)
+            else:
+                assert isinstance(record, DocumentCompleted)
+                self.completed[record.doc_id].append(record)
+        self.seen = len(received)
+        return self
 
     def finished(self, doc_ids: set[str], copies: int) -> bool:
         for doc_id in doc_ids:
@@ -182,34 +199,10 @@ class Outputs:
 
 def read_outputs(service: Service, until: Callable[[Outputs], bool], timeout_s: float = 180.0) -> Outputs:
     """Every record of the chunks, completed and intake-DLQ topics, read until ``until`` holds."""
-    consumer = Consumer(consumer_config(service.settings.kafka, group_id=f"reader-{uuid.uuid4().hex}"))
-    topics = [service.topics.chunks, service.topics.completed, dlq_topic(service.topics.submitted)]
-    parts = [
-        TopicPartition(t, p, OFFSET_BEGINNING)
-        for t in topics
-        for p in consumer.list_topics(t, timeout=10).topics[t].partitions
-    ]
-    consumer.assign(parts)
     out = Outputs()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not until(out):
-            assert time.monotonic() < deadline, "outputs did not arrive in time"
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            if msg.topic() == topics[2]:
-                out.dlq.append(msg.value())
-                continue
-            record: AnyRecord = service.serde.deserialize(msg.value(), msg.topic())
-            assert msg.key().decode() == record.doc_id  # type: ignore[union-attr]
-            if isinstance(record, ChunkCreated):
-                out.chunks[record.doc_id].append(record)
-            else:
-                assert isinstance(record, DocumentCompleted)
-                out.completed[record.doc_id].append(record)
-    finally:
-        consumer.close()
+    topics = (service.topics.chunks, service.topics.completed, dlq_topic(service.topics.submitted))
+    read_topic(service.settings.kafka.bootstrap_servers, *topics, serde=service.serde,
+               until=lambda reader: until(out.add(reader.received)), timeout_s=timeout_s, what="the chunker's outputs")
     return out
 
 

@@ -23,7 +23,7 @@ from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.dlq import DlqRouter
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
-from tests.fixtures.kafka import committed_offset, consume_messages, kafka_settings
+from tests.fixtures.kafka import committed_offset, kafka_settings, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,7 @@ def test_replay_sends_back_once_unless_again(dead_letters: tuple[Settings, str, 
 
     code, text = replay(selection=DlqSelection(error_code="model_error", to_offset=2))
     assert code == 0 and "sent 2 record(s)" in text, text
-    messages = consume_messages(bootstrap, topic, 2)
+    messages = read_topic(bootstrap, topic, expected=2).messages
     serde = AvroSerde(settings.kafka)
     back = {(m.partition(), m.key().decode()): (serde.deserialize(m.value(), topic), dict(m.headers()))
             for m in messages}
@@ -131,7 +131,7 @@ def test_replay_sends_back_once_unless_again(dead_letters: tuple[Settings, str, 
     assert code == 0 and "nothing to send" in text
     code, text = replay(selection=DlqSelection(from_offset=0, to_offset=0, again=True))
     assert code == 0 and "sent 1 record(s)" in text
-    assert len(consume_messages(bootstrap, topic, 5, timeout_s=5)) == 4
+    assert len(read_topic(bootstrap, topic, expected=4, linger_s=5).messages) == 4  # and no fifth
     assert len(list(iter_dlq(settings.kafka, f"{topic}.dlq"))) == 4  # the DLQ itself is left as it was
 
 
@@ -153,7 +153,7 @@ def test_replay_needs_a_choice_and_the_command_line_confirms(
     assert declined.returncode == 1 and "nothing sent" in declined.stdout
     dry = cli("replay", topic, "--all", "--dry-run")
     assert dry.returncode == 0 and "dry run: nothing sent" in dry.stdout
-    assert consume_messages(settings.kafka.bootstrap_servers, topic, 1, timeout_s=3) == []
+    assert read_topic(settings.kafka.bootstrap_servers, topic, expected=0, linger_s=3).messages == []
     listed = cli("list", topic)
     assert listed.returncode == 0 and "4 records" in listed.stdout
     missing = cli("list", f"{topic}-nope")

@@ -9,13 +9,11 @@ JobStatus on the jobs topic says 50 completed, and the store holds every chunk r
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from docstream.avro import AvroSerde
 from docstream.chunking import CHUNKER_VERSION
@@ -24,6 +22,7 @@ from docstream.runtime import Runtime
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
 from tests.fixtures.documents import make_pdf
+from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import Pipeline, running_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -34,34 +33,9 @@ SETTINGS_PREFIX = (f"chunker=v{CHUNKER_VERSION};max_tokens={Settings().chunker.m
                    f"overlap={Settings().chunker.overlap_tokens};")
 
 
-def _read_all(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> list[AnyRecord]:
-    """Every committed record of ``topic`` now (read_committed, from the start, no group join).
-
-    Done when every partition's position reaches the end offset taken at the start (the
-    consumer's position also steps over transaction markers).
-    """
-    serde = AvroSerde(Settings().kafka)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
-        records: list[AnyRecord] = []
-        deadline = time.monotonic() + timeout_s
-        while True:
-            msg = consumer.poll(0.2)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                records.append(serde.deserialize(msg.value(), topic))
-                continue
-            positions = {tp.partition: tp.offset for tp in consumer.position(
-                [TopicPartition(topic, p) for p in partitions])}
-            if all(end == 0 or positions[p] >= end for p, end in ends.items()):
-                return records
-            assert time.monotonic() < deadline, f"{topic}: positions {positions} short of the ends {ends}"
-    finally:
-        consumer.close()
+def _read_all(bootstrap: str, topic: str) -> list[AnyRecord]:
+    """Every committed record of ``topic`` now (read_committed, from the start, to its end)."""
+    return read_topic(bootstrap, topic, serde=AvroSerde(Settings().kafka), timeout_s=60).records
 
 
 def _final_status(pipeline: Pipeline, bootstrap: str, job_id: str) -> JobStatus | None:

@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from docstream.avro import AvroSerde
 from docstream.kafka.clients import producer_config
-from docstream.records import AnyRecord, ChunkEmbedded, DocumentCompleted, JobStatus
+from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
-from tests.fixtures.kafka import wait_until
+from tests.fixtures.kafka import TopicReader, read_topic, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -102,44 +102,6 @@ class _Reducer:
     def tail(self, lines: int = 40) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
-
-
-class _Reader:
-    """Reads a topic from the start (assign, no group), decoding docstream records as they come."""
-
-    def __init__(self, bootstrap: str, topic: str, serde: AvroSerde, *, isolation: str = "read_committed",
-                 decode: bool = True) -> None:
-        self.topic = topic
-        self.decode = decode and not topic.endswith(".dlq")
-        self.serde = serde
-        self.records: list[AnyRecord] = []
-        self.raw: list[Any] = []
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{os.urandom(6).hex()}",
-                                   "enable.auto.commit": False, "isolation.level": isolation})
-        partitions = self._consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        assert partitions, f"topic {topic} does not exist (yet)"
-        self._consumer.assign([TopicPartition(topic, p, -2) for p in sorted(partitions)])
-
-    def poll_for(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            msg = self._consumer.poll(0.1)
-            if msg is None or msg.error() is not None:
-                continue
-            self.raw.append(msg)
-            if self.decode:
-                self.records.append(self.serde.deserialize(msg.value(), self.topic))
-
-    def wait_for(self, predicate: Callable[[list[AnyRecord]], bool], timeout_s: float, what: str,
-                 reducer: _Reducer) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate(self.records):
-            if time.monotonic() >= deadline:
-                pytest.fail(f"timed out after {timeout_s} s waiting for {what}; reducer log:\n{reducer.tail()}")
-            self.poll_for(0.3)
-
-    def close(self) -> None:
-        self._consumer.close()
 
 
 class _Webhook:
@@ -231,8 +193,13 @@ def reducers(tmp_path: Path) -> Iterator[list[_Reducer]]:
         reducer.stop()
 
 
-def _final(job_id: str) -> Callable[[list[AnyRecord]], bool]:
-    return lambda records: any(isinstance(r, JobStatus) and r.job_id == job_id and r.final for r in records)
+def _final(job_id: str) -> Callable[[TopicReader], bool]:
+    return lambda reader: any(isinstance(r, JobStatus) and r.job_id == job_id and r.final for r in reader.records)
+
+
+def _every_document(docs: list[_Doc]) -> Callable[[TopicReader], bool]:
+    wanted = {d.doc_id for d in docs}
+    return lambda reader: {getattr(r, "doc_id", None) for r in reader.records} >= wanted
 
 
 def test_reducer_completes_documents_partials_failures_and_the_job(
@@ -269,12 +236,11 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
         _produce(kafka_bootstrap, topics.completed, [(failed_doc.encode(),
                                                       serde.serialize(chunker_failure, topics.completed))])
 
-        jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
-        jobs.wait_for(_final(job_id), 90, "the final JobStatus", reducer)
-        completed = _Reader(kafka_bootstrap, topics.completed, serde)
-        completed.poll_for(3.0)
-        dlq = _Reader(kafka_bootstrap, dlq_topic(topics.embedded), serde)
-        dlq.wait_for(lambda _: len(dlq.raw) >= 2, 20, "two DLQ records", reducer)
+        jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=90,
+                          what="the final JobStatus", describe=reducer.tail)
+        completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, linger_s=3.0, describe=reducer.tail)
+        dlq = read_topic(kafka_bootstrap, dlq_topic(topics.embedded), expected=2, timeout_s=20,
+                         what="two DLQ records", describe=reducer.tail)
     finally:
         webhook.close()
 
@@ -310,9 +276,9 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
     job_docs = {r.doc_id: r.status for r in cassandra_store.iter_job_documents(job_id)}
     assert job_docs[docs[-2].doc_id] == "partial" and job_docs[docs[0].doc_id] == "completed"
 
-    codes = sorted(dict(m.headers())["error_code"].decode() for m in dlq.raw)
+    codes = sorted(dict(m.headers())["error_code"].decode() for m in dlq.messages)
     assert codes == ["chunk_count_mismatch", "schema_unknown_format"]
-    assert {dict(m.headers())["original_topic"].decode() for m in dlq.raw} == {topics.embedded}
+    assert {dict(m.headers())["original_topic"].decode() for m in dlq.messages} == {topics.embedded}
 
     # 503 first, then delivered: two calls, both with the final status, none after
     assert len(webhook.calls) == 2
@@ -368,8 +334,8 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     wait_for_topic(kafka_bootstrap, topics.embedded, reducer)
     _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, first))
     # committed (visible to read_committed readers): offsets and table state of those are committed too
-    seen = _Reader(kafka_bootstrap, topics.completed, serde)
-    seen.wait_for(lambda r: len(r) >= 20, 90, "20 committed completed documents before the kill", reducer)
+    read_topic(kafka_bootstrap, topics.completed, serde=serde, expected=20, timeout_s=90,
+               what="20 committed completed documents before the kill", describe=reducer.tail)
     # keep records flowing while the reducer dies: some are mid-transaction / uncommitted
     feeder = threading.Thread(target=_produce, args=(kafka_bootstrap, topics.embedded,
                                                      _encoded(serde, topics.embedded, rest)),
@@ -383,11 +349,10 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     restarted = _Reducer(env, tmp_path / "reducer.log")
     reducers.append(restarted)
     restarted.start()
-    jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
-    jobs.wait_for(_final(job_id), 120, "the final JobStatus after the restart", restarted)
-    committed = _Reader(kafka_bootstrap, topics.completed, serde)
-    committed.wait_for(lambda r: {x.doc_id for x in r} >= {d.doc_id for d in docs}, 30, "every document", restarted)
-    committed.poll_for(2.0)
+    jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=120,
+                      what="the final JobStatus after the restart", describe=restarted.tail)
+    committed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
+                           linger_s=2.0, what="every document", describe=restarted.tail)
 
     by_doc = Counter(r.doc_id for r in committed.records if isinstance(r, DocumentCompleted))
     duplicates = sum(n - 1 for n in by_doc.values())
@@ -433,8 +398,8 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, first))
     # the open document states are committed to the table's changelog before two joins
     wait_for_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", one)
-    changelog = _Reader(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", serde, decode=False)
-    changelog.wait_for(lambda _: len(changelog.raw) >= len(first), 90, "instance one's table state", one)
+    read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", expected=len(first), timeout_s=90,
+               what="instance one's table state", describe=one.tail)
 
     two = _Reducer({**env, "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "two-data")}, tmp_path / "two.log")
     reducers.append(two)
@@ -445,11 +410,10 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
             pytest.fail(f"instance two never got partitions:\n{two.tail()}")
         time.sleep(0.2)
     _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, rest))
-    jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
-    jobs.wait_for(_final(job_id), 120, "the final JobStatus after the rebalance", two)
-    completed = _Reader(kafka_bootstrap, topics.completed, serde)
-    completed.wait_for(lambda r: {x.doc_id for x in r} >= {d.doc_id for d in docs}, 30, "every document", two)
-    completed.poll_for(2.0)
+    jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=120,
+                      what="the final JobStatus after the rebalance", describe=two.tail)
+    completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
+                           linger_s=2.0, what="every document", describe=two.tail)
 
     by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))
     assert set(by_doc) == {d.doc_id for d in docs} and all(n == 1 for n in by_doc.values()), by_doc
@@ -486,11 +450,10 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     pid = reducer.proc.pid if reducer.proc is not None else None
     _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, records), pause_s=0.05)
 
-    jobs = _Reader(kafka_bootstrap, topics.jobs, serde)
-    jobs.wait_for(_final(job_id), 180, "the final JobStatus after the self-restart", reducer)
-    completed = _Reader(kafka_bootstrap, topics.completed, serde)
-    completed.wait_for(lambda r: {x.doc_id for x in r} >= {d.doc_id for d in docs}, 30, "every document", reducer)
-    completed.poll_for(2.0)
+    jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=180,
+                      what="the final JobStatus after the self-restart", describe=reducer.tail)
+    completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
+                           linger_s=2.0, what="every document", describe=reducer.tail)
 
     log = reducer.log.read_text(errors="replace")
     events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]

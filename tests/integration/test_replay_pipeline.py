@@ -20,7 +20,7 @@ from docstream.records import DocumentCompleted
 from docstream.replay import GroupAdmin, ResetTarget
 from docstream.settings import CassandraSettings, Settings
 from docstream.store.base import ChunkRow, DocumentResultRow, ResultStore
-from tests.fixtures.kafka import consume_messages, kafka_settings
+from tests.fixtures.kafka import kafka_settings, read_topic
 from tests.fixtures.services import job_doc_ids, running_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -102,9 +102,7 @@ def test_replay_under_a_second_model_writes_beside_and_the_same_model_changes_no
 
         serde = AvroSerde(settings.kafka)
         completed_topic = f"{stack.prefix}.documents.completed"
-        completed = [
-            serde.deserialize(m.value(), completed_topic) for m in consume_messages(kafka_bootstrap, completed_topic, 4)
-        ]
+        completed = read_topic(kafka_bootstrap, completed_topic, expected=4, serde=serde).records
         assert all(isinstance(c, DocumentCompleted) for c in completed)
         assert {(c.doc_id, c.model_id) for c in completed} == {(d, m) for d in docs for m in (MODEL, REPLAY_MODEL)}
 

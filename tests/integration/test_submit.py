@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -17,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Consumer
 from rich.console import Console
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
 from docstream.errors import InputError
-from docstream.kafka.clients import ReliableProducer, consumer_config
+from docstream.kafka.clients import ReliableProducer
 from docstream.objectstore import ObjectStore
 from docstream.records import DocumentSubmitted
 from docstream.settings import Settings
@@ -35,7 +34,7 @@ from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.main import main as ingest_main
 from docstream_ingest.request import JobRequest
 from tests.fixtures.documents import make_pdf, make_text_document
-from tests.fixtures.kafka import kafka_settings
+from tests.fixtures.kafka import kafka_settings, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -53,35 +52,21 @@ class Intake:
         clients = IntakeClients(self.settings, self.store, self.producer, self.serde, self.objects)
         return submit_paths(list(paths), JobRequest(**options), clients)  # type: ignore[arg-type]
 
+    def read(self) -> list[tuple[str, DocumentSubmitted]]:
+        """Every record on the intake topic now (to its end), with its key."""
+        found = []
+        for received in read_topic(self.settings.kafka.bootstrap_servers, self.topic, serde=self.serde).received:
+            assert isinstance(received.record, DocumentSubmitted)
+            found.append(((received.message.key() or b"").decode(), received.record))
+        return found
+
     def records(self) -> dict[str, DocumentSubmitted]:
         """Every record on the intake topic, by key; fails on a key seen twice."""
         found: dict[str, DocumentSubmitted] = {}
-        for key, value in _read_topic(self.settings, self.topic):
-            record = self.serde.deserialize(value, self.topic)
-            assert isinstance(record, DocumentSubmitted)
+        for key, record in self.read():
             assert key not in found, f"doc_id {key} produced twice"
             found[key] = record
         return found
-
-
-def _read_topic(settings: Settings, topic: str) -> list[tuple[str, bytes]]:
-    conf = consumer_config(settings.kafka, group_id=f"submit-test-{uuid.uuid4().hex}")
-    consumer = Consumer(conf)
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        expected = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        out: list[tuple[str, bytes]] = []
-        deadline = time.monotonic() + 30
-        while len(out) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            out.append((msg.key().decode(), msg.value()))
-        assert len(out) == expected, f"read {len(out)} of {expected} records"
-        return out
-    finally:
-        consumer.close()
 
 
 @pytest.fixture
@@ -265,7 +250,7 @@ def test_resubmitting_to_a_job_adds_only_new_documents(make_intake: Callable[...
     assert again.document_count == 3
     job = intake.store.get_job(job_id)
     assert job is not None and (job.document_count, job.created_at, job.status) == (3, created, "running")
-    keys = sorted(key for key, _ in _read_topic(intake.settings, intake.topic))
+    keys = sorted(key for key, _ in intake.read())
     two = ids.doc_id(job_id, ids.content_sha256(second))
     three = ids.doc_id(job_id, ids.content_sha256(third))
     assert keys == sorted([done, two, two, three])  # two.txt again: its rows said "submitted", never processed

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
@@ -16,6 +14,7 @@ from docstream.errors import ConfigError, InputError
 from docstream.records import DocumentSubmitted
 from docstream.settings import KafkaSettings
 from docstream.topics import Topics
+from tests.fixtures.kafka import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -24,21 +23,11 @@ SHA = ids.content_sha256(b"an external document")
 
 def _records(bootstrap: str, topic: str, expected: int) -> list[tuple[str, DocumentSubmitted]]:
     serde = AvroSerde(KafkaSettings(bootstrap_servers=bootstrap))  # type: ignore[call-arg]
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"client-test-{uuid.uuid4().hex}"})
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        found: list[tuple[str, DocumentSubmitted]] = []
-        deadline = time.monotonic() + 30
-        while len(found) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            record = serde.deserialize(msg.value(), topic)
-            assert isinstance(record, DocumentSubmitted)
-            found.append((msg.key().decode(), record))
-        return found
-    finally:
-        consumer.close()
+    found: list[tuple[str, DocumentSubmitted]] = []
+    for received in read_topic(bootstrap, topic, expected=expected, serde=serde).received:
+        assert isinstance(received.record, DocumentSubmitted)
+        found.append(((received.message.key() or b"").decode(), received.record))
+    return found
 
 
 def test_submit_uri_produces_a_document_submitted_keyed_by_doc_id(
