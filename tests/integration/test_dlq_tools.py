@@ -10,7 +10,6 @@ import subprocess
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,11 +23,10 @@ from docstream.kafka.dlq import DlqRouter
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from tests.fixtures.kafka import committed_offset, kafka_settings, read_topic
+from tests.fixtures.services import DOCSTREAM, ROOT
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCSTREAM = ROOT / ".venv" / "bin" / "docstream"
 
 
 def _chunk(doc: str, index: int) -> ChunkCreated:

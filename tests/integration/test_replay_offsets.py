@@ -12,7 +12,6 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +21,10 @@ from rich.console import Console
 from docstream.replay import GroupAdmin, ResetTarget, run_replay
 from docstream.settings import Settings
 from tests.fixtures.kafka import committed_offset, kafka_settings, wait_until
+from tests.fixtures.services import DOCSTREAM, ROOT
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCSTREAM = ROOT / ".venv" / "bin" / "docstream"
 PARTITIONS = 3
 PER_PARTITION = 4
 OLD_MS = 10 * 60 * 1000

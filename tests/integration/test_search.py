@@ -20,11 +20,10 @@ from docstream.search import query_embedder, run_search, search_chunks
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ChunkRow, DocumentRow, ResultStore, SqliteStore
 from tests.fixtures.documents import paragraphs
+from tests.fixtures.services import DOCSTREAM, ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCSTREAM = ROOT / ".venv" / "bin" / "docstream"
 DOCS = 3
 PER_DOC = 6
 
