@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,11 +17,10 @@ from tests.fixtures.documents import (
     make_not_a_document,
     make_pdf,
 )
+from tests.fixtures.kafka import wait_until
+from tests.fixtures.services import DOCSTREAM, ServiceProcess
 
 pytestmark = pytest.mark.e2e
-
-DOCSTREAM = str(Path(sys.executable).with_name("docstream"))
-
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
@@ -84,23 +80,19 @@ def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path:
     for i in range(8):
         (inputs / f"doc-{i}.pdf").write_bytes(make_pdf(4, seed=100 + i).data)
     state, out, log = tmp_path / "state", tmp_path / "results.jsonl", tmp_path / "embedded.log"
-    command = [DOCSTREAM, "run", str(inputs), "--out", str(out), "--state-dir", str(state), "--timeout", "400"]
+    arguments = [str(inputs), "--out", str(out), "--state-dir", str(state), "--timeout", "400"]
+    command = [DOCSTREAM, "run", *arguments]
     env = _env(DOCSTREAM_FAULTS__EMBED_LOG=str(log), DOCSTREAM_INFERENCE__MAX_BATCH_SIZE="4")
 
-    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    first = ServiceProcess("run", env, tmp_path / "logs", args=arguments, cwd=tmp_path)
+    first.start()
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and first.poll() is None:
-            if log.exists() and len(log.read_text().split()) >= 20:
-                break
-            time.sleep(0.2)
-        assert first.poll() is None, "the first run ended before it could be killed"
-        os.killpg(first.pid, signal.SIGKILL)
+        wait_until(lambda: not first.alive() or (log.exists() and len(log.read_text().split()) >= 20), 300,
+                   "20 chunks embedded by the first run")
+        assert first.alive(), f"the first run ended before it could be killed:\n{first.tail()}"
+        first.kill9()  # the whole process group: the run and everything it started
     finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-        first.wait(30)
+        first.stop(10)
     stored_before = _stored_chunk_ids(state / "docstream.db")
     embedded_before = log.read_text().split()
     assert stored_before, "some chunks were stored before the kill"

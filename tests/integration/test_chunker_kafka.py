@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -48,11 +45,11 @@ from tests.fixtures.documents import (
     page_marker,
 )
 from tests.fixtures.kafka import Received, kafka_settings, read_topic
+from tests.fixtures.services import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
 MODEL_ID = "all-MiniLM-L6-v2"
-ROOT = Path(__file__).resolve().parents[2]
 # 22 PDFs, 1 to 300 pages; every third with an outline, every fourth with two-column pages,
 # every other one with accented, Cyrillic, Greek and CJK words.
 JOB_PAGES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 24, 28, 32, 40, 50, 64, 300]
@@ -364,14 +361,13 @@ def test_the_chunker_command_runs_until_sigterm_and_commits(
         "DOCSTREAM_STORE__SQLITE_PATH": str(s.store.sqlite_path),
         "DOCSTREAM_LOG__FORMAT": "json",
     }
-    command = [sys.executable, "-c", "from docstream_cli.app import app; app()", "chunker"]
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = ServiceProcess("chunker", env, service.root / "logs")
+    process.start()
     try:
         outputs = read_outputs(service, lambda o: o.finished({r.doc_id for r in records}, copies=1))
     finally:
-        process.send_signal(signal.SIGTERM)
-        log, _ = process.communicate(timeout=120)
-    assert process.returncode == 0, log.decode()[-3000:]
+        process.stop(120)
+    assert process.returncode() == 0, process.tail(60)
     assert outputs.chunks[records[0].doc_id]
     assert [c.error_code for c in outputs.completed[records[1].doc_id]] == ["empty"]
     wait_committed(service, service.topics.group("chunker"))

@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -34,13 +31,14 @@ from docstream.settings import CassandraSettings, Settings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
 from tests.fixtures.kafka import TopicReader, read_topic, wait_until
+from tests.fixtures.services import ServiceProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-_BIN = Path(sys.executable).parent / "docstream"
 _AT = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 _MODEL = "test-model"
 _DIM = 4
+_STOP_S = 90.0  # SIGTERM to exit: a reducer drains and commits first
 
 
 @dataclass
@@ -65,43 +63,6 @@ class _Doc:
         ok = [i for i in range(self.chunks) if i not in self.failed]
         weight = sum(i + 1 for i in ok)
         return [sum((i + 1) * float(i) for i in ok) / weight, 1.0, -1.0, 0.5]
-
-
-class _Reducer:
-    """`docstream reducer` as a subprocess with DOCSTREAM_* settings."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env = env
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([str(_BIN), "reducer"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.terminate()
-        try:
-            return self.proc.wait(90)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            return None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
 
 
 class _Webhook:
@@ -186,11 +147,11 @@ def _encoded(serde: AvroSerde, topic: str, records: list[ChunkEmbedded]) -> list
 
 
 @pytest.fixture
-def reducers(tmp_path: Path) -> Iterator[list[_Reducer]]:
-    started: list[_Reducer] = []
+def reducers(tmp_path: Path) -> Iterator[list[ServiceProcess]]:
+    started: list[ServiceProcess] = []
     yield started
     for reducer in started:
-        reducer.stop()
+        reducer.stop(_STOP_S)
 
 
 def _final(job_id: str) -> Callable[[TopicReader], bool]:
@@ -204,7 +165,7 @@ def _every_document(docs: list[_Doc]) -> Callable[[TopicReader], bool]:
 
 def test_reducer_completes_documents_partials_failures_and_the_job(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
-    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
 ) -> None:
     prefix = unique_name("rdc")
     topics = Topics(prefix)
@@ -222,8 +183,8 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
         records = [r for d in docs for r in d.records(job_id)]
         records += rng.sample(records, 12)  # redeliveries
         rng.shuffle(records)
-        reducer = _Reducer(_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True),
-                           tmp_path / "reducer.log")
+        reducer = ServiceProcess("reducer", _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path,
+                                                 transactions=True), tmp_path)
         reducers.append(reducer)
         reducer.start()
         mismatch = ChunkEmbedded(**{**docs[0].records(job_id)[0].to_record(), "chunk_count": docs[0].chunks + 7})
@@ -284,10 +245,10 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
     assert len(webhook.calls) == 2
     assert all(c["final"] is True and c["completed"] == 17 and c["job_id"] == job_id for c in webhook.calls)
     assert reducer.alive()
-    assert reducer.stop() == 0
+    reducer.stop_cleanly(_STOP_S)
 
 
-def wait_for_topic(bootstrap: str, topic: str, reducer: _Reducer, timeout_s: float = 60) -> None:
+def wait_for_topic(bootstrap: str, topic: str, reducer: ServiceProcess, timeout_s: float = 60) -> None:
     """The reducer creates its topics at start; wait for them (bounded)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
     try:
@@ -308,7 +269,7 @@ def wait_for_topic(bootstrap: str, topic: str, reducer: _Reducer, timeout_s: flo
 @pytest.mark.parametrize("transactions", [True, False], ids=["exactly_once", "at_least_once"])
 def test_reducer_killed_halfway_completes_every_document_after_restart(
     transactions: bool, kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
-    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
 ) -> None:
     prefix = unique_name("rdk")
     topics = Topics(prefix)
@@ -328,7 +289,7 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     rng.shuffle(rest)
 
     env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=transactions)
-    reducer = _Reducer(env, tmp_path / "reducer.log")
+    reducer = ServiceProcess("reducer", env, tmp_path)
     reducers.append(reducer)
     reducer.start()
     wait_for_topic(kafka_bootstrap, topics.embedded, reducer)
@@ -346,9 +307,8 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     feeder.join(60)
     assert not feeder.is_alive()
 
-    restarted = _Reducer(env, tmp_path / "reducer.log")
-    reducers.append(restarted)
-    restarted.start()
+    restarted = reducer
+    restarted.restart()  # the same settings and data folder; its log is reducer-2.log
     jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=120,
                       what="the final JobStatus after the restart", describe=restarted.tail)
     committed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
@@ -369,12 +329,12 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     for doc in docs[::7]:
         result = cassandra_store.get_document_result(doc.doc_id, _MODEL)
         assert result is not None and result.embedding == pytest.approx(doc.expected_embedding(), rel=1e-5)
-    assert restarted.stop() == 0
+    restarted.stop_cleanly(_STOP_S)
 
 
 def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
-    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
 ) -> None:
     prefix = unique_name("rdr")
     topics = Topics(prefix)
@@ -391,7 +351,7 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
         first += records[:cut]
         rest += records[cut:]
     env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True)
-    one = _Reducer(env, tmp_path / "one.log")
+    one = ServiceProcess("one", env, tmp_path, command="reducer")
     reducers.append(one)
     one.start()
     wait_for_topic(kafka_bootstrap, topics.embedded, one)
@@ -401,7 +361,8 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", expected=len(first), timeout_s=90,
                what="instance one's table state", describe=one.tail)
 
-    two = _Reducer({**env, "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "two-data")}, tmp_path / "two.log")
+    two = ServiceProcess("two", {**env, "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "two-data")}, tmp_path,
+                         command="reducer")
     reducers.append(two)
     two.start()
     deadline = time.monotonic() + 60
@@ -424,12 +385,13 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     assert (final.completed, final.document_count) == (30, 30)
     # both instances completed documents: the open state of the moved partitions was recovered by two
     assert '"document_completed"' in one.tail(2000) and '"document_completed"' in two.tail(2000)
-    assert one.stop() == 0 and two.stop() == 0
+    one.stop_cleanly(_STOP_S)
+    two.stop_cleanly(_STOP_S)
 
 
 def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
-    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[_Reducer],
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
 ) -> None:
     """faust stopped delivering a partition (simulated: the fault keeps it paused in the first process):
     the partition watch re-fetches, then the process replaces itself and the job completes, once."""
@@ -441,7 +403,7 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
     env = {**_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True),
            "DOCSTREAM_REDUCER__STALL_TIMEOUT_S": "3", "DOCSTREAM_FAULTS__REDUCER_STALL_PARTITION": "0"}
-    reducer = _Reducer(env, tmp_path / "reducer.log")
+    reducer = ServiceProcess("reducer", env, tmp_path)
     reducers.append(reducer)
     reducer.start()
     wait_until(lambda: '"reducer_state_recovered"' in reducer.tail(200) or not reducer.alive(), 120,
@@ -455,7 +417,7 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
                            linger_s=2.0, what="every document", describe=reducer.tail)
 
-    log = reducer.log.read_text(errors="replace")
+    log = reducer.log_text()
     events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     stuck = [e for e in events if e["event"] == "partition_stuck"]
@@ -468,4 +430,4 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     assert by_doc == {d.doc_id: 1 for d in docs}
     final = next(r for r in jobs.records if isinstance(r, JobStatus) and r.final)
     assert (final.completed, final.document_count) == (20, 20)
-    assert reducer.stop() == 0
+    reducer.stop_cleanly(_STOP_S)
