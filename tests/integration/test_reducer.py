@@ -17,9 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -32,6 +30,7 @@ from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
 from tests.fixtures.kafka import TopicReader, read_topic, wait_until
 from tests.fixtures.services import ServiceProcess
+from tests.fixtures.webhooks import WebhookReceiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,37 +62,6 @@ class _Doc:
         ok = [i for i in range(self.chunks) if i not in self.failed]
         weight = sum(i + 1 for i in ok)
         return [sum((i + 1) * float(i) for i in ok) / weight, 1.0, -1.0, 0.5]
-
-
-class _Webhook:
-    """A local receiver: answers 503 to the first call, then 200; keeps the bodies."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        outer = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.calls.append(body)
-                self.send_response(503 if len(outer.calls) == 1 else 200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/job?token=secret"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _env(bootstrap: str, prefix: str, cassandra: CassandraSettings, tmp_path: Path, *,
@@ -177,7 +145,7 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
     docs.append(_Doc(f"{job_id}-partial1", 4, failed={1}))
     docs.append(_Doc(f"{job_id}-partial2", 3, failed={0, 2}))
     failed_doc = f"{job_id}-encrypted"
-    webhook = _Webhook()
+    webhook = WebhookReceiver([503, 200], path="/hooks/job?token=secret")
     try:
         _seed_job(cassandra_store, job_id, [d.doc_id for d in docs] + [failed_doc], webhook_url=webhook.url)
         records = [r for d in docs for r in d.records(job_id)]
@@ -243,8 +211,8 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
     assert {dict(m.headers())["original_topic"].decode() for m in dlq.messages} == {topics.embedded}
 
     # 503 first, then delivered: two calls, both with the final status, none after
-    assert len(webhook.calls) == 2
-    assert all(c["final"] is True and c["completed"] == 17 and c["job_id"] == job_id for c in webhook.calls)
+    assert len(webhook.bodies) == 2
+    assert all(c["final"] is True and c["completed"] == 17 and c["job_id"] == job_id for c in webhook.bodies)
     assert reducer.alive()
     reducer.stop_cleanly(_STOP_S)
 

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import socket
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -18,6 +14,7 @@ from docstream.errors import InputError
 from docstream.records import JobStatus
 from docstream.settings import ReducerSettings, RetrySettings
 from docstream_reducer.webhook import WebhookNotifier, job_status_payload, validate_webhook_url
+from tests.fixtures.webhooks import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 
@@ -25,40 +22,9 @@ STATUS = JobStatus(job_id="job-1", state="completed", document_count=3, updated_
                    tenant="acme", completed=2, partial=0, failed=1, final=True)
 
 
-class _Receiver:
-    def __init__(self, answers: list[int]) -> None:
-        self.answers = answers
-        self.calls: list[tuple[dict[str, Any], dict[str, str]]] = []
-        outer = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.calls.append((body, dict(self.headers.items())))
-                code = outer.answers[min(len(outer.calls), len(outer.answers)) - 1]
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook?token=abc"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def receiver(request: pytest.FixtureRequest) -> Iterator[_Receiver]:
-    server = _Receiver(list(request.param))
+def receiver(request: pytest.FixtureRequest) -> Iterator[WebhookReceiver]:
+    server = WebhookReceiver(list(request.param))
     yield server
     server.close()
 
@@ -82,7 +48,7 @@ def _notify(url: str, attempts: int = 4) -> tuple[bool, list[float]]:
 
 
 @pytest.mark.parametrize("receiver", [[500, 503, 200]], indirect=True)
-def test_failed_calls_are_retried_with_backoff_until_delivered(receiver: _Receiver) -> None:
+def test_failed_calls_are_retried_with_backoff_until_delivered(receiver: WebhookReceiver) -> None:
     delivered, delays = _notify(receiver.url)
     assert delivered
     assert len(receiver.calls) == 3
@@ -95,14 +61,14 @@ def test_failed_calls_are_retried_with_backoff_until_delivered(receiver: _Receiv
 
 
 @pytest.mark.parametrize("receiver", [[404]], indirect=True)
-def test_a_refusing_receiver_is_not_retried(receiver: _Receiver) -> None:
+def test_a_refusing_receiver_is_not_retried(receiver: WebhookReceiver) -> None:
     delivered, delays = _notify(receiver.url)
     assert not delivered
     assert len(receiver.calls) == 1 and delays == []
 
 
 @pytest.mark.parametrize("receiver", [[429, 429, 429]], indirect=True)
-def test_attempts_are_bounded(receiver: _Receiver) -> None:
+def test_attempts_are_bounded(receiver: WebhookReceiver) -> None:
     delivered, delays = _notify(receiver.url, attempts=3)
     assert not delivered
     assert len(receiver.calls) == 3 and len(delays) == 2
