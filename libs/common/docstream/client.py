@@ -37,6 +37,7 @@ from confluent_kafka import KafkaException
 from docstream.avro.serde import AvroSerde
 from docstream.errors import ConfigError, InputError
 from docstream.ids import doc_id as make_doc_id
+from docstream.ids import validate_id
 from docstream.kafka.clients import ReliableProducer
 from docstream.records import DocumentSubmitted, utc_now
 from docstream.settings import KafkaSettings
@@ -45,22 +46,6 @@ from docstream.topics import Topics
 __all__ = ["DocstreamClient", "validate_id"]
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
-
-
-def validate_id(value: str, what: str = "job_id") -> str:
-    """``value`` when it is a valid job id or tenant: 1-128 of ``A-Z a-z 0-9 . _ : @ -``, starting alphanumeric.
-
-    Raises:
-        InputError: ``invalid_<what>`` (``invalid_job_id``, ``invalid_tenant``).
-    """
-    if not _ID.fullmatch(value):
-        raise InputError(
-            f"{what} must be 1-128 letters, digits or . _ : @ -, starting alphanumeric", code=f"invalid_{what}"
-        )
-    return value
-
-
 def _option_name(name: str) -> str:
     return name if "." in name else name.replace("_", ".")
 

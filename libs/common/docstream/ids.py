@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 
-__all__ = ["chunk_id", "content_sha256", "doc_id", "new_job_id"]
+from docstream.errors import InputError
+
+__all__ = ["chunk_id", "content_sha256", "doc_id", "new_job_id", "validate_id"]
 
 _NAMESPACE = uuid.UUID("5b0f3e1c-6a43-4c57-9a55-0d1f2c3b4a59")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
 
 def content_sha256(data: bytes) -> str:
@@ -28,3 +32,16 @@ def chunk_id(sha256_hex: str, chunker_settings: str, index: int) -> str:
 def new_job_id() -> str:
     """A fresh random job id."""
     return str(uuid.uuid4())
+
+
+def validate_id(value: str, what: str = "job_id") -> str:
+    """``value`` when it is a valid job id or tenant: 1-128 of ``A-Z a-z 0-9 . _ : @ -``, starting alphanumeric.
+
+    Raises:
+        InputError: ``invalid_<what>`` (``invalid_job_id``, ``invalid_tenant``).
+    """
+    if not _ID.fullmatch(value):
+        raise InputError(
+            f"{what} must be 1-128 letters, digits or . _ : @ -, starting alphanumeric", code=f"invalid_{what}"
+        )
+    return value

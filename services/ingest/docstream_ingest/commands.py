@@ -18,9 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from docstream.avro.serde import AvroSerde
-from docstream.client import validate_id
 from docstream.errors import DocstreamError, StoreError
-from docstream.ids import new_job_id
+from docstream.ids import new_job_id, validate_id
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
 from docstream.logging import configure_logging

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from docstream.client import validate_id
 from docstream.errors import InputError
+from docstream.ids import validate_id
 
 __all__ = ["JobRequest", "validate_job_request"]
 

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-"""Job ids and tenants (``docstream.client.validate_id``)."""
+"""Job ids and tenants (``docstream.ids.validate_id``)."""
 
 _MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
 _URL_PATTERN = r"^[hH][tT][tT][pP][sS]?://[^\s]+$"
