@@ -9,6 +9,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -258,3 +259,19 @@ def test_a_one_shot_command_serves_no_endpoint(settings: Settings) -> None:
     assert run_service(settings, "svc", lambda host: seen.append(_status(f"http://127.0.0.1:{port}/healthz")),
                        metrics_endpoint=False) == EXIT_OK
     assert seen == [0]
+
+
+def test_the_api_that_cannot_prepare_its_store_exits_1_with_api_start_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from docstream_ingest.api.commands import serve
+
+    (tmp_path / "a-file").write_text("not a folder")
+    settings = Settings().with_overrides(log={"format": "json", "level": "INFO"},
+                                         store={"backend": "sqlite", "sqlite_path": str(tmp_path / "a-file" / "x.db")})
+
+    assert serve(settings) == EXIT_FAILED
+
+    events = _events(capsys)
+    assert [e["event"] for e in events] == ["api_start_failed"]
+    assert events[0]["service"] == "api" and events[0]["error_code"]

@@ -16,10 +16,11 @@ import uvicorn
 from rich.console import Console
 
 from docstream.apikeys import generate_api_key, key_id_of
-from docstream.client import validate_id
 from docstream.errors import DocstreamError
+from docstream.ids import validate_id
 from docstream.logging import configure_logging, get_logger
 from docstream.records import utc_now
+from docstream.service import EXIT_FAILED, EXIT_OK, ServiceHost, run_service
 from docstream.settings import Settings, load_settings
 from docstream.store import open_store
 from docstream.store.base import ApiKeyRow
@@ -28,7 +29,7 @@ from docstream_ingest.commands import prepare_intake
 
 __all__ = ["api_command", "apikey_create_command", "apikey_revoke_command", "dump_openapi", "serve"]
 
-EXIT_OK, EXIT_FAILED = 0, 1
+_log = get_logger(__name__)
 
 
 def dump_openapi(settings: Settings, target: str) -> None:
@@ -41,20 +42,18 @@ def dump_openapi(settings: Settings, target: str) -> None:
 
 
 def serve(settings: Settings) -> int:
-    """Prepare the store schema and topics, then serve the API until SIGTERM/SIGINT."""
-    configure_logging(level=settings.log.level, fmt=settings.log.format, service="api")
-    log = get_logger(__name__)
-    try:
+    """Prepare the store schema and topics, then serve the API until SIGTERM/SIGINT (uvicorn's signals)."""
+
+    def body(_: ServiceHost) -> None:
         prepare_intake(settings)
         app = create_app(settings)
-    except DocstreamError as exc:
-        log.error("api_start_failed", error_code=exc.code, error=exc.message)
-        return EXIT_FAILED
-    log.info("api_starting", host=settings.api.host, port=settings.api.port)
-    # uvicorn's own logging is left off: every request is logged once, by the app, through structlog
-    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None, access_log=False)
-    log.info("api_stopped")
-    return EXIT_OK
+        _log.info("api_starting", host=settings.api.host, port=settings.api.port)
+        # uvicorn's own logging is left off: every request is logged once, by the app, through structlog
+        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None, access_log=False)
+
+    # the app serves its own /metrics, /healthz and /readyz on the API port
+    return run_service(settings, "api", body, metrics_endpoint=False, failed_event="api_start_failed",
+                       stopped_event="api_stopped")
 
 
 def api_command(*, config: str | None = None, dump: str | None = None) -> int:
