@@ -10,10 +10,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from docstream.avro.serde import AvroSerde
 from docstream.embedding import Embedder, load_embedder
@@ -38,12 +35,11 @@ from docstream.store.base import ChunkRow
 from docstream.topics import Topics, dlq_topic
 from docstream_inference.faults import CRASH_EXIT_CODE, with_faults
 from docstream_inference.pipeline import InferencePipeline, group_id
-from tests.fixtures.kafka import FirstConsumerOutsideGroup, kafka_settings
+from tests.fixtures.kafka import FirstConsumerOutsideGroup, kafka_settings, read_topic, wait_until
+from tests.fixtures.services import Pipeline, service_env
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCSTREAM = ROOT / ".venv" / "bin" / "docstream"
 MODEL_ID = "all-MiniLM-L6-v2"
 DIMENSION = 384
 WORDS = ("kafka", "cassandra", "offsets", "batches", "vectors", "commits", "brokers", "replicas", "tokens",
@@ -124,26 +120,6 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: list[int]) ->
     return {tp.partition: max(tp.offset, 0) for tp in parts}
 
 
-def _read_topic(bootstrap: str, topic: str, count: int, timeout_s: float,
-                done: Callable[[list[Any]], bool] | None = None) -> list[Any]:
-    """Read ``topic`` from the beginning until ``count`` messages (or ``done(messages)``); bounded."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    partitions = consumer.list_topics(topic, timeout=15).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])  # no group join: fast
-    out: list[Any] = []
-    finished = done or (lambda got: len(got) >= count)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not finished(out) and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                out.append(msg)
-    finally:
-        consumer.close()
-    return out
-
-
 def _rows(store: ResultStore, produced: list[Produced]) -> dict[tuple[str, int], list[ChunkRow]]:
     rows: dict[tuple[str, int], list[ChunkRow]] = {}
     for doc in sorted({p.chunk.doc_id for p in produced}):
@@ -156,14 +132,6 @@ def _assert_nothing_committed_ahead(committed: dict[int, int], produced: list[Pr
     """Every record below its partition's committed offset has its row (read AFTER the offsets)."""
     ahead = [(p.partition, p.offset) for p in produced if p.offset < committed[p.partition] and p.key not in written]
     assert ahead == [], f"committed past records without a row: {ahead[:10]}"
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.25) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(poll_s)
 
 
 @pytest.fixture(scope="module")
@@ -194,81 +162,32 @@ def _assert_rows_match_the_model(rows: dict[tuple[str, int], list[ChunkRow]], pr
 # --- subprocesses -----------------------------------------------------------------------------
 
 
-class _Service:
-    """One `docstream inference` process with its log file."""
-
-    def __init__(self, log: Path, env: dict[str, str]) -> None:
-        self.log = log
-        self._out = log.open("wb")
-        self.proc = subprocess.Popen([str(DOCSTREAM), "inference"], cwd=ROOT, env={**os.environ, **env},
-                                     stdout=self._out, stderr=subprocess.STDOUT)
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            if line.startswith("{") and f'"{name}"' in line:
-                event = json.loads(line)
-                if event.get("event") == name:
-                    found.append(event)
-        return found
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def assert_alive(self) -> None:
-        assert self.alive(), f"{self.log.name} exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}"
-
-    def wait(self, timeout_s: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        finally:
-            self._out.close()
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
-        if self.alive():
-            self.proc.send_signal(sig)
-        return self.wait(timeout_s)
-
-
 @contextmanager
-def _services(tmp_path: Path, env: dict[str, str], names: list[str]) -> Iterator[list[_Service]]:
-    services = [_Service(tmp_path / f"{name}.log", env) for name in names]
+def _inference(env: dict[str, str], folder: Path, *names: str) -> Iterator[Pipeline]:
+    """`docstream inference` processes under ``names``, started; at the end every one still running is stopped
+    (SIGTERM, then SIGKILL to its process group)."""
+    pipeline = Pipeline(env, folder)
     try:
-        yield services
+        for name in names:
+            pipeline.add(name, "inference").start()
+        yield pipeline
     finally:
-        for service in services:
-            if service.alive():
-                service.proc.kill()
-            service.wait(30)
+        pipeline.stop()
 
 
-def _service_env(bootstrap: str, prefix: str, cassandra: CassandraSettings, **extra: str) -> dict[str, str]:
-    return {
-        "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-        "DOCSTREAM_KAFKA__TOPIC_PREFIX": prefix,
-        "DOCSTREAM_KAFKA__PARTITIONS": "4",
-        "DOCSTREAM_STORE__BACKEND": "cassandra",
-        "DOCSTREAM_CASSANDRA__CONTACT_POINTS": json.dumps(list(cassandra.contact_points)),
-        "DOCSTREAM_CASSANDRA__PORT": str(cassandra.port),
-        "DOCSTREAM_CASSANDRA__KEYSPACE": cassandra.keyspace,
-        "DOCSTREAM_CASSANDRA__REQUEST_TIMEOUT_S": "30",
+def _service_env(bootstrap: str, prefix: str, cassandra: CassandraSettings, root: Path) -> dict[str, str]:
+    return service_env(
+        bootstrap, prefix, cassandra, root, partitions=4,
         # fp32 so that results compare with model.encode to 1e-4 on every CPU (bf16 is checked in unit tests)
-        "DOCSTREAM_INFERENCE__RUNTIME": "fp32",
-        "DOCSTREAM_LOG__FORMAT": "json",
-        **extra,
-    }
+        DOCSTREAM_INFERENCE__RUNTIME="fp32",
+        # the inference producer on its default codec (lz4); service_env's gzip is for the other services
+        DOCSTREAM_KAFKA__CLIENT_OPTIONS="{}",
+    )
 
 
-def _all_committed(bootstrap: str, group: str, topic: str, produced: list[Produced],
-                   services: list[_Service]) -> Callable[[], bool]:
+def _all_committed(bootstrap: str, group: str, topic: str, produced: list[Produced]) -> Callable[[], bool]:
     ends = _end_offsets(produced)
-
-    def check() -> bool:
-        for service in services:
-            service.assert_alive()
-        return _committed(bootstrap, group, topic, sorted(ends)) == ends
-
-    return check
+    return lambda: _committed(bootstrap, group, topic, sorted(ends)) == ends
 
 
 # --- tests: processes on real Kafka + Cassandra -----------------------------------------------
@@ -288,10 +207,12 @@ def test_two_processes_share_partitions_and_write_each_chunk_once(
     assert len(_partitions(produced)) == 4
     group = f"{prefix}-inference"
 
-    with _services(tmp_path, _service_env(kafka_bootstrap, prefix, cassandra_settings), ["a", "b"]) as services:
-        _wait_for(_all_committed(kafka_bootstrap, group, topics.chunks, produced, services), 240,
-                  "every chunk committed", poll_s=1.0)
-        assert [s.stop(signal.SIGTERM) for s in services] == [0, 0]  # SIGTERM: drain, commit, exit 0
+    env = _service_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path)
+    with _inference(env, tmp_path, "a", "b") as pipeline:
+        pipeline.until(_all_committed(kafka_bootstrap, group, topics.chunks, produced), "every chunk committed", 240,
+                       poll_s=1.0)
+        services = list(pipeline.services.values())
+        assert [s.stop() for s in services] == [0, 0]  # SIGTERM: drain, commit, exit 0
         for service in services:
             assert any(e["partitions"] for e in service.events("partitions_assigned")), "both processes got partitions"
             [stopped] = service.events("inference_stopped")
@@ -299,19 +220,14 @@ def test_two_processes_share_partitions_and_write_each_chunk_once(
             assert stopped["in_flight"] == 0
 
     _assert_rows_match_the_model(_rows(cassandra_store, produced), produced, reference_model)
-    keys = {p.key for p in produced}
-    records: list[Any] = []
-
-    def complete(messages: list[Any]) -> bool:
-        records.extend(serde.deserialize(m.value(), topics.embedded) for m in messages[len(records):])
-        return {(r.doc_id, r.chunk_index) for r in records} >= keys
-
-    embedded = _read_topic(kafka_bootstrap, topics.embedded, 0, 90, done=complete)
-    complete(embedded)
+    # the services have stopped: the topic's end is all they produced
+    embedded = read_topic(kafka_bootstrap, topics.embedded, serde=serde, timeout_s=90).received
+    records = [e.record for e in embedded if isinstance(e.record, ChunkEmbedded)]
+    assert len(records) == len(embedded)
     # every chunk's ChunkEmbedded, keyed by doc_id (at least once: a rebalance may repeat a few)
-    assert {(r.doc_id, r.chunk_index) for r in records} == keys
+    assert {(r.doc_id, r.chunk_index) for r in records} == {p.key for p in produced}
     assert all(r.status == "ok" and len(r.embedding) == DIMENSION and r.model_id == MODEL_ID for r in records)
-    assert all(m.key().decode() == r.doc_id for m, r in zip(embedded, records, strict=True))
+    assert all((e.message.key() or b"").decode() == r.doc_id for e, r in zip(embedded, records, strict=True))
 
 
 def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
@@ -326,7 +242,7 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
     produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 6, 100), serde)
     partitions = _partitions(produced)
     group = f"{prefix}-inference"
-    env = _service_env(kafka_bootstrap, prefix, cassandra_settings)
+    env = _service_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path)
 
     def check_invariant() -> tuple[dict[int, int], dict[tuple[str, int], list[ChunkRow]]]:
         committed = _committed(kafka_bootstrap, group, topics.chunks, partitions)  # offsets first, rows second
@@ -336,8 +252,10 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
 
     # 1. crash right after a store write, before its produce and commit (fault injection)
     crash_env = {**env, "DOCSTREAM_FAULTS__CRASH_AFTER_WRITE": "true", "DOCSTREAM_FAULTS__CRASH_AFTER_BATCHES": "4"}
-    with _services(tmp_path, crash_env, ["crash"]) as [crashing]:
-        assert crashing.wait(120) == CRASH_EXIT_CODE
+    with _inference(crash_env, tmp_path, "crash") as pipeline:
+        crashing = pipeline.service("crash")
+        wait_until(lambda: not crashing.alive(), 120, "the crash", poll_s=0.25)
+        assert crashing.returncode() == CRASH_EXIT_CODE, crashing.tail()
     committed, rows_before = check_invariant()
     written_not_committed = [p for p in produced if p.key in rows_before and p.offset >= committed[p.partition]]
     assert written_not_committed, "the crash came after a write that was never committed"
@@ -345,14 +263,15 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
 
     # 2. kill -9 mid-run (slowed so that "mid-run" is certain), checking the invariant while it runs
     slow_env = {**env, "DOCSTREAM_FAULTS__INFERENCE_DELAY_MS": "150"}
-    with _services(tmp_path, slow_env, ["killed"]) as [killed]:
+    with _inference(slow_env, tmp_path, "killed") as pipeline:
         def progressed() -> bool:
-            killed.assert_alive()
             done, _ = check_invariant()
             return sum(done.values()) >= sum(committed.values()) + 100
 
-        _wait_for(progressed, 120, "progress before kill -9", poll_s=0.3)
-        assert killed.stop(signal.SIGKILL) == -signal.SIGKILL
+        pipeline.until(progressed, "progress before kill -9", 120, poll_s=0.3)
+        killed = pipeline.service("killed")
+        killed.kill9()
+        assert killed.returncode() == -signal.SIGKILL
     committed_after_kill, _ = check_invariant()
     assert sum(committed_after_kill.values()) < len(produced), "killed mid-run"
 
@@ -360,8 +279,8 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
     settings = kafka_settings(kafka_bootstrap, topic_prefix=prefix).with_overrides(
         cassandra=cassandra_settings.model_dump(mode="json"), inference={"runtime": "fp32"})
     with _pipeline(settings, embedder, store=cassandra_store):
-        _wait_for(_all_committed(kafka_bootstrap, group, topics.chunks, produced, []), 180,
-                  "every chunk committed after restart", poll_s=0.5)
+        wait_until(_all_committed(kafka_bootstrap, group, topics.chunks, produced), 180,
+                   "every chunk committed after restart", poll_s=0.5)
     committed, rows = check_invariant()
     _assert_rows_match_the_model(rows, produced, reference_model)
     for key, [before] in rows_before.items():
@@ -407,7 +326,7 @@ def _pipeline(settings: Settings, embedder: Embedder, store: ResultStore | None 
     thread = threading.Thread(target=run, name="pipeline-under-test")
     thread.start()
     try:
-        _wait_for(lambda: bool(pipeline.assignment) or not thread.is_alive(), 60, "partition assignment")
+        wait_until(lambda: bool(pipeline.assignment) or not thread.is_alive(), 60, "partition assignment")
         yield pipeline, store
     finally:
         pipeline.stop()
@@ -428,9 +347,8 @@ def test_a_lone_chunk_leaves_at_once_when_the_model_is_idle(
     with _pipeline(settings, embedder) as (pipeline, _):
         assert pipeline.batch_history == []  # idle topic
         [produced] = _produce_chunks(broker, topics.chunks, _chunks(prefix[-8:], 1, 1), serde)
-        [msg] = _read_topic(broker, topics.embedded, 1, 60)
+        [record] = read_topic(broker, topics.embedded, expected=1, serde=serde, timeout_s=60).records
         [stats] = pipeline.batch_history
-    record = serde.deserialize(msg.value(), topics.embedded)
     assert isinstance(record, ChunkEmbedded)
     assert (record.doc_id, record.status, len(record.embedding)) == (produced.chunk.doc_id, "ok", DIMENSION)
     assert (stats.size, stats.reason) == (1, "idle")
@@ -448,9 +366,9 @@ def test_while_the_model_is_busy_a_chunk_leaves_the_batcher_after_max_latency(
     chunks = _chunks(prefix[-8:], 1, 2)
     with _pipeline(settings, embedder) as (pipeline, _):
         _produce_chunks(broker, topics.chunks, chunks[:1], serde)
-        _wait_for(lambda: len(pipeline.batch_history) == 1, 60, "the first chunk to reach the model")
+        wait_until(lambda: len(pipeline.batch_history) == 1, 60, "the first chunk to reach the model")
         _produce_chunks(broker, topics.chunks, chunks[1:], serde)  # the model is busy with the first for 2.5 s
-        _read_topic(broker, topics.embedded, 2, 60)
+        read_topic(broker, topics.embedded, expected=2, timeout_s=60)
         first, second = pipeline.batch_history
     assert (first.size, first.reason) == (1, "idle")
     assert (second.size, second.reason) == (1, "latency")
@@ -470,12 +388,12 @@ def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(
     with _pipeline(settings, embedder) as (pipeline, store):
         _produce_chunks(broker, topics.chunks, chunks, serde)
         _produce(broker, topics.chunks, [(chunks[0].doc_id, b"\x00not avro at all")])
-        embedded = _read_topic(broker, topics.embedded, len(chunks), 90)
-        dead = _read_topic(broker, dlq_topic(topics.chunks), 3, 60)
-        _wait_for(lambda: pipeline.ledger.pending_count() == 0, 30, "all records done")
+        embedded = read_topic(broker, topics.embedded, expected=len(chunks), serde=serde, timeout_s=90).records
+        dead = read_topic(broker, dlq_topic(topics.chunks), expected=3, timeout_s=60).messages
+        wait_until(lambda: pipeline.ledger.pending_count() == 0, 30, "all records done")
         rows = {(r.doc_id, r.chunk_index, r.model_id): r for c in chunks
                 for r in store.iter_chunks(c.doc_id, c.model_id or MODEL_ID)}
-    records = {(r.doc_id, r.chunk_index): r for r in (serde.deserialize(m.value(), topics.embedded) for m in embedded)}
+    records = {(r.doc_id, r.chunk_index): r for r in embedded if isinstance(r, ChunkEmbedded)}
     assert len(records) == len(chunks)
     failed = {k: r.error_code for k, r in records.items() if r.status == "failed"}
     assert failed == {
@@ -504,10 +422,10 @@ def test_stop_drains_in_flight_batches_and_commits_them(
     serde = AvroSerde(settings.kafka)
     with _pipeline(settings, embedder) as (pipeline, store):
         produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 4, 100), serde)
-        _wait_for(lambda: len(pipeline.batch_history) >= 3, 60, "a few batches")
+        wait_until(lambda: len(pipeline.batch_history) >= 3, 60, "a few batches")
         in_flight_at_stop = pipeline.ledger.pending_count()
         pipeline.stop()
-        _wait_for(lambda: not pipeline.ready, 90, "the drain to finish")
+        wait_until(lambda: not pipeline.ready, 90, "the drain to finish")
         written = set(_rows(store, produced))
     committed = _committed(kafka_bootstrap, group_id(settings), topics.chunks, _partitions(produced))
     assert in_flight_at_stop > 0
@@ -530,16 +448,16 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_every_chunk_is_em
     chunks = _chunks(prefix[-8:], 4, 5)
     with _pipeline(settings, embedder, cls=_FirstConsumerOutsideGroup, rejoin_timeout_s=3.0) as (pipeline, store):
         first = _produce_chunks(broker, topics.chunks, chunks[:10], serde)
-        _wait_for(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 10, 60,
-                  "the first chunks committed")
-        _wait_for(lambda: pipeline.consumers_replaced == 1, 30, "the consumer outside its group to be replaced")
+        wait_until(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 10, 60,
+                   "the first chunks committed", poll_s=0.25)
+        wait_until(lambda: pipeline.consumers_replaced == 1, 30, "the consumer outside its group to be replaced")
         second = _produce_chunks(broker, topics.chunks, chunks[10:], serde)
-        _wait_for(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 20, 90,
-                  "the new consumer to commit the rest")
+        wait_until(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 20, 90,
+                   "the new consumer to commit the rest", poll_s=0.25)
         rows = _rows(store, first + second)
     assert pipeline.consumers_replaced == 1, "a consumer in its group is kept"
     assert len(rows) == 20 and all(len(found) == 1 for found in rows.values())
-    embedded = _read_topic(broker, topics.embedded, 21, 10)  # all there is (10 s more than the 20 need)
+    embedded = read_topic(broker, topics.embedded, expected=20, linger_s=10).messages  # and 10 s more: a 21st?
     assert len(embedded) == 20, "each chunk embedded once: nothing committed was taken again"
 
 
@@ -558,20 +476,20 @@ def test_static_assignment_takes_every_partition_without_a_group_and_commits_onl
     assert _partitions(first) == [0, 1]
     with _pipeline(settings, embedder, static_assignment=True, rejoin_timeout_s=1.0, clock=fast) as (pipeline, store):
         assert sorted(pipeline.assignment) == [(topics.chunks, 0), (topics.chunks, 1)]
-        _wait_for(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 12, 60,
-                  "the first chunks committed")
+        wait_until(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 12, 60,
+                   "the first chunks committed", poll_s=0.25)
         committed = _committed(broker, group, topics.chunks, [0, 1])
         _assert_nothing_committed_ahead(committed, first, set(_rows(store, first)))
         second = _produce_chunks(broker, topics.chunks, chunks[12:18], serde)
-        _wait_for(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 18, 60,
-                  "the next chunks committed")
+        wait_until(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 18, 60,
+                   "the next chunks committed", poll_s=0.25)
         assert pipeline.consumers_replaced == 0, "an assigned consumer has no member id and is not replaced for it"
     # a new process resumes from the group's committed offsets: nothing done is taken again
     third = _produce_chunks(broker, topics.chunks, chunks[18:], serde)
     with _pipeline(settings, embedder, static_assignment=True) as (pipeline, store):
-        _wait_for(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 24, 60,
-                  "the rest committed after the restart")
+        wait_until(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 24, 60,
+                   "the rest committed after the restart", poll_s=0.25)
         rows = _rows(store, first + second + third)
     assert len(rows) == 24 and all(len(found) == 1 for found in rows.values())
-    embedded = _read_topic(broker, topics.embedded, 25, 10)  # all there is (10 s more than the 24 need)
+    embedded = read_topic(broker, topics.embedded, expected=24, linger_s=10).messages  # and 10 s more: a 25th?
     assert len(embedded) == 24, "each chunk embedded once"
