@@ -21,8 +21,8 @@ from docstream.topics import dlq_topic
 from tests.fixtures.kafka import (
     FirstConsumerOutsideGroup,
     committed_offset,
-    consume_messages,
     kafka_settings,
+    read_topic,
     wait_until,
 )
 
@@ -116,8 +116,8 @@ def test_poison_bytes_go_to_the_dlq_and_the_loop_commits_past_them(
                        service="test-svc", metrics=metrics, commit_interval_s=0.1)
 
     with _running(loop) as errors:
-        outputs = consume_messages(broker, out, 2)
-        dead = consume_messages(broker, dlq_topic(src), 1)
+        outputs = read_topic(broker, out, expected=2).messages
+        dead = read_topic(broker, dlq_topic(src), expected=1).messages
         wait_until(lambda: committed_offset(broker, group, src) == 3, 30, "a commit past all three records")
 
     assert errors == []
@@ -160,7 +160,7 @@ def test_offsets_are_committed_only_after_the_outputs_are_delivered(
     producer.close()
     assert errors == []
     assert set(seen_before) == {-1001}, "nothing was committed while the output was undelivered"
-    assert len(consume_messages(broker, out, 1)) == 1
+    assert len(read_topic(broker, out, expected=1).messages) == 1
 
 
 def test_failing_handlers_are_retried_then_dead_lettered(
@@ -184,8 +184,8 @@ def test_failing_handlers_are_retried_then_dead_lettered(
     loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
                        commit_interval_s=0.1)
     with _running(loop) as errors:
-        outputs = consume_messages(broker, out, 2)
-        dead = consume_messages(broker, dlq_topic(src), 1)
+        outputs = read_topic(broker, out, expected=2).messages
+        dead = read_topic(broker, dlq_topic(src), expected=1).messages
         wait_until(lambda: committed_offset(broker, group, src) == 3, 30, "a commit past all three records")
 
     assert errors == []
@@ -218,7 +218,7 @@ def test_a_transient_fault_past_the_retry_budget_is_fatal_and_commits_nothing_pa
 
     assert info.value.code == "retries_exhausted"
     assert committed_offset(broker, group, src) == 1, "committed up to the failing record, not past it"
-    assert [m.offset() for m in consume_messages(broker, out, 1)] == [0]
+    assert [m.offset() for m in read_topic(broker, out, expected=1).messages] == [0]
 
 
 def test_static_assignment_consumes_without_a_group_join(
@@ -260,4 +260,4 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_nothing_is_lost_o
     assert loop.consumers_replaced == 1, "a consumer in its group is kept"
     assert metrics.retries.labels("test", "consumer_rejoin")._value.get() == 1
     assert sorted(e.offset for e in handler.calls) == list(range(8))  # each record once
-    assert len(consume_messages(broker, out, 8)) == 8
+    assert len(read_topic(broker, out, expected=8).messages) == 8

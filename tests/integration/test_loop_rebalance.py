@@ -11,7 +11,7 @@ from docstream.avro import AvroSerde
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.loop import ConsumeLoop
 from docstream.topics import dlq_topic
-from tests.fixtures.kafka import committed_offset, consume_messages, kafka_settings, wait_until
+from tests.fixtures.kafka import committed_offset, kafka_settings, read_topic, wait_until
 from tests.integration.test_loop import _chunk, _Echo, _running, _settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -74,4 +74,4 @@ def test_a_second_member_takes_over_partitions_without_losing_records(
         )
 
     assert errors_first == [] and errors_second == []
-    assert len(consume_messages(broker, out, 20 * waves)) >= 20 * waves
+    assert len(read_topic(broker, out, expected=20 * waves).messages) >= 20 * waves
