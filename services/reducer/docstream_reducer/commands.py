@@ -16,27 +16,18 @@ from rich.table import Table
 from docstream.errors import DocstreamError, InputError
 from docstream.export import ExportFormat, export_results
 from docstream.logging import configure_logging
+from docstream.progress import job_progress
 from docstream.settings import load_settings
 from docstream.store import JobRow, open_store
 
-__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "job_rate", "results_command", "status_command"]
+__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "results_command", "status_command"]
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_FOUND = 0, 1, 4
 
 
-def job_rate(job: JobRow, now: datetime) -> float | None:
-    """Terminal documents per second since the job was created (to its last update once completed)."""
-    end = job.updated_at if job.status != "running" and job.updated_at is not None else now
-    created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=UTC)
-    end = end if end.tzinfo else end.replace(tzinfo=UTC)
-    seconds = (end - created).total_seconds()
-    done = job.completed + job.partial + job.failed
-    return done / seconds if seconds > 0 else None
-
-
 def _status_table(job: JobRow) -> Table:
-    done = job.completed + job.partial + job.failed
-    rate = job_rate(job, datetime.now(UTC))
+    progress = job_progress(job, datetime.now(UTC))
+    done, rate = progress.done, progress.rate
     table = Table(title=f"job {job.job_id}", title_justify="left", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
