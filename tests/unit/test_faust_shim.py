@@ -156,6 +156,35 @@ def test_changelog_ends_come_from_the_broker_also_in_a_transaction(shimmed: Call
     assert asyncio.run(faust_aiokafka.AIOKafkaConsumerThread._highwaters(thread, [tp])) == {tp: None}
 
 
+def test_the_apps_consumer_counts_a_read_offset_of_0_as_read(shimmed: Callable[..., faust.App]) -> None:
+    app = shimmed("shim-read-offsets")
+
+    async def _read_offsets() -> Any:
+        async def _noop(*_: Any) -> None:
+            return None
+
+        consumer = app.transport.create_consumer(callback=_noop, on_partitions_revoked=_noop,
+                                                 on_partitions_assigned=_noop)
+        consumer._thread.thread_loop.close()
+        return consumer._read_offset
+
+    read = asyncio.run(_read_offsets())
+    tp, other = TP("t", 0), TP("t", 1)
+    assert read[tp] is None  # nothing read yet: Faust's default
+    read[tp] = 0  # how _drain_messages records a delivered offset 0
+    assert read[tp] == 0 and bool(read[tp]) and read[tp] + 1 == 1
+    read.update({tp: 5, other: 0})  # how perform_seek writes
+    assert (read[tp], bool(read[other])) == (5, True)
+    read[tp] = None
+    assert read[tp] is None
+
+
+def test_a_changed_gap_test_in_faust_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(faust_shim, "_GAP_GUARD", "if gap > 1 and r_offset is not None:")
+    with pytest.raises(LibraryMismatchError, match="gap test"):
+        faust_shim.check_signatures()
+
+
 def test_transactional_producers_get_their_own_apps_transaction_timeout(shimmed: Callable[..., faust.App]) -> None:
     first = shimmed("shim-txn-1", exactly_once=True, timeout_s=300)
     second = shimmed("shim-txn-2", exactly_once=True, timeout_s=450)  # no "last call wins"
@@ -292,3 +321,29 @@ def test_the_thread_worker_sentinel_lets_the_loop_run_once_more_and_returns_at_o
     finally:
         loop.close()
     assert ran == ["late callback"]
+
+
+def test_partition_state_reports_faust_and_aiokafka_views_of_a_partition() -> None:
+    from intervaltree import IntervalTree
+
+    tp = TP("t", 2)
+    fetched = SimpleNamespace(_position=7, highwater=58, lso=58, paused=False)
+    assignment = SimpleNamespace(state_value=lambda _tp: fetched)
+    aio = SimpleNamespace(_subscription=SimpleNamespace(subscription=SimpleNamespace(assignment=assignment)),
+                          _fetcher=SimpleNamespace(_records={tp: object()}))
+    consumer = SimpleNamespace(
+        _read_offset={tp: 0}, _committed_offset={tp: 1}, _acked={tp: [4, 5, 9]},
+        _gap={tp: IntervalTree.from_tuples([(2, 4)])},
+        _paused_partitions=set(), _active_partitions={tp}, _buffered_partitions=set(),
+        _thread=SimpleNamespace(_ensure_consumer=lambda: aio),
+    )
+    assert faust_shim.partition_state(consumer, tp) == {
+        "read": 0, "committed": 1, "acked": [3, 4, 9], "gaps": [(2, 4)], "paused": False, "active": True,
+        "buffered": False, "position": 7, "highwater": 58, "lso": 58, "fetch_paused": False, "prefetched": True,
+    }
+
+
+def test_partition_state_of_a_consumer_without_an_aiokafka_consumer_has_faust_fields_only() -> None:
+    state = faust_shim.partition_state(SimpleNamespace(), TP("t", 0))
+    assert state == {"read": None, "committed": None, "acked": [0, None, None], "gaps": [], "paused": False,
+                     "active": False, "buffered": False}

@@ -394,12 +394,13 @@ def build_reducer(
             fields = {"topic": stall.topic, "partition": stall.partition, "committed": stall.committed,
                       "end": stall.end, "stalled_s": stall.periods * stall_s}
             if on_stuck is not None and refetched.get(key) == stall.periods - 1:
-                _log.error("partition_stuck", action="restart", **fields)
+                _log.error("partition_stuck", action="restart", **fields,
+                           faust=faust_shim.partition_state(consumer, TP(stall.topic, stall.partition)))
                 on_stuck(stall)
                 return
-            _log.warning("partition_stalled_refetching", **fields)
-            refetched[key] = stall.periods
             tp = TP(stall.topic, stall.partition)
+            _log.warning("partition_stalled_refetching", **fields, faust=faust_shim.partition_state(consumer, tp))
+            refetched[key] = stall.periods
             await consumer.seek(tp, stall.committed)
             consumer.resume_partitions({tp})
 

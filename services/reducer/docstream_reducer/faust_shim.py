@@ -10,7 +10,9 @@ Nothing here patches a class for the whole process. ``apply(app, ...)`` gives on
 transport of its own, whose subclasses carry the fixes:
 
 * ``_Consumer`` / ``_ConsumerThread``: changelog ends read from the broker under exactly-once
-  (``AIOKafkaConsumerThread._highwaters``);
+  (``AIOKafkaConsumerThread._highwaters``), and a read offset of 0 that counts as read, so a
+  gap right after offset 0 is recorded and the partition keeps committing (``Consumer._read_offset``,
+  read by ``Consumer._drain_messages``: the partition stall, docs/reducer.md);
 * ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
   the value of this app's transport, and are ``_TransactionalProducer``s;
 * ``_TransactionalProducer``: its sender retries a FindCoordinator that lost its connection
@@ -30,6 +32,7 @@ import inspect
 import os
 import signal
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -40,6 +43,7 @@ import mode
 from aiokafka import errors as kafka_errors
 from aiokafka.producer.sender import Sender
 from faust.transport import base as transport_base
+from faust.transport import consumer as transport_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -58,6 +62,7 @@ __all__ = [
     "check_versions",
     "committed_offsets",
     "exit_watchdog",
+    "partition_state",
 ]
 
 _log = get_logger(__name__)
@@ -89,6 +94,9 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
         ("faust-streaming", transport_base.Transport.__init__,
          "(self, url: List[yarl.URL], app: faust.types.app.AppT,"
          " loop: Optional[asyncio.events.AbstractEventLoop] = None) -> None"),
+    "faust.transport.consumer.Consumer._drain_messages":
+        ("faust-streaming", transport_consumer.Consumer._drain_messages,
+         "(self, fetcher: mode.types.services.ServiceT) -> None"),
     "mode.worker.Worker._schedule_shutdown":
         ("mode-streaming", mode.Worker._schedule_shutdown, "(self, signal: signal.Signals) -> None"),
     "mode.worker.Worker._sentinel_task":
@@ -100,7 +108,11 @@ expected ``str(inspect.signature(...))``)."""
 _PRIVATE_FIELDS = (
     ("mode-streaming", mode.Worker, "_signal_stop_time"),
     ("faust-streaming", faust_aiokafka.Consumer, "_committed_offset"),
+    ("faust-streaming", faust_aiokafka.Consumer, "_read_offset"),
 )
+
+_GAP_GUARD = "if gap > 1 and r_offset:"
+"""The line of ``Consumer._drain_messages`` that ``_ReadOffsets`` corrects: a read offset of 0 is falsy there."""
 
 
 class LibraryMismatchError(FatalError):
@@ -153,6 +165,9 @@ def check_signatures(signatures: Mapping[str, tuple[str, Callable[..., Any], str
     if not inspect.iscoroutinefunction(mode.Worker._sentinel_task):
         raise LibraryMismatchError("mode-streaming", "mode.Worker._sentinel_task", "a coroutine function",
                                    "a plain function")
+    if _GAP_GUARD not in inspect.getsource(transport_consumer.Consumer._drain_messages):
+        raise LibraryMismatchError("faust-streaming", "the gap test of Consumer._drain_messages", _GAP_GUARD,
+                                   "another test")
     for package, owner, field in _PRIVATE_FIELDS:
         if field not in _annotations(owner):
             raise LibraryMismatchError(package, f"{owner.__qualname__}.{field}", "a declared field", "absent")
@@ -199,6 +214,40 @@ def committed_offsets(consumer: Any, tps: Iterable[TP]) -> dict[TP, int]:
     return {tp: offset for tp in tps if (offset := committed.get(tp)) is not None}
 
 
+def partition_state(consumer: Any, tp: TP) -> dict[str, Any]:
+    """What Faust and aiokafka hold about one partition: the evidence a stall report carries.
+
+    Faust: ``read`` (last offset read), ``committed``, the acked offsets not committed yet
+    (``acked``: count, lowest, highest), the first recorded ``gaps``, and whether the partition
+    is ``paused``, ``active`` (asked for on the next fetch) or ``buffered`` (its stream is full).
+    aiokafka: the fetch ``position``, the last fetched ``highwater`` and ``lso``, its own ``paused``
+    flag and whether its fetcher holds records of the partition (``prefetched``). A value
+    these versions do not have is None. Read-only; call it on the consumer's event loop.
+    """
+    acked: list[int] = list(getattr(consumer, "_acked", {}).get(tp, ()))
+    gaps = getattr(consumer, "_gap", {}).get(tp)
+    state: dict[str, Any] = {
+        "read": getattr(consumer, "_read_offset", {}).get(tp),
+        "committed": getattr(consumer, "_committed_offset", {}).get(tp),
+        "acked": [len(acked), min(acked, default=None), max(acked, default=None)],
+        "gaps": sorted((i.begin, i.end) for i in gaps)[:3] if gaps else [],
+        "paused": tp in getattr(consumer, "_paused_partitions", ()),
+        "active": tp in (getattr(consumer, "_active_partitions", None) or ()),
+        "buffered": tp in getattr(consumer, "_buffered_partitions", ()),
+    }
+    try:
+        aio = consumer._thread._ensure_consumer()
+        assignment = aio._subscription.subscription.assignment
+        fetched = assignment.state_value(tp) if assignment is not None else None
+    except (AttributeError, kafka_errors.ConsumerStoppedError):
+        fetched = None
+    if fetched is not None:
+        state.update(position=fetched._position, highwater=fetched.highwater, lso=fetched.lso,
+                     fetch_paused=fetched.paused, prefetched=tp in getattr(aio._fetcher, "_records", {}))
+    return {key: int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+            for key, value in state.items()}
+
+
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Reads changelog ends from the broker under exactly-once.
 
@@ -213,7 +262,44 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return cast(Mapping[TP, int], await self._ensure_consumer().end_offsets(partitions))
 
 
+class _Offset(int):
+    """An offset that is true even when it is 0."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class _ReadOffsets(defaultdict[TP, int | None]):
+    """Faust's ``Consumer._read_offset`` (the last offset read per partition), with offset 0 counted as read.
+
+    faust-streaming 0.15.3 records a gap in a partition's offsets (transaction markers, aborted
+    or compacted records) in ``Consumer._drain_messages`` only ``if gap > 1 and r_offset``: after
+    offset 0 has been read, the read offset is 0, which is false, so a gap of two or more offsets
+    right after it is not recorded. ``Consumer._new_offset`` then never gets past that gap: the
+    partition commits offset 1 once and never again (under exactly-once, where each transaction
+    leaves a marker and an aborted one leaves its records too, this is the usual first gap of a
+    new topic). Stored offsets here are ``_Offset``s, true at 0; None stays None (nothing read).
+    tests/integration/test_reducer_faust_gap.py shows the stall without this and its end with it.
+    """
+
+    def __init__(self, items: Mapping[TP, int | None] | None = None) -> None:
+        super().__init__(lambda: None)
+        if items:
+            self.update(items)
+
+    def __setitem__(self, tp: TP, offset: int | None) -> None:
+        super().__setitem__(tp, None if offset is None else _Offset(offset))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # perform_seek writes through update()
+        for tp, offset in dict(*args, **kwargs).items():
+            self[tp] = offset
+
+
 class _Consumer(faust_aiokafka.Consumer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_offset = _ReadOffsets(self._read_offset)
+
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
