@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from docstream.errors import ConfigError
-from docstream.settings import Settings, load_settings
+from docstream.settings import Settings, load_settings, user_dir
 
 
 def test_defaults_are_valid() -> None:
@@ -86,3 +86,43 @@ def test_every_field_is_documented() -> None:
         return missing
 
     assert walk(Settings) == []
+
+
+def test_user_dir_follows_xdg_and_falls_back_to_home() -> None:
+    assert user_dir("data", {"XDG_DATA_HOME": "/x/data", "HOME": "/h"}) == Path("/x/data/docstream")
+    assert user_dir("data", {"HOME": "/h"}) == Path("/h/.local/share/docstream")
+    assert user_dir("cache", {"XDG_CACHE_HOME": "/x/cache", "HOME": "/h"}) == Path("/x/cache/docstream")
+    assert user_dir("cache", {"HOME": "/h"}) == Path("/h/.cache/docstream")
+    # the XDG specification: a relative value is ignored
+    assert user_dir("data", {"XDG_DATA_HOME": "rel", "HOME": "/h"}) == Path("/h/.local/share/docstream")
+
+
+def test_local_defaults_are_one_absolute_place_whatever_the_cwd(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    seen = set()
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        s = load_settings()
+        seen.add((s.object_store.url, s.store.sqlite_path, s.reducer.data_dir))
+    assert seen == {(str(tmp_path / "data/docstream/objects"), tmp_path / "data/docstream/docstream.db",
+                     tmp_path / "data/docstream/reducer")}
+
+
+@pytest.mark.parametrize("var", ["DOCSTREAM_OBJECT_STORE__URL", "DOCSTREAM_OBJECT_STORE__ALLOWED_ROOTS"])
+@pytest.mark.parametrize("value", [".docstream/objects", "file:objects"])
+def test_relative_object_store_paths_are_refused(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    monkeypatch.setenv(var, f'["{value}"]' if var.endswith("ROOTS") else value)
+    with pytest.raises(ConfigError, match="absolute path or a URL"):
+        load_settings()
+
+
+def test_object_store_paths_expand_home_and_keep_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/u")
+    monkeypatch.setenv("DOCSTREAM_OBJECT_STORE__URL", "~/objects")
+    monkeypatch.setenv("DOCSTREAM_OBJECT_STORE__ALLOWED_ROOTS", '["s3://bucket/in", "file:///srv/in", "/data"]')
+    s = load_settings()
+    assert s.object_store.url == "/home/u/objects"
+    assert s.object_store.allowed_roots == ["s3://bucket/in", "file:///srv/in", "/data"]

@@ -43,7 +43,7 @@ from docstream.runtime import (
     runtime_cache_key,
     runtime_candidates,
 )
-from docstream.settings import InferenceSettings
+from docstream.settings import InferenceSettings, user_dir
 
 __all__ = [
     "BF16_CPU_FLAGS",
@@ -303,8 +303,7 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
 
 def default_runtime_cache_dir() -> Path:
     """Where runtime choices are cached: ``$XDG_CACHE_HOME/docstream/runtime`` (``~/.cache`` when unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "docstream" / "runtime"
+    return user_dir("cache") / "runtime"
 
 
 def read_cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

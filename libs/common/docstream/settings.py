@@ -9,10 +9,12 @@ supplies values below the environment in precedence.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -38,9 +40,55 @@ __all__ = [
     "Settings",
     "StoreSettings",
     "load_settings",
+    "user_dir",
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+_XDG = {"data": ("XDG_DATA_HOME", (".local", "share")), "cache": ("XDG_CACHE_HOME", (".cache",))}
+
+
+def user_dir(kind: Literal["data", "cache"], environ: Mapping[str, str] | None = None) -> Path:
+    """docstream's folder of one kind for this user, the same from any working directory.
+
+    ``data``: ``$XDG_DATA_HOME/docstream``, else ``~/.local/share/docstream``; ``cache``:
+    ``$XDG_CACHE_HOME/docstream``, else ``~/.cache/docstream``. As the XDG Base Directory
+    specification says, a relative ``XDG_*`` value is ignored.
+
+    Args:
+        kind: which folder.
+        environ: the environment to read (default: the process's).
+    """
+    env = os.environ if environ is None else environ
+    variable, fallback = _XDG[kind]
+    base = env.get(variable, "")
+    if base and Path(base).is_absolute():
+        return Path(base) / "docstream"
+    home = env.get("HOME") or str(Path.home())
+    return Path(home).joinpath(*fallback, "docstream")
+
+
+def _default_path(name: str) -> Path:
+    return user_dir("data") / name
+
+
+def _absolute_local(value: str, setting: str) -> str:
+    """``value`` with ``~`` expanded; a relative local path is refused (it would mean another
+    folder in each process's working directory)."""
+    scheme = urlsplit(value).scheme.lower()
+    if scheme not in ("", "file"):
+        return value
+    if scheme == "":
+        value = os.path.expanduser(value)
+        path = value
+    else:
+        path = urlsplit(value).path
+    if not path.startswith("/"):
+        raise ValueError(
+            f"{setting} must be an absolute path or a URL, not {value!r}: a relative folder is another "
+            "folder in each process's working directory"
+        )
+    return value
 
 
 class KafkaSettings(BaseModel):
@@ -116,7 +164,11 @@ class StoreSettings(BaseModel):
     model_config = _FROZEN
 
     backend: Literal["cassandra", "sqlite"] = Field("cassandra", description="Result store implementation.")
-    sqlite_path: Path = Field(Path(".docstream/docstream.db"), description="SQLite file for the sqlite backend.")
+    sqlite_path: Path = Field(
+        default_factory=lambda: _default_path("docstream.db"),
+        description="SQLite file for the sqlite backend; default: docstream.db in the user's data folder "
+        "($XDG_DATA_HOME/docstream, else ~/.local/share/docstream), the same from any working directory.",
+    )
 
 
 class ObjectStoreSettings(BaseModel):
@@ -124,14 +176,31 @@ class ObjectStoreSettings(BaseModel):
 
     model_config = _FROZEN
 
-    url: str = Field(".docstream/objects", description="fsspec URL or local folder for document bytes.")
+    url: str = Field(
+        default_factory=lambda: str(_default_path("objects")),
+        description="fsspec URL or local folder for document bytes; default: objects in the user's data folder "
+        "($XDG_DATA_HOME/docstream/objects, else ~/.local/share/docstream/objects), the same for every process "
+        "of one user whatever its working directory. A relative local path is refused.",
+    )
     allowed_schemes: list[str] = Field(
         default_factory=lambda: ["file", "s3", "gs"], description="URL schemes a source_uri may use."
     )
     allowed_roots: list[str] = Field(
-        default_factory=list, description="Extra roots (prefixes) a source_uri may point into besides `url`."
+        default_factory=list,
+        description="Extra roots (prefixes) a source_uri may point into besides `url`: URLs or absolute local "
+        "paths (a relative one is refused).",
     )
     storage_options: dict[str, str] = Field(default_factory=dict, description="fsspec storage options.")
+
+    @field_validator("url")
+    @classmethod
+    def _absolute_url(cls, value: str) -> str:
+        return _absolute_local(value, "object_store.url")
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _absolute_roots(cls, value: list[str]) -> list[str]:
+        return [_absolute_local(root, "object_store.allowed_roots") for root in value]
 
 
 class IngestSettings(BaseModel):
@@ -219,7 +288,11 @@ class ReducerSettings(BaseModel):
     model_config = _FROZEN
 
     app_id: str = Field("docstream-reducer", description="Faust app id (consumer group, changelog topic prefix).")
-    data_dir: Path = Field(Path(".docstream/reducer"), description="Faust data directory.")
+    data_dir: Path = Field(
+        default_factory=lambda: _default_path("reducer"),
+        description="Faust data directory; default: reducer in the user's data folder ($XDG_DATA_HOME/docstream, "
+        "else ~/.local/share/docstream), the same from any working directory.",
+    )
     job_status_interval_s: float = Field(1.0, gt=0, description="Least time between two JobStatus of one job.")
     webhook_timeout_s: float = Field(10.0, gt=0, description="Timeout of one webhook call.")
     webhook_max_attempts: int = Field(5, ge=1, le=50, description="Webhook attempts before giving up.")
@@ -326,7 +399,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="Kafka.")  # type: ignore[arg-type]
     cassandra: CassandraSettings = Field(default_factory=CassandraSettings, description="Cassandra.")  # type: ignore[arg-type]
     store: StoreSettings = Field(default_factory=StoreSettings, description="Result store.")  # type: ignore[arg-type]
-    object_store: ObjectStoreSettings = Field(default_factory=ObjectStoreSettings, description="Document bytes.")  # type: ignore[arg-type]
+    object_store: ObjectStoreSettings = Field(default_factory=ObjectStoreSettings, description="Document bytes.")
     ingest: IngestSettings = Field(default_factory=IngestSettings, description="Intake limits.")  # type: ignore[arg-type]
     chunker: ChunkerSettings = Field(default_factory=ChunkerSettings, description="Chunking.")  # type: ignore[arg-type]
     inference: InferenceSettings = Field(default_factory=InferenceSettings, description="Inference.")  # type: ignore[arg-type]
