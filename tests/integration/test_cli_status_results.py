@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -99,3 +100,13 @@ def test_status_shows_state_counts_and_rate(cli_store: ResultStore) -> None:
     text = result.stdout
     for expected in ("completed", "documents", "docs/s", "1.20"):  # 6 documents in 5 s
         assert expected in text, text
+
+
+def test_status_shows_the_eta_of_a_running_job(cli_store: ResultStore) -> None:
+    job_id = f"job-{uuid.uuid4().hex}"
+    created = datetime.now(UTC) - timedelta(seconds=10)
+    cli_store.upsert_job(JobRow(job_id, "acme", created, "running", 12, completed=6, updated_at=created))
+    result = CliRunner().invoke(app, ["status", job_id], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    eta = next(line for line in result.stdout.splitlines() if " eta " in line)
+    assert re.search(r"eta\s+│\s+\d+s\s", eta), eta  # docstream.progress's ETA, as format_duration shows it

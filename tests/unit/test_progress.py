@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docstream.progress import job_progress
+from docstream.progress import format_duration, format_rate, job_progress
 from docstream.store import JobRow
 
 _T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -59,3 +59,15 @@ def test_naive_datetimes_are_read_as_utc() -> None:
 def test_unknown_size_has_no_share_and_more_done_than_total_is_capped() -> None:
     assert job_progress(_job(total=0, completed=3), _T0 + timedelta(seconds=1)).share is None
     assert job_progress(_job(total=2, completed=3), _T0 + timedelta(seconds=1)).share == 1.0
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (None, "-"), (0.0, "0s"), (-3.0, "0s"), (41.6, "42s"), (60.0, "1m 00s"), (185.0, "3m 05s"),
+    (3599.4, "59m 59s"), (3600.0, "1h 00m"), (7380.0, "2h 03m"), (86_400.0, "1d 00h"), (100_800.0, "1d 04h"),
+])
+def test_durations_are_shown_for_people(seconds: float | None, shown: str) -> None:
+    assert format_duration(seconds) == shown
+
+
+def test_rates_are_shown_with_two_decimals_or_a_dash() -> None:
+    assert [format_rate(r) for r in (None, 0.0, 2.5, 12.345)] == ["-", "0.00", "2.50", "12.35"]

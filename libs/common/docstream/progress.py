@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from docstream.store.base import JobRow
 
-__all__ = ["JobProgress", "job_progress"]
+__all__ = ["JobProgress", "format_duration", "format_rate", "job_progress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +56,28 @@ def job_progress(job: JobRow, now: datetime) -> JobProgress:
     eta = remaining / rate if running and rate and total else None
     share = min(done / total, 1.0) if total else None
     return JobProgress(done=done, total=total, share=share, elapsed_s=elapsed, rate=rate, eta_s=eta)
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration for people: ``-`` for None, else ``42s``, ``3m 05s``, ``2h 03m`` or ``1d 04h``.
+
+    Rounded to the shown unit; negative durations read as 0.
+    """
+    if seconds is None:
+        return "-"
+    total = max(round(seconds), 0)
+    minutes, secs = divmod(total, 60)
+    hours, mins = divmod(minutes, 60)
+    days, hrs = divmod(hours, 24)
+    if days:
+        return f"{days}d {hrs:02d}h"
+    if hours:
+        return f"{hours}h {mins:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def format_rate(rate: float | None) -> str:
+    """Documents per second for people: ``-`` for None, else two decimals (``2.50``)."""
+    return "-" if rate is None else f"{rate:.2f}"

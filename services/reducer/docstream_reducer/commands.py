@@ -16,7 +16,7 @@ from rich.table import Table
 from docstream.errors import DocstreamError, InputError
 from docstream.export import ExportFormat, export_results
 from docstream.logging import configure_logging
-from docstream.progress import job_progress
+from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import load_settings
 from docstream.store import JobRow, open_store
 
@@ -41,7 +41,8 @@ def _status_table(job: JobRow) -> Table:
         ("partial", job.partial),
         ("failed", job.failed),
         ("remaining", max(job.document_count - done, 0)),
-        ("docs/s", "-" if rate is None else f"{rate:.2f}"),
+        ("docs/s", format_rate(rate)),
+        ("eta", format_duration(progress.eta_s)),
         ("created", job.created_at.isoformat()),
         ("updated", job.updated_at.isoformat() if job.updated_at else "-"),
     ]
