@@ -29,9 +29,10 @@ from docstream.settings import Settings
 from docstream.store.base import JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
-from docstream_ingest.commands import EXIT_OK, wait_for_job
+from docstream_ingest.commands import wait_for_job
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.main import main as ingest_main
+from docstream_ingest.outcome import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_SOURCE_UNREADABLE, EXIT_TIMEOUT
 from docstream_ingest.request import JobRequest
 from tests.fixtures.documents import make_pdf, make_text_document
 from tests.fixtures.kafka import kafka_settings, read_topic
@@ -326,13 +327,33 @@ def test_cli_fails_when_nothing_was_submitted(make_intake: Callable[..., Intake]
 def test_wait_returns_when_the_job_is_terminal(make_intake: Callable[..., Intake]) -> None:
     intake = make_intake()
     now = datetime.now(UTC)
-    intake.store.upsert_job(JobRow("done-job", "default", now, "completed", 2, completed=1, failed=1))
+    intake.store.upsert_job(JobRow("done-job", "default", now, "completed", 2, completed=2))
+    intake.store.upsert_job(JobRow("bad-job", "default", now, "completed", 2, completed=1, failed=1))
+    intake.store.upsert_job_document(JobDocumentRow("bad-job", "d1", "failed", now, error_code="corrupt"))
     intake.store.upsert_job(JobRow("busy-job", "default", now, "running", 2, completed=1))
-    console = Console(file=io.StringIO())
+    console, errors = Console(file=io.StringIO(), width=200), Console(file=io.StringIO(), width=200)
 
     assert wait_for_job(intake.store, "done-job", timeout_s=30, console=console) == EXIT_OK
-    assert wait_for_job(intake.store, "busy-job", timeout_s=0.2, console=console) == 2
-    assert "1 completed, 0 partial, 1 failed" in console.file.getvalue()  # type: ignore[attr-defined]
+    assert wait_for_job(intake.store, "bad-job", timeout_s=30, console=console) == EXIT_DOCUMENTS_FAILED
+    assert wait_for_job(intake.store, "busy-job", timeout_s=0.2, console=console) == EXIT_TIMEOUT
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "1 completed, 0 partial, 1 failed" in shown
+    assert "docs/s" in shown and "ETA" in shown  # job_progress's rate and ETA on the bar
+    assert errors.file.getvalue() == ""  # type: ignore[attr-defined]
+
+
+def test_wait_names_the_settings_when_the_chunker_could_not_read_a_source(make_intake: Callable[..., Intake]) -> None:
+    intake = make_intake()
+    now = datetime.now(UTC)
+    intake.store.upsert_job(JobRow("lost-job", "default", now, "completed", 2, completed=1, failed=1))
+    intake.store.upsert_job_document(JobDocumentRow("lost-job", "d1", "failed", now, error_code="fetch_failed"))
+    console, errors = Console(file=io.StringIO(), width=400), Console(file=io.StringIO(), width=400)
+
+    code = wait_for_job(intake.store, "lost-job", timeout_s=30, console=console, errors=errors,
+                        object_store_url=intake.settings.object_store.url)
+    assert code == EXIT_SOURCE_UNREADABLE
+    hint = errors.file.getvalue()  # type: ignore[attr-defined]
+    assert "DOCSTREAM_OBJECT_STORE__URL" in hint and intake.settings.object_store.url in hint
 
 
 def test_ingest_main_prepares_topics_and_store(

@@ -122,11 +122,23 @@ def submit(
     chunk_max_tokens: Annotated[int | None, typer.Option(help="Per-job chunk size in tokens.")] = None,
     chunk_overlap_tokens: Annotated[int | None, typer.Option(help="Per-job chunk overlap in tokens.")] = None,
     webhook: Annotated[str | None, typer.Option("--webhook", help="URL the reducer calls when the job ends.")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until the job is completed, with a progress bar.")] = False,
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Wait until the job ends, with a progress bar (docs/s, ETA); the exit status says how it ended."
+    )] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after N seconds.")] = None,
     config: str | None = _ConfigOpt,
 ) -> None:
-    """Submit documents: print the job id at once, then what was submitted and refused (docs/intake.md)."""
+    """Submit documents: print the job id at once, then what was submitted and refused (docs/intake.md).
+
+    Exit status:
+    0 submitted (with --wait: every document completed);
+    1 nothing submitted, or an error;
+    2 --wait timed out (the job goes on);
+    3 the job was cancelled;
+    4 the job ended with failed or partial documents;
+    5 documents failed because the chunker could not read their source: a hint names the settings
+    (object_store.url / DOCSTREAM_OBJECT_STORE__URL, object_store.allowed_roots).
+    """
     module: Any = import_module("docstream_ingest.commands")
     raise typer.Exit(
         module.submit_command(

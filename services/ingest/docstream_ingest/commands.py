@@ -2,19 +2,23 @@
 
 Output contract (scripts rely on it): the job id alone on the first line of stdout, written
 before any work starts; then a summary of submitted, duplicate and refused files. Exit
-status: 0 submitted (and, with --wait, the job completed), 1 nothing submitted or an error,
-2 --wait timed out, 3 the job was cancelled while waiting.
+status: 0 submitted (and, with --wait, every document completed), 1 nothing submitted or an
+error, 2 --wait timed out, 3 the job was cancelled while waiting, 4 the job ended with failed
+or partial documents, 5 documents failed because the chunker could not read their source (the
+hint on stderr names the settings); docstream_ingest.outcome decides.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from docstream.avro.serde import AvroSerde
@@ -24,15 +28,16 @@ from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
 from docstream.logging import configure_logging
 from docstream.objectstore import ObjectStore
+from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, ResultStore, open_store
 from docstream.topics import Topics
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
+from docstream_ingest.outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome
 from docstream_ingest.request import JobRequest
 
 __all__ = ["intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
 
-EXIT_OK, EXIT_FAILED, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3
 _SHOWN_ROWS = 50
 _POLL_S = 0.5
 
@@ -96,33 +101,48 @@ def _print_summary(console: Console, result: SubmitResult) -> None:
     console.print(f"job {result.job_id}: {result.document_count} documents in total", highlight=False)
 
 
-def wait_for_job(store: ResultStore, job_id: str, *, timeout_s: float | None, console: Console) -> int:
-    """Poll the jobs row until the job is completed or cancelled, with a progress bar.
+def wait_for_job(
+    store: ResultStore, job_id: str, *, timeout_s: float | None, console: Console, errors: Console | None = None,
+    object_store_url: str = "",
+) -> int:
+    """Poll the jobs row until the job is completed or cancelled, with a progress bar (docs/s, ETA).
 
     Returns:
-        EXIT_OK when completed, EXIT_CANCELLED when cancelled, EXIT_TIMEOUT past ``timeout_s``.
+        The exit status of ``docstream_ingest.outcome.wait_outcome`` once the job ended (its hint,
+        if any, goes to ``errors``), or EXIT_TIMEOUT past ``timeout_s``.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]} docs/s"), TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(f"job {job_id}", total=None)
+        task = progress.add_task(f"job {job_id}", total=None, rate="-", eta="-")
         while (job := _poll_job(store, job_id)) is None or job.status not in ("completed", "cancelled"):
             if job is not None:
-                progress.update(task, total=job.document_count or None, completed=_done(job))
+                _show(progress, task, job)
             if deadline is not None and time.monotonic() >= deadline:
                 console.print(f"timed out after {timeout_s} s; the job goes on", highlight=False)
                 return EXIT_TIMEOUT
             time.sleep(_POLL_S)
-        progress.update(task, total=job.document_count or None, completed=_done(job))
-    console.print(
-        f"job {job_id} {job.status}: {job.completed} completed, {job.partial} partial, {job.failed} failed",
-        highlight=False,
-    )
-    return EXIT_OK if job.status == "completed" else EXIT_CANCELLED
+        _show(progress, task, job)
+    outcome = wait_outcome(job, _failure_codes(store, job), object_store_url=object_store_url)
+    console.print(outcome.summary, highlight=False)
+    if outcome.hint:
+        (errors or console).print(f"hint: {outcome.hint}", highlight=False, markup=False)
+    return outcome.exit_code
 
 
-def _done(job: JobRow) -> int:
-    return job.completed + job.partial + job.failed
+def _show(progress: Progress, task: TaskID, job: JobRow) -> None:
+    now = job_progress(job, datetime.now(UTC))
+    progress.update(task, total=job.document_count or None, completed=now.done, rate=format_rate(now.rate),
+                    eta=format_duration(now.eta_s))
+
+
+def _failure_codes(store: ResultStore, job: JobRow) -> Counter[str]:
+    """How many failed documents of the job carry each error_code (read only when some failed)."""
+    if not job.failed:
+        return Counter()
+    return Counter(row.error_code or "unknown" for row in store.iter_job_documents(job.job_id)
+                   if row.status == "failed")
 
 
 def _poll_job(store: ResultStore, job_id: str) -> JobRow | None:
@@ -168,7 +188,8 @@ def submit_command(
                 errors.print("nothing was submitted", highlight=False)
                 return EXIT_FAILED
             if wait:
-                return wait_for_job(clients.store, job_id, timeout_s=timeout_s, console=console)
+                return wait_for_job(clients.store, job_id, timeout_s=timeout_s, console=console, errors=errors,
+                                    object_store_url=settings.object_store.url)
     except DocstreamError as exc:
         errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
         return EXIT_FAILED
