@@ -13,9 +13,10 @@ from typing import Annotated, Any
 
 import typer
 
+from docstream.errors import ConfigError
 from docstream.settings import Settings, load_settings
 
-__all__ = ["app"]
+__all__ = ["app", "apply_cli_options"]
 
 app = typer.Typer(name="docstream", help="Inference over large document jobs.", no_args_is_help=True)
 
@@ -27,12 +28,40 @@ _SERVICES = {
 }
 
 
-def _settings(config: str | None) -> Settings:
-    return load_settings(config)
+def apply_cli_options(settings: Settings, **sections: dict[str, Any]) -> Settings:
+    """``settings`` with the command-line options that were given written over them.
+
+    Options beat the environment and the config file. ``sections`` maps a settings section to its
+    fields (``api={"host": ..., "port": ...}``); a None value is an option not given, which leaves
+    the setting as it was.
+
+    Raises:
+        ConfigError: an option's value is invalid for its setting.
+    """
+    given = {name: {k: v for k, v in fields.items() if v is not None} for name, fields in sections.items()}
+    given = {name: fields for name, fields in given.items() if fields}
+    if not given:
+        return settings
+    try:
+        return settings.with_overrides(**given)
+    except ValueError as exc:
+        raise ConfigError(f"invalid option: {exc}") from exc
 
 
-def _run_service(name: str, config: str | None) -> None:
-    settings = _settings(config)
+def _settings(config: str | None, **sections: dict[str, Any]) -> Settings:
+    """The settings of a command: environment, ``config`` file, then its options (``apply_cli_options``).
+
+    Invalid settings end the command with exit status 1 and the error on stderr.
+    """
+    try:
+        return apply_cli_options(load_settings(config), **sections)
+    except ConfigError as exc:
+        typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _run_service(name: str, config: str | None, metrics_host: str | None, metrics_port: int | None) -> None:
+    settings = _settings(config, metrics={"host": metrics_host, "port": metrics_port})
     module: Any = import_module(_SERVICES[name])
     code = int(module.main(settings))
     # The service has stopped and closed its clients. A thread some library left behind (a driver's
@@ -50,42 +79,60 @@ def _exit_now(code: int) -> None:
 
 
 _ConfigOpt = typer.Option(None, "--config", "-c", help="TOML settings file (env vars still win).")
+_MetricsPortOpt = typer.Option(
+    None, "--metrics-port", min=0, max=65535,
+    help="Port of /metrics, /healthz, /readyz (0: off); beats metrics.port from env and --config.",
+)
+_MetricsHostOpt = typer.Option(
+    None, "--metrics-host", help="Bind address of the metrics endpoint; beats metrics.host from env and --config."
+)
 
 
 @app.command()
-def chunker(config: str | None = _ConfigOpt) -> None:
+def chunker(config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
+            metrics_host: str | None = _MetricsHostOpt) -> None:
     """Run the chunker service: intake topic → chunks topic."""
-    _run_service("chunker", config)
+    _run_service("chunker", config, metrics_host, metrics_port)
 
 
 @app.command()
-def inference(config: str | None = _ConfigOpt) -> None:
+def inference(config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
+              metrics_host: str | None = _MetricsHostOpt) -> None:
     """Run the inference service: chunks topic → model → store → embedded topic."""
-    _run_service("inference", config)
+    _run_service("inference", config, metrics_host, metrics_port)
 
 
 @app.command()
-def reducer(config: str | None = _ConfigOpt) -> None:
+def reducer(config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
+            metrics_host: str | None = _MetricsHostOpt) -> None:
     """Run the reducer service: embedded topic → completed documents and job progress."""
-    _run_service("reducer", config)
+    _run_service("reducer", config, metrics_host, metrics_port)
 
 
 @app.command()
-def ingest(config: str | None = _ConfigOpt) -> None:
+def ingest(config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
+           metrics_host: str | None = _MetricsHostOpt) -> None:
     """Run the ingest service (creates topics and the store schema, then serves the HTTP intake API)."""
-    _run_service("ingest", config)
+    _run_service("ingest", config, metrics_host, metrics_port)
 
 
 @app.command()
 def api(
     config: str | None = _ConfigOpt,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Bind address; beats api.host from env and --config.")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", min=1, max=65535, help="Port; beats api.port from env and --config.")
+    ] = None,
     dump_openapi: Annotated[
         str | None, typer.Option("--dump-openapi", help="Write the OpenAPI spec to FILE ('-': stdout) and exit.")
     ] = None,
 ) -> None:
     """Serve the HTTP intake API on api.host:api.port (creates topics and the store schema first; docs/api.md)."""
+    settings = _settings(config, api={"host": host, "port": port})
     module: Any = import_module("docstream_ingest.api.commands")
-    raise typer.Exit(module.api_command(config=config, dump=dump_openapi))
+    raise typer.Exit(module.api_command(settings, dump=dump_openapi))
 
 
 apikey_app = typer.Typer(help="API keys of the HTTP intake API (only their hashes are stored).", no_args_is_help=True)

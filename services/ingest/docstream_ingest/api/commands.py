@@ -56,13 +56,9 @@ def serve(settings: Settings) -> int:
                        stopped_event="api_stopped")
 
 
-def api_command(*, config: str | None = None, dump: str | None = None) -> int:
-    """Run `docstream api`; with ``dump`` write the OpenAPI spec there and exit."""
-    try:
-        settings = load_settings(config)
-    except DocstreamError as exc:
-        Console(stderr=True).print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
-        return EXIT_FAILED
+def api_command(settings: Settings, *, dump: str | None = None) -> int:
+    """Run `docstream api` with ``settings`` (the CLI's options already applied); with ``dump`` write
+    the OpenAPI spec there and exit."""
     if dump is not None:
         dump_openapi(settings, dump)
         return EXIT_OK

@@ -1,0 +1,51 @@
+"""docstream_cli.app.apply_cli_options: command-line options beat the environment and the config file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from docstream.errors import ConfigError
+from docstream.settings import load_settings
+from docstream_cli.app import app, apply_cli_options
+
+
+def test_given_options_beat_env_and_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "docstream.toml"
+    config.write_text('[api]\nhost = "10.0.0.1"\nport = 8000\n[metrics]\nport = 9000\n')
+    monkeypatch.setenv("DOCSTREAM_API__PORT", "8001")
+    monkeypatch.setenv("DOCSTREAM_METRICS__HOST", "10.0.0.2")
+    settings = load_settings(config)
+    assert (settings.api.host, settings.api.port, settings.metrics.port) == ("10.0.0.1", 8001, 9000)
+
+    flagged = apply_cli_options(settings, api={"host": "127.0.0.1", "port": 8090},
+                                metrics={"host": "127.0.0.3", "port": 9100})
+    assert (flagged.api.host, flagged.api.port) == ("127.0.0.1", 8090)
+    assert (flagged.metrics.host, flagged.metrics.port) == ("127.0.0.3", 9100)
+    assert flagged.api.max_upload_bytes == settings.api.max_upload_bytes  # the rest of the section stays
+
+
+def test_options_not_given_leave_the_settings() -> None:
+    settings = load_settings(api={"port": 8001})
+    assert apply_cli_options(settings, api={"host": None, "port": None}) is settings
+    assert apply_cli_options(settings, api={"host": None, "port": 8090}).api.host == settings.api.host
+
+
+def test_an_invalid_option_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="invalid option"):
+        apply_cli_options(load_settings(), metrics={"port": 70_000})
+
+
+@pytest.mark.parametrize("argv", [["api", "--port", "0"], ["api", "--port", "65536"],
+                                  ["chunker", "--metrics-port", "-1"], ["reducer", "--metrics-port", "x"]])
+def test_out_of_range_ports_are_refused_before_anything_starts(argv: list[str]) -> None:
+    assert CliRunner().invoke(app, argv).exit_code == 2
+
+
+@pytest.mark.parametrize("command", ["api", "ingest", "chunker", "inference", "reducer"])
+def test_every_server_command_has_its_address_options(command: str) -> None:
+    text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
+    for option in (("--host", "--port") if command == "api" else ("--metrics-port", "--metrics-host")):
+        assert option in text
