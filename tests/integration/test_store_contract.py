@@ -270,6 +270,19 @@ def test_iter_chunks_pages_and_count(store: ResultStore, count: int) -> None:
     assert list(store.iter_chunks(_uid("doc"), model_id)) == []
 
 
+def test_list_chunks_pages_by_chunk_index(store: ResultStore) -> None:
+    doc_id, model_id, job_id = _uid("doc"), _uid("model"), _uid("job")
+    rows = _chunks(doc_id, model_id, job_id, 5)
+    store.upsert_chunks(list(reversed(rows)))
+    assert store.list_chunks(doc_id, model_id, limit=2) == rows[:2]
+    assert store.list_chunks(doc_id, model_id, limit=2, after=1) == rows[2:4]
+    assert store.list_chunks(doc_id, model_id, limit=10, after=3) == rows[4:]
+    assert store.list_chunks(doc_id, model_id, after=4) == []
+    assert store.list_chunks(doc_id, _uid("model")) == []
+    with pytest.raises(ValueError):
+        store.list_chunks(doc_id, model_id, limit=0)
+
+
 def test_chunks_of_two_models_do_not_collide(store: ResultStore) -> None:
     doc_id, job_id = _uid("doc"), _uid("job")
     model_a, model_b = _uid("model-a"), _uid("model-b")

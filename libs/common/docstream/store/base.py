@@ -190,6 +190,9 @@ class ResultStore(Protocol):
     def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
         """Stream a document's chunks for one model, by chunk_index."""
 
+    def list_chunks(self, doc_id: str, model_id: str, *, limit: int = 100, after: int = -1) -> list[ChunkRow]:
+        """One page of a document's chunks for one model by chunk_index, strictly after index ``after``."""
+
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model."""
 

@@ -197,6 +197,16 @@ class TableStore(ABC):
 
         return keyset_rows(_page, start=-1, key=_chunk_index, page_size=self._page_size)
 
+    def list_chunks(self, doc_id: str, model_id: str, *, limit: int = 100, after: int = -1) -> list[ChunkRow]:
+        """One page of a document's chunks for one model by chunk_index, strictly after index ``after``.
+
+        Raises:
+            ValueError: limit < 1.
+            StoreError: the read failed transiently.
+        """
+        at_least_one("limit", limit)
+        return [chunk_from_columns(found) for found in self._chunks_page(doc_id, model_id, after, limit)]
+
     # -- API keys --------------------------------------------------------------------
 
     def upsert_api_key(self, row: ApiKeyRow) -> None:
