@@ -99,7 +99,7 @@ def _result(store: SqliteStore, job_id: str, doc_id: str, chunks: int) -> None:
 
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/j1"), ("GET", "/v1/jobs/j1/results"), ("POST", "/v1/jobs/j1/cancel"),
-    ("POST", "/v1/jobs"),
+    ("POST", "/v1/jobs"), ("GET", "/v1/jobs/j1/documents"), ("GET", "/v1/jobs/j1/documents/d1"),
 ])
 @pytest.mark.parametrize("authorization", [None, "Bearer nope", "Basic abc", "Bearer ds_0123456789abcdef_" + "A" * 43])
 def test_every_v1_route_needs_a_valid_key(api: Api, method: str, path: str, authorization: str | None) -> None:
@@ -114,7 +114,9 @@ def test_a_tenant_sees_only_its_jobs(api: Api) -> None:
     _job(api.store, "a-1", "acme")
     _job(api.store, "g-1", "globex")
     assert [j["job_id"] for j in api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]] == ["a-1"]
-    for method, path in [("GET", "/v1/jobs/g-1"), ("GET", "/v1/jobs/g-1/results"), ("POST", "/v1/jobs/g-1/cancel")]:
+    _document(api.store, "g-1", "gd", "completed")
+    for method, path in [("GET", "/v1/jobs/g-1"), ("GET", "/v1/jobs/g-1/results"), ("POST", "/v1/jobs/g-1/cancel"),
+                         ("GET", "/v1/jobs/g-1/documents"), ("GET", "/v1/jobs/g-1/documents/gd")]:
         response = api.client.request(method, path, headers=api.as_("acme"))
         assert response.status_code == 404, path
         assert response.json() == {"error_code": "job_not_found", "message": "no job g-1"}
@@ -143,6 +145,19 @@ def test_job_status_shows_counts_timings_and_pages_of_errors(api: Api) -> None:
     assert second["next_errors_cursor"] is None
 
 
+def test_job_rate_and_eta_are_those_of_job_progress(api: Api) -> None:
+    _job(api.store, "j1", document_count=10, completed=2, partial=1)  # 3 done in 90 s, 7 to go
+    _job(api.store, "j2", document_count=4, completed=4, status="completed", updated_at=AT + timedelta(seconds=8))
+    _job(api.store, "j3", document_count=5)
+    jobs = {j["job_id"]: j for j in api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]}
+    running = jobs["j1"]
+    assert (running["elapsed_s"], running["rate_docs_per_s"], running["eta_s"]) == (90.0, round(3 / 90, 6), 210.0)
+    finished = jobs["j2"]  # up to its last update; no ETA once ended
+    assert (finished["elapsed_s"], finished["rate_docs_per_s"], finished["eta_s"]) == (8.0, 0.5, None)
+    assert (jobs["j3"]["rate_docs_per_s"], jobs["j3"]["eta_s"]) == (0.0, None)  # nothing done yet
+    assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["eta_s"] == 210.0
+
+
 def test_jobs_are_listed_in_pages(api: Api) -> None:
     for i in range(5):
         _job(api.store, f"job-{i}")
@@ -162,6 +177,70 @@ def test_an_unknown_job_is_404_and_a_malformed_id_422(api: Api) -> None:
     bad = api.client.get("/v1/jobs/-bad-", headers=api.as_("acme"))
     assert bad.status_code == 422
     assert bad.json()["error_code"] == "invalid_request"
+
+
+# -- documents and chunks ---------------------------------------------------------------------
+
+
+def test_a_jobs_documents_are_listed_in_pages_with_pages_chunks_and_errors(api: Api) -> None:
+    _job(api.store, "j1", document_count=5)
+    _document(api.store, "j1", "d1", "completed", page_count=4)
+    _result(api.store, "j1", "d1", chunks=2)
+    _document(api.store, "j1", "d2", "failed", error_code="encrypted", error="<b>locked</b>")
+    _document(api.store, "j1", "d3", "chunked", page_count=2)
+    _document(api.store, "j1", "d4", "submitted")
+    _document(api.store, "j1", "d5", "completed", page_count=1)
+    _result(api.store, "j1", "d5", chunks=1)
+    seen: list[dict[str, object]] = []
+    after = None
+    while True:
+        page = api.client.get("/v1/jobs/j1/documents", params={"limit": 2, **({"after": after} if after else {})},
+                              headers=api.as_("acme")).json()
+        seen += page["items"]
+        after = page["next_cursor"]
+        if after is None:
+            break
+    assert [d["doc_id"] for d in seen] == ["d1", "d2", "d3", "d4", "d5"]
+    first = seen[0]
+    assert (first["filename"], first["status"], first["page_count"], first["chunk_count"], first["token_count"]) == (
+        "d1.pdf", "completed", 4, 2, 20)
+    assert (seen[1]["error_code"], seen[1]["error"], seen[1]["chunk_count"]) == ("encrypted", "<b>locked</b>", None)
+    assert (seen[2]["page_count"], seen[2]["chunk_count"]) == (2, None)  # chunked, no result yet
+
+
+def test_a_document_shows_its_chunks_in_pages_with_the_start_of_their_text(api: Api) -> None:
+    _job(api.store, "j1", document_count=1)
+    _document(api.store, "j1", "d1", "completed", page_count=3, media_type="application/pdf")
+    _result(api.store, "j1", "d1", chunks=5)
+    long_text = "x" * 1000
+    api.store.upsert_chunks([ChunkRow(
+        doc_id="d1", model_id=MODEL, chunk_index=4, chunk_id="d1-c4", job_id="j1", text=long_text, page_start=2,
+        page_end=3, char_start=0, char_end=1000, token_count=250, embedding=[1.0, 0.0])])
+    first = api.client.get("/v1/jobs/j1/documents/d1", params={"chunks_limit": 3}, headers=api.as_("acme")).json()
+    assert (first["doc_id"], first["job_id"], first["status"], first["page_count"], first["chunk_count"]) == (
+        "d1", "j1", "completed", 3, 5)
+    assert (first["model_id"], first["media_type"]) == (MODEL, "application/pdf")
+    assert [c["chunk_index"] for c in first["chunks"]] == [0, 1, 2]
+    assert first["chunks"][0]["text_start"] == "chunk 0 of d1 — ü"
+    assert first["next_chunks_cursor"] == 2
+    rest = api.client.get("/v1/jobs/j1/documents/d1", params={"chunks_limit": 3, "chunks_after": 2},
+                          headers=api.as_("acme")).json()
+    assert [c["chunk_index"] for c in rest["chunks"]] == [3, 4]
+    assert rest["next_chunks_cursor"] is None
+    last = rest["chunks"][1]
+    assert (last["page_start"], last["page_end"], last["token_count"], last["text_chars"]) == (2, 3, 250, 1000)
+    assert len(last["text_start"]) < 1000 and long_text.startswith(last["text_start"])
+
+
+def test_a_document_of_another_job_or_none_is_404(api: Api) -> None:
+    _job(api.store, "j1")
+    _job(api.store, "j2")
+    _document(api.store, "j2", "d2", "completed")
+    for path in ("/v1/jobs/j1/documents/d2", "/v1/jobs/j1/documents/nope"):
+        response = api.client.get(path, headers=api.as_("acme"))
+        assert response.status_code == 404, path
+        assert response.json()["error_code"] == "document_not_found"
+    assert api.client.get("/v1/jobs/j2/documents/d2", headers=api.as_("acme")).status_code == 200
 
 
 # -- results --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The routes: /v1/jobs (submit, list, status, results, cancel) and /healthz, /readyz, /metrics."""
+"""The routes: /v1/jobs (submit, list, status, documents, results, cancel) and /healthz, /readyz, /metrics."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError
 from docstream.logging import get_logger
-from docstream.store.base import JobDocumentRow, JobRow, ResultStore
+from docstream.progress import job_progress
+from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream_ingest.api.auth import Principal
 from docstream_ingest.api.context import ApiContext
 from docstream_ingest.api.delivery import RequestDeliveries
@@ -27,7 +28,11 @@ from docstream_ingest.api.schemas import (
     ID_PATTERN,
     MULTIPART_SCHEMA,
     AcceptedDocument,
+    ChunkOut,
+    DocumentDetail,
     DocumentErrorOut,
+    DocumentList,
+    DocumentOut,
     DuplicateOut,
     ErrorBody,
     Health,
@@ -50,10 +55,11 @@ _log = get_logger(__name__)
 
 _MAX_JSON_BYTES = 4 * 1024 * 1024
 _ERROR_SCAN_PAGE = 500
+_TEXT_START_CHARS = 240
 _ERROR_MESSAGES = {
     400: "Malformed request body.",
     401: "Missing, malformed, unknown or revoked API key.",
-    404: "No such job for this tenant.",
+    404: "No such job (or document of the job) for this tenant.",
     408: "The request body took longer than api.request_timeout_s.",
     409: "The job is already finished.",
     413: "The body, or a document in it, is too large.",
@@ -101,6 +107,7 @@ def principal(
 Ctx = Annotated[ApiContext, Depends(context)]
 Caller = Annotated[Principal, Depends(principal)]
 JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job's id.")]
+DocId = Annotated[str, Path(pattern=ID_PATTERN, description="The document's id.")]
 
 jobs_router = APIRouter(prefix="/v1", tags=["jobs"])
 health_router = APIRouter(tags=["operations"])
@@ -110,9 +117,8 @@ health_router = APIRouter(tags=["operations"])
 
 
 def job_summary(job: JobRow, now: datetime) -> JobSummary:
-    """A jobs row as the API shows it."""
-    done = job.completed + job.partial + job.failed
-    end = job.updated_at if job.status != "running" and job.updated_at is not None else now
+    """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.progress.job_progress``'s."""
+    progress = job_progress(job, now)
     return JobSummary(
         job_id=job.job_id,
         status=job.status,
@@ -120,10 +126,12 @@ def job_summary(job: JobRow, now: datetime) -> JobSummary:
         completed=job.completed,
         partial=job.partial,
         failed=job.failed,
-        pending=max(job.document_count - done, 0),
+        pending=max(job.document_count - progress.done, 0),
         created_at=job.created_at,
         updated_at=job.updated_at,
-        elapsed_s=round(max((end - job.created_at).total_seconds(), 0.0), 3),
+        elapsed_s=round(progress.elapsed_s, 3),
+        rate_docs_per_s=None if progress.rate is None else round(progress.rate, 6),
+        eta_s=None if progress.eta_s is None else round(progress.eta_s, 1),
         options=dict(job.options),
         webhook_url=job.webhook_url,
     )
@@ -135,6 +143,67 @@ def _owned_job(store: ResultStore, caller: Principal, job_id: str) -> JobRow:
         # another tenant's job is indistinguishable from none at all
         raise ApiError(404, "job_not_found", f"no job {job_id}")
     return job
+
+
+def _job_model(ctx: ApiContext, job: JobRow) -> str:
+    """Whose results a job shows by default: its model_id option, else the service's."""
+    return job.options.get("model_id") or ctx.settings.inference.model_id
+
+
+def _document_out(
+    store: ResultStore, entry: JobDocumentRow, document: DocumentRow | None, model_id: str
+) -> DocumentOut:
+    started = entry.status not in ("submitted", "skipped")
+    result = store.get_document_result(entry.doc_id, model_id) if started else None
+    return DocumentOut(
+        doc_id=entry.doc_id,
+        filename=entry.filename or (document.filename if document else None),
+        status=entry.status,
+        page_count=document.page_count if document else None,
+        chunk_count=result.chunk_count if result else None,
+        failed_chunks=result.failed_chunks if result else None,
+        token_count=result.token_count if result else None,
+        error_code=entry.error_code or (document.error_code if document else None),
+        error=document.error if document else None,
+        updated_at=entry.updated_at,
+    )
+
+
+def _chunk_out(chunk: ChunkRow) -> ChunkOut:
+    return ChunkOut(
+        chunk_index=chunk.chunk_index,
+        chunk_id=chunk.chunk_id,
+        page_start=chunk.page_start,
+        page_end=chunk.page_end,
+        token_count=chunk.token_count,
+        status=chunk.status,
+        error_code=chunk.error_code,
+        heading=chunk.heading,
+        text_start=chunk.text[:_TEXT_START_CHARS],
+        text_chars=len(chunk.text),
+    )
+
+
+def _document_detail(
+    ctx: ApiContext, caller: Principal, job_id: str, doc_id: str, after: int, limit: int
+) -> DocumentDetail:
+    job = _owned_job(ctx.store, caller, job_id)
+    document = ctx.store.get_document(doc_id)
+    if document is None or document.job_id != job_id:
+        raise ApiError(404, "document_not_found", f"no document {doc_id} in job {job_id}")
+    model_id = _job_model(ctx, job)
+    entry = JobDocumentRow(job_id, doc_id, document.status, document.updated_at, filename=document.filename,
+                           error_code=document.error_code)
+    chunks = ctx.store.list_chunks(doc_id, model_id, limit=limit, after=after)
+    return DocumentDetail(
+        **_document_out(ctx.store, entry, document, model_id).model_dump(),
+        job_id=job_id,
+        media_type=document.media_type,
+        content_sha256=document.content_sha256,
+        model_id=model_id,
+        chunks=[_chunk_out(chunk) for chunk in chunks],
+        next_chunks_cursor=chunks[-1].chunk_index if len(chunks) == limit else None,
+    )
 
 
 def _error_rows(store: ResultStore, job_id: str, after: str | None, limit: int) -> tuple[list[JobDocumentRow], bool]:
@@ -365,6 +434,47 @@ def get_job(
 
 
 @jobs_router.get(
+    "/jobs/{job_id}/documents",
+    response_model=DocumentList,
+    summary="A job's documents",
+    responses=_errors(401, 404, 422, 503),
+)
+def list_documents(
+    ctx: Ctx,
+    caller: Caller,
+    job_id: JobId,
+    limit: Annotated[int, Query(ge=1, le=200, description="Documents per page.")] = 50,
+    after: Annotated[str | None, Query(pattern=ID_PATTERN, description="next_cursor of the previous page.")] = None,
+) -> DocumentList:
+    """A job's documents by doc_id, one page at a time: status, pages, and chunks and tokens once finished."""
+    job = _owned_job(ctx.store, caller, job_id)
+    model_id = _job_model(ctx, job)
+    rows = ctx.store.list_job_documents(job_id, limit=limit, after=after)
+    items = [_document_out(ctx.store, row, ctx.store.get_document(row.doc_id), model_id) for row in rows]
+    return DocumentList(items=items, next_cursor=rows[-1].doc_id if len(rows) == limit else None)
+
+
+@jobs_router.get(
+    "/jobs/{job_id}/documents/{doc_id}",
+    response_model=DocumentDetail,
+    summary="A document of a job, with its chunks",
+    responses=_errors(401, 404, 422, 503),
+)
+def get_document(
+    ctx: Ctx,
+    caller: Caller,
+    job_id: JobId,
+    doc_id: DocId,
+    chunks_limit: Annotated[int, Query(ge=1, le=500, description="Chunks per page.")] = 100,
+    chunks_after: Annotated[
+        int, Query(ge=-1, description="next_chunks_cursor of the previous page (a chunk_index).")
+    ] = -1,
+) -> DocumentDetail:
+    """A document of the job, and one page of its chunks (index, pages, tokens, start of text) for the job's model."""
+    return _document_detail(ctx, caller, job_id, doc_id, chunks_after, chunks_limit)
+
+
+@jobs_router.get(
     "/jobs/{job_id}/results",
     response_class=NdjsonResponse,
     summary="A job's results (JSON Lines)",
@@ -387,7 +497,7 @@ def get_results(
 ) -> NdjsonResponse:
     """Stream the finished documents of a job (and, with include=chunks, their chunks)."""
     job = _owned_job(ctx.store, caller, job_id)
-    model = model_id or job.options.get("model_id") or ctx.settings.inference.model_id
+    model = model_id or _job_model(ctx, job)
     lines = iter_result_lines(ctx.store, job_id, model_id=model, include_chunks=include == "chunks")
     return NdjsonResponse(lines, headers={"X-Job-Status": job.status})
 

@@ -11,7 +11,11 @@ __all__ = [
     "ID_PATTERN",
     "MULTIPART_SCHEMA",
     "AcceptedDocument",
+    "ChunkOut",
+    "DocumentDetail",
     "DocumentErrorOut",
+    "DocumentList",
+    "DocumentOut",
     "DuplicateOut",
     "ErrorBody",
     "Health",
@@ -141,6 +145,12 @@ class JobSummary(BaseModel):
     created_at: datetime
     updated_at: datetime | None
     elapsed_s: float = Field(..., description="From creation to the last update (finished) or to now (running).")
+    rate_docs_per_s: float | None = Field(
+        ..., description="Finished documents per second over elapsed_s; null before any time passed."
+    )
+    eta_s: float | None = Field(
+        ..., description="Seconds to the end at that rate; null once ended, before the first document, or size unknown."
+    )
     options: dict[str, str]
     webhook_url: str | None
 
@@ -161,6 +171,56 @@ class JobDetail(JobSummary):
     errors: list[DocumentErrorOut]
     next_errors_cursor: str | None = Field(
         ..., description="Pass as errors_after for the next page of errors; null on the last page."
+    )
+
+
+class DocumentOut(BaseModel):
+    """A document of a job: where it is, and its result for the job's model once it has one."""
+
+    doc_id: str
+    filename: str | None
+    status: str = Field(..., description="submitted, chunked, completed, partial, failed or skipped.")
+    page_count: int | None = Field(..., description="Pages, once the chunker opened it.")
+    chunk_count: int | None = Field(..., description="Chunks of the job's model's result; null before it.")
+    failed_chunks: int | None
+    token_count: int | None
+    error_code: str | None
+    error: str | None = Field(..., description="Why it failed, for humans.")
+    updated_at: datetime
+
+
+class DocumentList(BaseModel):
+    """One page of a job's documents, by doc_id."""
+
+    items: list[DocumentOut]
+    next_cursor: str | None = Field(..., description="Pass as after for the next page; null on the last page.")
+
+
+class ChunkOut(BaseModel):
+    """A chunk of a document, with the start of its text (the whole text is in the results export)."""
+
+    chunk_index: int
+    chunk_id: str
+    page_start: int
+    page_end: int
+    token_count: int
+    status: Literal["ok", "failed"]
+    error_code: str | None
+    heading: str | None
+    text_start: str = Field(..., description="The first characters of the chunk's text.")
+    text_chars: int = Field(..., description="Characters in the whole text.")
+
+
+class DocumentDetail(DocumentOut):
+    """A document of a job with one page of its chunks for the job's model."""
+
+    job_id: str
+    media_type: str | None
+    content_sha256: str
+    model_id: str = Field(..., description="Whose chunks: the job's model.")
+    chunks: list[ChunkOut]
+    next_chunks_cursor: int | None = Field(
+        ..., description="Pass as chunks_after for the next page of chunks; null on the last page."
     )
 
 
