@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from docstream.settings import Settings
 from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream_ingest.api import create_app
+from docstream_ingest.api.dashboard import load_assets
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 NOW = AT + timedelta(seconds=90)
@@ -241,6 +243,52 @@ def test_a_document_of_another_job_or_none_is_404(api: Api) -> None:
         assert response.status_code == 404, path
         assert response.json()["error_code"] == "document_not_found"
     assert api.client.get("/v1/jobs/j2/documents/d2", headers=api.as_("acme")).status_code == 200
+
+
+# -- the dashboard --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "media"), [
+    ("/ui", "text/html"), ("/ui/", "text/html"), ("/ui/dashboard.js", "text/javascript"),
+    ("/ui/dashboard.css", "text/css"),
+])
+def test_the_dashboard_files_need_no_key_and_carry_a_strict_csp(api: Api, path: str, media: str) -> None:
+    response = api.client.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(media)
+    csp = response.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_dashboard_page_loads_only_its_own_files_and_no_inline_script() -> None:
+    assets = load_assets()
+    assert set(assets) == {"index.html", "dashboard.js", "dashboard.css", "favicon.svg"}
+    page = assets["index.html"].decode()
+    assert re.findall(r'<script[^>]*src="([^"]+)"', page) == ["/ui/dashboard.js"]
+    assert not re.search(r"<script(?![^>]*src=)", page) and "style=" not in page
+    script = assets["dashboard.js"].decode()
+    assert not re.search(r"\.(inner|outer)HTML\b|insertAdjacentHTML|document\.write|\beval\(|new Function", script)
+
+
+@pytest.mark.parametrize("path", [
+    "/ui/../api/app.py", "/ui/%2e%2e/app.py", "/ui/..%2fapp.py", "/ui/..%2F..%2Fpyproject.toml", "/ui/app.py",
+    "/ui/static/index.html", "/ui/%2fetc%2fpasswd", "/ui/....//dashboard.py", "/ui/__init__.py", "/ui/dashboard.py",
+    "/ui/.%2e/routes.py", "/ui/index.html%00.py",
+])
+def test_no_path_under_ui_escapes_the_shipped_files(api: Api, path: str) -> None:
+    response = api.client.get(path)
+    assert response.status_code == 404, path
+    assert "import" not in response.text and "root:" not in response.text
+
+
+def test_the_dashboards_data_calls_need_the_key(api: Api) -> None:
+    _job(api.store, "j1")
+    script = api.client.get("/ui/dashboard.js").text
+    assert "Authorization: `Bearer ${" in script  # every call sends the key; the page itself holds no data
+    assert "j1" not in api.client.get("/ui").text
+    assert api.client.get("/v1/jobs").status_code == 401
 
 
 # -- results --------------------------------------------------------------------------------

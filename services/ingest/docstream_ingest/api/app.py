@@ -21,6 +21,7 @@ from docstream.records import utc_now
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream_ingest.api.context import ApiContext, HttpMetrics
+from docstream_ingest.api.dashboard import dashboard_router
 from docstream_ingest.api.errors import install_error_handlers
 from docstream_ingest.api.routes import health_router, jobs_router
 
@@ -33,8 +34,8 @@ _DESCRIPTION = """\
 HTTP intake of docstream: submit documents as jobs, follow them, read their results.
 
 Every /v1 call needs `Authorization: Bearer <API key>` (`docstream apikey create --tenant T`);
-a key sees only its tenant's jobs. Every refusal is a 4xx with a JSON body
-`{"error_code": ..., "message": ...}`. See docs/api.md.
+a key sees only its tenant's jobs. The job dashboard at /ui asks for a key too. Every refusal
+is a 4xx with a JSON body `{"error_code": ..., "message": ...}`. See docs/api.md.
 """
 
 
@@ -125,6 +126,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(jobs_router)
     app.include_router(health_router)
+    app.include_router(dashboard_router())
     app.add_middleware(_RequestMetrics, http=ctx.http)
     return app
 
