@@ -21,7 +21,9 @@ run: setup
 	@$(BIN)/docstream run examples/ --out .docstream/results.jsonl; rc=$$?; \
 	$(BIN)/python -m docstream.results_preview .docstream/results.jsonl; exit $$rc
 
+# tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed)
 test: lint
+	@bash tests/install-chromium.sh
 	@bash tests/run.sh $(BIN)
 
 chaos: setup

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.cassandra",
     "tests.fixtures.documents",
+    "tests.fixtures.browser",
 ]
