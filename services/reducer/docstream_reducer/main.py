@@ -8,15 +8,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from docstream.avro import AvroSerde
-from docstream.errors import DocstreamError
 from docstream.kafka.admin import create_topics, ensure_topics
-from docstream.logging import configure_logging, get_logger
-from docstream.metrics import Metrics, MetricsServer
+from docstream.logging import get_logger
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
-from docstream.store import ResultStore, open_store
 from docstream.topics import Topics
 from docstream_reducer.agents import SERVICE, StoreCalls
 from docstream_reducer.app import (
+    Reducer,
     ReducerWorker,
     Stall,
     build_reducer,
@@ -35,56 +34,45 @@ _STOP_TIMEOUT_S = 60.0  # a stop under exactly-once commits transactions; slow o
 
 
 def main(settings: Settings) -> int:
-    """Run the reducer until SIGTERM/SIGINT (0) or a fatal fault (1)."""
-    configure_logging(level=settings.log.level, fmt=settings.log.format, service=SERVICE)
-    log = get_logger(__name__)
+    """Run the reducer until SIGTERM/SIGINT (0) or a fatal fault (1); Faust handles the signals."""
     restarts = int(os.environ.get(RESTARTS_ENV, "0") or 0)
-    metrics = Metrics()
-    store: ResultStore | None = None
-    server: MetricsServer | None = None
-    executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
-    try:
+
+    def serve(host: ServiceHost) -> None:
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
         create_topics(settings.kafka, internal_topic_specs(settings))
         check_partitions(settings)
-        store = open_store(settings)
-        store.migrate()
+        store = host.open_store(migrate=True)
+        executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
+        host.on_exit(lambda: executor.shutdown(wait=False, cancel_futures=True))
         settings.reducer.data_dir.mkdir(parents=True, exist_ok=True)
         reducer = build_reducer(
             settings, store=StoreCalls(store, settings.retry, executor), serde=AvroSerde(settings.kafka),
-            webhooks=WebhookNotifier(settings.reducer, settings.retry), metrics=metrics, clock=time.monotonic,
+            webhooks=WebhookNotifier(settings.reducer, settings.retry), metrics=host.metrics, clock=time.monotonic,
             on_stuck=lambda stall: restart_process(stall, restarts),
             stall_fault_partition=settings.faults.reducer_stall_partition if restarts == 0 else None,
         )
-        if settings.metrics.port:
-            server = MetricsServer(metrics, host=settings.metrics.host, port=settings.metrics.port,
-                                   ready=reducer.ready).start()
-        log.info("reducer_starting", exactly_once=settings.kafka.transactions, app_id=settings.reducer.app_id,
-                 restarts=restarts)
-        worker = ReducerWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
-                              redirect_stdouts=False)
-        worker.spinner = None  # a terminal spinner: escape codes in a service's log
-        worker.stop_timeout_s = _STOP_TIMEOUT_S
-        try:
-            worker.execute_from_commandline()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-            log.info("reducer_stopped", exit_code=code)
-            exit_watchdog(_STOP_TIMEOUT_S, code)  # threads left behind must not keep the process alive
-            return code
-        return 0
-    except DocstreamError as exc:
-        log.error("reducer_failed", error_code=exc.code, error=exc.message)
-        return 1
-    except Exception:  # main: log once, exit non-zero
-        log.exception("reducer_crashed")
-        return 1
-    finally:
-        executor.shutdown(wait=False, cancel_futures=True)
-        if store is not None:
-            store.close()
-        if server is not None:
-            server.stop()
+        host.serve(lambda: _run_worker(settings, reducer, restarts), ready=reducer.ready)
+
+    return run_service(settings, SERVICE, serve)
+
+
+def _run_worker(settings: Settings, reducer: Reducer, restarts: int) -> int:
+    """Run the Faust worker on this thread until it stops (its own SIGTERM/SIGINT handlers); its exit code."""
+    log = get_logger(__name__)
+    log.info("reducer_starting", exactly_once=settings.kafka.transactions, app_id=settings.reducer.app_id,
+             restarts=restarts)
+    worker = ReducerWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
+                          redirect_stdouts=False)
+    worker.spinner = None  # a terminal spinner: escape codes in a service's log
+    worker.stop_timeout_s = _STOP_TIMEOUT_S
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        log.info("reducer_stopped", exit_code=code)
+        exit_watchdog(_STOP_TIMEOUT_S, code)  # threads left behind must not keep the process alive
+        return code
+    return 0
 
 
 def restart_process(stall: Stall, restarts: int) -> None:
