@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's headless chromium for the dashboard's browser tests (tests/browser/, docs/api.md).
+# Debian's headless chromium for the dashboard's browser test (tests/e2e/test_dashboard.py, docs/api.md).
 # Idempotent and quick when it is installed: it only looks for the binary. Playwright drives this
 # system chromium (never `playwright install`: nothing is downloaded at test time).
 set -euo pipefail
