@@ -86,6 +86,40 @@ _MetricsPortOpt = typer.Option(
 _MetricsHostOpt = typer.Option(
     None, "--metrics-host", help="Bind address of the metrics endpoint; beats metrics.host from env and --config."
 )
+_StateDirOpt = typer.Option(
+    None, "--state-dir",
+    help="Read the store of the `docstream run` made with this state dir; default: ./.docstream when it holds "
+         "a run, unless the settings name a store (docs/operations.md).",
+)
+
+
+def _reader_settings(config: str | None, state_dir: str | None, *, broker: bool = False) -> Settings:
+    """The settings of a reading command, after the store rule of docstream_cli.runstate; says on stderr what it reads.
+
+    Raises:
+        DocstreamError: the settings or a run record are invalid, ``--state-dir`` holds no run, or
+            (``broker``) the command would need the gone broker of a run.
+    """
+    from docstream_cli.statedir import refuse_run_broker, resolve_reader, store_line
+
+    reader = resolve_reader(_settings(config), state_dir=state_dir)
+    if broker:
+        refuse_run_broker(reader)
+        typer.echo(f"broker: kafka {reader.settings.kafka.bootstrap_servers}", err=True)
+    else:
+        typer.echo(store_line(reader), err=True)
+    return reader.settings
+
+
+def _store_reader(config: str | None, state_dir: str | None) -> Settings:
+    """``_reader_settings`` for status/results: an error is printed and exits (2: bad input, 1: other)."""
+    from docstream.errors import DocstreamError, InputError
+
+    try:
+        return _reader_settings(config, state_dir)
+    except DocstreamError as exc:
+        typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
+        raise typer.Exit(2 if isinstance(exc, InputError) else 1) from exc
 
 
 @app.command()
@@ -207,10 +241,12 @@ def submit(
 def status(
     job_id: Annotated[str, typer.Argument(help="The job.")],
     config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Show a job's progress: state, document counts, docs/s (from the jobs row; docs/reducer.md)."""
+    settings = _store_reader(config, state_dir)
     module: Any = import_module("docstream_reducer.commands")
-    raise typer.Exit(module.status_command(job_id, config=config))
+    raise typer.Exit(module.status_command(job_id, settings=settings))
 
 
 @app.command()
@@ -221,23 +257,29 @@ def results(
     out: Annotated[str | None, typer.Option("--out", "-o", help="Output file; jsonl default: stdout.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model whose results; default: the job's.")] = None,
     config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Export a job's documents (and chunks) from the store, streaming (docs/reducer.md "Export")."""
+    settings = _store_reader(config, state_dir)
     module: Any = import_module("docstream_reducer.commands")
-    raise typer.Exit(module.results_command(job_id, fmt=fmt, chunks=chunks, out=out, model_id=model, config=config))
+    raise typer.Exit(module.results_command(job_id, fmt=fmt, chunks=chunks, out=out, model_id=model,
+                                            settings=settings))
 
 
-def _run_tool(config: str | None, command: Any) -> int:
-    """Run ``command(settings, console)`` of a replay/DLQ/search tool: bad input exits 2, failures 1."""
+def _run_tool(config: str | None, state_dir: str | None, command: Any, *, broker: bool = False) -> int:
+    """Run ``command(settings, console)`` of a replay/DLQ/search tool: bad input exits 2, failures 1.
+
+    ``broker``: the tool reads the broker (dlq, replay), not the store, and refuses a run's, which is gone.
+    """
     from rich.console import Console
 
     from docstream.errors import DocstreamError, InputError
     from docstream.logging import configure_logging
 
-    settings = _settings(config)
-    configure_logging(level=settings.log.level, fmt=settings.log.format)
     console, errors = Console(), Console(stderr=True)
     try:
+        settings = _reader_settings(config, state_dir, broker=broker)
+        configure_logging(level=settings.log.level, fmt=settings.log.format)
         return int(command(settings, console))
     except InputError as exc:
         errors.print(f"[red]error:[/red] {exc.message}")
@@ -272,12 +314,13 @@ def replay(
     yes: bool = _YesOpt,
     dry_run: bool = _DryRunOpt,
     config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Reset (or create) a consumer group so a service processes its topic again (docs/replay.md)."""
     module: Any = import_module("docstream.replay")
-    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_replay(
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_replay(
         settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime, to_offset=to_offset,
-        new_group=new_group, model_id=model, force=force, yes=yes, dry_run=dry_run)))
+        new_group=new_group, model_id=model, force=force, yes=yes, dry_run=dry_run), broker=True))
 
 
 dlq_app = typer.Typer(help="Inspect dead-letter topics and send records back (docs/replay.md).", no_args_is_help=True)
@@ -286,10 +329,13 @@ _DlqTopicArg = typer.Argument(help="A DLQ topic, or the topic whose .dlq to use.
 
 
 @dlq_app.command("list")
-def dlq_list(topic: Annotated[str, _DlqTopicArg], config: str | None = _ConfigOpt) -> None:
+def dlq_list(
+    topic: Annotated[str, _DlqTopicArg], config: str | None = _ConfigOpt, state_dir: str | None = _StateDirOpt
+) -> None:
     """Count dead letters per original topic and error code, with their offsets."""
     module: Any = import_module("docstream.dlqtools")
-    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_dlq_list(settings, topic, console=console)))
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_list(
+        settings, topic, console=console), broker=True))
 
 
 @dlq_app.command("show")
@@ -301,12 +347,13 @@ def dlq_show(
     max_bytes: Annotated[int, typer.Option("--max-bytes", help="Bytes of an undecodable value shown.")] = 64,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
     config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Show records: headers, and the decoded value (or a hex preview); long fields are shortened."""
     module: Any = import_module("docstream.dlqtools")
-    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_dlq_show(
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_show(
         settings, topic, console=console, count=count, partition=partition, offset=offset, max_bytes=max_bytes,
-        as_json=as_json)))
+        as_json=as_json), broker=True))
 
 
 @dlq_app.command("replay")
@@ -322,14 +369,15 @@ def dlq_replay(
     yes: bool = _YesOpt,
     dry_run: bool = _DryRunOpt,
     config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Send chosen dead letters back to their original topic (key and partition kept)."""
     module: Any = import_module("docstream.dlqtools")
     selection = module.DlqSelection(partition=partition, from_offset=from_offset, to_offset=to_offset,
                                     error_code=error_code, again=again)
-    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_dlq_replay(
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_replay(
         settings, topic, console=console, confirm=_confirm, selection=selection, everything=everything, target=to,
-        yes=yes, dry_run=dry_run)))
+        yes=yes, dry_run=dry_run), broker=True))
 
 
 @app.command()
@@ -340,10 +388,11 @@ def search(
     model: Annotated[str | None, typer.Option("--model", help="Rows of this model_id (default: inference's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array instead of a table.")] = False,
     config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
 ) -> None:
     """The chunks nearest to TEXT: the query is embedded with the rows' model (docs/replay.md)."""
     module: Any = import_module("docstream.search")
-    raise typer.Exit(_run_tool(config, lambda settings, console: module.run_search(
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_search(
         settings, text, console=console, k=k, job_id=job, model_id=model, as_json=as_json)))
 
 

@@ -17,7 +17,7 @@ from docstream.errors import DocstreamError, InputError
 from docstream.export import ExportFormat, export_results
 from docstream.logging import configure_logging
 from docstream.progress import format_duration, format_rate, job_progress
-from docstream.settings import load_settings
+from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, open_store
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "results_command", "status_command"]
@@ -53,13 +53,15 @@ def _status_table(job: JobRow) -> Table:
     return table
 
 
-def status_command(job_id: str, *, config: str | None = None, console: Console | None = None) -> int:
-    """Print a job's progress from the jobs row."""
+def status_command(
+    job_id: str, *, config: str | None = None, settings: Settings | None = None, console: Console | None = None
+) -> int:
+    """Print a job's progress from the jobs row (of ``settings``' store, else of those read from ``config``)."""
     console = console or Console()
     err = Console(stderr=True)
     configure_logging(level="WARNING", fmt="console")
     try:
-        store = open_store(load_settings(config))
+        store = open_store(settings or load_settings(config))
         try:
             job = store.get_job(job_id)
         finally:
@@ -82,9 +84,13 @@ def results_command(
     out: str | None = None,
     model_id: str | None = None,
     config: str | None = None,
+    settings: Settings | None = None,
     stdout: IO[bytes] | None = None,
 ) -> int:
-    """Export a job's documents (and chunks): JSON Lines to stdout by default, Parquet to ``out``."""
+    """Export a job's documents (and chunks): JSON Lines to stdout by default, Parquet to ``out``.
+
+    The store is ``settings``' (else that of the settings read from ``config``).
+    """
     err = Console(stderr=True)
     configure_logging(level="WARNING", fmt="console")  # logs on stderr: stdout carries the export
     if fmt not in ("jsonl", "parquet"):
@@ -94,7 +100,7 @@ def results_command(
         err.print("--format parquet needs --out FILE", highlight=False)
         return EXIT_FAILED
     try:
-        settings = load_settings(config)
+        settings = settings or load_settings(config)
         store = open_store(settings)
         try:
             summary = export_results(
