@@ -174,3 +174,19 @@ def test_unknown_job_and_format_are_refused() -> None:
     with pytest.raises(InputError) as info:
         export_results(_store(), "j1", io.BytesIO(), fmt="csv")  # type: ignore[arg-type]
     assert info.value.code == "invalid_format"
+
+
+def test_the_results_preview_counts_and_shows_documents_not_their_chunks(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from docstream.results_preview import preview
+
+    out = tmp_path / "results.jsonl"
+    export_results(_store(3, chunks_per_doc=2), "j1", out, chunks=True)  # type: ignore[arg-type]
+    console = Console(record=True, width=200)
+
+    assert preview(out, console=console) == 0
+
+    text = console.export_text()
+    assert f"3 documents in {out}" in text
+    assert "d0.pdf" in text and "text 0" not in text

@@ -16,7 +16,7 @@ __all__ = ["preview"]
 
 
 def preview(path: Path, *, rows: int = 5, console: Console | None = None) -> int:
-    """Show ``rows`` documents of a JSON Lines results file; 1 when the file is missing."""
+    """Show ``rows`` documents of a JSON Lines results file (its chunk lines skipped); 1 when it is missing."""
     console = console or Console()
     if not path.is_file():
         console.print(f"no results at {path}")
@@ -27,10 +27,12 @@ def preview(path: Path, *, rows: int = 5, console: Console | None = None) -> int
     total = 0
     with path.open(encoding="utf-8") as lines:
         for line in lines:
+            doc = json.loads(line)
+            if doc.get("record", "document") != "document":
+                continue
             total += 1
             if total > rows:
                 continue
-            doc = json.loads(line)
             vector = doc.get("embedding") or []
             head = ", ".join(f"{v:.3f}" for v in vector[:3])
             table.add_row(

@@ -89,7 +89,7 @@ _MetricsHostOpt = typer.Option(
 _StateDirOpt = typer.Option(
     None, "--state-dir",
     help="Read the store of the `docstream run` made with this state dir; default: ./.docstream when it holds "
-         "a run, unless the settings name a store (docs/operations.md).",
+         "a run, unless the settings name a store (docs/storage.md).",
 )
 
 
@@ -407,6 +407,9 @@ def run(
     ] = None,
     model_id: Annotated[str | None, typer.Option("--model-id", help="Name recorded with the results.")] = None,
     chunk_tokens: Annotated[int | None, typer.Option("--chunk-tokens", help="Most tokens per chunk.")] = None,
+    chunks: Annotated[
+        bool, typer.Option("--chunks", help="Also write every chunk (text, pages, token count, vector) to --out.")
+    ] = False,
     state_dir: Annotated[str, typer.Option("--state-dir", help="Where the embedded stack keeps its state.")] = (
         ".docstream"
     ),
@@ -416,6 +419,7 @@ def run(
     """Run the whole pipeline in this process on the embedded stack (tansu, SQLite, a local folder).
 
     Re-running the same command resumes: documents already embedded are not computed again.
+    Afterwards `docstream status|results|search` in this folder (or with --state-dir) read this run's store.
     Exit status: 0 all documents completed, 1 some failed, 2 error, 130 interrupted.
     """
     from pathlib import Path
@@ -436,7 +440,7 @@ def run(
     if overrides:
         settings = settings.with_overrides(**overrides)
     code = run_command(paths, settings=settings, out=Path(out) if out else None, state_dir=Path(state_dir),
-                       timeout_s=timeout)
+                       timeout_s=timeout, chunks=chunks)
     # Results are exported, the store and the broker closed, the summary printed. What is left is the
     # interpreter's teardown of torch and of the threads libraries leave behind (~1.5 s): not waited for.
     _exit_now(code)

@@ -27,7 +27,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
 from docstream.store import ResultStore, SqliteStore
 from docstream.topics import Topics
+from docstream_cli.runstate import LOCAL_STATE_DIR, RunRecord
+from docstream_cli.statedir import write_run_record
 
 __all__ = ["RunOutcome", "embedded_settings", "run_job", "run_job_id"]
 
@@ -80,6 +83,7 @@ class RunOutcome:
     chunks: int = 0
     seconds: float = 0.0
     out: Path | None = None
+    exported: tuple[str, ...] = ()  # the files written: documents (JSON Lines with chunks), or both Parquet files
 
     @property
     def failed(self) -> int:
@@ -357,11 +361,15 @@ def run_job(
     out: Path | None,
     console: Console,
     timeout_s: float | None = None,
+    chunks: bool = False,
 ) -> RunOutcome:
     """Run one job over ``paths`` on the embedded stack; returns when every document is terminal.
 
     The model loads on a thread from the start while the broker, the store, the intake, the chunker
     and the reducer start beside it; the inference service starts once the model is there.
+    ``<state_dir>/run.json`` records the run (when its job starts, and when it finished) so that the
+    reading commands find its store; the jobs row ends ``completed`` with the run's counts. With
+    ``chunks``, ``out`` also gets every chunk row (``docstream.export``).
 
     Raises:
         InputError: nothing to process.
@@ -399,6 +407,11 @@ def run_job(
             chunker, inference = settings.chunker, settings.inference
             chunking = f"{chunker.max_tokens}/{chunker.overlap_tokens}/{inference.model_path}"
             job_id = run_job_id(paths, model_id, chunking)
+            record = RunRecord(
+                state_dir=str(state_dir.resolve()), sqlite_path=str(settings.store.sqlite_path), job_id=job_id,
+                model_id=model_id, model_path=inference.model_path, started_at=datetime.now(UTC),
+            )
+            write_run_record(state_dir, record)
             serde = AvroSerde(settings.kafka)
 
             def _not_done(doc_id: str, _status: str) -> bool:
@@ -430,18 +443,37 @@ def run_job(
             phases.mark("services_stopped")
             producers.close()
             broker.begin_stop()  # nothing uses it any more: it exits while the results are exported
+        _close_job(store, outcome)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            export_results(store, job_id, out, fmt="parquet" if out.suffix == ".parquet" else "jsonl",
-                           model_id=model_id)
-            outcome.out = out
+            summary = export_results(store, job_id, out, fmt="parquet" if out.suffix == ".parquet" else "jsonl",
+                                     chunks=chunks, model_id=model_id)
+            outcome.out, outcome.exported = out, summary.paths
             phases.mark("exported")
         store.close()
+        write_run_record(state_dir, replace(record, finished_at=datetime.now(UTC)))
         broker.stop(grace_s=_BROKER_GRACE_S)  # every client is closed; its memory storage holds nothing to keep
     phases.mark("broker_stopped")
     outcome.seconds = time.monotonic() - started
     phases.mark("run_finished")
     return outcome
+
+
+def _close_job(store: ResultStore, outcome: RunOutcome) -> None:
+    """Mark the run's job ``completed`` with its counts: every document of it is terminal now.
+
+    The reducer publishes a job's progress at most every ``job_status_interval_s`` and the run stops it
+    as soon as the last document is complete, so its last update of the jobs row can lag behind; a
+    resumed run's intake also sets the row back to ``running``. The services are stopped: nothing
+    writes the row after this.
+    """
+    row = store.get_job(outcome.job_id)
+    if row is None:
+        return
+    counts = {status: sum(1 for s in outcome.statuses.values() if s == status)
+              for status in ("completed", "partial", "failed")}
+    store.upsert_job(replace(row, status="completed", completed=counts["completed"], partial=counts["partial"],
+                             failed=counts["failed"], updated_at=datetime.now(UTC)))
 
 
 def _check(services: _Services, deadline: float | None) -> None:
@@ -540,7 +572,13 @@ def problems_table(outcome: RunOutcome) -> Table | None:
 
 
 def run_command(
-    paths: list[str], *, settings: Settings, out: Path | None, state_dir: Path, timeout_s: float | None = None
+    paths: list[str],
+    *,
+    settings: Settings,
+    out: Path | None,
+    state_dir: Path,
+    timeout_s: float | None = None,
+    chunks: bool = False,
 ) -> int:
     """The `docstream run` command: run, show the summary, and the exit status.
 
@@ -549,7 +587,7 @@ def run_command(
     console = Console(stderr=False)
     try:
         outcome = run_job(paths, settings=settings, state_dir=state_dir, out=out, console=console,
-                          timeout_s=timeout_s)
+                          timeout_s=timeout_s, chunks=chunks)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: run the same command again to resume")
         return EXIT_INTERRUPTED
@@ -566,5 +604,9 @@ def run_command(
     if outcome.resumed:
         console.print(f"resumed: {outcome.resumed} documents ({outcome.resumed_chunks} chunks) were already done")
     if outcome.out is not None:
-        console.print(f"results: {outcome.out}")
+        console.print(f"results: {', '.join(outcome.exported) or outcome.out}", highlight=False, soft_wrap=True)
+    here = state_dir.resolve() == (Path.cwd() / LOCAL_STATE_DIR).resolve()
+    where = "" if here else f" --state-dir {state_dir}"
+    console.print(f"next: docstream status {outcome.job_id}{where}; docstream results {outcome.job_id} --chunks"
+                  f'{where}; docstream search "..."{where}', highlight=False, soft_wrap=True)
     return EXIT_FAILED if outcome.failed else EXIT_OK

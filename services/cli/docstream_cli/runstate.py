@@ -2,7 +2,7 @@
 
 ``docstream run`` writes ``<state-dir>/run.json`` (``RunRecord``, versioned) when its job starts and
 again when it finishes. ``docstream status|results|search|dlq|replay`` then choose their store with
-``choose_store``, one rule (docs/operations.md, "Which store a command reads"):
+``choose_store``, one rule (docs/storage.md, "Which store a command reads"):
 
 1. settings that name a store (``DOCSTREAM_STORE__*``, ``DOCSTREAM_CASSANDRA__*``, or those sections
    of a ``--config`` file) win;
