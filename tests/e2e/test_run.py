@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -18,15 +17,9 @@ from tests.fixtures.documents import (
     make_pdf,
 )
 from tests.fixtures.kafka import wait_until
-from tests.fixtures.services import DOCSTREAM, ServiceProcess
+from tests.fixtures.services import DOCSTREAM, ServiceProcess, bare_env
 
 pytestmark = pytest.mark.e2e
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
-    env.update(extra)
-    return env
-
 
 def _results(path: Path) -> dict[str, dict[str, object]]:
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -50,7 +43,7 @@ def test_run_reports_good_and_bad_documents_and_exits_non_zero(tmp_path: Path) -
 
     proc = subprocess.run(
         [DOCSTREAM, "run", str(inputs), "--out", str(out), "--state-dir", str(tmp_path / "state"), "--timeout", "400"],
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=480,
+        cwd=tmp_path, env=bare_env(), capture_output=True, text=True, timeout=480,
     )
 
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -82,7 +75,7 @@ def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path:
     state, out, log = tmp_path / "state", tmp_path / "results.jsonl", tmp_path / "embedded.log"
     arguments = [str(inputs), "--out", str(out), "--state-dir", str(state), "--timeout", "400"]
     command = [DOCSTREAM, "run", *arguments]
-    env = _env(DOCSTREAM_FAULTS__EMBED_LOG=str(log), DOCSTREAM_INFERENCE__MAX_BATCH_SIZE="4")
+    env = bare_env(DOCSTREAM_FAULTS__EMBED_LOG=str(log), DOCSTREAM_INFERENCE__MAX_BATCH_SIZE="4")
 
     first = ServiceProcess("run", env, tmp_path / "logs", args=arguments, cwd=tmp_path)
     first.start()
@@ -134,7 +127,7 @@ def test_a_model_that_fails_to_load_fails_the_run_with_its_error(tmp_path: Path)
     command = [DOCSTREAM, "run", str(tmp_path / "one.pdf"), "--model", str(model), "--state-dir",
                str(tmp_path / "state"), "--timeout", "300"]
 
-    proc = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=360)
+    proc = subprocess.run(command, cwd=tmp_path, env=bare_env(), capture_output=True, text=True, timeout=360)
 
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output[-3000:]
@@ -152,7 +145,7 @@ def test_a_service_that_fails_to_start_fails_the_run_with_a_clear_error(tmp_path
     (state / "reducer").write_text("a file where the reducer keeps its folder")  # its start fails
     command = [DOCSTREAM, "run", str(tmp_path / "one.pdf"), "--state-dir", str(state), "--timeout", "300"]
 
-    proc = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=360)
+    proc = subprocess.run(command, cwd=tmp_path, env=bare_env(), capture_output=True, text=True, timeout=360)
 
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output[-3000:]

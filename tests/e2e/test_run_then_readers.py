@@ -1,0 +1,144 @@
+"""After `docstream run`, the next commands a user types find that run's store, with no settings at all.
+
+Every command runs as a subprocess with no DOCSTREAM_* variable (``bare_env``): the defaults point at a
+Cassandra, which may be up or down; each command must answer from the run's SQLite file and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fixtures.documents import make_pdf
+from tests.fixtures.services import DOCSTREAM, bare_env
+
+pytestmark = pytest.mark.e2e
+
+_DIMS = 384  # the bundled all-MiniLM-L6-v2
+
+
+def _docstream(cwd: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(DOCSTREAM), *args], cwd=cwd, env=bare_env(COLUMNS="200"), capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _middle(text: str) -> str:
+    """The middle half of a chunk's words: none of it lies in the overlap it shares with its neighbours."""
+    words = text.split()
+    return " ".join(words[len(words) // 4: 3 * len(words) // 4])
+
+
+@pytest.fixture(scope="module")
+def made_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A folder where `docstream run in/` ran over three generated PDFs; its job id."""
+    folder = tmp_path_factory.mktemp("user")
+    (folder / "in").mkdir()
+    for i in range(3):
+        (folder / "in" / f"report-{i}.pdf").write_bytes(make_pdf(3 + i, seed=40 + i, toc=True).data)
+    run = _ok(_docstream(folder, "run", "in", "--timeout", "400", timeout_s=480))
+    job_id = json.loads((folder / ".docstream" / "run.json").read_text())["job_id"]
+    assert f"docstream status {job_id}" in run.stdout, "the run names the next commands"
+    return folder, job_id
+
+
+def _store_line(folder: Path) -> str:
+    return f"store: sqlite {(folder / '.docstream' / 'docstream.db').resolve()} (docstream run of "
+
+
+def _export(folder: Path, job_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    done = _ok(_docstream(folder, "results", job_id, "--chunks"))
+    assert _store_line(folder) in done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]  # stdout holds the JSON Lines only
+    return ([r for r in records if r["record"] == "document"], [r for r in records if r["record"] == "chunk"])
+
+
+def test_results_with_chunks_come_from_the_runs_store(made_run: tuple[Path, str]) -> None:
+    folder, job_id = made_run
+
+    documents, chunks = _export(folder, job_id)
+
+    assert sorted(Path(d["filename"]).name for d in documents) == [f"report-{i}.pdf" for i in range(3)]
+    assert {d["status"] for d in documents} == {"completed"}
+    assert len(chunks) == sum(d["chunk_count"] for d in documents) > 3
+    for chunk in chunks:
+        assert chunk["text"].strip() and chunk["token_count"] > 0
+        assert 1 <= chunk["page_start"] <= chunk["page_end"]
+        assert len(chunk["embedding"]) == _DIMS
+
+
+def test_search_finds_the_chunk_its_query_was_written_from(made_run: tuple[Path, str]) -> None:
+    folder, job_id = made_run
+    _, chunks = _export(folder, job_id)
+    target = max(chunks, key=lambda c: len(c["text"].split()))
+
+    done = _ok(_docstream(folder, "search", _middle(target["text"]), "--json", "-k", "3"))
+
+    assert _store_line(folder) in done.stderr
+    hits = json.loads(done.stdout)
+    assert hits[0]["chunk_id"] == target["chunk_id"], hits
+    assert hits[0]["job_id"] == job_id
+
+
+def _status_fields(stdout: str) -> dict[str, str]:
+    return {m[1]: m[2] for m in re.finditer(r"^\W*(\w[\w/ ]*?)\s*│\s*(\S[^│]*?)\s*│?\s*$", stdout, re.MULTILINE)}
+
+
+def test_status_says_the_run_completed_with_its_counts(made_run: tuple[Path, str]) -> None:
+    folder, job_id = made_run
+
+    done = _ok(_docstream(folder, "status", job_id))
+
+    assert _store_line(folder) in done.stderr
+    fields = _status_fields(done.stdout)
+    assert (fields["state"], fields["documents"], fields["completed"], fields["failed"]) == ("completed", "3", "3",
+                                                                                              "0")
+
+
+def test_state_dir_reads_the_run_from_another_folder(made_run: tuple[Path, str], tmp_path: Path) -> None:
+    folder, job_id = made_run
+
+    done = _ok(_docstream(tmp_path, "status", job_id, "--state-dir", str(folder / ".docstream")))
+
+    assert _store_line(folder) in done.stderr
+    assert _status_fields(done.stdout)["state"] == "completed"
+    elsewhere = _docstream(tmp_path, "results", job_id, "--state-dir", str(tmp_path))
+    assert elsewhere.returncode == 2 and "holds no docstream run" in elsewhere.stderr
+
+
+def test_dlq_and_replay_refuse_the_runs_gone_broker_at_once(made_run: tuple[Path, str]) -> None:
+    folder, job_id = made_run
+
+    for args in (("dlq", "list", "docstream.chunks"), ("replay", "--service", "inference", "--to-offset",
+                                                          "earliest", "--dry-run")):
+        done = _docstream(folder, *args, timeout_s=60)  # no broker to wait for: it fails at once
+        assert done.returncode == 2, done.stdout + done.stderr
+        message = " ".join(done.stderr.split())
+        assert "ended with the run" in message and f"docstream results {job_id}" in message
+        assert "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS" in message
+
+
+def test_run_with_chunks_writes_chunk_rows_to_parquet_beside_the_documents(made_run: tuple[Path, str]) -> None:
+    folder, job_id = made_run
+    _, exported = _export(folder, job_id)
+
+    done = _ok(_docstream(folder, "run", "in", "--chunks", "--out", "out/results.parquet", "--timeout", "400",
+                          timeout_s=480))  # the same job: resumed from the store, nothing embedded again
+
+    assert "out/results.chunks.parquet" in done.stdout
+    documents = pq.read_table(folder / "out" / "results.parquet")
+    chunks = pq.read_table(folder / "out" / "results.chunks.parquet").to_pylist()
+    assert documents.num_rows == 3
+    assert sorted(c["chunk_id"] for c in chunks) == sorted(c["chunk_id"] for c in exported)
+    assert all(c["text"] and c["token_count"] and c["page_start"] and len(c["embedding"]) == _DIMS for c in chunks)
+    assert _status_fields(_ok(_docstream(folder, "status", job_id)).stdout)["state"] == "completed"
