@@ -8,7 +8,6 @@ their order saves restarts: the backpressure scenario, which slows inference dow
 from __future__ import annotations
 
 import random
-import socket
 import threading
 import time
 import urllib.request
@@ -56,7 +55,7 @@ from tests.chaos.harness import (
     wait_ready,
 )
 from tests.fixtures.kafka import kafka_settings
-from tests.fixtures.services import Pipeline, ServiceProcess
+from tests.fixtures.services import Pipeline, ServiceProcess, free_port
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(SCALE.test_timeout_s)]
 
@@ -98,12 +97,6 @@ def _groups(pipeline: Pipeline) -> dict[str, tuple[str, str]]:
 
 def _idle(pipeline: Pipeline, probe: KafkaProbe) -> bool:
     return all(probe.caught_up(group, topic) for group, topic in _groups(pipeline).values())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _paused(port: int, name: str = "docstream_consumer_paused") -> float | None:
@@ -407,7 +400,7 @@ def test_broker_restart_while_inference_is_paused_leaves_inference_consuming(
         tmp_path / "docs", 10, seed=SCALE.seed + 34, pages=(1, 3)))
     group, topic = _groups(pipeline)["inference"]
     inference = pipeline.service("inference")
-    port = _free_port()
+    port = free_port()
     inference.stop()
     inference.start(**_PAUSED_INFERENCE, DOCSTREAM_METRICS__PORT=str(port), DOCSTREAM_METRICS__HOST="127.0.0.1")
     wait_ready(pipeline, "inference")
@@ -695,7 +688,7 @@ def test_backpressure_slow_inference_the_chunker_keeps_going_memory_stays_bounde
     pipeline: Pipeline, cassandra_store: ResultStore, kafka_bootstrap: str, chaos_report: ChaosReport,
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     batch, queue_batches = (8, 2) if SCALE.mode == "full" else (4, 1)
     inference = pipeline.service("inference")
     inference.stop()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -12,31 +9,15 @@ import pytest
 
 from docstream.settings import CassandraSettings
 from tests.fixtures.kafka import wait_until
-from tests.fixtures.services import Pipeline, ServiceProcess, service_env
+from tests.fixtures.services import Pipeline, ServiceProcess, free_port, http_status, service_env
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
 
 
 def test_api_and_metrics_listen_where_the_flags_say(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
-    api_port, metrics_port, unused = _free_port(), _free_port(), _free_port()
+    api_port, metrics_port, unused = free_port(), free_port(), free_port()
     env = service_env(kafka_bootstrap, f"addresses-{uuid.uuid4().hex[:12]}", cassandra_settings, tmp_path,
                       DOCSTREAM_STORE__BACKEND="sqlite", DOCSTREAM_STORE__SQLITE_PATH=str(tmp_path / "store.db"),
                       # the settings say elsewhere: the flags must win
@@ -49,9 +30,9 @@ def test_api_and_metrics_listen_where_the_flags_say(
         "chunker", env, pipeline.folder, args=["--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port)])
     try:
         pipeline.start("api", "chunker")
-        pipeline.until(lambda: _status(f"http://127.0.0.1:{api_port}/healthz") == 200, "api /healthz", 120)
-        pipeline.until(lambda: _status(f"http://127.0.0.1:{metrics_port}/healthz") == 200, "chunker /healthz", 120)
-        assert _status(f"http://127.0.0.1:{unused}/healthz") == 0  # nothing listens where the settings said
+        pipeline.until(lambda: http_status(f"http://127.0.0.1:{api_port}/healthz") == 200, "api /healthz", 120)
+        pipeline.until(lambda: http_status(f"http://127.0.0.1:{metrics_port}/healthz") == 200, "chunker /healthz", 120)
+        assert http_status(f"http://127.0.0.1:{unused}/healthz") == 0  # nothing listens where the settings said
     finally:
         pipeline.stop()
-    wait_until(lambda: _status(f"http://127.0.0.1:{api_port}/healthz") == 0, 30, "the api to stop")
+    wait_until(lambda: http_status(f"http://127.0.0.1:{api_port}/healthz") == 0, 30, "the api to stop")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.error
@@ -23,7 +22,7 @@ from docstream.topics import Topics
 from docstream_chunker.main import build_chunker
 from docstream_chunker.main import main as chunker_main
 from tests.fixtures.kafka import kafka_settings, wait_until
-from tests.fixtures.services import running_pipeline
+from tests.fixtures.services import free_port, running_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +41,6 @@ EXPECTED = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -61,7 +54,7 @@ def _get(url: str) -> tuple[int, str]:
 def test_running_inference_serves_the_design_metrics(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     with running_pipeline(
         kafka_bootstrap, cassandra_settings, tmp_path, "metrics",
@@ -124,7 +117,7 @@ def test_the_chunker_is_ready_while_its_loop_consumes_not_before_and_not_once_st
 def test_chunker_readyz_is_true_while_its_loop_consumes_and_false_once_it_stops(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     settings = _chunker_settings(kafka_bootstrap, unique_name("readyz"), tmp_path, port)
     readyz = f"http://127.0.0.1:{port}/readyz"
     default_handler = signal.getsignal(signal.SIGTERM)

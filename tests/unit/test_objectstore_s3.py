@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import random
-import socket
 import uuid
 from collections.abc import Iterator
 
@@ -16,17 +15,12 @@ from moto.server import ThreadedMotoServer
 from docstream.errors import DocumentError, InputError
 from docstream.objectstore import ObjectStore
 from docstream.settings import ObjectStoreSettings
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.fixtures.services import free_port
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -19,6 +16,7 @@ from docstream.errors import ConfigError, FatalError
 from docstream.service import EXIT_FAILED, EXIT_OK, ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
+from tests.fixtures.services import free_port, http_status
 
 
 class FakeStore:
@@ -215,31 +213,14 @@ def test_a_service_without_a_ready_callable_is_ready_while_it_runs(settings: Set
     assert seen == [True, False]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return int(exc.code)
-    except OSError:
-        return 0
-
-
 def test_the_metrics_endpoint_serves_readiness_during_the_run_and_closes_last(settings: Settings) -> None:
-    port = _free_port()
+    port = free_port()
     settings = settings.with_overrides(metrics={"port": port, "host": "127.0.0.1"})
     base = f"http://127.0.0.1:{port}"
     seen: dict[str, tuple[int, int]] = {}
 
     def probe(when: str) -> None:
-        seen[when] = (_status(f"{base}/healthz"), _status(f"{base}/readyz"))
+        seen[when] = (http_status(f"{base}/healthz"), http_status(f"{base}/readyz"))
 
     def body(host: ServiceHost) -> None:
         host.on_exit(lambda: probe("closing"))
@@ -249,14 +230,14 @@ def test_the_metrics_endpoint_serves_readiness_during_the_run_and_closes_last(se
 
     assert run_service(settings, "svc", body) == EXIT_OK
     assert seen == {"before": (200, 503), "running": (200, 200), "after": (200, 503), "closing": (200, 503)}
-    assert _status(f"{base}/healthz") == 0, "the endpoint is closed when the process ends"
+    assert http_status(f"{base}/healthz") == 0, "the endpoint is closed when the process ends"
 
 
 def test_a_one_shot_command_serves_no_endpoint(settings: Settings) -> None:
-    port = _free_port()
+    port = free_port()
     settings = settings.with_overrides(metrics={"port": port, "host": "127.0.0.1"})
     seen: list[int] = []
-    assert run_service(settings, "svc", lambda host: seen.append(_status(f"http://127.0.0.1:{port}/healthz")),
+    assert run_service(settings, "svc", lambda host: seen.append(http_status(f"http://127.0.0.1:{port}/healthz")),
                        metrics_endpoint=False) == EXIT_OK
     assert seen == [0]
 
