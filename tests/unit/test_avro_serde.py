@@ -183,3 +183,27 @@ def test_records_written_before_runtime_read_with_none(single: AvroSerde, name: 
     assert isinstance(back, ChunkEmbedded | DocumentCompleted)
     assert back.runtime is None
     assert back.chunker_settings == record.chunker_settings  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("name", "history"), [("ChunkCreated", "v1"), ("ChunkEmbedded", "v3"),
+                                               ("DocumentCompleted", "v3"), ("JobStatus", "v1")])
+def test_records_written_before_accounting_read_with_empty_figures(single: AvroSerde, name: str,
+                                                                     history: str) -> None:
+    """The schema versions before job accounting (schemas/history) had no model_us, stage_us, device, pages,
+    chunks or tokens: such records decode with 0, {} and None."""
+    path = find_schemas_dir() / "history" / f"{name}.{history}.avsc"
+    old = AvroSchema.from_json(json.loads(path.read_text()), path)
+    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
+    known = {f["name"] for f in old.parsed["fields"]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, old.parsed, {k: v for k, v in record.to_record().items() if k in known})
+
+    back = single.deserialize(frame_single_object(old.fingerprint, body.getvalue()), _TOPIC)
+
+    assert type(back).__name__ == name and back.stage_us == {}  # type: ignore[union-attr]
+    if isinstance(back, ChunkEmbedded):
+        assert (back.model_us, back.device) == (0, None)
+    if isinstance(back, DocumentCompleted | JobStatus):
+        assert back.model_us == {}
+    if isinstance(back, JobStatus):
+        assert (back.pages, back.chunks, back.tokens) == (0, 0, 0)

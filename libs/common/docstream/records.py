@@ -112,6 +112,7 @@ class ChunkCreated(_Record):
     created_at: datetime
     heading: str | None = None
     model_id: str | None = None
+    stage_us: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,9 @@ class ChunkEmbedded(_Record):
     error: str | None = None
     chunker_settings: str = ""
     runtime: str | None = None
+    model_us: int = 0
+    device: str | None = None
+    stage_us: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +165,8 @@ class DocumentCompleted(_Record):
     error: str | None = None
     chunker_settings: str | None = None
     runtime: str | None = None
+    model_us: dict[str, int] = field(default_factory=dict)
+    stage_us: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,11 @@ class JobStatus(_Record):
     partial: int = 0
     failed: int = 0
     final: bool = False
+    pages: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    model_us: dict[str, int] = field(default_factory=dict)
+    stage_us: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
