@@ -29,6 +29,7 @@ from docstream.store import (
     SqliteStore,
 )
 from docstream.store.codec import float32_values
+from docstream.usage import Usage
 from tests.fixtures.cassandra import STORE_PAGE_SIZE
 
 pytestmark = pytest.mark.integration
@@ -135,6 +136,7 @@ def test_migrations_recorded_once_each(store: ResultStore) -> None:
     assert after == before
     assert "001_init" in after
     assert "004_result_runtime" in after
+    assert "005_usage" in after
     if not isinstance(store, SqliteStore):
         assert f"002_chunk_vectors@{DIM}" in after
 
@@ -157,6 +159,25 @@ def test_job_upsert_overwrites(store: ResultStore) -> None:
     )
     store.upsert_job(changed)
     assert store.get_job(row.job_id) == changed
+
+
+USAGE = Usage(pages=12, chunks=40, tokens=9_876_543_210, model_us={"cpu": 3_000_000, "cuda:0": 7},
+              stage_us={"chunker": 1_500_000, "inference": 3_200_000})
+
+
+def test_job_and_job_document_usage_round_trip_and_none_stays_none(store: ResultStore) -> None:
+    job = _job(_uid("job"), _uid("tenant"))
+    store.upsert_job(job)
+    assert store.get_job(job.job_id) == job and job.usage is None
+    store.upsert_job(replace(job, usage=USAGE))
+    assert store.get_job(job.job_id) == replace(job, usage=USAGE)
+    assert store.list_jobs(job.tenant) == [replace(job, usage=USAGE)]
+    document = JobDocumentRow(job_id=job.job_id, doc_id=_uid("doc"), status="chunked", updated_at=T0)
+    store.upsert_job_document(document)
+    assert list(store.iter_job_documents(job.job_id)) == [document]
+    done = replace(document, status="completed", usage=replace(USAGE, pages=1))
+    store.upsert_job_document(done)
+    assert list(store.iter_job_documents(job.job_id)) == [done]
 
 
 def test_job_timestamps_truncated_to_milliseconds_utc(store: ResultStore) -> None:

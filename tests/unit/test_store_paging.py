@@ -85,7 +85,7 @@ class InMemoryTableStore(TableStore):
 
     _encoding = ColumnEncoding(
         timestamp=lambda value: value, read_timestamp=lambda value: value, text=lambda value: value or None,
-        options=dict, read_options=dict,
+        options=dict, read_options=dict, counts=dict, read_counts=lambda value: dict(value or {}),
     )
 
     def __init__(self, page_size: int) -> None:

@@ -14,7 +14,8 @@ import pytest
 from docstream.store import rows
 from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.codec import encode_embedding, float32_values
-from docstream.store.rows import ColumnEncoding, Columns, Table
+from docstream.store.rows import USAGE_COLUMNS, ColumnEncoding, Columns, Table
+from docstream.usage import Usage
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
 T1 = datetime(2024, 5, 1, 13, 0, 0, 456000, tzinfo=UTC)
@@ -26,6 +27,8 @@ AS_CASSANDRA = ColumnEncoding(
     text=lambda value: value or "",
     options=dict,
     read_options=lambda value: dict(value or {}),
+    counts=dict,
+    read_counts=lambda value: dict(value or {}),
 )
 AS_SQLITE = ColumnEncoding(
     timestamp=lambda value: value.isoformat(timespec="milliseconds"),
@@ -33,6 +36,8 @@ AS_SQLITE = ColumnEncoding(
     text=lambda value: value or None,
     options=lambda value: json.dumps(dict(sorted(value.items()))),
     read_options=lambda value: dict(json.loads(value)),
+    counts=lambda value: json.dumps(dict(sorted(value.items()))),
+    read_counts=lambda value: dict(json.loads(value)) if value else {},
 )
 ENCODINGS = pytest.mark.parametrize("encoding", [AS_CASSANDRA, AS_SQLITE], ids=["cassandra", "sqlite"])
 
@@ -40,9 +45,12 @@ JOB = JobRow(
     job_id="job-1", tenant="acme", created_at=T0, status="running", document_count=3,
     options={"priority": "high", "chunker.max_tokens": "256"}, webhook_url="https://example.invalid/hook",
     completed=1, partial=2, failed=4, updated_at=T1,
+    usage=Usage(pages=12, chunks=30, tokens=7000, model_us={"cpu": 2_500_000, "cuda:0": 10},
+                stage_us={"chunker": 400_000, "inference": 2_600_000}),
 )
 JOB_DOCUMENT = JobDocumentRow(
-    job_id="job-1", doc_id="doc-1", status="failed", updated_at=T0, filename="a.pdf", error_code="encrypted"
+    job_id="job-1", doc_id="doc-1", status="failed", updated_at=T0, filename="a.pdf", error_code="encrypted",
+    usage=Usage(stage_us={"chunker": 9_000}),
 )
 DOCUMENT = DocumentRow(
     doc_id="doc-1", job_id="job-1", source_uri="file:///a.pdf", content_sha256="ab" * 32, status="failed",
@@ -102,7 +110,9 @@ def _stored(mapper: Mapper, row: Any, encoding: ColumnEncoding) -> dict[str, Any
 @BY_TABLE
 def test_a_table_has_a_column_per_field_in_field_order(mapper: Mapper) -> None:
     table, row, _, _ = mapper
-    assert table.columns == tuple(f.name for f in fields(row))
+    # a usage is five columns
+    names = [name for f in fields(row) for name in (USAGE_COLUMNS if f.name == "usage" else (f.name,))]
+    assert table.columns == tuple(names)
     assert set(table.key) <= set(table.columns)
     assert table.column_list == ", ".join(table.columns)
 
@@ -113,13 +123,16 @@ def test_values_land_in_their_named_columns_and_read_back(mapper: Mapper, encodi
     _, row, _, from_columns = mapper
     stored = _stored(mapper, row, encoding)
     for name, value in stored.items():
-        expected = getattr(row, name)
+        # a usage's columns hold the fields of the row's usage (jobs, job_documents)
+        expected = getattr(row.usage, name) if name in USAGE_COLUMNS else getattr(row, name)
         if name == "embedding":
             assert value == encode_embedding(expected)
         elif isinstance(expected, datetime):
             assert value == encoding.timestamp(expected)
         elif name == "options":
             assert value == encoding.options(expected)
+        elif name in ("model_us", "stage_us"):
+            assert value == encoding.counts(expected)
         else:
             assert value == expected, name
     assert from_columns(stored, encoding) == row
@@ -159,6 +172,18 @@ def test_job_options_and_timestamps_go_through_the_backend_encoding() -> None:
     found = rows.job_from_columns(naive, AS_CASSANDRA)
     assert found.created_at == T0
     assert found.options == {}
+
+
+@pytest.mark.parametrize("encoding", [AS_CASSANDRA, AS_SQLITE], ids=["cassandra", "sqlite"])
+@pytest.mark.parametrize("mapper", MAPPERS[:2], ids=["jobs", "job_documents"])
+def test_no_usage_is_written_as_zeros_and_reads_back_as_none(mapper: Mapper, encoding: ColumnEncoding) -> None:
+    """Zeros and empty maps, never nulls (no tombstones in Cassandra); rows written before the usage columns
+    existed (nulls) read back as None too."""
+    _, row, _, from_columns = mapper
+    stored = _stored(mapper, replace(row, usage=None), encoding)
+    assert [stored[name] for name in USAGE_COLUMNS] == [0, 0, 0, encoding.counts({}), encoding.counts({})]
+    assert from_columns(stored, encoding).usage is None
+    assert from_columns(stored | dict.fromkeys(USAGE_COLUMNS), encoding).usage is None
 
 
 def test_a_bad_embedding_blob_is_refused() -> None:

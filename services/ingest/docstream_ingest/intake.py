@@ -468,6 +468,7 @@ def _write_rows(
             partial=earlier.partial if earlier else 0,
             failed=earlier.failed if earlier else 0,
             updated_at=now,
+            usage=earlier.usage if earlier else None,
         )
     )
 

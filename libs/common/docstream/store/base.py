@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
+from docstream.usage import Usage
+
 __all__ = [
     "ApiKeyRow",
     "ChunkRow",
@@ -44,6 +46,8 @@ class JobRow:
     partial: int = 0
     failed: int = 0
     updated_at: datetime | None = None
+    usage: Usage | None = None
+    """What the job's terminal documents cost (the reducer's totals); None: nothing counted yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,8 @@ class JobDocumentRow:
     updated_at: datetime
     filename: str | None = None
     error_code: str | None = None
+    usage: Usage | None = None
+    """What the document cost, once terminal (the reducer's recount reads it); None: nothing counted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,12 @@ def _read_options(value: Mapping[str, str] | None) -> dict[str, str]:
     return dict(value or {})
 
 
-_ENCODING = ColumnEncoding(timestamp=_ts, read_timestamp=_dt, text=_text, options=dict, read_options=_read_options)
+def _read_counts(value: Mapping[str, int] | None) -> dict[str, int]:
+    return dict(value or {})
+
+
+_ENCODING = ColumnEncoding(timestamp=_ts, read_timestamp=_dt, text=_text, options=dict, read_options=_read_options,
+                           counts=dict, read_counts=_read_counts)
 
 
 def _partition_groups(rows: Sequence[ChunkRow], most: int) -> list[list[ChunkRow]]:

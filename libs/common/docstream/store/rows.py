@@ -10,7 +10,10 @@ supplies; everything else is written and read the same way (docs/storage.md):
 
 * optional text reads back as ``None`` whether stored as ``""`` or null;
 * embeddings are little-endian float32 blobs (:mod:`docstream.store.codec`);
-* an optional timestamp is null when absent, on every backend.
+* an optional timestamp is null when absent, on every backend;
+* a usage (jobs, job_documents) is five columns, written as zeros and empty maps when there is
+  none (no null cells: no tombstones in a job's partition), read back as None when they hold
+  nothing (rows written before the columns existed: nulls).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Protocol
 
 from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.codec import decode_embedding, encode_embedding, none_if_empty
+from docstream.usage import Usage
 
 __all__ = [
     "API_KEYS",
@@ -30,6 +34,7 @@ __all__ = [
     "DOCUMENT_RESULTS",
     "JOBS",
     "JOB_DOCUMENTS",
+    "USAGE_COLUMNS",
     "ColumnEncoding",
     "Columns",
     "Table",
@@ -45,7 +50,12 @@ __all__ = [
     "job_document_to_columns",
     "job_from_columns",
     "job_to_columns",
+    "usage_from_columns",
+    "usage_to_columns",
 ]
+
+USAGE_COLUMNS = ("pages", "chunks", "tokens", "model_us", "stage_us")
+"""The columns of a usage, in binding order, in jobs and job_documents."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +86,12 @@ class Table:
 JOBS = Table(
     "jobs",
     ("job_id", "tenant", "created_at", "status", "document_count", "options", "webhook_url", "completed", "partial",
-     "failed", "updated_at"),
+     "failed", "updated_at", *USAGE_COLUMNS),
     key=("job_id",),
 )
 JOB_DOCUMENTS = Table(
-    "job_documents", ("job_id", "doc_id", "status", "updated_at", "filename", "error_code"), key=("job_id", "doc_id")
+    "job_documents", ("job_id", "doc_id", "status", "updated_at", "filename", "error_code", *USAGE_COLUMNS),
+    key=("job_id", "doc_id"),
 )
 DOCUMENTS = Table(
     "documents",
@@ -120,6 +131,8 @@ class ColumnEncoding:
         text: an optional text value as the backend binds it (``""`` or ``None`` for none).
         options: a job's options map as the backend binds it.
         read_options: a stored options value as a dict.
+        counts: a map of counts (a usage's microseconds per device or stage) as the backend binds it.
+        read_counts: a stored map of counts as a dict (null: empty).
     """
 
     timestamp: Callable[[datetime], Any]
@@ -127,6 +140,8 @@ class ColumnEncoding:
     text: Callable[[str | None], str | None]
     options: Callable[[Mapping[str, str]], Any]
     read_options: Callable[[Any], dict[str, str]]
+    counts: Callable[[Mapping[str, int]], Any]
+    read_counts: Callable[[Any], dict[str, int]]
 
     def optional_timestamp(self, value: datetime | None) -> Any:
         """``timestamp(value)``, or ``None`` for no value."""
@@ -135,6 +150,24 @@ class ColumnEncoding:
     def read_optional_timestamp(self, value: Any) -> datetime | None:
         """``read_timestamp(value)``, or ``None`` for null."""
         return None if value is None else self.read_timestamp(value)
+
+
+def usage_to_columns(usage: Usage | None, encoding: ColumnEncoding) -> tuple[Any, ...]:
+    """A usage's values in ``USAGE_COLUMNS`` order; None is written as nothing counted."""
+    usage = usage or Usage()
+    return (usage.pages, usage.chunks, usage.tokens, encoding.counts(usage.model_us), encoding.counts(usage.stage_us))
+
+
+def usage_from_columns(found: Columns, encoding: ColumnEncoding) -> Usage | None:
+    """The usage of a fetched row, or None when its columns hold nothing (null or zero)."""
+    usage = Usage(
+        pages=found["pages"] or 0,
+        chunks=found["chunks"] or 0,
+        tokens=found["tokens"] or 0,
+        model_us=encoding.read_counts(found["model_us"]),
+        stage_us=encoding.read_counts(found["stage_us"]),
+    )
+    return None if usage.is_empty else usage
 
 
 def job_to_columns(row: JobRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
@@ -151,6 +184,7 @@ def job_to_columns(row: JobRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
         row.partial,
         row.failed,
         encoding.optional_timestamp(row.updated_at),
+        *usage_to_columns(row.usage, encoding),
     )
 
 
@@ -168,6 +202,7 @@ def job_from_columns(found: Columns, encoding: ColumnEncoding) -> JobRow:
         partial=found["partial"],
         failed=found["failed"],
         updated_at=encoding.read_optional_timestamp(found["updated_at"]),
+        usage=usage_from_columns(found, encoding),
     )
 
 
@@ -180,6 +215,7 @@ def job_document_to_columns(row: JobDocumentRow, encoding: ColumnEncoding) -> tu
         encoding.timestamp(row.updated_at),
         encoding.text(row.filename),
         encoding.text(row.error_code),
+        *usage_to_columns(row.usage, encoding),
     )
 
 
@@ -192,6 +228,7 @@ def job_document_from_columns(found: Columns, encoding: ColumnEncoding) -> JobDo
         updated_at=encoding.read_timestamp(found["updated_at"]),
         filename=none_if_empty(found["filename"]),
         error_code=none_if_empty(found["error_code"]),
+        usage=usage_from_columns(found, encoding),
     )
 
 

@@ -78,13 +78,23 @@ def _read_options(value: str) -> dict[str, str]:
     return dict(json.loads(value))
 
 
-# timestamps are ISO-8601 UTC text (milliseconds), options JSON text, absent optional text NULL
+def _counts(value: Mapping[str, int]) -> str:
+    return json.dumps(dict(sorted(value.items())))
+
+
+def _read_counts(value: str | None) -> dict[str, int]:
+    return {str(k): int(v) for k, v in json.loads(value).items()} if value else {}
+
+
+# timestamps are ISO-8601 UTC text (milliseconds), options and count maps JSON text, absent optional text NULL
 _ENCODING = ColumnEncoding(
     timestamp=_ts,
     read_timestamp=datetime.fromisoformat,
     text=none_if_empty,
     options=_options,
     read_options=_read_options,
+    counts=_counts,
+    read_counts=_read_counts,
 )
 
 
