@@ -114,11 +114,19 @@ class Embedder(Protocol):
     def runtime(self) -> Runtime:
         """Backend, device, precision and threads the model runs with (its ``label`` goes with every result)."""
 
+    @property
+    def device(self) -> str:
+        """The device the forward pass runs on, as torch names it: ``cpu``, ``cuda:0``, ``mps`` (job accounting)."""
+
     def prepare(self, texts: Sequence[str]) -> PreparedBatch:
         """Tokenize ``texts`` for one forward pass."""
 
     def embed(self, batch: PreparedBatch) -> Vectors:
-        """Run the model: a float32 array of shape (len(batch.texts), dimension)."""
+        """Run the model: a float32 array of shape (len(batch.texts), dimension).
+
+        It returns once the device is done (the vectors are on the host), so that timing the call
+        times the forward pass on a GPU too.
+        """
 
     def encode(self, texts: Sequence[str], *, batch_size: int) -> Vectors:
         """The model library's own one-call encode, with the same device, precision and normalization."""
@@ -214,6 +222,11 @@ class SentenceTransformerEmbedder:
         return self._runtime
 
     @property
+    def device(self) -> str:
+        """The device the model's weights are on: ``cpu``, ``cuda:0``, ``mps``."""
+        return str(self._model.device)
+
+    @property
     def model(self) -> Any:
         """The underlying ``SentenceTransformer`` (benchmarks compare against its ``encode``)."""
         return self._model
@@ -246,6 +259,7 @@ class SentenceTransformerEmbedder:
             out = self._model(features)["sentence_embedding"].float()
             if self._normalize:
                 out = torch.nn.functional.normalize(out, p=2, dim=1)
+            # .cpu() waits for the device's kernels: a timer around embed() sees the whole forward pass
             result: Vectors = out.cpu().numpy().astype(np.float32, copy=False)
         return result
 

@@ -21,6 +21,7 @@ from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted
 from docstream.settings import ChunkerSettings, Settings
 from docstream.store.base import TERMINAL_DOC_STATES, DocState, DocumentRow, JobDocumentRow, ResultStore
 from docstream.topics import Topics
+from docstream.usage import STAGE_CHUNKER, Usage, apportion
 from docstream_chunker.worker import ChunkRequest, Extractor
 
 __all__ = ["ChunkerHandler", "chunk_request", "max_poll_interval_ms"]
@@ -124,13 +125,14 @@ class ChunkerHandler:
         Raises:
             RetryableError: the object store or the result store is unavailable.
         """
-        started = time.monotonic()
         if self._job_cancelled(submitted.job_id):
             return self._skipped(submitted)
+        started = time.perf_counter()
         try:
             result = self._extractor.extract(chunk_request(submitted, self._chunker))
         except (DocumentError, InputError) as exc:
-            return self._failed(submitted, exc.code, exc.message)
+            return self._failed(submitted, exc.code, exc.message, _micros_since(started))
+        busy_us = _micros_since(started)
         now = self._clock()
         if self._already_terminal(submitted):
             # a redelivered or replayed submission: the chunks go out again (every write downstream
@@ -145,12 +147,16 @@ class ChunkerHandler:
             page_count=result.page_count,
             token_count=result.token_count,
             media_type=result.media_type,
-            duration_s=round(time.monotonic() - started, 3),
+            duration_s=round(busy_us / 1e6, 3),
         )
-        return self._chunk_outputs(submitted, result, now)
+        return self._chunk_outputs(submitted, result, now, busy_us)
 
-    def _chunk_outputs(self, submitted: DocumentSubmitted, result: ChunkedDocument, now: datetime) -> list[Output]:
+    def _chunk_outputs(
+        self, submitted: DocumentSubmitted, result: ChunkedDocument, now: datetime, busy_us: int
+    ) -> list[Output]:
         count = len(result.chunks)
+        # each chunk carries its share of the document's time: the reducer adds each index once
+        shares = apportion(busy_us, [chunk.token_count for chunk in result.chunks])
         return [
             Output(
                 topic=self._topics.chunks,
@@ -172,9 +178,10 @@ class ChunkerHandler:
                     created_at=now,
                     heading=chunk.heading,
                     model_id=submitted.model_id,
+                    stage_us={STAGE_CHUNKER: share} if share else {},
                 ),
             )
-            for chunk in result.chunks
+            for chunk, share in zip(result.chunks, shares, strict=True)
         ]
 
     def _already_terminal(self, submitted: DocumentSubmitted) -> bool:
@@ -206,9 +213,10 @@ class ChunkerHandler:
         _log.info("document_skipped", reason="job_cancelled")
         return []
 
-    def _failed(self, submitted: DocumentSubmitted, code: str, message: str) -> list[Output]:
+    def _failed(self, submitted: DocumentSubmitted, code: str, message: str, busy_us: int) -> list[Output]:
         now = self._clock()
-        self._write_rows(submitted, "failed", now, error_code=code, error=message)
+        stage_us = {STAGE_CHUNKER: busy_us} if busy_us else {}
+        self._write_rows(submitted, "failed", now, error_code=code, error=message, usage=Usage(stage_us=stage_us))
         if self._metrics is not None:
             self._metrics.records_failed.labels("chunker", code).inc()
         _log.warning("document_failed", error_code=code, error=message[:500])
@@ -223,6 +231,7 @@ class ChunkerHandler:
             content_sha256=submitted.content_sha256,
             error_code=code,
             error=message,
+            stage_us=stage_us,
         )
         return [Output(topic=self._topics.completed, key=submitted.doc_id, value=completed)]
 
@@ -236,6 +245,7 @@ class ChunkerHandler:
         media_type: str | None = None,
         error_code: str | None = None,
         error: str | None = None,
+        usage: Usage | None = None,
     ) -> None:
         self._store.upsert_document(
             DocumentRow(
@@ -260,5 +270,10 @@ class ChunkerHandler:
                 updated_at=now,
                 filename=submitted.filename,
                 error_code=error_code,
+                usage=usage,
             )
         )
+
+
+def _micros_since(started: float) -> int:
+    return max(round((time.perf_counter() - started) * 1_000_000), 0)

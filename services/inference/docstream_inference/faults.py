@@ -59,6 +59,11 @@ class FaultyEmbedder:
         """The wrapped runtime."""
         return self._inner.runtime
 
+    @property
+    def device(self) -> str:
+        """The wrapped device."""
+        return self._inner.device
+
     def prepare(self, texts: Sequence[str]) -> PreparedBatch:
         """Tokenize with the wrapped embedder."""
         return self._inner.prepare(texts)

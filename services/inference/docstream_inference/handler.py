@@ -7,6 +7,7 @@ from datetime import datetime
 
 from docstream.records import ChunkCreated, ChunkEmbedded
 from docstream.store.base import ChunkRow
+from docstream.usage import STAGE_INFERENCE, add_counts
 
 __all__ = [
     "MODEL_ERROR",
@@ -29,7 +30,8 @@ MODEL_UNAVAILABLE = "model_unavailable"
 @dataclass(frozen=True, slots=True)
 class ChunkResult:
     """The outcome of one chunk: an embedding, or an error code and message; ``runtime``: the label of the
-    runtime that made the embedding (None when not made here)."""
+    runtime that made the embedding (None when not made here); ``model_us``: its share of its batch's
+    forward pass on ``device`` (0 and None when no model ran for it)."""
 
     chunk: ChunkCreated
     model_id: str
@@ -37,6 +39,8 @@ class ChunkResult:
     error_code: str | None = None
     error: str | None = None
     runtime: str | None = None
+    model_us: int = 0
+    device: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -49,15 +53,19 @@ def requested_model(chunk: ChunkCreated, loaded_model_id: str) -> str:
     return chunk.model_id or loaded_model_id
 
 
-def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtime: str | None = None) -> ChunkResult:
+def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtime: str | None = None, *,
+              model_us: int = 0, device: str | None = None) -> ChunkResult:
     """A chunk embedded by ``model_id`` (``embedding`` is kept, not copied) on ``runtime`` (a ``Runtime.label``;
-    None: reused from the store, not made here)."""
-    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime)
+    None: reused from the store, not made here), its share of the forward pass ``model_us`` on ``device``."""
+    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
+                       device=device)
 
 
-def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str) -> ChunkResult:
-    """A chunk that failed with ``error_code``."""
-    return ChunkResult(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000])
+def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str, *, model_us: int = 0,
+                  device: str | None = None) -> ChunkResult:
+    """A chunk that failed with ``error_code`` (after ``model_us`` of forward passes on ``device``, if any)."""
+    return ChunkResult(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000], model_us=model_us,
+                       device=device)
 
 
 def chunk_row(result: ChunkResult) -> ChunkRow:
@@ -82,9 +90,10 @@ def chunk_row(result: ChunkResult) -> ChunkRow:
     )
 
 
-def embedded_record(result: ChunkResult, embedded_at: datetime) -> ChunkEmbedded:
-    """The ChunkEmbedded of a result (key: doc_id)."""
+def embedded_record(result: ChunkResult, embedded_at: datetime, inference_us: int = 0) -> ChunkEmbedded:
+    """The ChunkEmbedded of a result (key: doc_id); ``inference_us``: its share of the batch's busy time here."""
     chunk = result.chunk
+    stage_us = add_counts(chunk.stage_us, {STAGE_INFERENCE: inference_us}) if inference_us else chunk.stage_us
     return ChunkEmbedded(
         job_id=chunk.job_id,
         doc_id=chunk.doc_id,
@@ -102,4 +111,7 @@ def embedded_record(result: ChunkResult, embedded_at: datetime) -> ChunkEmbedded
         error=result.error,
         chunker_settings=chunk.chunker_settings,
         runtime=result.runtime,
+        model_us=result.model_us,
+        device=result.device,
+        stage_us=stage_us,
     )

@@ -35,6 +35,7 @@ from docstream.records import ChunkCreated, utc_now
 from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
 from docstream.store.base import ResultStore
+from docstream.usage import apportion
 from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import (
     MODEL_ERROR,
@@ -109,6 +110,8 @@ class ModelBatch:
     unavailable: tuple[Work, ...]
     stats: BatchStats
     reused: tuple[tuple[Work, list[float]], ...] = ()
+    busy_us: int = 0
+    """Time spent on the batch so far: the store lookup of reusable embeddings and tokenizing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,8 @@ class ResultBatch:
 
     works: tuple[Work, ...]
     results: tuple[ChunkResult, ...]
+    busy_us: int = 0
+    """Time spent on the batch before the write: the batch stage's and the forward pass."""
 
 
 class Assignments:
@@ -310,6 +315,7 @@ class BatchStage(_StageThread):
         runnable = [w for w in live if requested_model(w.chunk, model_id) == model_id]
         unavailable = tuple(w for w in live if requested_model(w.chunk, model_id) != model_id)
         reused: tuple[tuple[Work, list[float]], ...] = ()
+        started = time.perf_counter()
         if self._stored is not None and runnable:
             found = self._stored.find([w.chunk for w in runnable], model_id)
             reused = tuple((w, found[w.chunk.chunk_id]) for w in runnable if w.chunk.chunk_id in found)
@@ -317,7 +323,8 @@ class BatchStage(_StageThread):
         order = order_by_length([w.chunk.token_count for w in runnable])
         works = tuple(order.apply(runnable))
         prepared = self._embedder.prepare([w.chunk.text for w in works])
-        put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats, reused), self._halt)
+        busy_us = _micros_since(started)
+        put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats, reused, busy_us), self._halt)
 
 
 class ModelStage(_StageThread):
@@ -363,20 +370,26 @@ class ModelStage(_StageThread):
 
     def _run(self, batch: ModelBatch) -> None:
         outcomes: list[Any] = []
+        model_us = 0
         if batch.works:
             started = time.perf_counter()
             outcomes = self._embed(batch)
-            self._metrics.model_latency.labels(self._service).observe(time.perf_counter() - started)
+            model_us = _micros_since(started)
+            self._metrics.model_latency.labels(self._service).observe(model_us / 1e6)
             if self._on_embedded is not None:
                 self._on_embedded([w.chunk.chunk_id for w in batch.works])
-        model_id, runtime = self._embedder.model_id, self._embedder.runtime.label
+        model_id, runtime, device = self._embedder.model_id, self._embedder.runtime.label, self._embedder.device
+        # the forward pass (failed attempts included: the device was busy) shared by token counts
+        shares = apportion(model_us, [w.chunk.token_count for w in batch.works])
         results: list[ChunkResult] = []
-        for work, outcome in zip(batch.works, outcomes, strict=True):
+        for work, outcome, share in zip(batch.works, outcomes, shares, strict=True):
             if isinstance(outcome, Isolated):
                 message = f"model failed on this chunk alone {outcome.attempts} times: {outcome.error}"
-                results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message))
+                results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message, model_us=share,
+                                             device=device))
             else:
-                results.append(ok_result(work.chunk, model_id, outcome.tolist(), runtime))
+                results.append(ok_result(work.chunk, model_id, outcome.tolist(), runtime, model_us=share,
+                                         device=device))
         for work, embedding in batch.reused:
             results.append(ok_result(work.chunk, model_id, embedding))
         for work in batch.unavailable:
@@ -384,7 +397,7 @@ class ModelStage(_StageThread):
             message = f"model {wanted!r} is not loaded here (this process runs {model_id!r})"
             results.append(failed_result(work.chunk, wanted, MODEL_UNAVAILABLE, message))
         works = batch.works + tuple(w for w, _ in batch.reused) + batch.unavailable
-        put_until(self._outbox, ResultBatch(works, tuple(results)), self._halt)
+        put_until(self._outbox, ResultBatch(works, tuple(results), batch.busy_us + model_us), self._halt)
 
     def _embed(self, batch: ModelBatch) -> list[Any]:
         texts = batch.prepared.texts
@@ -468,15 +481,18 @@ class WriteStage(_StageThread):
         rows = [chunk_row(r) for _, r in live]
         started = time.perf_counter()
         self._retrying("store_write", lambda: self._store.upsert_chunks(rows))
-        self._metrics.write_latency.labels(self._service).observe(time.perf_counter() - started)
+        write_us = _micros_since(started)
+        self._metrics.write_latency.labels(self._service).observe(write_us / 1e6)
+        # the batch's busy time here, each chunk its token share (the reducer adds each chunk once)
+        shares = apportion(batch.busy_us + write_us, [r.chunk.token_count for _, r in live])
         for work, _ in live:
             self._ledger.ack(work.tp, work.offset, WRITE)
         self._crash.after_write()
         embedded_at = utc_now()
-        for work, result in live:
+        for (work, result), share in zip(live, shares, strict=True):
             if not result.ok:
                 self._dead_letter(work, result)
-            value = self._serialize(embedded_record(result, embedded_at), self._embedded_topic)
+            value = self._serialize(embedded_record(result, embedded_at, share), self._embedded_topic)
             self.deliver(_Send(send=self._producer_of(result.chunk.doc_id.encode("utf-8"), value),
                                tp=work.tp, offset=work.offset, effect=PRODUCE, topic=self._embedded_topic))
 
@@ -561,6 +577,10 @@ class WriteStage(_StageThread):
                 return self._halt.is_set()
             if self._halt.wait(min(left, _IDLE_S)):
                 return True
+
+
+def _micros_since(started: float) -> int:
+    return max(round((time.perf_counter() - started) * 1_000_000), 0)
 
 
 def _backoff(attempt: int, retry: RetrySettings) -> float:
