@@ -17,6 +17,7 @@ from docstream.errors import FatalError, PoisonRecord, StoreError
 from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
 from docstream.settings import RetrySettings, Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 
 EMBEDDED, COMPLETED, JOBS, BY_JOB = "t.chunks.embedded", "t.documents.completed", "t.jobs", "t-by-job"
@@ -261,7 +262,7 @@ def test_relay_rekeys_by_job_and_dead_letters_garbage() -> None:
     forwarded, dead = sink.sent
     assert (forwarded.topic, forwarded.key) == (BY_JOB, b"j1")
     assert json.loads(forwarded.value or b"") == {"job_id": "j1", "doc_id": "d1", "status": "failed",
-                                                  "error_code": None}
+                                                  "error_code": None, "usage": Usage().to_json()}
     assert dead.topic == COMPLETED + ".dlq"
 
 
@@ -411,6 +412,80 @@ def test_a_stalled_job_is_reconciled_from_its_job_documents_rows() -> None:
     final = sink.records(JOBS)[-1]
     assert final.final and (final.completed, final.partial, final.failed) == (1, 1, 1)
     assert docs == {}
+
+
+def _usage(tokens: int, model_us: int = 1_000) -> Usage:
+    return Usage(pages=1, chunks=2, tokens=tokens, model_us={"cpu": model_us}, stage_us={"inference": model_us})
+
+
+def _by_job_usage(doc_id: str, usage: Usage, status: str = "completed") -> Incoming:
+    body = {"job_id": "j1", "doc_id": doc_id, "status": status, "error_code": None, "usage": usage.to_json()}
+    return _msg(json.dumps(body).encode(), topic=BY_JOB, key=b"j1")
+
+
+def test_a_job_adds_up_its_documents_usage_once_in_its_status_row_and_metrics() -> None:
+    from docstream.metrics import Metrics
+
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(3)
+    metrics = Metrics()
+    reducer = JobReducer(jobs, docs, SERDE, _calls(store), sink, JOBS, by_job_topic=BY_JOB, throttle_s=1.0,
+                         clock=clock, metrics=metrics)
+
+    async def run() -> None:
+        await reducer.handle(_by_job_usage("a", _usage(100)))
+        await reducer.handle(_by_job_usage("a", _usage(100)))  # redelivered: counted once
+        await reducer.handle(_by_job_usage("b", _usage(10), "partial"))
+        await reducer.handle(_by_job_usage("b", _usage(30, 3_000)))  # a dead letter replayed: its latest figures
+        await reducer.handle(_by_job("c", "failed"))  # a relay of before accounting: no usage
+
+    asyncio.run(run())
+    final = sink.records(JOBS)[-1]
+    assert final.final and (final.pages, final.chunks, final.tokens) == (2, 4, 130)
+    assert final.model_us == {"cpu": 4_000} and final.stage_us == {"inference": 4_000}
+    assert store.jobs["j1"].usage == Usage(2, 4, 130, {"cpu": 4_000}, {"inference": 4_000})
+    sample = metrics.registry.get_sample_value
+    assert sample("docstream_tokens_total", {"tenant": "acme"}) == 130
+    assert sample("docstream_model_seconds_total", {"tenant": "acme", "device": "cpu"}) == pytest.approx(0.004)
+    assert sample("docstream_document_stage_seconds_count", {"stage": "inference"}) == 2
+
+
+def test_the_recount_takes_the_usage_of_the_job_documents_rows() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(2)
+    store.job_documents[("j1", "a")] = JobDocumentRow("j1", "a", "completed", T0, usage=_usage(100))
+    store.job_documents[("j1", "b")] = JobDocumentRow("j1", "b", "completed", T0, usage=_usage(5))
+    reducer = _jobs(store, sink, clock, jobs, docs)
+    body = json.dumps({"kind": "reconcile", "job_id": "j1"}).encode()
+
+    async def run() -> None:
+        await reducer.handle(_by_job_usage("a", _usage(100)))  # "b" was lost on the way
+        await reducer.handle(_msg(body, topic=BY_JOB, key=b"j1"))
+
+    asyncio.run(run())
+    final = sink.records(JOBS)[-1]
+    assert final.final and final.tokens == 105 and store.jobs["j1"].usage == _usage(100).plus(_usage(5))
+
+
+def test_the_document_reducer_puts_the_usage_on_the_record_and_the_job_documents_row() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    store.documents["d1"] = DocumentRow("d1", "j1", "file:///a.pdf", "ab" * 32, "chunked", T0, page_count=3)
+    reducer = _documents(store, sink, table)
+
+    def chunk(index: int) -> ChunkEmbedded:
+        return replace(_chunk("d1", index, 2), model_us=50 + index, device="cpu",
+                       stage_us={"chunker": 7, "inference": 60})
+
+    async def run() -> None:
+        for i, index in enumerate([1, 0, 1]):
+            await reducer.handle(_msg(_encode(chunk(index)), offset=i))
+
+    asyncio.run(run())
+    (completed,) = sink.records(COMPLETED)
+    assert completed.model_us == {"cpu": 101} and completed.stage_us == {"chunker": 14, "inference": 120}
+    row = store.job_documents[("j1", "d1")]
+    assert row.usage == Usage(pages=3, chunks=2, tokens=4, model_us={"cpu": 101},
+                              stage_us={"chunker": 14, "inference": 120})
 
 
 def test_store_calls_retry_transient_faults_then_give_up() -> None:

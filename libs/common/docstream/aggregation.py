@@ -10,8 +10,9 @@ tables (as the JSON of ``to_json()``) and pass times in.
   arrives. Duplicates change nothing; a disagreeing ``chunk_count`` raises.
 * ``CompletionMarker`` is what stays of a document after completion: enough to recognise
   (and ignore) a redelivered chunk of it until the marker expires.
-* ``JobProgress`` counts a job's terminal documents; the reducer keeps each document's
-  terminal status in a separate table row, so a duplicated ``DocumentCompleted`` counts
+* ``JobProgress`` counts a job's terminal documents and adds up what they cost (a
+  ``docstream.usage.Usage``); the reducer keeps each document's terminal status and usage (a
+  ``DocumentTally``) in a separate table row, so a duplicated ``DocumentCompleted`` counts
   once while the job's own row stays a few bytes, whatever the job's size.
 * ``StatusThrottle`` decides when a job's changed counts are published.
 """
@@ -23,12 +24,13 @@ import binascii
 import math
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from docstream.errors import FatalError, PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
+from docstream.usage import UNKNOWN_DEVICE, Usage, add_counts, read_counts
 
 __all__ = [
     "ALL_CHUNKS_FAILED",
@@ -37,11 +39,14 @@ __all__ = [
     "CompletionMarker",
     "CorruptStateError",
     "DocumentState",
+    "DocumentTally",
     "EmbeddingDimensionError",
     "JobProgress",
     "StatusThrottle",
     "TerminalStatus",
+    "UsageRecordError",
     "apply",
+    "count_document",
     "decode_entry",
     "document_key",
     "job_document_key",
@@ -74,6 +79,12 @@ class EmbeddingDimensionError(PoisonRecord):
     """A chunk embedding whose length differs from the other chunks of its document."""
 
     code = "embedding_dimension_mismatch"
+
+
+class UsageRecordError(PoisonRecord):
+    """A chunk result whose accounting fields are not counts: negative, too many stages, a device name too long."""
+
+    code = "usage_invalid"
 
 
 class CorruptStateError(FatalError):
@@ -156,6 +167,9 @@ class DocumentState:
             written before ChunkEmbedded v2 do not).
         runtime: the runtime label the chunk results carry, the first that arrived with one ("" until then:
             failed and reused chunks, and records written before ChunkEmbedded v3, carry none).
+        model_us: forward-pass microseconds per device over the arrived chunk results (each index once;
+            an ok result that replaces a failure adds its own).
+        stage_us: busy microseconds per stage over the arrived chunk results, likewise.
     """
 
     doc_id: str
@@ -175,6 +189,8 @@ class DocumentState:
     partition: int = -1
     chunker_settings: str = ""
     runtime: str = ""
+    model_us: Mapping[str, int] = field(default_factory=dict)
+    stage_us: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, doc_id: str, job_id: str, model_id: str, chunk_count: int) -> DocumentState:
@@ -227,6 +243,8 @@ class DocumentState:
             "partition": self.partition,
             "chunker_settings": self.chunker_settings,
             "runtime": self.runtime,
+            "model_us": dict(self.model_us),
+            "stage_us": dict(self.stage_us),
         }
 
     @classmethod
@@ -259,6 +277,8 @@ class DocumentState:
                 partition=int(data.get("partition", -1)),
                 chunker_settings=str(data.get("chunker_settings") or ""),
                 runtime=str(data.get("runtime") or ""),
+                model_us=read_counts(data.get("model_us"), "model_us", limit=None),
+                stage_us=read_counts(data.get("stage_us"), "stage_us", limit=None),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise CorruptStateError(f"corrupt document state: {exc}") from exc
@@ -327,6 +347,11 @@ def _check(state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded)
         raise ChunkIndexError(
             f"document {chunk.doc_id}: chunk_index {chunk.chunk_index} outside 0..{chunk.chunk_count - 1}"
         )
+    try:
+        read_counts(chunk.stage_us, "stage_us")
+        read_counts({chunk.device or UNKNOWN_DEVICE: chunk.model_us}, "model_us")
+    except ValueError as exc:
+        raise UsageRecordError(f"document {chunk.doc_id}: chunk {chunk.chunk_index}: {exc}") from exc
     if state is not None and state.chunk_count != chunk.chunk_count:
         raise ChunkCountMismatchError(
             f"document {chunk.doc_id}: chunk {chunk.chunk_index} says chunk_count {chunk.chunk_count}, "
@@ -373,6 +398,10 @@ def _fold(state: DocumentState, chunk: ChunkEmbedded, *, replaces_failure: bool 
     common: dict[str, Any] = {"latest_ms": max(state.latest_ms, _to_ms(chunk.embedded_at)),
                               "chunker_settings": state.chunker_settings or chunk.chunker_settings,
                               "runtime": state.runtime or chunk.runtime or ""}
+    if chunk.model_us > 0:
+        common["model_us"] = add_counts(state.model_us, {chunk.device or UNKNOWN_DEVICE: chunk.model_us})
+    if chunk.stage_us:
+        common["stage_us"] = add_counts(state.stage_us, {k: v for k, v in chunk.stage_us.items() if v > 0})
     if replaces_failure:
         failed_chunks = state.failed_chunks - 1
         common.update(failed=_clear_bit(state.failed, chunk.chunk_index), failed_chunks=failed_chunks,
@@ -429,6 +458,8 @@ def _completed(state: DocumentState) -> DocumentCompleted:
         error=error,
         chunker_settings=state.chunker_settings or None,
         runtime=state.runtime or None,
+        model_us=dict(state.model_us),
+        stage_us=dict(state.stage_us),
     )
 
 
@@ -445,6 +476,7 @@ class JobProgress:
         failed: documents failed (chunker failures included).
         final: the final JobStatus has been published; later records are ignored.
         webhook_done: the webhook has been called (or given up on) for the final status.
+        usage: what the counted documents cost, each document's latest tally once.
     """
 
     job_id: str
@@ -455,6 +487,7 @@ class JobProgress:
     failed: int = 0
     final: bool = False
     webhook_done: bool = False
+    usage: Usage = field(default_factory=Usage)
 
     @property
     def terminal(self) -> int:
@@ -470,7 +503,8 @@ class JobProgress:
         """A JSON-serializable dict (the Faust table value)."""
         return {"v": _STATE_VERSION, "job_id": self.job_id, "tenant": self.tenant,
                 "document_count": self.document_count, "completed": self.completed, "partial": self.partial,
-                "failed": self.failed, "final": self.final, "webhook_done": self.webhook_done}
+                "failed": self.failed, "final": self.final, "webhook_done": self.webhook_done,
+                "usage": self.usage.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobProgress:
@@ -484,7 +518,7 @@ class JobProgress:
                 raise ValueError(f"not a v{_STATE_VERSION} job progress")
             return cls(str(data["job_id"]), str(data["tenant"]), int(data["document_count"]),
                        int(data["completed"]), int(data["partial"]), int(data["failed"]), bool(data["final"]),
-                       bool(data["webhook_done"]))
+                       bool(data["webhook_done"]), Usage.from_json(data.get("usage")))
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptStateError(f"corrupt job progress: {exc}") from exc
 
@@ -515,8 +549,69 @@ def record_document(progress: JobProgress, previous: TerminalStatus | None, stat
     return replace(progress, completed=counts["completed"], partial=counts["partial"], failed=counts["failed"])
 
 
+@dataclass(frozen=True, slots=True)
+class DocumentTally:
+    """What a job has counted of one document: its terminal status and what it cost.
+
+    Attributes:
+        status: the terminal status.
+        usage: the document's usage (``docstream.usage.document_usage`` of its DocumentCompleted).
+    """
+
+    status: TerminalStatus
+    usage: Usage = field(default_factory=Usage)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict (the job-documents table value)."""
+        return {"status": self.status, "usage": self.usage.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DocumentTally:
+        """Rebuild from ``to_json()``; a bare status string (written before accounting existed) has no usage.
+
+        Raises:
+            CorruptStateError: neither.
+        """
+        try:
+            if isinstance(data, str):
+                status, usage = data, Usage()
+            else:
+                status, usage = str(data["status"]), Usage.from_json(data.get("usage"))
+            if not _is_terminal(status):
+                raise ValueError(f"unknown status {status!r}")
+            return cls(status, usage)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptStateError(f"corrupt document tally: {exc}") from exc
+
+
+def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
+    return status in _TERMINAL
+
+
+def count_document(progress: JobProgress, previous: DocumentTally | None, current: DocumentTally) -> JobProgress:
+    """Count one document's terminal status and usage in its job.
+
+    Args:
+        progress: the job's counts and usage.
+        previous: what the job counted of this document before, or None.
+        current: what was just reported.
+
+    Returns:
+        ``progress`` itself when the report changes nothing (a duplicate: the same tally again),
+        else the new progress: the document's previous tally taken out, the current one put in. A
+        document reported again with a new status or usage (a dead letter replayed) is counted
+        once, with its latest figures, whatever was counted before.
+    """
+    if previous == current:
+        return progress
+    counted = record_document(progress, None if previous is None else previous.status, current.status)
+    usage = progress.usage.plus(current.usage) if previous is None else \
+        progress.usage.minus(previous.usage).plus(current.usage)
+    return replace(counted, usage=usage)
+
+
 def job_status(progress: JobProgress, updated_at: datetime, *, final: bool = False) -> JobStatus:
-    """The JobStatus record of ``progress`` (state completed when ``final``)."""
+    """The JobStatus record of ``progress`` (state completed when ``final``), with its usage."""
     return JobStatus(
         job_id=progress.job_id,
         state="completed" if final else "running",
@@ -527,6 +622,11 @@ def job_status(progress: JobProgress, updated_at: datetime, *, final: bool = Fal
         partial=progress.partial,
         failed=progress.failed,
         final=final,
+        pages=progress.usage.pages,
+        chunks=progress.usage.chunks,
+        tokens=progress.usage.tokens,
+        model_us=dict(progress.usage.model_us),
+        stage_us=dict(progress.usage.stage_us),
     )
 
 

@@ -9,10 +9,13 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from docstream.usage import Usage, seconds
+
 __all__ = ["Metrics", "MetricsServer"]
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_STAGE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 
 
 class Metrics:
@@ -54,6 +57,44 @@ class Metrics:
             "docstream_consumer_pauses", "Times the partitions were paused (backpressure; short pauses too).",
             ["service"], registry=r,
         )
+
+        # job accounting, counted by the reducer's jobs agent as documents become terminal; per job: the store
+        self.pages = Counter("docstream_pages", "Pages of terminal documents.", ["tenant"], registry=r)
+        self.chunks = Counter("docstream_chunks", "Chunks of terminal documents.", ["tenant"], registry=r)
+        self.tokens = Counter("docstream_tokens", "Tokens of embedded chunks of terminal documents.", ["tenant"],
+                              registry=r)
+        self.model_seconds = Counter(
+            "docstream_model_seconds", "Forward-pass seconds spent on terminal documents.", ["tenant", "device"],
+            registry=r,
+        )
+        self.stage_seconds = Counter(
+            "docstream_stage_seconds", "Busy seconds per stage spent on terminal documents.", ["tenant", "stage"],
+            registry=r,
+        )
+        self.document_stage_seconds = Histogram(
+            "docstream_document_stage_seconds", "Busy seconds of one document in a stage.", ["stage"],
+            buckets=_STAGE_BUCKETS, registry=r,
+        )
+
+    def count_usage(self, tenant: str, added: Usage, *, new_document: bool) -> None:
+        """Add what a document cost to its tenant's counters (only what grew: counters never go down).
+
+        Args:
+            tenant: the job's tenant.
+            added: the document's usage, or what it grew by when it was counted before.
+            new_document: the document is counted for the first time (its stage times go in the histogram).
+        """
+        for counter, value in ((self.pages, added.pages), (self.chunks, added.chunks), (self.tokens, added.tokens)):
+            if value > 0:
+                counter.labels(tenant).inc(value)
+        for device, micros in added.model_us.items():
+            if micros > 0:
+                self.model_seconds.labels(tenant, device).inc(seconds(micros))
+        for stage, micros in added.stage_us.items():
+            if micros > 0:
+                self.stage_seconds.labels(tenant, stage).inc(seconds(micros))
+                if new_document:
+                    self.document_stage_seconds.labels(stage).observe(seconds(micros))
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""

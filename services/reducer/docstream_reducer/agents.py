@@ -25,15 +25,16 @@ from docstream.aggregation import (
     CompletionMarker,
     CorruptStateError,
     DocumentState,
+    DocumentTally,
     JobProgress,
     StatusThrottle,
     TerminalStatus,
     apply,
+    count_document,
     decode_entry,
     document_key,
     job_document_key,
     job_status,
-    record_document,
 )
 from docstream.avro import AvroSerde
 from docstream.errors import FatalError, InputError, PoisonRecord, SchemaError
@@ -45,6 +46,7 @@ from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import dlq_topic
+from docstream.usage import Usage, document_usage
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = [
@@ -263,9 +265,11 @@ class DocumentReducer:
             await store(store.store.upsert_document, replace(
                 document, status=completed.status, updated_at=now, error_code=completed.error_code,
                 error=completed.error))
+        # the document's usage goes with its terminal status: the jobs agent's recount reads both
         await store(store.store.upsert_job_document, JobDocumentRow(
             job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status, updated_at=now,
-            filename=document.filename if document is not None else None, error_code=completed.error_code))
+            filename=document.filename if document is not None else None, error_code=completed.error_code,
+            usage=document_usage(completed)))
         return completed
 
     def rebuild_markers(self) -> int:
@@ -292,8 +296,9 @@ def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
     return status in _TERMINAL_STATUSES
 
 
-def _terminal_documents(store: ResultStore, job_id: str) -> list[tuple[str, TerminalStatus]]:
-    return [(row.doc_id, row.status) for row in store.iter_job_documents(job_id) if _is_terminal(row.status)]
+def _terminal_documents(store: ResultStore, job_id: str) -> list[tuple[str, DocumentTally]]:
+    return [(row.doc_id, DocumentTally(row.status, row.usage or Usage()))
+            for row in store.iter_job_documents(job_id) if _is_terminal(row.status)]
 
 
 def _emitted(raw: Any) -> tuple[int, int] | None:
@@ -328,7 +333,7 @@ class CompletedRelay:
             await dead_letter(self._sink, msg, exc, self._metrics, now_ms=msg.timestamp_ms)
             return
         body = {"job_id": record.job_id, "doc_id": record.doc_id, "status": record.status,
-                "error_code": record.error_code}
+                "error_code": record.error_code, "usage": document_usage(record).to_json()}
         # at-least-once hop (awaited before the input is acknowledged); JobReducer counts a doc_id once
         await self._sink.send(self._topic, record.job_id.encode(), json.dumps(body).encode())
 
@@ -383,16 +388,22 @@ class JobReducer:
         if progress.final:
             _log.debug("job_record_after_final_ignored", job_id=job_id)
             return
-        if body.get("kind") == RECONCILE:
-            statuses = await self._store(_terminal_documents, self._store.store, job_id)
+        reconcile = body.get("kind") == RECONCILE
+        if reconcile:
+            tallies = await self._store(_terminal_documents, self._store.store, job_id)
         else:
-            statuses = [(str(body["doc_id"]), body["status"])]
+            tallies = [(str(body["doc_id"]), DocumentTally.from_json(body))]
         updated = progress
-        for doc_id, status in statuses:
+        for doc_id, tally in tallies:
             doc_key = job_document_key(job_id, doc_id)
-            counted = record_document(updated, self._docs.get(doc_key), status)
+            raw = self._docs.get(doc_key)
+            previous = None if raw is None else DocumentTally.from_json(raw)
+            if reconcile and previous is not None and previous.status == tally.status:
+                continue  # the recount repairs what is missing; what the records said stays
+            counted = count_document(updated, previous, tally)
             if counted is not updated:
-                self._docs[doc_key] = status
+                self._docs[doc_key] = tally.to_json()
+                self._count_usage(progress.tenant, previous, tally)
                 updated = counted
         if body.get("kind") == RECONCILE:
             _log.info("job_reconciled", job_id=job_id, added=updated.terminal - progress.terminal,
@@ -430,6 +441,13 @@ class JobReducer:
             self._stalled[job_id] = min(wait * 2, _RECONCILE_MAX_S)
             body = {"kind": RECONCILE, "job_id": job_id}
             await self._sink.send(self._by_job_topic, job_id.encode(), json.dumps(body).encode())
+
+    def _count_usage(self, tenant: str, previous: DocumentTally | None, current: DocumentTally) -> None:
+        """Prometheus: what the document added to its tenant's totals (a document counted again adds its growth)."""
+        if self._metrics is None:
+            return
+        added = current.usage if previous is None else current.usage.minus(previous.usage)
+        self._metrics.count_usage(tenant, added, new_document=previous is None)
 
     @staticmethod
     def _parse(msg: Incoming) -> dict[str, Any]:
@@ -481,7 +499,7 @@ class JobReducer:
             state = "cancelled" if row.status == "cancelled" else status.state
             await self._store(self._store.store.upsert_job, replace(
                 row, status=state, completed=status.completed, partial=status.partial, failed=status.failed,
-                updated_at=status.updated_at))
+                updated_at=status.updated_at, usage=progress.usage))
         await self._sink.send(self._topic, progress.job_id.encode(), self._serde.serialize(status, self._topic))
         if self._metrics is not None:
             self._metrics.records_out.labels(SERVICE, self._topic).inc()
