@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from docstream.export import chunks_path
 from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.usage import Usage
 from docstream_cli.app import app
 
 pytestmark = pytest.mark.integration
@@ -110,3 +112,20 @@ def test_status_shows_the_eta_of_a_running_job(cli_store: ResultStore) -> None:
     assert result.exit_code == 0, result.output
     eta = next(line for line in result.stdout.splitlines() if " eta " in line)
     assert re.search(r"eta\s+│\s+\d+s\s", eta), eta  # docstream.progress's ETA, as format_duration shows it
+
+
+def test_status_shows_what_the_job_cost(cli_store: ResultStore) -> None:
+    job_id = _seed(cli_store, documents=2, chunks=1)
+    row = cli_store.get_job(job_id)
+    assert row is not None and row.usage is None
+    runner = CliRunner()
+    assert "usage" in runner.invoke(app, ["status", job_id], env={"COLUMNS": "200"}).stdout
+    usage = Usage(pages=3, chunks=4, tokens=1234, model_us={"cpu": 2_500_000},
+                  stage_us={"chunker": 400_000, "inference": 3_000_000})
+    cli_store.upsert_job(replace(row, usage=usage))
+    result = runner.invoke(app, ["status", job_id], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = {" ".join(line.strip("│ ").split()) for line in result.stdout.splitlines()}
+    for expected in ("pages │ 3", "chunks │ 4", "tokens │ 1234", "model-seconds │ 2.500 s on cpu",
+                     "stage seconds │ chunker 0.400 s, inference 3.000 s"):
+        assert expected in lines, result.stdout

@@ -23,6 +23,7 @@ from docstream.apikeys import generate_api_key
 from docstream.settings import Settings
 from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
+from docstream.usage import Usage
 from docstream_ingest.api import create_app
 from docstream_ingest.api.dashboard import load_assets
 
@@ -102,6 +103,7 @@ def _result(store: SqliteStore, job_id: str, doc_id: str, chunks: int) -> None:
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/j1"), ("GET", "/v1/jobs/j1/results"), ("POST", "/v1/jobs/j1/cancel"),
     ("POST", "/v1/jobs"), ("GET", "/v1/jobs/j1/documents"), ("GET", "/v1/jobs/j1/documents/d1"),
+    ("GET", "/v1/usage"),
 ])
 @pytest.mark.parametrize("authorization", [None, "Bearer nope", "Basic abc", "Bearer ds_0123456789abcdef_" + "A" * 43])
 def test_every_v1_route_needs_a_valid_key(api: Api, method: str, path: str, authorization: str | None) -> None:
@@ -158,6 +160,35 @@ def test_job_rate_and_eta_are_those_of_job_progress(api: Api) -> None:
     assert (finished["elapsed_s"], finished["rate_docs_per_s"], finished["eta_s"]) == (8.0, 0.5, None)
     assert (jobs["j3"]["rate_docs_per_s"], jobs["j3"]["eta_s"]) == (0.0, None)  # nothing done yet
     assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["eta_s"] == 210.0
+
+
+def test_a_job_shows_what_it_cost_and_null_before_anything_was_counted(api: Api) -> None:
+    _job(api.store, "j0")
+    assert api.client.get("/v1/jobs/j0", headers=api.as_("acme")).json()["usage"] is None
+    _job(api.store, "j1", usage=Usage(pages=5, chunks=9, tokens=2_000, model_us={"cpu": 1_250_000},
+                                      stage_us={"chunker": 300_000, "inference": 1_400_000}))
+    usage = {"pages": 5, "chunks": 9, "tokens": 2_000, "model_seconds": 1.25, "device": "cpu",
+             "stage_seconds": {"chunker": 0.3, "inference": 1.4}}
+    assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["usage"] == usage
+    listed = api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]
+    assert [j["usage"] for j in listed] == [None, usage]
+
+
+def test_the_tenant_usage_adds_up_its_jobs_and_only_its_own(api: Api) -> None:
+    one = Usage(pages=2, chunks=3, tokens=100, model_us={"cpu": 500_000}, stage_us={"inference": 600_000})
+    for i in range(7):  # more than a store page (3 here)
+        _job(api.store, f"a-{i}", created_at=AT + timedelta(days=i), usage=one if i else None)
+    _job(api.store, "a-gpu", created_at=AT, usage=Usage(tokens=50, model_us={"cuda:0": 250_000}))
+    _job(api.store, "g-1", "globex", usage=one)
+    body = api.client.get("/v1/usage", headers=api.as_("acme")).json()
+    assert (body["tenant"], body["jobs"]) == ("acme", 8)
+    assert body["usage"] == {"pages": 12, "chunks": 18, "tokens": 650, "model_seconds": 3.25, "device": "cpu+cuda:0",
+                             "stage_seconds": {"inference": 3.6}}
+    assert body["model_seconds_by_device"] == {"cpu": 3.0, "cuda:0": 0.25}
+    window = api.client.get("/v1/usage", params={"since": (AT + timedelta(days=5)).isoformat()},
+                            headers=api.as_("acme")).json()
+    assert (window["jobs"], window["usage"]["tokens"]) == (2, 200)
+    assert api.client.get("/v1/usage", params={"until": "yesterday"}, headers=api.as_("acme")).status_code == 422
 
 
 def test_jobs_are_listed_in_pages(api: Api) -> None:

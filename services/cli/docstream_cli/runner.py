@@ -57,10 +57,11 @@ from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
 from docstream.store import ResultStore, SqliteStore
 from docstream.topics import Topics
+from docstream.usage import Usage, total_usage
 from docstream_cli.runstate import LOCAL_STATE_DIR, RunRecord
 from docstream_cli.statedir import write_run_record
 
-__all__ = ["RunOutcome", "embedded_settings", "run_job", "run_job_id"]
+__all__ = ["RunOutcome", "embedded_settings", "run_job", "run_job_id", "usage_line"]
 
 _log = get_logger(__name__)
 _NAMESPACE = uuid.UUID("2c6f5e0e-3a4b-4f0f-8f4e-5d3b1e0c9a77")
@@ -84,6 +85,7 @@ class RunOutcome:
     seconds: float = 0.0
     out: Path | None = None
     exported: tuple[str, ...] = ()  # the files written: documents (JSON Lines with chunks), or both Parquet files
+    usage: Usage | None = None  # the job's, resumed documents included (its jobs row)
 
     @property
     def failed(self) -> int:
@@ -460,20 +462,25 @@ def run_job(
 
 
 def _close_job(store: ResultStore, outcome: RunOutcome) -> None:
-    """Mark the run's job ``completed`` with its counts: every document of it is terminal now.
+    """Mark the run's job ``completed`` with its counts and its usage: every document of it is terminal now.
 
     The reducer publishes a job's progress at most every ``job_status_interval_s`` and the run stops it
     as soon as the last document is complete, so its last update of the jobs row can lag behind; a
     resumed run's intake also sets the row back to ``running``. The services are stopped: nothing
-    writes the row after this.
+    writes the row after this. The usage is that of the job's documents as their job_documents rows
+    hold it (the reducer writes each document's with its terminal status): the reducer's own total
+    counts only the documents it saw end in this run, not those a resumed run found done.
     """
     row = store.get_job(outcome.job_id)
     if row is None:
         return
     counts = {status: sum(1 for s in outcome.statuses.values() if s == status)
               for status in ("completed", "partial", "failed")}
+    usage = total_usage(document.usage for document in store.iter_job_documents(outcome.job_id)
+                        if document.status in counts)
+    outcome.usage = None if usage.is_empty else usage
     store.upsert_job(replace(row, status="completed", completed=counts["completed"], partial=counts["partial"],
-                             failed=counts["failed"], updated_at=datetime.now(UTC)))
+                             failed=counts["failed"], updated_at=datetime.now(UTC), usage=outcome.usage))
 
 
 def _check(services: _Services, deadline: float | None) -> None:
@@ -546,6 +553,14 @@ def summary_table(outcome: RunOutcome) -> Table:
     return table
 
 
+def usage_line(usage: Usage) -> str:
+    """What the job cost, in one line of the run's summary (docs/operations.md "What a job cost")."""
+    device = f" on {usage.device}" if usage.device else ""
+    stages = ", ".join(f"{stage} {value:.1f} s" for stage, value in usage.stage_seconds.items())
+    return (f"usage: {usage.pages} pages, {usage.chunks} chunks, {usage.tokens} tokens, "
+            f"{usage.model_seconds:.2f} model-seconds{device}" + (f" (stages: {stages})" if stages else ""))
+
+
 def _display(path: str) -> str:
     """A file name as the user gave it: relative to the working directory when inside it."""
     try:
@@ -603,6 +618,8 @@ def run_command(
                   f"in {outcome.seconds:.1f} s ({rate:.1f} chunks/s)")
     if outcome.resumed:
         console.print(f"resumed: {outcome.resumed} documents ({outcome.resumed_chunks} chunks) were already done")
+    if outcome.usage is not None:
+        console.print(usage_line(outcome.usage))
     if outcome.out is not None:
         console.print(f"results: {', '.join(outcome.exported) or outcome.out}", highlight=False, soft_wrap=True)
     here = state_dir.resolve() == (Path.cwd() / LOCAL_STATE_DIR).resolve()

@@ -19,8 +19,9 @@ from docstream.logging import configure_logging
 from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, open_store
+from docstream.usage import Usage
 
-__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "results_command", "status_command"]
+__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "results_command", "status_command", "usage_rows"]
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_FOUND = 0, 1, 4
 
@@ -48,9 +49,20 @@ def _status_table(job: JobRow) -> Table:
     ]
     if job.webhook_url:
         rows.append(("webhook", "set"))
+    rows += usage_rows(job.usage)
     for name, value in rows:
         table.add_row(name, str(value))
     return table
+
+
+def usage_rows(usage: Usage | None) -> list[tuple[str, str]]:
+    """The accounting rows of ``docstream status``: what the job's terminal documents cost (docs/operations.md)."""
+    if usage is None:
+        return [("usage", "-")]
+    model = f"{usage.model_seconds:.3f} s" + (f" on {usage.device}" if usage.device else "")
+    stages = ", ".join(f"{stage} {value:.3f} s" for stage, value in usage.stage_seconds.items()) or "-"
+    return [("pages", str(usage.pages)), ("chunks", str(usage.chunks)), ("tokens", str(usage.tokens)),
+            ("model-seconds", model), ("stage seconds", stages)]
 
 
 def status_command(

@@ -1,11 +1,12 @@
-"""The routes: /v1/jobs (submit, list, status, documents, results, cancel) and /healthz, /readyz, /metrics."""
+"""The routes: /v1/jobs (submit, list, status, documents, results, cancel), /v1/usage and /healthz, /readyz,
+/metrics."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from confluent_kafka import KafkaException
@@ -19,6 +20,7 @@ from docstream.errors import DocstreamError
 from docstream.logging import get_logger
 from docstream.progress import job_progress
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.usage import Usage, seconds, total_usage
 from docstream_ingest.api.auth import Principal
 from docstream_ingest.api.context import ApiContext
 from docstream_ingest.api.delivery import RequestDeliveries
@@ -44,6 +46,8 @@ from docstream_ingest.api.schemas import (
     JobSummary,
     Readiness,
     RefusalOut,
+    TenantUsage,
+    UsageOut,
 )
 from docstream_ingest.api.uploads import read_json, read_multipart
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_uploads, submit_uris
@@ -116,6 +120,13 @@ health_router = APIRouter(tags=["operations"])
 # -- job rows as responses -------------------------------------------------------------
 
 
+def usage_out(usage: Usage) -> UsageOut:
+    """A usage as the API shows it (seconds, not the store's microseconds)."""
+    return UsageOut(pages=usage.pages, chunks=usage.chunks, tokens=usage.tokens,
+                    model_seconds=round(usage.model_seconds, 6), device=usage.device,
+                    stage_seconds={stage: round(value, 6) for stage, value in usage.stage_seconds.items()})
+
+
 def job_summary(job: JobRow, now: datetime) -> JobSummary:
     """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.progress.job_progress``'s."""
     progress = job_progress(job, now)
@@ -134,6 +145,7 @@ def job_summary(job: JobRow, now: datetime) -> JobSummary:
         eta_s=None if progress.eta_s is None else round(progress.eta_s, 1),
         options=dict(job.options),
         webhook_url=job.webhook_url,
+        usage=None if job.usage is None else usage_out(job.usage),
     )
 
 
@@ -520,6 +532,49 @@ def cancel_job(ctx: Ctx, caller: Caller, job_id: JobId) -> JSONResponse:
         _log.info("job_cancelled", job_id=job_id, tenant=caller.tenant)
         job = replace(job, status="cancelled", updated_at=now)
     return JSONResponse(job_summary(job, now).model_dump(mode="json"), status_code=202)
+
+
+# -- usage -------------------------------------------------------------------------------
+
+_USAGE_PAGE = 500
+
+
+def _tenant_jobs(store: ResultStore, tenant: str) -> Iterator[JobRow]:
+    after: str | None = None
+    while True:
+        page = store.list_jobs(tenant, limit=_USAGE_PAGE, after=after)
+        yield from page
+        if len(page) < _USAGE_PAGE:
+            return
+        after = page[-1].job_id
+
+
+@jobs_router.get("/usage", response_model=TenantUsage, summary="What the tenant's jobs cost",
+                 responses=_errors(401, 422, 503))
+def get_usage(
+    ctx: Ctx,
+    caller: Caller,
+    since: Annotated[datetime | None, Query(description="Only jobs created at or after this time (ISO 8601).")] = None,
+    until: Annotated[datetime | None, Query(description="Only jobs created before this time (ISO 8601).")] = None,
+) -> TenantUsage:
+    """The caller's tenant's jobs added up: pages, chunks, tokens, model-seconds per device, stage seconds.
+
+    Computed from the tenant's jobs rows when asked (each row is the reducer's absolute total of its job,
+    so the sum is right however often a record was redelivered); one pass over the tenant's jobs.
+    """
+    jobs = [row for row in _tenant_jobs(ctx.store, caller.tenant) if _created_in(row, since, until)]
+    total = total_usage(row.usage for row in jobs)
+    return TenantUsage(tenant=caller.tenant, jobs=len(jobs), since=since, until=until, usage=usage_out(total),
+                       model_seconds_by_device={d: round(seconds(us), 6) for d, us in sorted(total.model_us.items())})
+
+
+def _created_in(row: JobRow, since: datetime | None, until: datetime | None) -> bool:
+    created = _aware(row.created_at)
+    return (since is None or created >= _aware(since)) and (until is None or created < _aware(until))
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 # -- operations -------------------------------------------------------------------------

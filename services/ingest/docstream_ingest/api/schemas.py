@@ -27,6 +27,8 @@ __all__ = [
     "JobSummary",
     "Readiness",
     "RefusalOut",
+    "TenantUsage",
+    "UsageOut",
 ]
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
@@ -132,6 +134,35 @@ class JobAccepted(BaseModel):
     duplicates: list[DuplicateOut]
 
 
+class UsageOut(BaseModel):
+    """What a job's terminal documents cost (docs/operations.md "What a job cost")."""
+
+    pages: int = Field(..., description="Pages of the documents.")
+    chunks: int = Field(..., description="Chunks of the documents.")
+    tokens: int = Field(
+        ..., description="Tokens of the embedded chunks by the model's tokenizer; chunk overlaps count in each chunk."
+    )
+    model_seconds: float = Field(..., description="Forward-pass seconds of the model, over every device.")
+    device: str | None = Field(
+        ..., description="Device the model ran on (cpu, cuda:0, mps); several joined by '+'; null when it never ran."
+    )
+    stage_seconds: dict[str, float] = Field(
+        ..., description="Busy seconds per stage: chunker (fetch, extraction, chunking), inference (tokenizing, "
+        "forward pass, store write)."
+    )
+
+
+class TenantUsage(BaseModel):
+    """What the tenant's jobs cost, added up from their rows."""
+
+    tenant: str
+    jobs: int = Field(..., description="Jobs counted (created in [since, until) when given).")
+    since: datetime | None
+    until: datetime | None
+    usage: UsageOut
+    model_seconds_by_device: dict[str, float] = Field(..., description="Forward-pass seconds per device.")
+
+
 class JobSummary(BaseModel):
     """A job's state and progress."""
 
@@ -153,6 +184,9 @@ class JobSummary(BaseModel):
     )
     options: dict[str, str]
     webhook_url: str | None
+    usage: UsageOut | None = Field(
+        None, description="What the job's terminal documents cost so far; null before any was counted."
+    )
 
 
 class DocumentErrorOut(BaseModel):
