@@ -445,9 +445,10 @@ def test_a_job_adds_up_its_documents_usage_once_in_its_status_row_and_metrics() 
     assert final.model_us == {"cpu": 4_000} and final.stage_us == {"inference": 4_000}
     assert store.jobs["j1"].usage == Usage(2, 4, 130, {"cpu": 4_000}, {"inference": 4_000})
     sample = metrics.registry.get_sample_value
-    assert sample("docstream_tokens_total", {"tenant": "acme"}) == 130
-    assert sample("docstream_model_seconds_total", {"tenant": "acme", "device": "cpu"}) == pytest.approx(0.004)
-    assert sample("docstream_document_stage_seconds_count", {"stage": "inference"}) == 2
+    labels = {"service": "reducer", "tenant": "acme"}
+    assert sample("docstream_tokens_total", labels) == 130
+    assert sample("docstream_model_seconds_total", labels | {"device": "cpu"}) == pytest.approx(0.004)
+    assert sample("docstream_document_stage_seconds_count", {"service": "reducer", "stage": "inference"}) == 2
 
 
 def test_the_recount_takes_the_usage_of_the_job_documents_rows() -> None:

@@ -59,42 +59,43 @@ class Metrics:
         )
 
         # job accounting, counted by the reducer's jobs agent as documents become terminal; per job: the store
-        self.pages = Counter("docstream_pages", "Pages of terminal documents.", ["tenant"], registry=r)
-        self.chunks = Counter("docstream_chunks", "Chunks of terminal documents.", ["tenant"], registry=r)
-        self.tokens = Counter("docstream_tokens", "Tokens of embedded chunks of terminal documents.", ["tenant"],
-                              registry=r)
+        self.pages = Counter("docstream_pages", "Pages of terminal documents.", ["service", "tenant"], registry=r)
+        self.chunks = Counter("docstream_chunks", "Chunks of terminal documents.", ["service", "tenant"], registry=r)
+        self.tokens = Counter("docstream_tokens", "Tokens of embedded chunks of terminal documents.",
+                              ["service", "tenant"], registry=r)
         self.model_seconds = Counter(
-            "docstream_model_seconds", "Forward-pass seconds spent on terminal documents.", ["tenant", "device"],
-            registry=r,
+            "docstream_model_seconds", "Forward-pass seconds spent on terminal documents.",
+            ["service", "tenant", "device"], registry=r,
         )
         self.stage_seconds = Counter(
-            "docstream_stage_seconds", "Busy seconds per stage spent on terminal documents.", ["tenant", "stage"],
-            registry=r,
+            "docstream_stage_seconds", "Busy seconds per stage spent on terminal documents.",
+            ["service", "tenant", "stage"], registry=r,
         )
         self.document_stage_seconds = Histogram(
-            "docstream_document_stage_seconds", "Busy seconds of one document in a stage.", ["stage"],
+            "docstream_document_stage_seconds", "Busy seconds of one document in a stage.", ["service", "stage"],
             buckets=_STAGE_BUCKETS, registry=r,
         )
 
-    def count_usage(self, tenant: str, added: Usage, *, new_document: bool) -> None:
+    def count_usage(self, service: str, tenant: str, added: Usage, *, new_document: bool) -> None:
         """Add what a document cost to its tenant's counters (only what grew: counters never go down).
 
         Args:
+            service: the service counting (the reducer).
             tenant: the job's tenant.
             added: the document's usage, or what it grew by when it was counted before.
             new_document: the document is counted for the first time (its stage times go in the histogram).
         """
         for counter, value in ((self.pages, added.pages), (self.chunks, added.chunks), (self.tokens, added.tokens)):
             if value > 0:
-                counter.labels(tenant).inc(value)
+                counter.labels(service, tenant).inc(value)
         for device, micros in added.model_us.items():
             if micros > 0:
-                self.model_seconds.labels(tenant, device).inc(seconds(micros))
+                self.model_seconds.labels(service, tenant, device).inc(seconds(micros))
         for stage, micros in added.stage_us.items():
             if micros > 0:
-                self.stage_seconds.labels(tenant, stage).inc(seconds(micros))
+                self.stage_seconds.labels(service, tenant, stage).inc(seconds(micros))
                 if new_document:
-                    self.document_stage_seconds.labels(stage).observe(seconds(micros))
+                    self.document_stage_seconds.labels(service, stage).observe(seconds(micros))
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""

@@ -447,7 +447,7 @@ class JobReducer:
         if self._metrics is None:
             return
         added = current.usage if previous is None else current.usage.minus(previous.usage)
-        self._metrics.count_usage(tenant, added, new_document=previous is None)
+        self._metrics.count_usage(SERVICE, tenant, added, new_document=previous is None)
 
     @staticmethod
     def _parse(msg: Incoming) -> dict[str, Any]:
