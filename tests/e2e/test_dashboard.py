@@ -4,7 +4,7 @@
 subprocesses on the real Kafka and Cassandra (tests/fixtures/services.py), with their own topic
 prefix; keys come from `docstream apikey create`. Headless Debian chromium, driven by playwright
 (tests/fixtures/browser.py), enters the key, follows the job's progress bar to 100 %, opens the job
-page (documents with pages, chunks and error codes; the results export) and a document page (its
+page (documents with pages, chunks and error codes; what the job cost; the results export) and a document page (its
 chunks), and checks that another tenant's key sees none of it.
 
 Set ``DOCSTREAM_UI_SCREENSHOTS=docs/img`` to keep the three screenshots of docs/api.md there
@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, expect
 
 from docstream.settings import CassandraSettings
 from docstream.store.base import ResultStore
@@ -33,8 +33,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 JOB_TIMEOUT_MS = 300_000
 HOSTILE = "<img src=x onerror=window.pwned=1>.pdf"
-USAGE = {"pages": 7, "chunks": 9, "tokens": 1234, "model_seconds": 2.5, "device": "cpu",
-         "stage_seconds": {"chunker": 0.4, "inference": 2.9}}
 
 
 def _new_key(pipeline: Pipeline, tenant: str) -> str:
@@ -75,12 +73,11 @@ def _shoot(page: Page, folder: Path, name: str) -> None:
         page.screenshot(path=str(Path(keep) / name))
 
 
-def _with_usage(route: Route) -> None:
-    """The API's answer with the ``usage`` member of the accounting contract added (docs/api.md)."""
-    body: Any = route.fetch().json()
-    for job in body.get("items", [body]):
-        job["usage"] = USAGE
-    route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+def _usage(url: str, key: str, job_id: str) -> dict[str, Any]:
+    """The job's ``usage`` as the API answers it (what the page must show)."""
+    job = httpx.get(f"{url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+    usage: dict[str, Any] = job["usage"]
+    return usage
 
 
 def test_a_job_is_watched_to_completion_on_the_dashboard_and_another_tenant_sees_nothing(
@@ -130,6 +127,11 @@ def test_a_job_is_watched_to_completion_on_the_dashboard_and_another_tenant_sees
             expect(doc).to_have_attribute("data-status", "completed")
             expect(doc.locator(".pages")).to_have_text("2" if name == HOSTILE else "3")
             expect(doc.locator(".chunks")).to_have_text(re.compile(r"^[1-9]\d*$"))
+        # what the job cost, as the API reports it: tokens and model time on the page
+        usage = _usage(url, key, job_id)
+        assert usage["tokens"] > 0 and usage["model_seconds"] > 0 and usage["device"] == "cpu"
+        expect(page.locator("#usage .tokens")).to_have_text(f"{usage['tokens']:,}")
+        expect(page.locator("#usage")).to_contain_text("(cpu)")
         failed = page.locator('#documents tbody tr[data-status="failed"]')
         expect(failed.get_by_role("link")).to_have_text("notes.pdf")
         expect(failed.locator("td.id")).to_have_text(re.compile(r"^[a-z_]+$"))
@@ -161,12 +163,9 @@ def test_a_job_is_watched_to_completion_on_the_dashboard_and_another_tenant_sees
         expect(spy.locator("#not-found")).to_have_text(f"no job {job_id}")
         assert spy.locator("#job, #documents").count() == 0
 
-        # the accounting contract (`usage` on JobSummary): shown on the job page and in the list when present
-        page.route(re.compile(r"/v1/jobs(\?|/[^/?]+\?errors)"), _with_usage)
-        page.goto(f"{url}/ui#/jobs/{job_id}")
-        expect(page.locator("#usage .tokens")).to_have_text("1,234")
+        # the list shows the job's tokens too
         page.goto(f"{url}/ui#/")
-        expect(page.locator(f'#jobs tr[data-job-id="{job_id}"] .tokens')).to_have_text("1,234")
+        expect(page.locator(f'#jobs tr[data-job-id="{job_id}"] .tokens')).to_have_text(f"{usage['tokens']:,}")
     finally:
         mine.close()
         theirs.close()
