@@ -35,6 +35,7 @@ __all__ = [
     "LogSettings",
     "MetricsSettings",
     "ObjectStoreSettings",
+    "OcrSettings",
     "ReducerSettings",
     "RetrySettings",
     "Settings",
@@ -217,6 +218,19 @@ class IngestSettings(BaseModel):
     max_compression_ratio: float = Field(200.0, gt=1, description="Refuse archive members compressed beyond this.")
 
 
+class OcrSettings(BaseModel):
+    """OCR of pages without a usable text layer (docs/chunking.md "OCR")."""
+
+    model_config = _FROZEN
+
+    mode: Literal["off", "auto", "force"] = Field(
+        "auto", description="off: never; auto: pages whose verdict is not usable, keeping the better text; "
+        "force: every page.")
+    engine: Literal["tesseract", "rapidocr"] = Field("tesseract", description="The OCR engine.")
+    languages: list[str] = Field(default_factory=lambda: ["eng"], description="Languages of the documents.")
+    dpi: int = Field(200, ge=72, le=600, description="Resolution pages are rendered at for OCR.")
+
+
 class ChunkerSettings(BaseModel):
     """Extraction and chunking."""
 
@@ -227,6 +241,7 @@ class ChunkerSettings(BaseModel):
     max_pages: int = Field(5000, ge=1, description="Documents with more pages fail with too_many_pages.")
     max_document_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Larger documents fail with too_large.")
     timeout_s: float = Field(300.0, gt=0, description="Per-document time limit; past it: error_code timeout.")
+    ocr: OcrSettings = Field(default_factory=OcrSettings, description="OCR.")  # type: ignore[arg-type]
     group_id: str | None = Field(
         None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-chunker."
     )
