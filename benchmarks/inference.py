@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ class ZeroCostEmbedder:
     dimension = 384
     max_tokens = 256
     runtime = Runtime(device="cpu", precision="fp32", threads=1)
+    device = "cpu"
 
     def __init__(self) -> None:
         import numpy as np
@@ -154,7 +155,8 @@ def _produce(settings: Settings, topic: str, chunks: list[ChunkCreated], serde: 
     return ends
 
 
-def _wait_committed(settings: Settings, topic: str, ends: dict[int, int], timeout_s: float) -> None:
+def _wait_committed(settings: Settings, topic: str, ends: dict[int, int], timeout_s: float,
+                    alive: Callable[[], bool] = lambda: True) -> None:
     consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group_id(settings),
                          "enable.auto.commit": False})
     deadline = time.monotonic() + timeout_s
@@ -163,6 +165,8 @@ def _wait_committed(settings: Settings, topic: str, ends: dict[int, int], timeou
             parts = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
             if all(tp.offset >= ends[tp.partition] for tp in parts):
                 return
+            if not alive():
+                raise RuntimeError("the pipeline stopped before it committed every chunk (its error is above)")
             time.sleep(0.05)
     finally:
         consumer.close()
@@ -219,7 +223,7 @@ def _service_run(base: Settings, embedder: Any, store: ResultStore, chunks: list
                 raise RuntimeError("the pipeline stopped before its assignment")
             time.sleep(0.005)
         started, cpu, threads = time.perf_counter(), _cpu_s(), _thread_cpu()
-        _wait_committed(settings, topics.chunks, ends, timeout_s=600)
+        _wait_committed(settings, topics.chunks, ends, timeout_s=600, alive=runner.is_alive)
         elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu
         THREAD_SPLITS.append(_thread_split(threads, _thread_cpu(), len(chunks)))
     pipeline.stop()
