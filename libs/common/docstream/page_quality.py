@@ -3,30 +3,149 @@
 The extraction edge (``docstream.extraction.page_facts``) reads a page's facts from PyMuPDF;
 everything here is pure: the verdict, the text-quality measure that decides between a text
 layer and an OCR text, and whether a page needs OCR. Thresholds are module constants, stated
-and tested (tests/unit/test_page_quality.py); docs/chunking.md lists them.
+and tested (tests/unit/test_page_quality.py); docs/chunking.md "Page verdicts" lists them.
 
-Verdicts:
+Verdicts, checked in this order:
 
-* ``ok``: a usable text layer;
-* ``no_text_layer``: an image-only page (a scan);
-* ``unmapped``: the page draws glyphs, but the text comes out as spaces, NBSP or U+FFFD
-  (fonts without a Unicode map);
-* ``mojibake``: text in a script that does not fit the fonts or the document's language
-  (Latin-1 letters where Cyrillic is expected), or a very low share of word-like tokens;
-* ``ok_with_ocr_layer``: invisible OCR text over an image (a scan someone already OCRed).
+* ``ok_with_ocr_layer``: at least ``OCR_LAYER_SHARE`` (half) of the glyphs are invisible
+  (render mode 3) and images cover at least ``SCAN_IMAGE_AREA`` (half) of the page: a scan
+  someone already OCRed. If that hidden text is itself garbage (quality below
+  ``MOJIBAKE_QUALITY``) the page is ``mojibake`` instead;
+* ``unmapped``: at least ``MIN_GLYPHS`` (20) glyphs, but fewer than ``UNMAPPED_SHARE`` (half)
+  of them come out as characters other than spaces, NBSP or U+FFFD (fonts without a Unicode map);
+* ``no_text_layer``: fewer than ``MIN_TEXT_CHARS`` (20) characters in tokens holding letters,
+  and images cover at least ``SCAN_IMAGE_AREA`` of the page;
+* ``mojibake``: at least ``MIN_TEXT_CHARS`` characters of text, and ``text_quality`` below
+  ``MOJIBAKE_QUALITY`` (0.5), or below ``MOJIBAKE_QUALITY_NO_UNICODE`` (0.7) when a font of the
+  page has neither a ToUnicode map nor a standard encoding;
+* ``ok``: everything else, including nearly empty pages (fewer than ``MIN_TEXT_CHARS``
+  characters and no page-sized image: nothing to OCR) and a figure with its caption.
+
+``text_quality`` is the share of a page's letter-bearing text that reads as words of the
+expected scripts, from 0 (garbage) to 1. The expected scripts come from the languages
+(Tesseract codes, ``LANGUAGE_SCRIPTS``); ASCII words always count, since names, terms and
+code appear in every language. Tokens are whitespace-separated, with leading and trailing
+punctuation stripped. A word is a token that reads as an identifier (``str.isidentifier``: a
+letter, then letters, digits or combining marks), once inner joiners (``-'.,:/&``, U+2019, CJK
+punctuation: ``well-known``, ``e.g.``, a line of Chinese) are left out. Tokens of digits and
+punctuation only count neither way. Words of a real script that was not expected count
+``UNEXPECTED_SCRIPT_WEIGHT`` (0.75): a Russian page read with ``eng`` stays usable, and OCR
+in the right language outranks it. Garbage: tokens mixing letters with symbols, control or
+private-use characters or U+FFFD; NBSPs; and the script mismatch of fonts without a Unicode
+map: words of ``MISMATCH_MIN_LETTERS`` (3) or more letters, all non-ASCII Latin
+(U+00C0-U+024F: ``Ïðèâåò``, Cyrillic through a legacy 8-bit font; ``ƒƊƃƆƔ``, glyph ids read as
+code points), and, where no Latin script is expected, every such word. A word's script is the
+256-code-point block of each of its characters. Texts longer than ``QUALITY_SAMPLE_CHARS`` (400)
+are measured on that many characters, whole tokens of four evenly spaced windows: normal PDFs
+pay the measure on every page, and it must stay a few percent of extracting the page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import filterfalse, repeat
 from typing import Literal
 
-__all__ = ["USABLE", "PageFacts", "PageVerdict", "Verdict", "assess_page", "needs_ocr", "text_quality"]
+__all__ = [
+    "LANGUAGE_SCRIPTS",
+    "MIN_GLYPHS",
+    "MIN_TEXT_CHARS",
+    "MISMATCH_MIN_LETTERS",
+    "MOJIBAKE_QUALITY",
+    "MOJIBAKE_QUALITY_NO_UNICODE",
+    "OCR_LAYER_SHARE",
+    "QUALITY_SAMPLE_CHARS",
+    "SCAN_IMAGE_AREA",
+    "UNEXPECTED_SCRIPT_WEIGHT",
+    "UNMAPPED_SHARE",
+    "USABLE",
+    "PageFacts",
+    "PageVerdict",
+    "Verdict",
+    "assess_page",
+    "expected_scripts",
+    "needs_ocr",
+    "text_quality",
+]
 
 Verdict = Literal["ok", "no_text_layer", "unmapped", "mojibake", "ok_with_ocr_layer"]
 USABLE: frozenset[str] = frozenset({"ok", "ok_with_ocr_layer"})
 """Verdicts whose text is kept without OCR."""
+
+MIN_TEXT_CHARS = 20
+"""Fewer characters in letter-bearing tokens: the page holds no text worth judging."""
+MIN_GLYPHS = 20
+"""Fewer glyphs drawn: too little to call a page ``unmapped`` or an OCR layer."""
+SCAN_IMAGE_AREA = 0.5
+"""Share of the page covered by images from which a page without text is a scan."""
+OCR_LAYER_SHARE = 0.5
+"""Share of invisible glyphs (over a scan) that makes the text an OCR layer."""
+UNMAPPED_SHARE = 0.5
+"""Below this share of glyphs coming out as real characters, the page is ``unmapped``."""
+MOJIBAKE_QUALITY = 0.5
+"""Below this ``text_quality``, a page with text is ``mojibake``."""
+MOJIBAKE_QUALITY_NO_UNICODE = 0.7
+"""The same bar when a font of the page has no Unicode map: the text is held to more."""
+UNEXPECTED_SCRIPT_WEIGHT = 0.75
+"""What a word of a real but unexpected script counts, against 1 for an expected one."""
+MISMATCH_MIN_LETTERS = 3
+"""Letters from which an all-non-ASCII-Latin token is a script mismatch when Latin is expected."""
+QUALITY_SAMPLE_CHARS = 400
+"""``text_quality`` reads at most this many characters: a longer text is sampled in evenly spaced windows."""
+_SAMPLE_WINDOWS = 4
+
+_LATIN = ("Latin",)
+_CYRILLIC = ("Cyrillic",)
+LANGUAGE_SCRIPTS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(
+        "afr cat ces cym dan deu eng est eus fin fra gle glg hrv hun ind isl ita lat lav lit msa nld nor pol por "
+        "ron slk slv spa sqi swa swe tgl tur vie".split(),
+        _LATIN,
+    ),
+    **dict.fromkeys("bel bul kaz kir mkd mon rus srp tat tgk ukr uzb_cyrl".split(), _CYRILLIC),
+    "ell": ("Greek",),
+    "chi_sim": ("Han",),
+    "chi_tra": ("Han",),
+    "jpn": ("Han", "Kana"),
+    "kor": ("Hangul", "Han"),
+    **dict.fromkeys("ara fas urd pus".split(), ("Arabic",)),
+    **dict.fromkeys("heb yid".split(), ("Hebrew",)),
+    **dict.fromkeys("hin mar nep san".split(), ("Devanagari",)),
+    "tha": ("Thai",),
+}
+"""Tesseract language code → the scripts its text is written in (unknown codes: Latin)."""
+
+# A character's script by its 256-code-point block (the high byte of its UTF-16 code unit):
+# coarse at a few shared blocks (0x05: Cyrillic Supplement and Armenian count as Hebrew), exact
+# enough to tell a page's scripts apart. Block 0 beyond ASCII, 0x01 and 0x02 are the non-ASCII
+# Latin letters of legacy 8-bit fonts and of glyph ids read as code points.
+_SCRIPT_BLOCKS: dict[str, tuple[int, ...]] = {
+    "Latin": (0x00, 0x01, 0x02, 0x1E, 0x2C, 0xA7),
+    "Greek": (0x03, 0x1F),
+    "Cyrillic": (0x04,),
+    "Hebrew": (0x05,),
+    "Arabic": (0x06, 0x07, 0x08, 0xFB, 0xFC, 0xFD, 0xFE),
+    "Devanagari": (0x09,),
+    "Thai": (0x0E,),
+    "Hangul": (0x11, 0x31, *range(0xAC, 0xD8)),
+    "Kana": (0x30,),
+    "Han": (*range(0x34, 0xA0), 0xF9, 0xFA, 0xFF),
+}
+_SCRIPT_IDS = {script: bytes([i + 1]) for i, script in enumerate(_SCRIPT_BLOCKS)}
+_BLOCK_TABLE = bytes(
+    next((i + 1 for i, blocks in enumerate(_SCRIPT_BLOCKS.values()) if block in blocks), 0) for block in range(256)
+)
+_EDGE = (
+    "\"'([{<*\u2022\u00b7\u2013\u2014\u00ab\u00bb\u201c\u201d\u201e\u2018\u2019\u201a\u00bf\u00a1-.,;:!?)]}>%"
+    "\u2026\u2030\u00b0\u2020\u2021\u00b9\u00b2\u00b3#$\u20ac\u00a3\u00a5\u00a7\u00a9\u00ae\u2122+=/\\|~^@`&"
+    "\u3001\u3002\u300a\u300b\u300c\u300d\u300e\u300f\u3010\u3011\uff08\uff09\uff0c\uff0e\uff1a\uff1b\uff01\uff1f"
+)
+_JOINERS = dict.fromkeys(
+    map(ord, "-'\u2019.,:/&\u00b7\u2010\u2011\u3001\u3002\uff0c\uff1a\uff1b\uff01\uff1f\u30fb"
+             "\u300c\u300d\u300e\u300f\uff08\uff09")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +154,15 @@ class PageFacts:
 
     Attributes:
         text: the text layer's text, as extracted.
-        glyphs: characters the text layer draws, visible or not.
-        invisible_glyphs: of those, the ones drawn invisibly (render mode 3: an OCR layer).
+        glyphs: characters the text layer draws, visible or not (when ``traced`` is false, an
+            estimate from the text: its non-space characters and NBSPs).
+        invisible_glyphs: of those, the ones drawn invisibly (render mode 3: an OCR layer);
+            0 when not ``traced``.
         image_area: share of the page's area covered by images, 0..1.
-        fonts: fonts the page uses.
+        fonts: fonts the page uses (0 when not ``traced``).
         fonts_without_unicode: of those, fonts with no ToUnicode map and no standard encoding.
+        traced: the expensive second stage ran (glyph trace and fonts), because the cheap
+            facts looked suspicious.
     """
 
     text: str
@@ -48,6 +171,7 @@ class PageFacts:
     image_area: float = 0.0
     fonts: int = 0
     fonts_without_unicode: int = 0
+    traced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,25 +183,145 @@ class PageVerdict:
     reason: str
 
 
-def text_quality(text: str, *, languages: Sequence[str] = ("en",)) -> float:
+@dataclass(frozen=True, slots=True)
+class _Measure:
+    """Characters of a text by kind: the parts of ``text_quality``."""
+
+    words: float  # weighted characters of word-like tokens
+    letter_bearing: int  # characters of tokens that are not neutral (numbers, symbols)
+    nbsp: int
+
+    @property
+    def quality(self) -> float:
+        total = self.letter_bearing + self.nbsp
+        return min(1.0, self.words / total) if total else 0.0
+
+
+def expected_scripts(languages: Sequence[str]) -> frozenset[str]:
+    """The scripts of ``languages`` (Tesseract codes) by ``LANGUAGE_SCRIPTS``; Latin when none is known."""
+    return _scripts(tuple(languages))
+
+
+@lru_cache(maxsize=64)
+def _scripts(languages: tuple[str, ...]) -> frozenset[str]:
+    scripts = {script for code in languages for script in LANGUAGE_SCRIPTS.get(code.strip().lower(), ())}
+    return frozenset(scripts or _LATIN)
+
+
+def _mismatch(words: list[str], least: int) -> int:
+    """Characters of the words of ``least`` letters or more that are all non-ASCII Latin (U+00C0-U+024F)."""
+    return sum(
+        len(w)
+        for w in filterfalse(str.isascii, words)
+        if len(w) >= least and min(w) >= "\u00c0" and max(w) <= "\u024f"
+    )
+
+
+def _sample(text: str) -> tuple[list[str], int]:
+    """The tokens and NBSPs of the whole text up to ``QUALITY_SAMPLE_CHARS``, else of evenly spaced windows."""
+    if len(text) <= QUALITY_SAMPLE_CHARS:
+        return text.split(), text.count("\xa0")
+    width = QUALITY_SAMPLE_CHARS // _SAMPLE_WINDOWS
+    step = (len(text) - width) // (_SAMPLE_WINDOWS - 1)
+    tokens: list[str] = []
+    nbsp = 0
+    for start in range(0, step * _SAMPLE_WINDOWS, step):
+        window = text[start : start + width]
+        nbsp += window.count("\xa0")
+        part = window.split()
+        if start and not text[start - 1].isspace() and not window[0].isspace():  # a token cut at the edge
+            part = part[1:]
+        end = start + width
+        if end < len(text) and not text[end].isspace() and not window[-1].isspace():
+            part = part[:-1]
+        tokens += part
+    return tokens, nbsp
+
+
+def _measure(text: str, scripts: frozenset[str]) -> _Measure:
+    # Every step is a C loop (split, map/filter over str methods, bytes.translate/count), over a
+    # bounded sample: normal PDFs pay this on every page, so it must cost a few percent of
+    # extracting the page. Only tokens that fail the first word test get a Python-level second look.
+    tokens, nbsp = _sample(text)
+    plain = list(filter(str.isidentifier, tokens))  # most words: nothing to strip
+    cores = list(filter(None, map(str.strip, filterfalse(str.isidentifier, tokens), repeat(_EDGE))))
+    words = plain + list(filter(str.isidentifier, cores))
+    neutral = sum(map(len, filter(str.isdigit, cores)))
+    joined = 0
+    for token in filterfalse(str.isdigit, filterfalse(str.isidentifier, cores)):
+        core = token.translate(_JOINERS)
+        if not core or core.isdigit():
+            neutral += len(token)
+        elif core.isidentifier():
+            words.append(core)
+            joined += len(token) - len(core)
+    letter_bearing = sum(map(len, plain)) + sum(map(len, cores)) - neutral
+    letters = "".join(words)
+    total = len(letters)
+    if letters.isascii():  # ASCII words count in every language: names, terms, code
+        return _Measure(float(total + joined), letter_bearing, nbsp)
+    ascii_chars = len(letters.encode("ascii", "ignore"))
+    blocks = letters.encode("utf-16-le")[1::2].translate(_BLOCK_TABLE)
+    expected = ascii_chars + joined + sum(blocks.count(_SCRIPT_IDS[s]) for s in scripts)
+    if "Latin" in scripts:
+        expected -= ascii_chars  # block 0 counted them once already
+    unexpected = total + joined - expected
+    if blocks.count(_SCRIPT_IDS["Latin"]) > ascii_chars:  # non-ASCII Latin letters: look for a script mismatch
+        latin = "Latin" in scripts
+        mismatch = _mismatch(words, MISMATCH_MIN_LETTERS if latin else 1)
+        if latin:
+            expected -= mismatch
+        else:
+            unexpected -= mismatch
+    return _Measure(expected + UNEXPECTED_SCRIPT_WEIGHT * max(0, unexpected), letter_bearing, nbsp)
+
+
+def text_quality(text: str, *, languages: Sequence[str] = ("eng",)) -> float:
     """How much of ``text`` reads as words of ``languages``' scripts, 0 (garbage) to 1.
 
-    The one measure that ranks two texts of one page (text layer against OCR).
+    The one measure that ranks two texts of one page (text layer against OCR): the weighted
+    characters of word-like tokens over the characters of letter-bearing tokens plus NBSPs
+    (the module docstring has the rules). Empty text, or text of numbers only, is 0.
+
+    Args:
+        text: a page's text.
+        languages: Tesseract language codes of the document (``eng``, ``rus``, ``chi_sim``...).
     """
-    words = text.split()
-    if not words:
-        return 0.0
-    wordlike = sum(1 for w in words if sum(c.isalpha() for c in w) >= max(1, len(w) // 2))
-    return wordlike / len(words)
+    return round(_measure(text, expected_scripts(languages)).quality, 4)
 
 
-def assess_page(facts: PageFacts, *, languages: Sequence[str] = ("en",)) -> PageVerdict:
-    """The verdict of one page (placeholder rules; the thresholds come with their tests)."""
-    quality = text_quality(facts.text, languages=languages)
-    if not facts.text.strip() and facts.image_area > 0.5:
-        return PageVerdict("no_text_layer", quality, "no text, images cover the page")
-    if facts.glyphs and facts.invisible_glyphs / facts.glyphs > 0.5:
-        return PageVerdict("ok_with_ocr_layer", quality, "invisible text over an image")
+def assess_page(facts: PageFacts, *, languages: Sequence[str] = ("eng",)) -> PageVerdict:
+    """The verdict of one page, by the rules and thresholds of the module docstring.
+
+    Args:
+        facts: what the extraction edge read of the page.
+        languages: Tesseract language codes of the document.
+    """
+    measure = _measure(facts.text, expected_scripts(languages))
+    quality = round(measure.quality, 4)
+    glyphs = facts.glyphs
+    scan = facts.image_area >= SCAN_IMAGE_AREA
+    if scan and glyphs >= MIN_GLYPHS and facts.invisible_glyphs >= OCR_LAYER_SHARE * glyphs:
+        if quality < MOJIBAKE_QUALITY:
+            reason = f"invisible text over an image, quality {quality} < {MOJIBAKE_QUALITY}"
+            return PageVerdict("mojibake", quality, reason)
+        reason = f"{facts.invisible_glyphs} of {glyphs} glyphs invisible over an image"
+        return PageVerdict("ok_with_ocr_layer", quality, reason)
+    text = facts.text
+    mapped = len(text) - text.count(" ") - text.count("\n") if facts.traced else glyphs  # the estimate's definition
+    if not text.isascii():
+        mapped -= text.count("\xa0") + text.count("\ufffd")
+    if glyphs >= MIN_GLYPHS and mapped < UNMAPPED_SHARE * glyphs:
+        reason = f"{mapped} of {glyphs} glyphs map to characters other than spaces, NBSP, U+FFFD"
+        return PageVerdict("unmapped", quality, reason)
+    if measure.letter_bearing < MIN_TEXT_CHARS:
+        if scan:
+            return PageVerdict("no_text_layer", quality, f"no text, images cover {facts.image_area:.0%} of the page")
+        return PageVerdict("ok", quality, "nearly empty page, no page-sized image")
+    bar = MOJIBAKE_QUALITY_NO_UNICODE if facts.fonts_without_unicode else MOJIBAKE_QUALITY
+    if quality < bar:
+        fonts = f", {facts.fonts_without_unicode} font(s) without a Unicode map" if facts.fonts_without_unicode else ""
+        return PageVerdict("mojibake", quality, f"quality {quality} < {bar}{fonts}")
     return PageVerdict("ok", quality, "a text layer")
 
 
