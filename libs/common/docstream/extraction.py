@@ -38,6 +38,7 @@ from docstream.chunking import (
     chunker_settings,
 )
 from docstream.errors import DocumentError
+from docstream.page_quality import MIN_GLYPHS, SCAN_IMAGE_AREA, PageFacts
 
 if TYPE_CHECKING:
     import pymupdf
@@ -49,6 +50,7 @@ __all__ = [
     "detect_format",
     "extract_pages",
     "open_document",
+    "page_facts",
 ]
 
 _HEADING_RATIO = 1.25
@@ -57,6 +59,11 @@ _HEADING_MAX_WORDS = 20
 _STORE_SHRINK_EVERY = 64
 _SNIFF_BYTES = 64 * 1024
 _NOT_CONTROL = bytes(b for b in range(256) if b >= 0x20 or b in b"\t\n\r\f")
+_SUSPICIOUS_UNMAPPED_SHARE = 0.1
+_PRINTABLE_ASCII = bytes(range(0x20, 0x7F)) + b"\n"
+_STANDARD_ENCODINGS = frozenset(
+    {"WinAnsiEncoding", "MacRomanEncoding", "StandardEncoding", "MacExpertEncoding", "PDFDocEncoding"}
+)
 
 _MEDIA_TYPES = {
     "pdf": "application/pdf",
@@ -296,6 +303,94 @@ def _outline(doc: pymupdf.Document) -> dict[int, list[str]]:
         if title and isinstance(page, int) and page >= 1:
             titles.setdefault(page, []).append(title)
     return titles
+
+
+def page_facts(page: pymupdf.Page, *, text: str | None = None) -> PageFacts:
+    """What ``docstream.page_quality.assess_page`` needs to know of a page, read in two stages.
+
+    The cheap stage, on every page: the text (``text`` when the caller has extracted it already,
+    else ``page.get_text()``), a glyph estimate from it, and the image area (``get_images()``, a
+    look at the page's resources; ``get_image_info()``, which runs the content stream, only when
+    there are images; in formats other than PDF, only on pages without text). When those look
+    suspicious (images over half the page, fewer than ``MIN_GLYPHS`` characters, a tenth of them
+    NBSP or U+FFFD, control or private-use characters), the expensive stage reads every glyph
+    (``get_texttrace()``: count, invisible ones) and the fonts (``get_fonts()``: ToUnicode map or
+    standard encoding). On normal text pages the second stage never runs: it costs about what
+    extracting the page's text costs.
+
+    Args:
+        page: a loaded page.
+        text: the page's text as already extracted (``extract_pages`` has it), to avoid a second extraction.
+
+    Raises:
+        RuntimeError, ValueError: what PyMuPDF raises on a damaged page.
+    """
+    if text is None:
+        text = page.get_text()
+    glyphs = len(text) - text.count(" ") - text.count("\n")  # extraction's separators; NBSPs stand for glyphs
+    ascii_only = text.isascii()
+    nbsp = 0 if ascii_only else text.count("\xa0")
+    unmapped = 0 if ascii_only else nbsp + text.count("\ufffd")
+    image_area = _image_area(page, without_text=glyphs < MIN_GLYPHS)
+    suspicious = (
+        image_area >= SCAN_IMAGE_AREA
+        or glyphs < MIN_GLYPHS
+        or unmapped >= _SUSPICIOUS_UNMAPPED_SHARE * glyphs
+        or _has_unprintable(text, nbsp=bool(nbsp))
+    )
+    if not suspicious:
+        return PageFacts(text, glyphs=glyphs, image_area=image_area)
+    drawn = invisible = 0
+    for span in page.get_texttrace():
+        count = len(span["chars"])
+        drawn += count
+        if span["type"] == 3 or span["opacity"] == 0:  # render mode 3 (an OCR layer), or fully transparent
+            invisible += count
+    fonts = page.get_fonts()
+    without = sum(1 for font in fonts if not _font_has_unicode(page.parent, font))
+    return PageFacts(text, drawn, invisible, image_area, len(fonts), without, traced=True)
+
+
+def _has_unprintable(text: str, *, nbsp: bool) -> bool:
+    """Control, private-use or format characters (the separators extraction writes left aside)."""
+    if text.isascii():
+        return bool(text.encode().translate(None, _PRINTABLE_ASCII))
+    visible = text.replace("\n", " ")
+    return not (visible.replace("\xa0", " ") if nbsp else visible).isprintable()
+
+
+def _image_area(page: pymupdf.Page, *, without_text: bool) -> float:
+    """Share of the page covered by images (overlaps counted twice, capped at 1).
+
+    A PDF lists its images in the page's resources, a cheap look; other formats (a picture,
+    EPUB, XPS) list none, so their images are looked for only on pages without text.
+    """
+    if not page.get_images() if page.parent.is_pdf else not without_text:
+        return 0.0
+    import pymupdf
+
+    rect = page.rect
+    if rect.is_empty:
+        return 0.0
+    covered: float = sum(abs(pymupdf.Rect(info["bbox"]) & rect) for info in page.get_image_info())
+    return min(1.0, covered / float(abs(rect)))
+
+
+def _font_has_unicode(doc: pymupdf.Document, font: tuple[Any, ...]) -> bool:
+    """A ToUnicode map, a standard or glyph-name encoding, or a Unicode-keyed CMap: text maps to characters.
+
+    ``font`` is a row of ``page.get_fonts()``: (xref, extension, type, basefont, name, encoding).
+    """
+    xref, extension, kind, encoding = font[0], font[1], font[2], font[5]
+    if xref <= 0 or doc.xref_get_key(xref, "ToUnicode")[0] != "null":
+        return True
+    if kind == "Type0":
+        return not str(encoding).startswith("Identity")  # predefined CMaps map through their ordering
+    if kind == "Type3":
+        return False  # glyph procedures with names of the producer's choosing
+    if encoding in _STANDARD_ENCODINGS or doc.xref_get_key(xref, "Encoding")[0] == "dict":
+        return True
+    return bool(extension == "n/a")  # a standard font, not embedded: its standard encoding
 
 
 def _page_text(

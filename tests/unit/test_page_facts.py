@@ -1,0 +1,105 @@
+"""docstream.extraction.page_facts on real generated PDFs (PyMuPDF), through to the page verdict."""
+
+from __future__ import annotations
+
+import pymupdf
+import pytest
+
+from docstream.extraction import extract_pages, page_facts
+from docstream.page_quality import PageFacts, assess_page, needs_ocr
+from tests.fixtures.documents import VERDICT_KINDS, make_pdf, make_verdict_pdf
+
+EXPECTED = {
+    "normal": "ok",
+    "nearly_empty": "ok",
+    "figure": "ok",
+    "scan": "no_text_layer",
+    "ocr_layer": "ok_with_ocr_layer",
+    "nbsp": "unmapped",
+    "spaces": "unmapped",
+    "no_tounicode": "mojibake",
+    "cp1251": "mojibake",
+}
+
+
+def facts_of(data: bytes) -> PageFacts:
+    doc = pymupdf.open(stream=data, filetype="pdf")
+    try:
+        return page_facts(doc[0])
+    finally:
+        doc.close()
+
+
+def test_every_kind_has_its_expected_verdict() -> None:
+    assert set(EXPECTED) == set(VERDICT_KINDS)
+
+
+@pytest.mark.parametrize("kind", VERDICT_KINDS)
+@pytest.mark.parametrize("languages", [["eng"], ["rus"], ["eng", "rus"]])
+def test_generated_pages_get_their_verdicts(kind: str, languages: list[str]) -> None:
+    verdict = assess_page(facts_of(make_verdict_pdf(kind)), languages=languages)
+    assert verdict.verdict == EXPECTED[kind], verdict.reason
+    assert needs_ocr(verdict) == (EXPECTED[kind] not in ("ok", "ok_with_ocr_layer"))
+
+
+def test_an_image_only_page_has_no_glyphs_and_a_page_sized_image() -> None:
+    facts = facts_of(make_verdict_pdf("scan"))
+    assert (facts.text.strip(), facts.glyphs, facts.traced) == ("", 0, True)
+    assert facts.image_area > 0.95
+
+
+def test_invisible_text_over_an_image_is_counted_from_the_glyph_trace() -> None:
+    facts = facts_of(make_verdict_pdf("ocr_layer"))
+    assert facts.traced
+    assert facts.glyphs > 500
+    assert facts.invisible_glyphs == facts.glyphs
+    assert "Student" in facts.text  # MuPDF extracts invisible text: it is the page's text
+
+
+def test_nbsp_glyphs_are_drawn_but_map_to_nothing() -> None:
+    for kind in ("nbsp", "spaces"):
+        facts = facts_of(make_verdict_pdf(kind))
+        assert facts.traced and facts.glyphs > 500
+        assert not facts.text.split()  # nothing but (no-break) spaces
+        assert facts.fonts == 1 and facts.fonts_without_unicode == 0  # the map exists; it maps to spaces
+
+
+def test_a_font_without_tounicode_is_read_from_the_fonts() -> None:
+    facts = facts_of(make_verdict_pdf("no_tounicode"))
+    assert facts.traced
+    assert (facts.fonts, facts.fonts_without_unicode) == (1, 1)
+    assert not any("\u0400" <= c <= "\u04ff" for c in facts.text)  # no Cyrillic comes out
+    verdict = assess_page(facts, languages=["rus"])
+    assert "without a Unicode map" in verdict.reason
+
+
+def test_a_legacy_8bit_mapping_gives_latin1_letters() -> None:
+    facts = facts_of(make_verdict_pdf("cp1251"))
+    assert facts.text.startswith("Æèçíü êîðîòêà")  # Жизнь коротка
+    assert assess_page(facts, languages=["rus"]).quality < 0.1
+
+
+@pytest.mark.parametrize("options", [{}, {"non_ascii": True}, {"two_column_every": 2}, {"toc": True}])
+def test_normal_pages_stay_in_the_cheap_stage(options: dict[str, object]) -> None:
+    data = make_pdf(6, seed=5, **options).data  # type: ignore[arg-type]
+    doc = pymupdf.open(stream=data, filetype="pdf")
+    try:
+        for page, text in zip(doc, extract_pages(doc), strict=True):
+            facts = page_facts(page, text=text.text)
+            assert not facts.traced
+            assert facts.fonts == 0 and facts.invisible_glyphs == 0
+            assert assess_page(facts, languages=["eng"]).verdict == "ok"
+    finally:
+        doc.close()
+
+
+def test_the_text_is_extracted_when_not_given() -> None:
+    data = make_verdict_pdf("normal")
+    doc = pymupdf.open(stream=data, filetype="pdf")
+    try:
+        given = page_facts(doc[0], text=next(extract_pages(doc)).text)
+        read = page_facts(doc[0])
+    finally:
+        doc.close()
+    assert given.text.split() == read.text.split()
+    assert assess_page(given) == assess_page(read)
