@@ -7,7 +7,7 @@ import pytest
 
 from docstream.extraction import extract_pages, page_facts
 from docstream.page_quality import PageFacts, assess_page, needs_ocr
-from tests.fixtures.documents import VERDICT_KINDS, make_pdf, make_verdict_pdf
+from tests.fixtures.documents import VERDICT_KINDS, make_epub, make_pdf, make_png, make_verdict_pdf
 
 EXPECTED = {
     "normal": "ok",
@@ -103,3 +103,31 @@ def test_the_text_is_extracted_when_not_given() -> None:
         doc.close()
     assert given.text.split() == read.text.split()
     assert assess_page(given) == assess_page(read)
+
+
+@pytest.mark.parametrize("kind", VERDICT_KINDS)
+def test_blocks_with_their_images_give_the_same_facts_without_looking_at_resources(kind: str) -> None:
+    doc = pymupdf.open(stream=make_verdict_pdf(kind), filetype="pdf")
+    try:
+        page = doc[0]
+        blocks = page.get_text("blocks", flags=pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES)
+        text = "\n\n".join(b[4] for b in blocks if b[6] == 0)
+        from_blocks = page_facts(page, text=text, blocks=blocks)
+        from_page = page_facts(page, text=text)
+    finally:
+        doc.close()
+    assert from_blocks.image_area == pytest.approx(from_page.image_area, abs=0.01)
+    assert assess_page(from_blocks).verdict == assess_page(from_page).verdict == EXPECTED[kind]
+
+
+def test_other_formats_a_picture_is_a_scan_and_an_epub_page_is_text() -> None:
+    picture = pymupdf.open(stream=make_png(), filetype="png")
+    book = pymupdf.open(stream=make_epub(), filetype="epub")
+    try:
+        assert assess_page(page_facts(picture[0])).verdict == "no_text_layer"
+        facts = page_facts(book[0])
+        assert not facts.traced
+        assert assess_page(facts).verdict == "ok"
+    finally:
+        picture.close()
+        book.close()

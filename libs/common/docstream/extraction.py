@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -305,33 +305,45 @@ def _outline(doc: pymupdf.Document) -> dict[int, list[str]]:
     return titles
 
 
-def page_facts(page: pymupdf.Page, *, text: str | None = None) -> PageFacts:
+def page_facts(
+    page: pymupdf.Page, *, text: str | None = None, blocks: Sequence[tuple[Any, ...]] | None = None
+) -> PageFacts:
     """What ``docstream.page_quality.assess_page`` needs to know of a page, read in two stages.
 
-    The cheap stage, on every page: the text (``text`` when the caller has extracted it already,
-    else ``page.get_text()``), a glyph estimate from it, and the image area (``get_images()``, a
-    look at the page's resources; ``get_image_info()``, which runs the content stream, only when
-    there are images; in formats other than PDF, only on pages without text). When those look
-    suspicious (images over half the page, fewer than ``MIN_GLYPHS`` characters, a tenth of them
-    NBSP or U+FFFD, control or private-use characters), the expensive stage reads every glyph
+    The cheap stage, on every page: the text, a glyph estimate from it (its characters other
+    than spaces and newlines), and the image area. When those look suspicious (images over half
+    the page, fewer than ``MIN_GLYPHS`` characters, a tenth of them NBSP or U+FFFD, control,
+    private-use or format characters), the expensive stage reads every glyph
     (``get_texttrace()``: count, invisible ones) and the fonts (``get_fonts()``: ToUnicode map or
     standard encoding). On normal text pages the second stage never runs: it costs about what
     extracting the page's text costs.
 
+    The cheapest call passes what extraction already has: ``blocks``, the page's
+    ``get_text("blocks")`` extracted with ``TEXT_PRESERVE_IMAGES`` (keeping the image blocks
+    costs nothing measurable), whose image blocks give the image area; and ``text``, the page's
+    text. Without ``blocks``, the images are looked for with ``page.get_images()`` (a look at the
+    resources of a PDF) and ``get_image_info()`` (which runs the content stream) when there are
+    some; formats other than PDF list no images, so theirs are looked for only on pages without
+    text. Without ``text``, it comes from ``blocks`` or ``page.get_text()``.
+
     Args:
         page: a loaded page.
-        text: the page's text as already extracted (``extract_pages`` has it), to avoid a second extraction.
+        text: the page's text as already extracted.
+        blocks: the page's ``get_text("blocks", flags=...)`` with image blocks kept.
 
     Raises:
         RuntimeError, ValueError: what PyMuPDF raises on a damaged page.
     """
     if text is None:
-        text = page.get_text()
+        text = page.get_text() if blocks is None else "\n".join(b[4] for b in blocks if b[6] == 0)
     glyphs = len(text) - text.count(" ") - text.count("\n")  # extraction's separators; NBSPs stand for glyphs
     ascii_only = text.isascii()
     nbsp = 0 if ascii_only else text.count("\xa0")
     unmapped = 0 if ascii_only else nbsp + text.count("\ufffd")
-    image_area = _image_area(page, without_text=glyphs < MIN_GLYPHS)
+    if blocks is None:
+        image_area = _image_area(page, without_text=glyphs < MIN_GLYPHS)
+    else:
+        image_area = _covered(page, (b[:4] for b in blocks if b[6] == 1))
     suspicious = (
         image_area >= SCAN_IMAGE_AREA
         or glyphs < MIN_GLYPHS
@@ -360,19 +372,27 @@ def _has_unprintable(text: str, *, nbsp: bool) -> bool:
 
 
 def _image_area(page: pymupdf.Page, *, without_text: bool) -> float:
-    """Share of the page covered by images (overlaps counted twice, capped at 1).
+    """Share of the page covered by images, read from the page itself.
 
     A PDF lists its images in the page's resources, a cheap look; other formats (a picture,
     EPUB, XPS) list none, so their images are looked for only on pages without text.
     """
     if not page.get_images() if page.parent.is_pdf else not without_text:
         return 0.0
+    return _covered(page, (info["bbox"] for info in page.get_image_info()))
+
+
+def _covered(page: pymupdf.Page, boxes: Iterable[Sequence[float]]) -> float:
+    """Share of the page under ``boxes`` (overlaps counted twice, capped at 1)."""
+    boxes = list(boxes)
+    if not boxes:
+        return 0.0
     import pymupdf
 
     rect = page.rect
     if rect.is_empty:
         return 0.0
-    covered: float = sum(abs(pymupdf.Rect(info["bbox"]) & rect) for info in page.get_image_info())
+    covered: float = sum(abs(pymupdf.Rect(box) & rect) for box in boxes)
     return min(1.0, covered / float(abs(rect)))
 
 
