@@ -1,6 +1,6 @@
 """Chunker benchmark: pages/s against raw PyMuPDF, and peak memory on a 1,000-page PDF.
 
-    .venv/bin/python benchmarks/chunker.py [--pages 240] [--rounds 3] [--big-pages 1000] [--json]
+    .venv/bin/python benchmarks/chunker.py [--pages 240] [--rounds 3] [--big-pages 1000] [--verdicts] [--json]
 
 1. Speed. The same generated PDFs (text, headings, two-column pages, non-ASCII words) go
    through raw ``page.get_text()`` and through the chunker's path (``chunk_bytes``: open,
@@ -9,6 +9,10 @@
    the ratio is chunker / raw (target >= 0.7), by wall clock and by this process's CPU time
    (the steadier figure on a shared machine). The child-process extractor the service uses
    (``ProcessExtractor``: object-store read, hash check, pickling back) is timed too.
+   With ``--verdicts``, the page verdict's cost is timed on the same PDFs, interleaved too:
+   ``page_facts(page, text=...)`` + ``assess_page`` per page, right after the page's text was
+   extracted (as ``extract_pages`` will call them), against the chunker path, in CPU microseconds per page;
+   the overhead is their ratio (target <= 5 %) and the projected chunker pages/s with it.
 2. Memory. A fresh process loads the tokenizer (its "idle" RSS), then chunks a 1,000-page PDF;
    peak RSS (ru_maxrss) above idle is the figure (target < 300 MB).
 3. The chunker service (``--service tansu,kafka``): 20-page generated PDFs are submitted (not
@@ -45,10 +49,11 @@ sys.path.insert(0, str(ROOT))
 import pymupdf  # noqa: E402
 
 from docstream.chunking import ChunkingConfig  # noqa: E402
-from docstream.extraction import chunk_bytes  # noqa: E402
+from docstream.extraction import chunk_bytes, page_facts  # noqa: E402
 from docstream.ids import content_sha256  # noqa: E402
 from docstream.logging import configure_logging  # noqa: E402
 from docstream.objectstore import ObjectStore  # noqa: E402
+from docstream.page_quality import assess_page  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.tokenization import load_token_counter  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
@@ -96,13 +101,7 @@ def _chunker(documents: list[bytes], counter: Any) -> int:
 
 def speed(total_pages: int, rounds: int) -> dict[str, float]:
     """Raw get_text() and chunker pages/s on the same PDFs, interleaved round by round."""
-    per_doc = max(1, total_pages // 4)
-    documents = [
-        make_pdf(per_doc, seed=1, toc=True).data,
-        make_pdf(per_doc, seed=2, two_column_every=2).data,
-        make_pdf(per_doc, seed=3, non_ascii=True).data,
-        make_pdf(per_doc, seed=4, non_ascii=True, two_column_every=3).data,
-    ]
+    documents = _speed_documents(total_pages)
     counter = load_token_counter(None, MODEL_ID)
     _raw(documents[:1])  # warm both paths (fonts, tokenizer) before timing
     _chunker(documents[:1], counter)
@@ -129,6 +128,64 @@ def speed(total_pages: int, rounds: int) -> dict[str, float]:
         "chunker_pages_per_cpu_s": round(done / cpu["chunker"], 1),
         "cpu_ratio": round(cpu["raw"] / cpu["chunker"], 3),
         "child_process_pages_per_s": round(_child_process(documents), 1),
+    }
+
+
+def _speed_documents(total_pages: int) -> list[bytes]:
+    per_doc = max(1, total_pages // 4)
+    return [
+        make_pdf(per_doc, seed=1, toc=True).data,
+        make_pdf(per_doc, seed=2, two_column_every=2).data,
+        make_pdf(per_doc, seed=3, non_ascii=True).data,
+        make_pdf(per_doc, seed=4, non_ascii=True, two_column_every=3).data,
+    ]
+
+
+def _verdict_cpu(data: bytes) -> tuple[float, int]:
+    """CPU seconds of page_facts + assess_page over a document's pages, each right after its text.
+
+    As ``extract_pages`` is to call them: on the loaded page whose blocks (image blocks kept)
+    and text were just extracted, with both. The extraction itself is not counted.
+    """
+    flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
+    doc = pymupdf.open(stream=data, filetype="pdf")
+    spent = 0.0
+    for number in range(doc.page_count):
+        page = doc.load_page(number)
+        blocks = page.get_text("blocks", sort=True, flags=flags)
+        text = "\n\n".join(" ".join(b[4].split()) for b in blocks if b[6] == 0)
+        started = time.process_time()
+        assess_page(page_facts(page, text=text, blocks=blocks), languages=("eng",))
+        spent += time.process_time() - started
+    pages = doc.page_count
+    doc.close()
+    return spent, pages
+
+
+def verdicts(total_pages: int, rounds: int) -> dict[str, float]:
+    """CPU per page of the page verdict against the chunker path, on the speed test's PDFs."""
+    documents = _speed_documents(total_pages)
+    counter = load_token_counter(None, MODEL_ID)
+    _chunker(documents[:1], counter)
+    _verdict_cpu(documents[0])
+    chunker_cpu = verdict_cpu = 0.0
+    pages = 0
+    for _ in range(rounds):
+        for document in documents:
+            started = time.process_time()
+            done = _chunker([document], counter)
+            chunker_cpu += time.process_time() - started
+            spent, _ = _verdict_cpu(document)
+            verdict_cpu += spent
+            pages += done
+    chunker_us, verdict_us = chunker_cpu * 1e6 / pages, verdict_cpu * 1e6 / pages
+    return {
+        "pages": pages,
+        "chunker_cpu_us_per_page": round(chunker_us, 1),
+        "verdict_cpu_us_per_page": round(verdict_us, 1),
+        "overhead": round(verdict_us / chunker_us, 4),
+        "chunker_pages_per_cpu_s": round(1e6 / chunker_us, 1),
+        "with_verdicts_pages_per_cpu_s": round(1e6 / (chunker_us + verdict_us), 1),
     }
 
 
@@ -285,12 +342,14 @@ def main() -> None:
     parser.add_argument("--big-pages", type=int, default=1000, help="pages of the memory test PDF (0: skip)")
     parser.add_argument("--service", default="tansu,kafka", help="service run stacks, comma-separated ('': skip)")
     parser.add_argument("--service-docs", type=int, default=100, help="20-page PDFs of the service run")
+    parser.add_argument("--verdicts", action="store_true", help="also time the page verdict (page_facts + assess_page)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     configure_logging(level="WARNING", fmt="console")
     if not args.json:
         print(cpu_banner(), flush=True)
     results: dict[str, Any] = {"speed": speed(args.pages, args.rounds)}
+    results["verdicts"] = verdicts(args.pages, args.rounds) if args.verdicts else None
     results["memory"] = memory(args.big_pages) if args.big_pages else None
     results["service"] = [service(stack, args.service_docs) for stack in args.service.split(",") if stack]
     if args.json:
@@ -302,6 +361,10 @@ def main() -> None:
     print(f"chunker (in process):    {s['chunker_pages_per_s']:10.1f}   {s['chunker_pages_per_cpu_s']:10.1f}")
     print(f"ratio (target >= 0.7):   {s['ratio']:10.2f}   {s['cpu_ratio']:10.2f}")
     print(f"chunker (child process): {s['child_process_pages_per_s']:10.1f}   (wall; object store read + IPC included)")
+    if (v := results["verdicts"]) is not None:
+        print(f"page verdict: {v['verdict_cpu_us_per_page']} CPU us/page against the chunker's "
+              f"{v['chunker_cpu_us_per_page']}: overhead {v['overhead']:.1%} (target <= 5 %), "
+              f"{v['chunker_pages_per_cpu_s']} -> {v['with_verdicts_pages_per_cpu_s']} pages per CPU-s")
     if m is not None:
         print(
             f"{m['pages']}-page PDF ({m['pdf_mb']} MB, {m['chunks']} chunks, {m['seconds']} s): "
