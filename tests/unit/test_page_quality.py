@@ -90,7 +90,7 @@ def test_numbers_and_punctuation_count_neither_way() -> None:
     assert assess_page(facts("12 34 56 7.8 9,10 11 12 13 14 15 16 17 18")).verdict == "ok"
 
 
-def test_long_texts_are_sampled_in_whole_tokens() -> None:
+def test_long_texts_are_sampled_evenly() -> None:
     long = " ".join(paragraphs(2, 30))
     assert len(long) > 4 * QUALITY_SAMPLE_CHARS
     assert text_quality(long) == 1.0

@@ -36,7 +36,7 @@ map: words of ``MISMATCH_MIN_LETTERS`` (3) or more letters, all non-ASCII Latin
 (U+00C0-U+024F: ``Ïðèâåò``, Cyrillic through a legacy 8-bit font; ``ƒƊƃƆƔ``, glyph ids read as
 code points), and, where no Latin script is expected, every such word. A word's script is the
 256-code-point block of each of its characters. Texts longer than ``QUALITY_SAMPLE_CHARS`` (400)
-are measured on that many characters, whole tokens of four evenly spaced windows: normal PDFs
+are measured on that many characters, in four evenly spaced windows: normal PDFs
 pay the measure on every page, and it must stay a few percent of extracting the page.
 """
 
@@ -217,32 +217,25 @@ def _mismatch(words: list[str], least: int) -> int:
     )
 
 
-def _sample(text: str) -> tuple[list[str], int]:
-    """The tokens and NBSPs of the whole text up to ``QUALITY_SAMPLE_CHARS``, else of evenly spaced windows."""
+def _sample(text: str) -> str:
+    """The whole text up to ``QUALITY_SAMPLE_CHARS``, else that many characters in evenly spaced windows.
+
+    A window may cut a token at its edges: a cut word is still letters, cut garbage still garbage.
+    """
     if len(text) <= QUALITY_SAMPLE_CHARS:
-        return text.split(), text.count("\xa0")
+        return text
     width = QUALITY_SAMPLE_CHARS // _SAMPLE_WINDOWS
     step = (len(text) - width) // (_SAMPLE_WINDOWS - 1)
-    tokens: list[str] = []
-    nbsp = 0
-    for start in range(0, step * _SAMPLE_WINDOWS, step):
-        window = text[start : start + width]
-        nbsp += window.count("\xa0")
-        part = window.split()
-        if start and not text[start - 1].isspace() and not window[0].isspace():  # a token cut at the edge
-            part = part[1:]
-        end = start + width
-        if end < len(text) and not text[end].isspace() and not window[-1].isspace():
-            part = part[:-1]
-        tokens += part
-    return tokens, nbsp
+    return " ".join(text[start : start + width] for start in range(0, step * _SAMPLE_WINDOWS, step))
 
 
 def _measure(text: str, scripts: frozenset[str]) -> _Measure:
     # Every step is a C loop (split, map/filter over str methods, bytes.translate/count), over a
     # bounded sample: normal PDFs pay this on every page, so it must cost a few percent of
     # extracting the page. Only tokens that fail the first word test get a Python-level second look.
-    tokens, nbsp = _sample(text)
+    text = _sample(text)
+    nbsp = 0 if text.isascii() else text.count("\xa0")
+    tokens = text.split()
     plain = list(filter(str.isidentifier, tokens))  # most words: nothing to strip
     cores = list(filter(None, map(str.strip, filterfalse(str.isidentifier, tokens), repeat(_EDGE))))
     words = plain + list(filter(str.isidentifier, cores))
