@@ -49,6 +49,7 @@ __all__ = [
     "chunk_bytes",
     "detect_format",
     "extract_pages",
+    "mupdf_errors",
     "open_document",
     "page_facts",
 ]
@@ -216,16 +217,37 @@ def open_document(data: bytes, fmt: DocumentFormat, *, max_pages: int) -> pymupd
 
     try:
         doc = pymupdf.open(stream=data, filetype=fmt.filetype)
-    except (RuntimeError, ValueError) as exc:  # pymupdf.FileDataError is a RuntimeError
-        if fmt.recognized:
-            raise DocumentError(f"the {fmt.media_type} document is corrupt: {exc}", code="corrupt") from exc
-        raise DocumentError(f"the bytes are not a readable document: {exc}", code="not_a_document") from exc
+    except mupdf_errors() as exc:
+        raise _unreadable(fmt, exc) from exc
     try:
         _refuse(doc, data, max_pages)
+    except mupdf_errors() as exc:  # counting the pages walks the page tree: damaged past repair
+        doc.close()
+        raise _unreadable(fmt, exc) from exc
     except BaseException:
         doc.close()
         raise
     return doc
+
+
+def mupdf_errors() -> tuple[type[Exception], ...]:
+    """What PyMuPDF raises on damaged input, to catch as one.
+
+    ``RuntimeError`` (``FileDataError`` and most messages), ``ValueError``, and MuPDF's own typed
+    errors (``pymupdf.mupdf.FzErrorFormat``, ``FzErrorSyntax``, ``FzErrorLimit``, ...), which since
+    PyMuPDF 1.24 derive from ``FzErrorBase(Exception)``, not from ``RuntimeError``: found by the
+    extraction fuzz (docs/chunking.md "Robustness"), where they failed whole documents with
+    ``extraction_failed`` instead of one empty page or ``corrupt``.
+    """
+    import pymupdf
+
+    return (RuntimeError, ValueError, pymupdf.mupdf.FzErrorBase)
+
+
+def _unreadable(fmt: DocumentFormat, exc: Exception) -> DocumentError:
+    if fmt.recognized:
+        return DocumentError(f"the {fmt.media_type} document is corrupt: {exc}", code="corrupt")
+    return DocumentError(f"the bytes are not a readable document: {exc}", code="not_a_document")
 
 
 def _refuse(doc: pymupdf.Document, data: bytes, max_pages: int) -> None:
@@ -266,7 +288,7 @@ def extract_pages(doc: pymupdf.Document, *, check: Callable[[], None] | None = N
             page = doc.load_page(number - 1)
             blocks = page.get_text("blocks", sort=True, flags=flags)
             width = page.rect.width
-        except (RuntimeError, ValueError):  # one damaged page: the others still count
+        except mupdf_errors():  # one damaged page: the others still count
             yield PageText(number, "", ())
             continue
         yield _page_text(number, blocks, width, outline.get(number), body)
@@ -295,7 +317,7 @@ class _BodyLineHeight:
 def _outline(doc: pymupdf.Document) -> dict[int, list[str]]:
     try:
         toc = doc.get_toc(simple=True)
-    except (RuntimeError, ValueError):
+    except mupdf_errors():
         return {}
     titles: dict[int, list[str]] = {}
     for _level, title, page in toc:
