@@ -219,6 +219,21 @@ def test_truncated_tar_gz_is_corrupt() -> None:
     assert _refusal(data[: len(data) // 2], "tar.gz") == "archive_corrupt"
 
 
+# Found by the extraction fuzz (docs/chunking.md "Robustness"): both escaped expand_archive untyped.
+def test_zip_of_a_version_zipfile_does_not_support_is_corrupt() -> None:
+    out = bytearray(_zip({"a.txt": b"a"}))
+    struct.pack_into("<H", out, out.index(b"PK\x01\x02") + 6, 84)  # "version needed to extract": 8.4
+    assert _refusal(bytes(out), "zip") == "archive_corrupt"  # was NotImplementedError
+
+
+def test_zip_entry_with_an_empty_name_is_skipped_like_the_root() -> None:
+    out = bytearray(_zip({"x": b"a", "b.txt": b"b"}))
+    central = out.index(b"PK\x01\x02")
+    struct.pack_into("<H", out, central + 28, 0)  # the first entry's name length: 0 ...
+    struct.pack_into("<H", out, central + 32, 1)  # ... and its one name byte read as its comment
+    assert list(_expand(bytes(out), "zip")) == ["b.txt"]  # was IndexError from ZipInfo.is_dir()
+
+
 def test_limits_come_from_ingest_settings() -> None:
     ingest = IngestSettings(max_archive_members=7, max_archive_expanded_bytes=99, max_compression_ratio=5.0)  # type: ignore[call-arg]
     assert ArchiveLimits.from_settings(ingest) == ArchiveLimits(7, 99, 5.0)

@@ -69,7 +69,10 @@ _RATIO_FLOOR = 1024 * 1024
 _TAR_BYTES_PER_ENTRY = 2048
 _TAR_SLACK = 1024 * 1024
 _CHUNK = 1024 * 1024
-_CORRUPT_ERRORS = (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError, ValueError)
+# NotImplementedError: zipfile refuses a version or compression it does not know (found by the extraction fuzz).
+_CORRUPT_ERRORS = (
+    zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +224,7 @@ def _expand_zip(fileobj: IO[bytes], limits: ArchiveLimits) -> Iterator[ArchiveMe
         directories = declared = 0
         for info in archive.infolist():
             name = _check_zip_entry(info, limits)
-            if info.is_dir() or not name:
+            if not name or info.is_dir():  # is_dir() of an empty name raises IndexError
                 directories += 1
                 if directories > limits.max_members:
                     raise _too_many(limits, "directories")
@@ -238,7 +241,7 @@ def _expand_zip(fileobj: IO[bytes], limits: ArchiveLimits) -> Iterator[ArchiveMe
         for name, info in files:
             try:
                 inner = archive.open(info)
-            except (NotImplementedError, *_CORRUPT_ERRORS) as exc:
+            except _CORRUPT_ERRORS as exc:
                 raise InputError(f"archive member {name!r} cannot be read: {exc}", code="archive_corrupt") from exc
             with inner:
                 yield ArchiveMember(name=name, size=info.file_size, stream=_member_stream(inner, budget, name))
