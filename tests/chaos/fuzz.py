@@ -14,7 +14,8 @@ What counts:
 * crashes: the child died (``extractor_died``: a MuPDF crash, the OOM killer); kills: the child was
   killed at the time limit (``extractor_killed``, MuPDF stuck inside one page); hangs: an
   extraction that did not come back within the limit plus the kill grace and a child's restart;
-* peak RSS: the largest ``VmHWM`` of any child, sampled every 0.1 s and after every extraction.
+* peak RSS: the largest ``VmHWM`` of any child, sampled every 0.1 s and after every extraction; and
+  the child's ``VmRSS`` every 5,000 extractions (a slow growth shows there).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ __all__ = ["DOCUMENT_ERROR_CODES", "FuzzFigures", "FuzzSeed", "extraction_fuzz",
 _RESTART_ALLOWANCE_S = 30.0
 _KILL_GRACE_S = 2.0
 _MAX_INPUT_BYTES = 1 << 20
+_RSS_TREND_EVERY = 5000
 
 
 def _documented_codes() -> frozenset[str]:
@@ -159,6 +161,7 @@ class FuzzFigures:
     untyped: list[str] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
     peak_rss_bytes: int = 0
+    rss_trend_mib: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -170,6 +173,7 @@ class FuzzFigures:
             "mutations": dict(self.mutations.most_common()), "crashes": self.crashes, "kills": self.kills,
             "recycles": self.recycles, "hangs": self.hangs, "untyped": self.untyped[:20],
             "findings": self.findings[:20], "peak_rss_mib": round(self.peak_rss_bytes / 2**20, 1),
+            "rss_mib_every_5000_extractions": self.rss_trend_mib,
             "seconds": round(self.seconds, 1), "inputs_per_s": round(self.inputs / max(self.seconds, 1e-9), 1),
         }
 
@@ -182,15 +186,15 @@ def fuzz_settings(root: Path, *, timeout_s: float) -> Settings:
     )
 
 
-def _vm_hwm(pid: int | None) -> int:
-    """The peak resident set of process ``pid`` in bytes (0 when it is gone)."""
+def _vm_kib(pid: int | None, field: str) -> int:
+    """A /proc memory figure of process ``pid`` (``VmHWM``: the peak resident set, ``VmRSS``) in bytes; 0 if gone."""
     if pid is None:
         return 0
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0
-    found = re.search(r"^VmHWM:\s+(\d+) kB", status, flags=re.MULTILINE)
+    found = re.search(rf"^{field}:\s+(\d+) kB", status, flags=re.MULTILINE)
     return int(found.group(1)) * 1024 if found else 0
 
 
@@ -228,7 +232,7 @@ class _Campaign:
             pid = self.extractor.pid
         except ValueError:  # the process object was closed under us: it is being replaced
             return self.figures.peak_rss_bytes
-        self.figures.peak_rss_bytes = max(self.figures.peak_rss_bytes, _vm_hwm(pid))
+        self.figures.peak_rss_bytes = max(self.figures.peak_rss_bytes, _vm_kib(pid, "VmHWM"))
         return self.figures.peak_rss_bytes
 
     def extract(self, data: bytes, filename: str, label: str) -> str:
@@ -254,6 +258,8 @@ class _Campaign:
         self.figures.extractions += 1
         self.figures.outcomes[outcome] += 1
         self.peak()
+        if self.figures.extractions % _RSS_TREND_EVERY == 0:
+            self.figures.rss_trend_mib.append(round(_vm_kib(self.extractor.pid, "VmRSS") / 2**20))
         self._child_events(label)
         return outcome
 
