@@ -354,7 +354,8 @@ def page_facts(
         blocks: the page's ``get_text("blocks", flags=...)`` with image blocks kept.
 
     Raises:
-        RuntimeError, ValueError: what PyMuPDF raises on a damaged page.
+        Exception: what PyMuPDF raises on a damaged page; catch ``mupdf_errors()`` (MuPDF's typed
+            ``FzError*`` errors are not ``RuntimeError``s).
     """
     if text is None:
         text = page.get_text() if blocks is None else "\n".join(b[4] for b in blocks if b[6] == 0)
