@@ -207,3 +207,23 @@ def test_records_written_before_accounting_read_with_empty_figures(single: AvroS
         assert back.model_us == {}
     if isinstance(back, JobStatus):
         assert (back.pages, back.chunks, back.tokens) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(("name", "history"), [("ChunkCreated", "v2"), ("DocumentCompleted", "v4")])
+def test_records_written_before_provenance_read_as_text_layer(single: AvroSerde, name: str, history: str) -> None:
+    """ChunkCreated v2 and DocumentCompleted v4 (schemas/history) had no provenance: such records decode as
+    text-layer chunks with no verdicts, and documents with no page counts."""
+    path = find_schemas_dir() / "history" / f"{name}.{history}.avsc"
+    old = AvroSchema.from_json(json.loads(path.read_text()), path)
+    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
+    known = {f["name"] for f in old.parsed["fields"]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, old.parsed, {k: v for k, v in record.to_record().items() if k in known})
+
+    back = single.deserialize(frame_single_object(old.fingerprint, body.getvalue()), _TOPIC)
+
+    if isinstance(back, ChunkCreated):
+        assert (back.text_source, back.ocr_engine, back.page_verdicts) == ("text_layer", None, [])
+    else:
+        assert isinstance(back, DocumentCompleted)
+        assert (back.pages_by_verdict, back.pages_by_source) == ({}, {})

@@ -14,7 +14,7 @@ import pytest
 from docstream.store import rows
 from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.codec import encode_embedding, float32_values
-from docstream.store.rows import USAGE_COLUMNS, ColumnEncoding, Columns, Table
+from docstream.store.rows import CHUNKS, DOCUMENTS, USAGE_COLUMNS, ColumnEncoding, Columns, Table
 from docstream.usage import Usage
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
@@ -55,7 +55,8 @@ JOB_DOCUMENT = JobDocumentRow(
 DOCUMENT = DocumentRow(
     doc_id="doc-1", job_id="job-1", source_uri="file:///a.pdf", content_sha256="ab" * 32, status="failed",
     updated_at=T0, media_type="application/pdf", filename="a.pdf", page_count=12, error_code="corrupt",
-    error="xref table broken",
+    error="xref table broken", pages_by_verdict={"ok": 10, "no_text_layer": 2},
+    pages_by_source={"ocr": 2, "text_layer": 10},
 )
 RESULT = DocumentResultRow(
     doc_id="doc-1", model_id="model@1", job_id="job-1", status="partial", chunk_count=7, failed_chunks=1,
@@ -65,7 +66,8 @@ RESULT = DocumentResultRow(
 CHUNK = ChunkRow(
     doc_id="doc-1", model_id="model@1", chunk_index=5, chunk_id="chunk-5", job_id="job-1", text="Ünïcode ✓",
     page_start=2, page_end=3, char_start=100, char_end=199, token_count=42, embedding=float32_values([0.5, 1 / 3]),
-    heading="Introduction", status="failed", error_code="model_error",
+    heading="Introduction", status="failed", error_code="model_error", text_source="ocr", ocr_engine="tesseract",
+    page_verdicts=("no_text_layer", "ok"),
 )
 API_KEY = ApiKeyRow(key_id="key-1", tenant="acme", key_hash="h" * 64, created_at=T0, name="ci", revoked_at=T1)
 
@@ -131,8 +133,10 @@ def test_values_land_in_their_named_columns_and_read_back(mapper: Mapper, encodi
             assert value == encoding.timestamp(expected)
         elif name == "options":
             assert value == encoding.options(expected)
-        elif name in ("model_us", "stage_us"):
+        elif name in ("model_us", "stage_us", "pages_by_verdict", "pages_by_source"):
             assert value == encoding.counts(expected)
+        elif name == "page_verdicts":
+            assert value == ",".join(expected)
         else:
             assert value == expected, name
     assert from_columns(stored, encoding) == row
@@ -210,3 +214,14 @@ def test_sqlite_rows_are_read_by_name_whatever_the_select_order() -> None:
 def test_columns_protocol_takes_plain_mappings() -> None:
     found: Mapping[str, Any] = _stored(MAPPERS[5], API_KEY, AS_CASSANDRA)
     assert rows.api_key_from_columns(found, AS_CASSANDRA) == API_KEY
+
+
+def test_rows_written_before_provenance_read_as_text_layer() -> None:
+    """Migration 006 adds the provenance columns: nulls in older rows read as text_layer, no engine, no counts."""
+    stored = dict(zip(CHUNKS.columns, _chunk_to_columns(CHUNK, AS_SQLITE), strict=True))
+    stored.update(text_source=None, ocr_engine=None, page_verdicts=None)
+    assert rows.chunk_from_columns(stored) == replace(CHUNK, text_source="text_layer", ocr_engine=None,
+                                                      page_verdicts=())
+    found = dict(zip(DOCUMENTS.columns, rows.document_to_columns(DOCUMENT, AS_SQLITE), strict=True))
+    found.update(pages_by_verdict=None, pages_by_source=None)
+    assert rows.document_from_columns(found, AS_SQLITE) == replace(DOCUMENT, pages_by_verdict={}, pages_by_source={})

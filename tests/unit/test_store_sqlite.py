@@ -14,14 +14,16 @@ from docstream.errors import FatalError
 from docstream.settings import load_settings
 from docstream.store import ResultStore, SqliteStore, open_store
 
+_VERSIONS = ["001_init", "003_api_keys", "004_result_runtime", "005_usage", "006_provenance"]
+
 
 def test_migrations_are_applied_once(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "a" / "store.db")
     try:
-        assert store.pending_migrations() == ["001_init", "003_api_keys", "004_result_runtime", "005_usage"]
+        assert store.pending_migrations() == _VERSIONS
         store.migrate()
         applied = store.applied_migrations()
-        assert list(applied) == ["001_init", "003_api_keys", "004_result_runtime", "005_usage"]
+        assert list(applied) == _VERSIONS
         assert store.pending_migrations() == []
         store.migrate()
         assert store.applied_migrations() == applied

@@ -113,6 +113,9 @@ class ChunkCreated(_Record):
     heading: str | None = None
     model_id: str | None = None
     stage_us: dict[str, int] = field(default_factory=dict)
+    text_source: str = "text_layer"
+    ocr_engine: str | None = None
+    page_verdicts: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +170,8 @@ class DocumentCompleted(_Record):
     runtime: str | None = None
     model_us: dict[str, int] = field(default_factory=dict)
     stage_us: dict[str, int] = field(default_factory=dict)
+    pages_by_verdict: dict[str, int] = field(default_factory=dict)
+    pages_by_source: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

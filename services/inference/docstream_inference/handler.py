@@ -87,6 +87,9 @@ def chunk_row(result: ChunkResult) -> ChunkRow:
         heading=chunk.heading,
         status="ok" if result.ok else "failed",
         error_code=result.error_code,
+        text_source=chunk.text_source,
+        ocr_engine=chunk.ocr_engine,
+        page_verdicts=tuple(chunk.page_verdicts),
     )
 
 

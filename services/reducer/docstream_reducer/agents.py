@@ -251,7 +251,9 @@ class DocumentReducer:
         document: DocumentRow | None = await store(store.store.get_document, completed.doc_id)
         if document is not None:
             completed = replace(completed, source_uri=document.source_uri, filename=document.filename,
-                                content_sha256=document.content_sha256, page_count=document.page_count)
+                                content_sha256=document.content_sha256, page_count=document.page_count,
+                                pages_by_verdict=dict(document.pages_by_verdict),
+                                pages_by_source=dict(document.pages_by_source))
         now = utc_now()
         assert completed.model_id is not None
         await store(store.store.upsert_document_result, DocumentResultRow(

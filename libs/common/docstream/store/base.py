@@ -79,6 +79,10 @@ class DocumentRow:
     page_count: int | None = None
     error_code: str | None = None
     error: str | None = None
+    pages_by_verdict: dict[str, int] = field(default_factory=dict)
+    """Pages by quality verdict, once chunked (docs/chunking.md "Provenance"); empty before."""
+    pages_by_source: dict[str, int] = field(default_factory=dict)
+    """Pages by where their text came from (text_layer, ocr), once chunked; empty before."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,12 @@ class ChunkRow:
     heading: str | None = None
     status: Literal["ok", "failed"] = "ok"
     error_code: str | None = None
+    text_source: str = "text_layer"
+    """Where the text came from: ``text_layer`` or ``ocr`` (any of its pages OCRed)."""
+    ocr_engine: str | None = None
+    """The OCR engine, when ``text_source`` is ``ocr``."""
+    page_verdicts: tuple[str, ...] = ()
+    """The quality verdicts of the chunk's pages, page_start to page_end."""
 
 
 @dataclass(frozen=True, slots=True)

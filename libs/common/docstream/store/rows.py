@@ -13,7 +13,9 @@ supplies; everything else is written and read the same way (docs/storage.md):
 * an optional timestamp is null when absent, on every backend;
 * a usage (jobs, job_documents) is five columns, written as zeros and empty maps when there is
   none (no null cells: no tombstones in a job's partition), read back as None when they hold
-  nothing (rows written before the columns existed: nulls).
+  nothing (rows written before the columns existed: nulls);
+* a chunk's provenance (migration 006): ``text_source`` null reads as ``text_layer``, its pages'
+  verdicts are one comma-separated text; a document's pages by verdict and by source are count maps.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ JOB_DOCUMENTS = Table(
 DOCUMENTS = Table(
     "documents",
     ("doc_id", "job_id", "source_uri", "content_sha256", "status", "updated_at", "media_type", "filename",
-     "page_count", "error_code", "error"),
+     "page_count", "error_code", "error", "pages_by_verdict", "pages_by_source"),
     key=("doc_id",),
 )
 DOCUMENT_RESULTS = Table(
@@ -108,7 +110,8 @@ DOCUMENT_RESULTS = Table(
 CHUNKS = Table(
     "chunks",
     ("doc_id", "model_id", "chunk_index", "chunk_id", "job_id", "text", "page_start", "page_end", "char_start",
-     "char_end", "token_count", "embedding", "heading", "status", "error_code"),
+     "char_end", "token_count", "embedding", "heading", "status", "error_code", "text_source", "ocr_engine",
+     "page_verdicts"),
     key=("doc_id", "model_id", "chunk_index"),
 )
 API_KEYS = Table("api_keys", ("key_id", "tenant", "key_hash", "created_at", "name", "revoked_at"), key=("key_id",))
@@ -246,6 +249,8 @@ def document_to_columns(row: DocumentRow, encoding: ColumnEncoding) -> tuple[Any
         row.page_count,
         encoding.text(row.error_code),
         encoding.text(row.error),
+        encoding.counts(row.pages_by_verdict),
+        encoding.counts(row.pages_by_source),
     )
 
 
@@ -263,6 +268,8 @@ def document_from_columns(found: Columns, encoding: ColumnEncoding) -> DocumentR
         page_count=found["page_count"],
         error_code=none_if_empty(found["error_code"]),
         error=none_if_empty(found["error"]),
+        pages_by_verdict=encoding.read_counts(found["pages_by_verdict"]),
+        pages_by_source=encoding.read_counts(found["pages_by_source"]),
     )
 
 
@@ -328,6 +335,9 @@ def chunk_to_columns(row: ChunkRow, embedding: bytes, encoding: ColumnEncoding) 
         encoding.text(row.heading),
         row.status,
         encoding.text(row.error_code),
+        row.text_source,
+        encoding.text(row.ocr_engine),
+        ",".join(row.page_verdicts),
     )
 
 
@@ -353,6 +363,9 @@ def chunk_from_columns(found: Columns) -> ChunkRow:
         heading=none_if_empty(found["heading"]),
         status=found["status"],
         error_code=none_if_empty(found["error_code"]),
+        text_source=found["text_source"] or "text_layer",
+        ocr_engine=none_if_empty(found["ocr_engine"]),
+        page_verdicts=tuple(found["page_verdicts"].split(",")) if found["page_verdicts"] else (),
     )
 
 

@@ -172,6 +172,8 @@ def _document_out(
         filename=entry.filename or (document.filename if document else None),
         status=entry.status,
         page_count=document.page_count if document else None,
+        pages_by_verdict=dict(document.pages_by_verdict) if document else {},
+        pages_by_source=dict(document.pages_by_source) if document else {},
         chunk_count=result.chunk_count if result else None,
         failed_chunks=result.failed_chunks if result else None,
         token_count=result.token_count if result else None,
@@ -191,6 +193,9 @@ def _chunk_out(chunk: ChunkRow) -> ChunkOut:
         status=chunk.status,
         error_code=chunk.error_code,
         heading=chunk.heading,
+        text_source="ocr" if chunk.text_source == "ocr" else "text_layer",
+        ocr_engine=chunk.ocr_engine,
+        page_verdicts=list(chunk.page_verdicts),
         text_start=chunk.text[:_TEXT_START_CHARS],
         text_chars=len(chunk.text),
     )

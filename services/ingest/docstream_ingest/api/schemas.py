@@ -215,6 +215,11 @@ class DocumentOut(BaseModel):
     filename: str | None
     status: str = Field(..., description="submitted, chunked, completed, partial, failed or skipped.")
     page_count: int | None = Field(..., description="Pages, once the chunker opened it.")
+    pages_by_verdict: dict[str, int] = Field(
+        default_factory=dict, description="Pages by quality verdict (ok, no_text_layer, unmapped, mojibake, "
+        "ok_with_ocr_layer: docs/chunking.md), once chunked; empty before.")
+    pages_by_source: dict[str, int] = Field(
+        default_factory=dict, description="Pages by where their text came from (text_layer, ocr), once chunked.")
     chunk_count: int | None = Field(..., description="Chunks of the job's model's result; null before it.")
     failed_chunks: int | None
     token_count: int | None
@@ -241,6 +246,11 @@ class ChunkOut(BaseModel):
     status: Literal["ok", "failed"]
     error_code: str | None
     heading: str | None
+    text_source: Literal["text_layer", "ocr"] = Field(
+        "text_layer", description="Where the text came from: the document's text layer, or OCR of any of its pages.")
+    ocr_engine: str | None = Field(None, description="The OCR engine (tesseract, rapidocr) when text_source is ocr.")
+    page_verdicts: list[str] = Field(
+        default_factory=list, description="The quality verdict of each of the chunk's pages, page_start to page_end.")
     text_start: str = Field(..., description="The first characters of the chunk's text.")
     text_chars: int = Field(..., description="Characters in the whole text.")
 
