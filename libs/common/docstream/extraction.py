@@ -5,7 +5,11 @@
 Every document PyMuPDF opens takes the same path (PDF, EPUB, XPS, plain text, HTML, ...).
 Failures raise ``DocumentError`` with the codes of docs/chunking.md: ``empty``,
 ``not_a_document``, ``corrupt``, ``encrypted``, ``zero_pages``, ``too_many_pages``,
-``too_large``, ``no_text``, ``timeout``.
+``too_large``, ``no_text``, ``unreadable_text``, ``timeout``.
+
+Every page gets a quality verdict (``docstream.page_quality``); with ``chunker.ocr`` it is
+OCRed where the mode says (``docstream.provenance`` decides which pages, and which text each
+keeps), and every chunk carries where its text came from.
 
 Per page, text comes from ``page.get_text("blocks", sort=True)``: one paragraph per text
 block, its lines joined by spaces, paragraphs separated by blank lines. Where a page has two
@@ -24,7 +28,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -37,15 +41,30 @@ from docstream.chunking import (
     chunk_document,
     chunker_settings,
 )
-from docstream.errors import DocumentError
-from docstream.page_quality import MIN_GLYPHS, SCAN_IMAGE_AREA, PageFacts
+from docstream.errors import ConfigError, DocumentError
+from docstream.logging import get_logger
+from docstream.ocr import OcrEngine, open_engine
+from docstream.page_quality import MIN_GLYPHS, SCAN_IMAGE_AREA, PageFacts, PageVerdict, assess_page
+from docstream.provenance import (
+    ChunkSource,
+    DocumentSources,
+    OcrMode,
+    PageSource,
+    chunk_source,
+    document_failure,
+    settle_page,
+    wants_ocr,
+)
 
 if TYPE_CHECKING:
     import pymupdf
 
+    from docstream.settings import OcrSettings
+
 __all__ = [
     "ChunkedDocument",
     "DocumentFormat",
+    "PageOcr",
     "chunk_bytes",
     "detect_format",
     "extract_pages",
@@ -53,6 +72,8 @@ __all__ = [
     "open_document",
     "page_facts",
 ]
+
+_log = get_logger(__name__)
 
 _HEADING_RATIO = 1.25
 _HEADING_MAX_CHARS = 150
@@ -131,12 +152,16 @@ class ChunkedDocument:
         media_type: the detected media type.
         chunker_settings: the canonical settings string of the chunks (part of chunk ids).
         chunks: the chunks in order (never empty).
+        chunk_sources: each chunk's provenance, in the same order (empty: not recorded).
+        sources: the document's pages counted by verdict and by text source.
     """
 
     page_count: int
     media_type: str
     chunker_settings: str
     chunks: tuple[Chunk, ...]
+    chunk_sources: tuple[ChunkSource, ...] = ()
+    sources: DocumentSources = field(default_factory=DocumentSources)
 
     @property
     def token_count(self) -> int:
@@ -264,19 +289,67 @@ def _refuse(doc: pymupdf.Document, data: bytes, max_pages: int) -> None:
         raise DocumentError(f"the document has {doc.page_count} pages, more than {max_pages}", code="too_many_pages")
 
 
-def extract_pages(doc: pymupdf.Document, *, check: Callable[[], None] | None = None) -> Iterator[PageText]:
+class PageOcr:
+    """OCR for ``extract_pages``: the mode, languages and dpi, and an engine opened on first use.
+
+    The engine is opened when the first page that needs it comes (never for documents whose
+    pages all have a usable text layer), then reused: one per extraction process. An engine
+    that cannot be opened (``ocr_unavailable``) is logged once and not tried again; pages then
+    keep their text layer (and a document with no usable page fails, its message saying why).
+
+    Args:
+        settings: ``chunker.ocr``.
+        opener: opens the engine (``docstream.ocr.open_engine``).
+    """
+
+    def __init__(self, settings: OcrSettings, *, opener: Callable[[OcrSettings], OcrEngine] = open_engine) -> None:
+        self.mode: OcrMode = settings.mode
+        self.languages: tuple[str, ...] = tuple(settings.languages)
+        self.dpi = settings.dpi
+        self._settings = settings
+        self._opener = opener
+        self._engine: OcrEngine | None = None
+        self.unavailable: str | None = None
+        """Why the engine could not be opened, once that was tried and failed."""
+
+    def engine(self) -> OcrEngine | None:
+        """The engine, opened now if this is its first use; None when it cannot be opened."""
+        if self._engine is None and self.unavailable is None:
+            try:
+                self._engine = self._opener(self._settings)
+            except ConfigError as exc:
+                self.unavailable = exc.message
+                _log.warning("ocr_unavailable", engine=self._settings.engine, error=exc.message[:500])
+                return None
+            _log.info("ocr_engine_opened", engine=self._engine.name)
+        return self._engine
+
+
+def extract_pages(
+    doc: pymupdf.Document,
+    *,
+    check: Callable[[], None] | None = None,
+    ocr: PageOcr | None = None,
+    sources: list[PageSource] | None = None,
+) -> Iterator[PageText]:
     """Pages of text in reading order, with headings, one page in memory at a time.
+
+    Every page gets a verdict (``page_quality.assess_page``); with ``ocr``, pages are OCRed as
+    its mode says and keep the text ``provenance.settle_page`` chooses. A page whose verdict is
+    still not usable yields no text.
 
     Args:
         doc: an open document.
-        check: called before each page; raises to stop (the time limit).
+        check: called before each page and before each OCR; raises to stop (the time limit).
+        ocr: OCR settings and engine; None: no OCR.
+        sources: when given, each page's provenance is appended to it.
 
     Raises:
         DocumentError: whatever ``check`` raises (``timeout``).
     """
     import pymupdf
 
-    flags = pymupdf.TEXTFLAGS_BLOCKS & ~pymupdf.TEXT_PRESERVE_IMAGES
+    flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES  # image blocks: page_facts' image area
     outline = _outline(doc)
     body = _BodyLineHeight()
     for number in range(1, doc.page_count + 1):
@@ -289,9 +362,76 @@ def extract_pages(doc: pymupdf.Document, *, check: Callable[[], None] | None = N
             blocks = page.get_text("blocks", sort=True, flags=flags)
             width = page.rect.width
         except mupdf_errors():  # one damaged page: the others still count
+            if sources is not None:
+                sources.append(PageSource(number, "no_text_layer"))
             yield PageText(number, "", ())
             continue
-        yield _page_text(number, blocks, width, outline.get(number), body)
+        titles = outline.get(number)
+        layer = _page_text(number, blocks, width, titles, body)
+        settled = _settle(page, blocks, layer, titles, ocr, check)
+        if sources is not None:
+            sources.append(settled[1])
+        yield settled[0]
+
+
+def _settle(
+    page: pymupdf.Page,
+    blocks: Sequence[tuple[Any, ...]],
+    layer: PageText,
+    titles: list[str] | None,
+    ocr: PageOcr | None,
+    check: Callable[[], None] | None,
+) -> tuple[PageText, PageSource]:
+    """The page's verdict, its OCR where the mode asks, and the text it keeps."""
+    languages = ocr.languages if ocr is not None else ("eng",)
+    mode: OcrMode = ocr.mode if ocr is not None else "off"
+    try:
+        facts = page_facts(page, text=layer.text, blocks=blocks)
+    except mupdf_errors():  # the page's fonts or glyphs are damaged: judge its text alone
+        facts = _text_facts(layer.text, 0.0)
+    verdict = assess_page(facts, languages=languages)
+    read = None
+    if ocr is not None and wants_ocr(mode, verdict):
+        if check is not None:
+            check()
+        read = _recognize(page, layer.number, facts, verdict, ocr)
+    settled = settle_page(layer.number, mode, layer.text, verdict, read)
+    if settled.text == layer.text:
+        return layer, settled.source
+    return _titled(layer.number, settled.text, titles), settled.source
+
+
+def _recognize(
+    page: pymupdf.Page, number: int, facts: PageFacts, verdict: PageVerdict, ocr: PageOcr
+) -> tuple[str, str, PageVerdict] | None:
+    engine = ocr.engine()
+    if engine is None:
+        return None
+    failures: tuple[type[Exception], ...] = (*mupdf_errors(), OSError)
+    try:
+        result = engine.recognize(page, languages=ocr.languages, dpi=ocr.dpi)
+    except failures as exc:  # the engine failed on this page: keep the text layer
+        _log.warning("page_ocr_failed", page=number, engine=engine.name, error=str(exc)[:500])
+        return None
+    # the OCR text is judged on its own: the fonts and the glyph trace are the text layer's, not its
+    after = assess_page(_text_facts(result.text, facts.image_area), languages=ocr.languages)
+    _log.info(
+        "page_ocred", page=number, engine=result.engine, verdict=verdict.verdict, ocr_verdict=after.verdict,
+        quality=round(verdict.quality, 3), ocr_quality=round(after.quality, 3),
+    )
+    return result.text, result.engine, after
+
+
+def _text_facts(text: str, image_area: float) -> PageFacts:
+    """Facts of a text alone (an OCR text, a page whose fonts cannot be read): page_facts' untraced estimate."""
+    return PageFacts(text, glyphs=len(text) - text.count(" ") - text.count("\n"), image_area=image_area)
+
+
+def _titled(number: int, text: str, titles: list[str] | None) -> PageText:
+    """A page whose text is not its text layer's: headings only from the outline."""
+    if not text:
+        return PageText(number, "", ())
+    return PageText(number, text, tuple(Heading(_find(text, title), title) for title in titles or ()))
 
 
 class _BodyLineHeight:
@@ -515,6 +655,7 @@ def chunk_bytes(
     media_type: str | None = None,
     timeout_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    ocr: PageOcr | None = None,
 ) -> ChunkedDocument:
     """Open, extract and chunk one document.
 
@@ -526,11 +667,13 @@ def chunk_bytes(
         max_bytes: more bytes fail with ``too_large``.
         filename: the submitted file name (a hint for formats without a signature).
         media_type: the submitted media type (the same kind of hint).
-        timeout_s: the time limit, checked between pages.
+        timeout_s: the time limit, checked between pages (and before each page's OCR).
         clock: monotonic seconds.
+        ocr: OCR (``chunker.ocr`` and its engine); None: none, pages keep their text layer.
 
     Raises:
-        DocumentError: see the module docstring; ``no_text`` when no page holds a word.
+        DocumentError: see the module docstring; ``no_text`` when no page holds a word,
+            ``unreadable_text`` when the only text there is reads as garbage by its verdict.
         InputError: ``invalid_options`` for an impossible chunk size or overlap.
     """
     deadline = None if timeout_s is None else clock() + timeout_s
@@ -543,16 +686,24 @@ def chunk_bytes(
         if deadline is not None and clock() > deadline:
             raise DocumentError(f"extraction took longer than {timeout_s} s", code="timeout")
 
+    pages: list[PageSource] = []
     try:
-        chunks = chunk_document(extract_pages(doc, check=check), config, counter)
+        chunks = chunk_document(extract_pages(doc, check=check, ocr=ocr, sources=pages), config, counter)
         page_count = doc.page_count
     finally:
         doc.close()
-    if not chunks:
-        raise DocumentError(f"none of the {page_count} pages holds extractable text", code="no_text")
+    failure = document_failure(pages, has_chunks=bool(chunks))
+    if failure is not None:
+        code, message = failure
+        if ocr is not None and ocr.unavailable is not None:
+            message = f"{message}; OCR is unavailable: {ocr.unavailable}"
+        raise DocumentError(message, code=code)
+    by_number = {page.number: page for page in pages}
     return ChunkedDocument(
         page_count=page_count,
         media_type=fmt.media_type,
         chunker_settings=chunker_settings(config, counter),
         chunks=tuple(chunks),
+        chunk_sources=tuple(chunk_source(c.page_start, c.page_end, by_number) for c in chunks),
+        sources=DocumentSources.of(pages),
     )

@@ -58,6 +58,13 @@ class Metrics:
             ["service"], registry=r,
         )
 
+        # extraction quality, counted by the chunker per chunked document (its extraction child has no registry)
+        self.ocr_pages = Counter("docstream_ocr_pages", "Pages OCR ran on.", ["service", "engine"], registry=r)
+        self.page_verdicts = Counter(
+            "docstream_page_verdicts", "Pages of chunked documents by quality verdict.", ["service", "verdict"],
+            registry=r,
+        )
+
         # job accounting, counted by the reducer's jobs agent as documents become terminal; per job: the store
         self.pages = Counter("docstream_pages", "Pages of terminal documents.", ["service", "tenant"], registry=r)
         self.chunks = Counter("docstream_chunks", "Chunks of terminal documents.", ["service", "tenant"], registry=r)

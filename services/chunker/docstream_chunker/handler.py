@@ -17,6 +17,7 @@ from docstream.ids import chunk_id
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
+from docstream.provenance import ChunkSource, DocumentSources
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import ChunkerSettings, Settings
 from docstream.store.base import TERMINAL_DOC_STATES, DocState, DocumentRow, JobDocumentRow, ResultStore
@@ -31,6 +32,7 @@ _MIN_JOB_MAX_TOKENS = 8
 _MAX_JOB_MAX_TOKENS = 8192
 _JOB_STATUS_TTL_S = 2.0
 _JOB_STATUS_CACHE_SIZE = 10_000
+_TEXT_LAYER = ChunkSource("text_layer", None, ())
 
 
 def max_poll_interval_ms(settings: Settings) -> int:
@@ -66,6 +68,8 @@ def chunk_request(submitted: DocumentSubmitted, chunker: ChunkerSettings) -> Chu
         overlap_tokens=overlap,
         filename=submitted.filename,
         media_type=submitted.media_type,
+        job_id=submitted.job_id,
+        doc_id=submitted.doc_id,
     )
 
 
@@ -140,13 +144,18 @@ class ChunkerHandler:
             # marker drops the redelivered chunks, would never write it back
             _log.info("document_rechunked_rows_kept", chunk_count=len(result.chunks))
         else:
-            self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type)
+            self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
+                             sources=result.sources)
+        self._count_pages(result.sources)
         _log.info(
             "document_chunked",
             chunk_count=len(result.chunks),
             page_count=result.page_count,
             token_count=result.token_count,
             media_type=result.media_type,
+            pages_by_verdict=dict(result.sources.by_verdict),
+            pages_by_source=dict(result.sources.by_source),
+            ocr_pages=result.sources.ocr_pages,
             duration_s=round(busy_us / 1e6, 3),
         )
         return self._chunk_outputs(submitted, result, now, busy_us)
@@ -157,6 +166,7 @@ class ChunkerHandler:
         count = len(result.chunks)
         # each chunk carries its share of the document's time: the reducer adds each index once
         shares = apportion(busy_us, [chunk.token_count for chunk in result.chunks])
+        sources = result.chunk_sources or (_TEXT_LAYER,) * count
         return [
             Output(
                 topic=self._topics.chunks,
@@ -179,10 +189,21 @@ class ChunkerHandler:
                     heading=chunk.heading,
                     model_id=submitted.model_id,
                     stage_us={STAGE_CHUNKER: share} if share else {},
+                    text_source=source.text_source,
+                    ocr_engine=source.ocr_engine,
+                    page_verdicts=list(source.page_verdicts),
                 ),
             )
-            for chunk, share in zip(result.chunks, shares, strict=True)
+            for chunk, share, source in zip(result.chunks, shares, sources, strict=True)
         ]
+
+    def _count_pages(self, sources: DocumentSources) -> None:
+        if self._metrics is None:
+            return
+        if sources.ocr_pages:
+            self._metrics.ocr_pages.labels("chunker", self._chunker.ocr.engine).inc(sources.ocr_pages)
+        for verdict, pages in sources.by_verdict.items():
+            self._metrics.page_verdicts.labels("chunker", verdict).inc(pages)
 
     def _already_terminal(self, submitted: DocumentSubmitted) -> bool:
         """Whether this very document (same job, same bytes) already has a final status in the store."""
@@ -246,6 +267,7 @@ class ChunkerHandler:
         error_code: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
+        sources: DocumentSources | None = None,
     ) -> None:
         self._store.upsert_document(
             DocumentRow(
@@ -260,6 +282,8 @@ class ChunkerHandler:
                 page_count=page_count,
                 error_code=error_code,
                 error=error,
+                pages_by_verdict=dict(sources.by_verdict) if sources is not None else {},
+                pages_by_source=dict(sources.by_source) if sources is not None else {},
             )
         )
         self._store.upsert_job_document(

@@ -5,6 +5,11 @@ that hangs inside MuPDF past the time limit is ended by killing the child, and o
 crashes MuPDF takes down only the child. The child also checks the deadline between pages,
 which ends most overruns without a kill. ``InlineExtractor`` does the same work in the
 calling process (tests, benchmarks), with the between-page check only.
+
+OCR (``chunker.ocr``) runs where the extraction runs: in the child, so the time limit (the
+between-page check, then the kill) and the memory bound (the child is replaced past
+``recycle_rss_bytes``) cover it. The engine is opened once per child, on the first page
+that needs it.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import psutil
+import structlog
 
 from docstream.chunking import ChunkingConfig
 from docstream.errors import ConfigError, DocstreamError, DocumentError, FatalError, InputError, RetryableError
-from docstream.extraction import ChunkedDocument, chunk_bytes
+from docstream.extraction import ChunkedDocument, PageOcr, chunk_bytes
 from docstream.ids import content_sha256
 from docstream.logging import configure_logging, get_logger
 from docstream.objectstore import ObjectStore
@@ -47,6 +53,8 @@ class ChunkRequest:
     overlap_tokens: int
     filename: str | None = None
     media_type: str | None = None
+    job_id: str | None = None
+    doc_id: str | None = None
 
 
 class Extractor(Protocol):
@@ -71,6 +79,8 @@ class DocumentProcessor:
     def __init__(self, settings: Settings) -> None:
         self._chunker = settings.chunker
         self._objects = ObjectStore(settings.object_store)
+        # the OCR engine opens on the first page that needs it, in whichever process runs this
+        self._ocr = PageOcr(settings.chunker.ocr)
         self.counter: ModelTokenCounter = load_token_counter(settings.inference.model_path, settings.inference.model_id)
 
     def process(self, request: ChunkRequest) -> ChunkedDocument:
@@ -95,6 +105,7 @@ class DocumentProcessor:
             filename=request.filename,
             media_type=request.media_type,
             timeout_s=max(0.0, self._chunker.timeout_s - (time.monotonic() - started)),
+            ocr=self._ocr,
         )
 
     def _fetch(self, source_uri: str) -> bytes:
@@ -143,6 +154,9 @@ def _serve(conn: Connection, settings: Settings) -> None:
 
 
 def _answer(processor: DocumentProcessor, request: ChunkRequest) -> tuple[Any, ...]:
+    # the child's log lines (page_ocred, ocr_unavailable) name the document, as the parent's do
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(job_id=request.job_id, doc_id=request.doc_id)
     try:
         return ("ok", processor.process(request))
     except (DocumentError, InputError) as exc:

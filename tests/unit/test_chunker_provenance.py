@@ -1,0 +1,54 @@
+"""The chunker hands each chunk's provenance on (ChunkCreated) and records the document's (documents row, metrics)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from docstream.chunking import Chunk
+from docstream.extraction import ChunkedDocument
+from docstream.metrics import Metrics
+from docstream.provenance import ChunkSource, DocumentSources
+from docstream.records import ChunkCreated, DocumentSubmitted
+from docstream.settings import Settings
+from docstream.store.sqlite import SqliteStore
+from docstream_chunker.handler import ChunkerHandler
+from docstream_chunker.worker import ChunkRequest
+
+AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
+
+
+class _Extractor:
+    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+        return ChunkedDocument(
+            page_count=3, media_type="application/pdf", chunker_settings="cs",
+            chunks=(Chunk(0, "first", 1, 2, 0, 5, 1), Chunk(1, "second", 3, 3, 7, 13, 1)),
+            chunk_sources=(ChunkSource("text_layer", None, ("ok", "ok")), ChunkSource("ocr", "tesseract",
+                                                                                      ("ok",))),
+            sources=DocumentSources({"ok": 3}, {"ocr": 1, "text_layer": 2}, ocr_pages=1),
+        )
+
+    def close(self) -> None:
+        return None
+
+
+def test_chunks_and_the_document_record_where_their_text_came_from(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.migrate()
+    metrics = Metrics()
+    submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="file:///x", content_sha256="ab" * 32,
+                                  size_bytes=10, submitted_at=AT)
+
+    outputs = ChunkerHandler(Settings(), store, _Extractor(), metrics=metrics).handle(submitted)
+
+    chunks = [o.value for o in outputs]
+    assert all(isinstance(c, ChunkCreated) for c in chunks)
+    assert [(c.text_source, c.ocr_engine, c.page_verdicts) for c in chunks] == [  # type: ignore[union-attr]
+        ("text_layer", None, ["ok", "ok"]), ("ocr", "tesseract", ["ok"])]
+    row = store.get_document("doc-1")
+    assert row is not None and row.pages_by_verdict == {"ok": 3}
+    assert row.pages_by_source == {"ocr": 1, "text_layer": 2}
+    engine = Settings().chunker.ocr.engine
+    assert metrics.registry.get_sample_value("docstream_ocr_pages_total", {"service": "chunker", "engine": engine}) == 1
+    assert metrics.registry.get_sample_value(
+        "docstream_page_verdicts_total", {"service": "chunker", "verdict": "ok"}) == 3
