@@ -1,6 +1,7 @@
 """Chunker benchmark: pages/s against raw PyMuPDF, and peak memory on a 1,000-page PDF.
 
     .venv/bin/python benchmarks/chunker.py [--pages 240] [--rounds 3] [--big-pages 1000] [--verdicts] [--json]
+    .venv/bin/python benchmarks/chunker.py --against main [--pages 240] [--rounds 6]
 
 1. Speed. The same generated PDFs (text, headings, two-column pages, non-ASCII words) go
    through raw ``page.get_text()`` and through the chunker's path (``chunk_bytes``: open,
@@ -24,6 +25,12 @@
    (the service, and the reader of the chunks topic) and its extraction child over the same
    window (not the broker's, nor Cassandra's). tansu + SQLite, and real Kafka + Cassandra
    (127.0.0.1:19092 / 127.0.0.1:19042, keyspace docstream_bench).
+
+4. Old against new (``--against REF``, only this): the chunker path of git ``REF`` (its
+   libs/common, from ``git archive``) and of this tree, each in its own process over the same
+   generated PDFs, round by round in turns so both see the same machine load; this tree's side
+   runs with ``chunker.ocr`` as configured (verdicts on every page, OCR where they ask; normal
+   PDFs need none). Pages/s by wall clock and by CPU time, and new / old.
 
 The CPU model and its flags, and the load average, are printed first.
 """
@@ -78,6 +85,76 @@ seconds = time.perf_counter() - started
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(idle, peak, result.page_count, len(result.chunks), seconds)
 """
+
+
+_AGAINST_CHILD = """
+import inspect, json, sys, time
+from docstream.chunking import ChunkingConfig
+from docstream.extraction import chunk_bytes
+from docstream.tokenization import load_token_counter
+counter = load_token_counter(None, "all-MiniLM-L6-v2")
+documents = [open(path, "rb").read() for path in sys.argv[1:]]
+options = {}
+if "ocr" in inspect.signature(chunk_bytes).parameters:
+    from docstream.extraction import PageOcr
+    from docstream.settings import Settings
+    options["ocr"] = PageOcr(Settings().chunker.ocr)
+def run():
+    return sum(chunk_bytes(d, config=ChunkingConfig(), counter=counter, max_pages=5000, max_bytes=1 << 31,
+                           **options).page_count for d in documents)
+run()
+print("ready", flush=True)
+for _ in sys.stdin:
+    started, cpu = time.perf_counter(), time.process_time()
+    pages = run()
+    print(json.dumps([pages, time.perf_counter() - started, time.process_time() - cpu]), flush=True)
+"""
+
+
+def against(ref: str, total_pages: int, rounds: int) -> dict[str, Any]:
+    """The chunker path of git ``ref`` and of this tree, in turns on the same PDFs (one process each)."""
+    import os
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        old = folder / "old"
+        old.mkdir()
+        archive = subprocess.run(["git", "archive", ref, "libs/common"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        paths = []
+        for i, data in enumerate(_speed_documents(total_pages)):
+            paths.append(folder / f"doc-{i}.pdf")
+            paths[-1].write_bytes(data)
+        sides = {}
+        for name, lib in (("old", old / "libs" / "common"), ("new", ROOT / "libs" / "common")):
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(lib), os.environ.get("PYTHONPATH", "")])}
+            sides[name] = subprocess.Popen([sys.executable, "-c", _AGAINST_CHILD, *map(str, paths)], env=env,
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            for proc in sides.values():
+                assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            totals = {name: [0, 0.0, 0.0] for name in sides}
+            for round_number in range(rounds):
+                order = ("old", "new") if round_number % 2 == 0 else ("new", "old")
+                for name in order:
+                    proc = sides[name]
+                    assert proc.stdin is not None and proc.stdout is not None
+                    proc.stdin.write("go\n")
+                    proc.stdin.flush()
+                    pages, wall, cpu = json.loads(proc.stdout.readline())
+                    totals[name] = [totals[name][0] + pages, totals[name][1] + wall, totals[name][2] + cpu]
+        finally:
+            for proc in sides.values():
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.wait(30)
+    result: dict[str, Any] = {"ref": ref, "pages": totals["new"][0] // rounds, "rounds": rounds}
+    for name, (pages, wall, cpu) in totals.items():
+        result[f"{name}_pages_per_s"] = round(pages / wall, 1)
+        result[f"{name}_pages_per_cpu_s"] = round(pages / cpu, 1)
+    result["ratio"] = round(totals["old"][1] / totals["new"][1], 3)
+    result["cpu_ratio"] = round(totals["old"][2] / totals["new"][2], 3)
+    return result
 
 
 def _raw(documents: list[bytes]) -> int:
@@ -343,11 +420,23 @@ def main() -> None:
     parser.add_argument("--service", default="tansu,kafka", help="service run stacks, comma-separated ('': skip)")
     parser.add_argument("--service-docs", type=int, default=100, help="20-page PDFs of the service run")
     parser.add_argument("--verdicts", action="store_true", help="also time the page verdict (page_facts + assess_page)")
+    parser.add_argument("--against", metavar="REF", help="only: the chunker path of git REF against this tree's")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     configure_logging(level="WARNING", fmt="console")
     if not args.json:
         print(cpu_banner(), flush=True)
+    if args.against:
+        row = against(args.against, args.pages, args.rounds)
+        if args.json:
+            print(json.dumps(row))
+            return
+        print(f"pages: {row['pages']} x {row['rounds']} rounds   wall-clock pages/s   CPU-time pages/s")
+        print(f"chunker at {row['ref']}:  {row['old_pages_per_s']:10.1f}   {row['old_pages_per_cpu_s']:10.1f}")
+        print(f"chunker, this tree:  {row['new_pages_per_s']:10.1f}   {row['new_pages_per_cpu_s']:10.1f}")
+        print(f"new / old:           {row['ratio']:10.3f}   {row['cpu_ratio']:10.3f}")
+        print(f"load average after: {load_average()}")
+        return
     results: dict[str, Any] = {"speed": speed(args.pages, args.rounds)}
     results["verdicts"] = verdicts(args.pages, args.rounds) if args.verdicts else None
     results["memory"] = memory(args.big_pages) if args.big_pages else None
