@@ -155,7 +155,7 @@ def _serve(conn: Connection, settings: Settings) -> None:
 
 def _answer(processor: DocumentProcessor, request: ChunkRequest) -> tuple[Any, ...]:
     # the child's log lines (page_ocred, ocr_unavailable) name the document, as the parent's do
-    structlog.contextvars.clear_contextvars()
+    # (bound over the previous request's; the service name bound at start stays)
     structlog.contextvars.bind_contextvars(job_id=request.job_id, doc_id=request.doc_id)
     try:
         return ("ok", processor.process(request))
