@@ -137,6 +137,7 @@ def test_migrations_recorded_once_each(store: ResultStore) -> None:
     assert "001_init" in after
     assert "004_result_runtime" in after
     assert "005_usage" in after
+    assert "006_provenance" in after
     if not isinstance(store, SqliteStore):
         assert f"002_chunk_vectors@{DIM}" in after
 
@@ -251,6 +252,22 @@ def test_document_round_trip_overwrite_and_missing(store: ResultStore) -> None:
     store.upsert_document(cleared)
     assert store.get_document(row.doc_id) == cleared
     assert store.get_document(_uid("doc")) is None
+
+
+def test_provenance_of_documents_and_chunks_round_trips(store: ResultStore) -> None:
+    row = _document(_uid("doc"), _uid("job"))
+    store.upsert_document(row)
+    assert store.get_document(row.doc_id) == row and row.pages_by_verdict == {} and row.pages_by_source == {}
+    chunked = replace(row, pages_by_verdict={"ok": 2, "no_text_layer": 1}, pages_by_source={"ocr": 1, "text_layer": 2})
+    store.upsert_document(chunked)
+    assert store.get_document(row.doc_id) == chunked
+    model = _uid("model")
+    chunks = [_chunk(row.doc_id, model, row.job_id, 0),
+              _chunk(row.doc_id, model, row.job_id, 1, text_source="ocr", ocr_engine="tesseract",
+                     page_verdicts=("no_text_layer", "ok"))]
+    store.upsert_chunks(chunks)
+    assert list(store.iter_chunks(row.doc_id, model)) == chunks
+    assert chunks[0].text_source == "text_layer" and chunks[0].ocr_engine is None
 
 
 def test_document_results_per_model_side_by_side(store: ResultStore) -> None:
