@@ -55,6 +55,7 @@ from docstream.provenance import (
     settle_page,
     wants_ocr,
 )
+from docstream.text_layout import reading_order
 
 if TYPE_CHECKING:
     import pymupdf
@@ -579,7 +580,7 @@ def _font_has_unicode(doc: pymupdf.Document, font: tuple[Any, ...]) -> bool:
 def _page_text(
     number: int, blocks: Sequence[tuple[Any, ...]], width: float, titles: list[str] | None, body: _BodyLineHeight
 ) -> PageText:
-    ordered = _reading_order([b for b in blocks if b[6] == 0], width)
+    ordered = reading_order([b for b in blocks if b[6] == 0], width)
     use_geometry = titles is None
     if use_geometry:
         body.update(ordered)
@@ -605,43 +606,6 @@ def _find(page: str, title: str) -> int:
     if found < 0:
         found = page.lower().find(title.lower())
     return max(found, 0)
-
-
-def _reading_order(blocks: list[tuple[Any, ...]], width: float) -> list[tuple[Any, ...]]:
-    """Blocks as sorted, except that side-by-side columns are read one after the other."""
-    middle = width / 2
-
-    def side(block: tuple[Any, ...]) -> int:
-        if block[2] <= middle + 2:
-            return -1
-        return 1 if block[0] >= middle - 2 else 0
-
-    sides = [side(b) for b in blocks]
-    if -1 not in sides or 1 not in sides:
-        return blocks
-    ordered: list[tuple[Any, ...]] = []
-    section: list[tuple[tuple[Any, ...], int]] = []
-    for block, where in zip(blocks, sides, strict=True):
-        if where == 0:
-            ordered.extend(_columns(section))
-            section = []
-            ordered.append(block)
-        else:
-            section.append((block, where))
-    ordered.extend(_columns(section))
-    return ordered
-
-
-def _columns(section: list[tuple[tuple[Any, ...], int]]) -> list[tuple[Any, ...]]:
-    """Left column, then right column; left-side blocks above the right column (a title) come first.
-
-    Left-side blocks below the right column stay in the left column: columns rarely end level.
-    """
-    right = [b for b, where in section if where > 0]
-    left = [b for b, where in section if where < 0]
-    if not right or not left:
-        return [b for b, _ in section]
-    return left + right
 
 
 def chunk_bytes(
