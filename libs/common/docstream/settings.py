@@ -226,9 +226,24 @@ class OcrSettings(BaseModel):
     mode: Literal["off", "auto", "force"] = Field(
         "auto", description="off: never; auto: pages whose verdict is not usable, keeping the better text; "
         "force: every page.")
-    engine: Literal["tesseract", "rapidocr"] = Field("tesseract", description="The OCR engine.")
-    languages: list[str] = Field(default_factory=lambda: ["eng"], description="Languages of the documents.")
+    engine: Literal["tesseract", "rapidocr"] = Field(
+        "tesseract", description="The OCR engine: tesseract (any language with its tesseract-ocr-<lang> package; "
+        "the default, by the measurements of docs/chunking.md \"OCR engines\") or rapidocr (eng, chi_sim).")
+    languages: list[str] = Field(
+        default_factory=lambda: ["eng"], min_length=1, max_length=8,
+        description="Languages of the documents, as Tesseract codes (eng, rus, deu, chi_sim).")
     dpi: int = Field(200, ge=72, le=600, description="Resolution pages are rendered at for OCR.")
+    tessdata: str | None = Field(
+        None, description="Folder of Tesseract's <lang>.traineddata files; unset: TESSDATA_PREFIX, else the "
+        "installed tesseract's own (Debian: /usr/share/tesseract-ocr/5/tessdata).")
+
+    @field_validator("languages")
+    @classmethod
+    def _language_codes(cls, value: list[str]) -> list[str]:
+        for code in value:
+            if not (0 < len(code) <= 16 and code.replace("_", "").isalnum() and code.isascii()):
+                raise ValueError(f"chunker.ocr.languages: {code!r} is not a Tesseract language code (eng, chi_sim)")
+        return value
 
 
 class ChunkerSettings(BaseModel):
