@@ -29,6 +29,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
+# OCR: Debian's Tesseract language data (PyMuPDF has Tesseract built in; docs/chunking.md "OCR engines").
+COPY deploy/install-ocr.sh /tmp/install-ocr.sh
+RUN bash /tmp/install-ocr.sh && rm -rf /var/lib/apt/lists/* /tmp/install-ocr.sh
+
 # Dependencies first, from pyproject.toml alone, so code changes reuse this layer.
 COPY pyproject.toml README.md ./
 RUN set -eux; \

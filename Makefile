@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml
 	@$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+# deploy/install-ocr.sh: Debian's Tesseract language data for OCR (a no-op once installed; root installs it)
 setup: $(STAMP)
+	@bash deploy/install-ocr.sh
 
 run: setup
 	@$(BIN)/docstream run examples/ --out .docstream/results.jsonl; rc=$$?; \
