@@ -52,6 +52,8 @@ MAX_OCR_PIXELS = 40_000_000
 """Most pixels a page is rendered to for OCR (A4 at 600 dpi is 35 M): ~40 MB grey, 120 MB RGB."""
 RAPIDOCR_LANGUAGES = frozenset({"eng", "chi_sim"})
 """What the models in RapidOCR's wheel read (PP-OCRv4: simplified Chinese, with Latin letters and digits)."""
+_RAPIDOCR_MAX_SIDE = 8192
+"""RapidOCR shrinks images past this side; MAX_OCR_PIXELS keeps pages below it."""
 _TESSERACT_PACKAGES = "apt-get install tesseract-ocr tesseract-ocr-{package} (or run deploy/install-ocr.sh)"
 
 
@@ -130,7 +132,7 @@ class TesseractEngine:
             packages = " ".join(f"tesseract-ocr-{lang.replace('_', '-').lower()}" for lang in missing)
             raise ConfigError(
                 f"Tesseract has no language data for {', '.join(missing)} in {self._tessdata}: "
-                f"apt-get install {packages} (or run deploy/install-ocr.sh)",
+                f"apt-get install {packages} (or run deploy/install-ocr.sh {' '.join(missing)})",
                 code="ocr_unavailable",
             )
         self._checked.update(languages)
@@ -198,7 +200,10 @@ class RapidOcrEngine:
         rapid_logger.handlers.clear()
         rapid_logger.propagate = True
         rapid_logger.setLevel(logging.WARNING)
-        self._ocr = RapidOCR()
+        # No angle classifier: on upright scans it turned some lines of Chinese upside down (18 % CER on
+        # a 12 pt page, 0 % without). No shrinking past RapidOCR's default 2,000 px: at the configured
+        # dpi English 10 pt pages read at 0.5 % CER instead of 4 %, in no more time (docs/chunking.md).
+        self._ocr = RapidOCR(use_cls=False, max_side_len=_RAPIDOCR_MAX_SIDE)
 
     def _check(self, languages: Sequence[str]) -> None:
         unsupported = sorted(set(languages) - RAPIDOCR_LANGUAGES)
