@@ -17,7 +17,7 @@ import pytest
 from docstream.errors import ConfigError
 from docstream.ocr import open_engine
 from docstream.settings import OcrSettings
-from tests.fixtures.documents import make_pdf, make_scanned_pdf, page_marker
+from tests.fixtures.documents import make_pdf, make_scanned_copy, page_marker
 from tests.fixtures.services import DOCSTREAM, bare_env
 
 pytestmark = pytest.mark.e2e
@@ -48,8 +48,8 @@ def test_run_ocrs_the_scans_and_never_the_normal_pdfs(tmp_path: Path) -> None:
         pytest.skip(f"no OCR engine: {missing}")
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    scans = {"scan-0.pdf": make_scanned_pdf(2, seed=10), "scan-1.pdf": make_scanned_pdf(1, seed=11),
-             "mixed.pdf": make_scanned_pdf(3, seed=12, text_pages=[1, 3])}
+    scans = {"scan-0.pdf": make_scanned_copy(2, seed=10), "scan-1.pdf": make_scanned_copy(1, seed=11),
+             "mixed.pdf": make_scanned_copy(3, seed=12, text_pages=[1, 3])}
     for name, scan in scans.items():
         (inputs / name).write_bytes(scan.data)
     for i in range(3):

@@ -21,7 +21,7 @@ from docstream.ocr import open_engine
 from docstream.records import DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, OcrSettings, Settings
 from docstream.store import ResultStore
-from tests.fixtures.documents import make_pdf, make_scanned_pdf, page_marker
+from tests.fixtures.documents import make_pdf, make_scanned_copy, page_marker
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import running_pipeline
 
@@ -39,7 +39,7 @@ def test_a_scans_chunks_carry_text_source_ocr_in_cassandra(
         pytest.skip(f"no OCR engine: {exc.message}")
     folder = tmp_path / "docs"
     folder.mkdir()
-    scan, normal = make_scanned_pdf(2, seed=31), make_pdf(2, seed=32).data
+    scan, normal = make_scanned_copy(2, seed=31), make_pdf(2, seed=32).data
     (folder / "scan.pdf").write_bytes(scan.data)
     (folder / "normal.pdf").write_bytes(normal)
     job_id = f"ocr-{uuid.uuid4().hex[:12]}"

@@ -18,7 +18,7 @@ from docstream.extraction import ChunkedDocument, PageOcr, chunk_bytes
 from docstream.ocr import OcrEngine, OcrResult
 from docstream.settings import OcrSettings
 from docstream.tokenization import ModelTokenCounter, load_token_counter
-from tests.fixtures.documents import make_pdf, make_scanned_pdf
+from tests.fixtures.documents import make_pdf, make_scanned_copy
 
 CONFIG = ChunkingConfig(max_tokens=128, overlap_tokens=16)
 
@@ -59,7 +59,7 @@ def _chunk(data: bytes, counter: ModelTokenCounter, ocr: PageOcr | None) -> Chun
 
 
 def test_auto_ocrs_a_scan_and_marks_its_chunks(counter: ModelTokenCounter) -> None:
-    scan = make_scanned_pdf(2, dpi=72)
+    scan = make_scanned_copy(2, dpi=72)
     opener = Opener(FakeEngine(scan.page_texts))
     ocr = PageOcr(OcrSettings(mode="auto"), opener=opener)
 
@@ -84,7 +84,7 @@ def test_auto_never_opens_the_engine_for_a_document_with_a_text_layer(counter: M
 
 
 def test_auto_ocrs_only_the_pages_that_need_it(counter: ModelTokenCounter) -> None:
-    mixed = make_scanned_pdf(3, dpi=72, text_pages=[1, 3])
+    mixed = make_scanned_copy(3, dpi=72, text_pages=[1, 3])
     engine = FakeEngine(mixed.page_texts)
     result = _chunk(mixed.data, counter, PageOcr(OcrSettings(mode="auto"), opener=Opener(engine)))
 
@@ -104,7 +104,7 @@ def test_force_ocrs_every_page_and_off_none(counter: ModelTokenCounter) -> None:
 
     off = Opener(FakeEngine(doc.page_texts))
     with pytest.raises(DocumentError) as err:
-        _chunk(make_scanned_pdf(1, dpi=72).data, counter, PageOcr(OcrSettings(mode="off"), opener=off))
+        _chunk(make_scanned_copy(1, dpi=72).data, counter, PageOcr(OcrSettings(mode="off"), opener=off))
     assert off.calls == 0 and err.value.code == "no_text"
 
 
@@ -113,7 +113,7 @@ def test_a_scan_without_an_engine_fails_with_no_text_and_says_why(counter: Model
     ocr = PageOcr(OcrSettings(mode="auto"), opener=opener)
     for _ in range(2):
         with pytest.raises(DocumentError) as err:
-            _chunk(make_scanned_pdf(2, dpi=72).data, counter, ocr)
+            _chunk(make_scanned_copy(2, dpi=72).data, counter, ocr)
         assert err.value.code == "no_text"
         assert "OCR is unavailable: tesseract is not installed" in err.value.message
     assert opener.calls == 1, "an engine that cannot be opened is not tried again"
@@ -122,7 +122,7 @@ def test_a_scan_without_an_engine_fails_with_no_text_and_says_why(counter: Model
 def test_ocr_text_that_reads_no_better_than_nothing_is_not_kept(counter: ModelTokenCounter) -> None:
     engine = FakeEngine(("~ ~ ~", "~ ~ ~"))
     with pytest.raises(DocumentError) as err:
-        _chunk(make_scanned_pdf(2, dpi=72).data, counter, PageOcr(OcrSettings(mode="auto"), opener=Opener(engine)))
+        _chunk(make_scanned_copy(2, dpi=72).data, counter, PageOcr(OcrSettings(mode="auto"), opener=Opener(engine)))
     assert engine.pages == [1, 2] and err.value.code == "no_text"
     assert "after OCR of 2" in err.value.message
 
