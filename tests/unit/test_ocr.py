@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pydantic
@@ -11,6 +13,14 @@ import pytest
 from docstream.errors import ConfigError
 from docstream.ocr import MAX_OCR_PIXELS, open_engine, render_dpi
 from docstream.settings import OcrSettings, Settings
+
+
+def test_importing_ocr_imports_no_engine() -> None:
+    """The chunker's parent process imports docstream.ocr (settings, types); only its child renders pages."""
+    engines = "{'pymupdf', 'numpy', 'rapidocr_onnxruntime', 'cv2'}"
+    code = f"import sys, docstream.ocr; print(sorted({engines} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_page_renders_at_the_configured_dpi() -> None:
