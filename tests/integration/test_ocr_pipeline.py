@@ -56,10 +56,14 @@ def test_a_scans_chunks_carry_text_source_ocr_in_cassandra(
             found = {r.doc_id: r for r in records if isinstance(r, DocumentCompleted) and r.job_id == job_id}
             return found if len(found) == 2 else None
 
+        def final_status() -> list[JobStatus] | None:
+            records = read_topic(kafka_bootstrap, pipeline.topics.jobs, serde=serde, timeout_s=30).records
+            return [r for r in records if isinstance(r, JobStatus) and r.job_id == job_id and r.final] or None
+
         done = pipeline.until(completed, "both DocumentCompleted", 400)
-        final = [r for r in read_topic(kafka_bootstrap, pipeline.topics.jobs, serde=serde, timeout_s=30).records
-                 if isinstance(r, JobStatus) and r.job_id == job_id and r.final]
-        assert final and final[-1].completed == 2, final
+        # the final JobStatus follows the documents on the reducer's next flush, not with them
+        final = pipeline.until(final_status, "the final JobStatus", 60, poll_s=0.5)
+        assert final[-1].completed == 2, final
         pipeline.check_alive()
 
     assert {r.status for r in done.values()} == {"completed"}, done
