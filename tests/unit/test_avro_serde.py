@@ -7,6 +7,7 @@ import json
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import fastavro
 import pytest
@@ -148,41 +149,39 @@ def test_records_of_an_older_schema_version_are_read_through_schema_resolution(t
     assert back.text == record.text and back.created_at == record.created_at
 
 
+def _decoded_from_history(single: AvroSerde, name: str, history: str) -> tuple[Any, Any]:
+    """The example ``name`` record written with its old schema ``schemas/history/<name>.<history>.avsc`` (only
+    the fields that version had), and what the current serde decodes from it: (record, decoded)."""
+    path = find_schemas_dir() / "history" / f"{name}.{history}.avsc"
+    old = AvroSchema.from_json(json.loads(path.read_text()), path)
+    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
+    known = {f["name"] for f in old.parsed["fields"]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, old.parsed, {k: v for k, v in record.to_record().items() if k in known})
+    return record, single.deserialize(frame_single_object(old.fingerprint, body.getvalue()), _TOPIC)
+
+
 @pytest.mark.parametrize("name", ["ChunkEmbedded", "DocumentCompleted"])
 def test_records_written_before_chunker_settings_read_with_its_default(single: AvroSerde, name: str) -> None:
     """v1 of ChunkEmbedded and DocumentCompleted (schemas/history) had no chunker_settings: such records,
     on a topic being replayed, still decode, with "" and None."""
-    v1 = AvroSchema.from_json(json.loads((find_schemas_dir() / "history" / f"{name}.v1.avsc").read_text()),
-                              find_schemas_dir() / "history" / f"{name}.v1.avsc")
-    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
-    values = {k: v for k, v in record.to_record().items() if k != "chunker_settings"}
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, v1.parsed, values)
-
-    back = single.deserialize(frame_single_object(v1.fingerprint, body.getvalue()), _TOPIC)
+    record, back = _decoded_from_history(single, name, "v1")
 
     assert isinstance(back, ChunkEmbedded | DocumentCompleted)
     assert back.chunker_settings == ("" if name == "ChunkEmbedded" else None)
-    assert back.doc_id == record.doc_id  # type: ignore[attr-defined]
+    assert back.doc_id == record.doc_id
 
 
 @pytest.mark.parametrize("name", ["ChunkEmbedded", "DocumentCompleted"])
 def test_records_written_before_runtime_read_with_none(single: AvroSerde, name: str) -> None:
     """v2 of ChunkEmbedded and DocumentCompleted (schemas/history) had no runtime: such records decode
     with None and keep their chunker_settings."""
-    v2 = AvroSchema.from_json(json.loads((find_schemas_dir() / "history" / f"{name}.v2.avsc").read_text()),
-                              find_schemas_dir() / "history" / f"{name}.v2.avsc")
-    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
-    assert record.runtime is not None  # type: ignore[attr-defined]
-    values = {k: v for k, v in record.to_record().items() if k != "runtime"}
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, v2.parsed, values)
-
-    back = single.deserialize(frame_single_object(v2.fingerprint, body.getvalue()), _TOPIC)
+    record, back = _decoded_from_history(single, name, "v2")
+    assert record.runtime is not None
 
     assert isinstance(back, ChunkEmbedded | DocumentCompleted)
     assert back.runtime is None
-    assert back.chunker_settings == record.chunker_settings  # type: ignore[attr-defined]
+    assert back.chunker_settings == record.chunker_settings
 
 
 @pytest.mark.parametrize(("name", "history"), [("ChunkCreated", "v1"), ("ChunkEmbedded", "v3"),
@@ -191,14 +190,7 @@ def test_records_written_before_accounting_read_with_empty_figures(single: AvroS
                                                                      history: str) -> None:
     """The schema versions before job accounting (schemas/history) had no model_us, stage_us, device, pages,
     chunks or tokens: such records decode with 0, {} and None."""
-    path = find_schemas_dir() / "history" / f"{name}.{history}.avsc"
-    old = AvroSchema.from_json(json.loads(path.read_text()), path)
-    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
-    known = {f["name"] for f in old.parsed["fields"]}
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, old.parsed, {k: v for k, v in record.to_record().items() if k in known})
-
-    back = single.deserialize(frame_single_object(old.fingerprint, body.getvalue()), _TOPIC)
+    _, back = _decoded_from_history(single, name, history)
 
     assert type(back).__name__ == name and back.stage_us == {}  # type: ignore[union-attr]
     if isinstance(back, ChunkEmbedded):
@@ -213,14 +205,7 @@ def test_records_written_before_accounting_read_with_empty_figures(single: AvroS
 def test_records_written_before_provenance_read_as_text_layer(single: AvroSerde, name: str, history: str) -> None:
     """ChunkCreated v2 and DocumentCompleted v4 (schemas/history) had no provenance: such records decode as
     text-layer chunks with no verdicts, and documents with no page counts."""
-    path = find_schemas_dir() / "history" / f"{name}.{history}.avsc"
-    old = AvroSchema.from_json(json.loads(path.read_text()), path)
-    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
-    known = {f["name"] for f in old.parsed["fields"]}
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, old.parsed, {k: v for k, v in record.to_record().items() if k in known})
-
-    back = single.deserialize(frame_single_object(old.fingerprint, body.getvalue()), _TOPIC)
+    _, back = _decoded_from_history(single, name, history)
 
     if isinstance(back, ChunkCreated):
         assert (back.text_source, back.ocr_engine, back.page_verdicts) == ("text_layer", None, [])
