@@ -16,6 +16,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import faust
 import pytest
@@ -61,11 +62,11 @@ def _committed(bootstrap: str, group: str, topic: str) -> int:
 class _Worker:
     """A Faust exactly-once app with one agent over ``topic``, on a thread of its own."""
 
-    def __init__(self, bootstrap: str, app_id: str, topic: str, *, shimmed: bool) -> None:
+    def __init__(self, bootstrap: str, app_id: str, topic: str, datadir: Path, *, shimmed: bool) -> None:
         self.seen: list[bytes] = []
         self._loop = asyncio.new_event_loop()
         self.app = faust.App(app_id, broker=f"kafka://{bootstrap}", processing_guarantee="exactly_once",
-                             store="memory://", web_enabled=False, autodiscover=False, topic_partitions=1,
+                             store="memory://", datadir=str(datadir), web_enabled=False, autodiscover=False, topic_partitions=1,
                              broker_commit_interval=_COMMIT_INTERVAL_S, loop=self._loop)
         self.shim = faust_shim.apply(self.app, transaction_timeout_s=60) if shimmed else None
         source = self.app.topic(topic, key_serializer="raw", value_serializer="raw")
@@ -109,13 +110,13 @@ def workers() -> Iterator[list[_Worker]]:
 @pytest.mark.parametrize("shimmed", [True, False], ids=["with-shim", "faust-as-is"])
 def test_a_gap_right_after_offset_0_is_committed_past_only_with_the_shim(
     shimmed: bool, kafka_bootstrap: str, unique_name: Callable[[str], str],
-    create_topics: Callable[..., list[str]], workers: list[_Worker],
+    create_topics: Callable[..., list[str]], workers: list[_Worker], tmp_path: Path,
 ) -> None:
     topic = unique_name("gap0")
     create_topics(kafka_bootstrap, topic)
     _write_gap_after_zero(kafka_bootstrap, topic)
     app_id = unique_name("gap0-app")
-    worker = _Worker(kafka_bootstrap, app_id, topic, shimmed=shimmed)
+    worker = _Worker(kafka_bootstrap, app_id, topic, tmp_path, shimmed=shimmed)
     workers.append(worker)
     worker.start()
 

@@ -88,6 +88,8 @@ class DocumentSubmitted(_Record):
     model_id: str | None = None
     chunk_max_tokens: int | None = None
     chunk_overlap_tokens: int | None = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    """TaskRequest dicts (``docstream.tasks.TaskRequest.to_record``); empty: embed only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,9 @@ class ChunkCreated(_Record):
     text_source: str = "text_layer"
     ocr_engine: str | None = None
     page_verdicts: list[str] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    """TaskRequest dicts of the job's tasks (``docstream.tasks.TaskRequest``); empty: embed only."""
+    page_breaks: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,12 @@ class ChunkEmbedded(_Record):
     model_us: int = 0
     device: str | None = None
     stage_us: dict[str, int] = field(default_factory=dict)
+    task: str = "embed"
+    tasks: list[str] = field(default_factory=list)
+    label_scores: dict[str, float] = field(default_factory=dict)
+    mentions: list[dict[str, Any]] = field(default_factory=list)
+    """ChunkMention dicts (``docstream.tasks.Mention.to_record``)."""
+    output: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +183,17 @@ class DocumentCompleted(_Record):
     stage_us: dict[str, int] = field(default_factory=dict)
     pages_by_verdict: dict[str, int] = field(default_factory=dict)
     pages_by_source: dict[str, int] = field(default_factory=dict)
+    task: str | None = None
+    tasks: list[str] = field(default_factory=list)
+    label_scores: dict[str, float] = field(default_factory=dict)
+    top_label: str | None = None
+    top_chunks: list[int] = field(default_factory=list)
+    mentions: list[dict[str, Any]] = field(default_factory=list)
+    """EntityMention dicts (``docstream.tasks.Mention.to_record``)."""
+    entities: list[dict[str, Any]] = field(default_factory=list)
+    """EntitySummary dicts (``docstream.tasks.EntitySummary.to_record``)."""
+    mentions_truncated: bool = False
+    output: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

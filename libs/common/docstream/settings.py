@@ -38,6 +38,7 @@ __all__ = [
     "OcrSettings",
     "ReducerSettings",
     "RetrySettings",
+    "TasksSettings",
     "Settings",
     "StoreSettings",
     "load_settings",
@@ -312,6 +313,66 @@ class InferenceSettings(BaseModel):
     )
 
 
+class ClassifySettings(BaseModel):
+    """The classify task (docs/tasks.md)."""
+
+    model_config = _FROZEN
+
+    labels: list[str] = Field(
+        default_factory=list,
+        description="Labels scored when a job gives none: 'name' or 'name=description' (the text a zero-shot "
+        "label is matched by).",
+    )
+    temperature: float = Field(
+        0.05, gt=0, le=10,
+        description="Zero-shot: the softmax temperature over the cosines of a chunk to the label embeddings "
+        "(smaller: sharper).",
+    )
+    model_path: str | None = Field(
+        None, description="A local Hugging Face sequence-classification folder; unset: zero-shot with the "
+        "embedding model (inference.model_path).",
+    )
+    model_id: str | None = Field(None, description="Name recorded with the folder's results; unset: its name.")
+
+
+class EntitiesSettings(BaseModel):
+    """The entities task (docs/tasks.md)."""
+
+    model_config = _FROZEN
+
+    spacy_model: str = Field(
+        "en_core_web_sm", description="An installed spaCy pipeline package, or a local pipeline folder, with "
+        "an ner component.",
+    )
+    model_path: str | None = Field(
+        None, description="A local Hugging Face token-classification folder; when set it is used instead of spaCy.",
+    )
+    model_id: str | None = Field(None, description="Name recorded with the results; unset: the model's name "
+                                 "and version.")
+
+
+class TasksSettings(BaseModel):
+    """What an inference process runs per chunk, and the tasks' options (docs/tasks.md)."""
+
+    model_config = _FROZEN
+
+    task: str = Field("embed", description="The task this inference service runs: embed, classify, entities, "
+                      "a user task's name, or module:Class (docstream inference --task).")
+    custom: dict[str, str] = Field(
+        default_factory=dict, description="User tasks by name: name -> 'module:Class' (besides the "
+        "docstream.tasks entry points).",
+    )
+    options: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="A user task's own options, by task name (its load() reads them).",
+    )
+    run_unrequested: bool = Field(
+        False, description="Run the task on every chunk, also those whose job did not ask for it (docstream "
+        "replay --task: a new task over chunks already on the topic).",
+    )
+    classify: ClassifySettings = Field(default_factory=ClassifySettings, description="classify.")  # type: ignore[arg-type]
+    entities: EntitiesSettings = Field(default_factory=EntitiesSettings, description="entities.")  # type: ignore[arg-type]
+
+
 class ReducerSettings(BaseModel):
     """Reducer (faust-streaming) settings."""
 
@@ -433,6 +494,7 @@ class Settings(BaseSettings):
     ingest: IngestSettings = Field(default_factory=IngestSettings, description="Intake limits.")  # type: ignore[arg-type]
     chunker: ChunkerSettings = Field(default_factory=ChunkerSettings, description="Chunking.")  # type: ignore[arg-type]
     inference: InferenceSettings = Field(default_factory=InferenceSettings, description="Inference.")  # type: ignore[arg-type]
+    tasks: TasksSettings = Field(default_factory=TasksSettings, description="Tasks.")  # type: ignore[arg-type]
     reducer: ReducerSettings = Field(default_factory=ReducerSettings, description="Reducer.")  # type: ignore[arg-type]
     retry: RetrySettings = Field(default_factory=RetrySettings, description="Retries.")  # type: ignore[arg-type]
     log: LogSettings = Field(default_factory=LogSettings, description="Logging.")  # type: ignore[arg-type]

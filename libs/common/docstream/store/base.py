@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
+from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "JobRow",
     "ResultStore",
     "SearchHit",
+    "TaskTally",
 ]
 
 JobState = Literal["running", "completed", "cancelled"]
@@ -51,8 +53,20 @@ class JobRow:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskTally:
+    """One task's terminal status of one document and what that task cost (job_documents.tasks)."""
+
+    status: Literal["completed", "partial", "failed"]
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True)
 class JobDocumentRow:
-    """job_documents: ((job_id), doc_id)."""
+    """job_documents: ((job_id), doc_id).
+
+    ``status``/``usage`` are the document's in its job: for a job of one task that task's, for a job of
+    several the combination the reducer counts once every task is terminal (docs/tasks.md).
+    """
 
     job_id: str
     doc_id: str
@@ -62,6 +76,9 @@ class JobDocumentRow:
     error_code: str | None = None
     usage: Usage | None = None
     """What the document cost, once terminal (the reducer's recount reads it); None: nothing counted."""
+    tasks: dict[str, TaskTally] = field(default_factory=dict)
+    """Each task's terminal status and usage, by task name, as its results completed (written one entry at a
+    time by ``upsert_job_document_task``; ``upsert_job_document`` leaves it alone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +118,16 @@ class DocumentResultRow:
     completed_at: datetime
     content_sha256: str | None = None
     runtime: str | None = None
+    task: str = "embed"
+    """The task of the results (docs/tasks.md); the fields below are that task's, the others empty."""
+    label_scores: dict[str, float] = field(default_factory=dict)
+    top_label: str | None = None
+    top_chunks: tuple[int, ...] = ()
+    mentions: tuple[Mention, ...] = ()
+    entities: tuple[EntitySummary, ...] = ()
+    mentions_truncated: bool = False
+    output: str | None = None
+    """A user task's document result, JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +155,12 @@ class ChunkRow:
     """The OCR engine, when ``text_source`` is ``ocr``."""
     page_verdicts: tuple[str, ...] = ()
     """The quality verdicts of the chunk's pages, page_start to page_end."""
+    task: str = "embed"
+    """The task of the result (docs/tasks.md); ``embedding`` is embed's, the fields below the other tasks'."""
+    label_scores: dict[str, float] = field(default_factory=dict)
+    mentions: tuple[Mention, ...] = ()
+    output: str | None = None
+    """A user task's chunk output, JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +213,15 @@ class ResultStore(Protocol):
         """Set only the status and updated_at of an existing jobs row (its counts are left alone)."""
 
     def upsert_job_document(self, row: JobDocumentRow) -> None:
-        """Write a job_documents row."""
+        """Write a job_documents row (its ``tasks`` entries are left as they are)."""
+
+    def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
+                                 updated_at: datetime) -> None:
+        """Set one task's entry of a job_documents row (creating the row if absent); other entries stay."""
+
+    def update_job_document_status(self, job_id: str, doc_id: str, status: DocState, error_code: str | None,
+                                   usage: Usage | None, updated_at: datetime) -> None:
+        """Set only status, error_code, usage and updated_at of a job_documents row (filename and tasks stay)."""
 
     def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
         """One page of a job's documents ordered by doc_id, strictly after ``after``."""
@@ -199,6 +240,9 @@ class ResultStore(Protocol):
 
     def get_document_result(self, doc_id: str, model_id: str) -> DocumentResultRow | None:
         """Read a document_results row."""
+
+    def list_document_results(self, doc_id: str) -> list[DocumentResultRow]:
+        """Every document_results row of a document (one per model_id: one per task), by model_id."""
 
     def upsert_chunks(self, rows: Sequence[ChunkRow]) -> None:
         """Write chunk rows concurrently; returns when every write is acknowledged."""

@@ -1,0 +1,438 @@
+"""The task contract: what the inference service runs per chunk, and how the reducer folds it (docs/tasks.md).
+
+Pure: data types, protocols and the span placement. No model is loaded and nothing is read here.
+
+A task has two halves that live in different processes:
+
+* the **runner** (``Task``), loaded once by an inference service: it turns a micro-batch of chunk
+  texts into one ``ChunkOutput`` each, in two steps the pipeline runs on different threads,
+  ``prepare`` (tokenize: cheap, CPU) and ``run`` (the model);
+* the **fold** (``TaskFold``), used by the reducer without the model: it folds the chunk results of
+  one document into a ``DocumentOutput``. A fold is pure and its ``add`` commutes, so the result
+  does not depend on the order chunks arrive in; the reducer hands it each chunk index once, so a
+  redelivery changes nothing.
+
+Results are keyed by ``model_id``: several tasks over one document sit side by side.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from docstream.errors import InputError, PoisonRecord
+
+__all__ = [
+    "BUILTIN_TASKS",
+    "CLASSIFY",
+    "EMBED",
+    "ENTITIES",
+    "MAX_CHUNK_MENTIONS",
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_LABELS",
+    "MAX_LABEL_CHARS",
+    "MAX_TASKS",
+    "ChunkOutput",
+    "DocumentOutput",
+    "EntitySummary",
+    "FoldInput",
+    "Label",
+    "Mention",
+    "PreparedTexts",
+    "Span",
+    "Task",
+    "TaskClass",
+    "TaskFold",
+    "TaskOutputError",
+    "TaskRequest",
+    "check_task_name",
+    "place_spans",
+    "requested_tasks",
+    "task_names",
+]
+
+EMBED = "embed"
+CLASSIFY = "classify"
+ENTITIES = "entities"
+BUILTIN_TASKS = (EMBED, CLASSIFY, ENTITIES)
+
+MAX_TASKS = 8
+"""Most tasks one job may ask for."""
+MAX_LABELS = 64
+"""Most labels one classify request may carry."""
+MAX_LABEL_CHARS = 100
+MAX_DESCRIPTION_CHARS = 500
+MAX_CHUNK_MENTIONS = 256
+"""Most mentions kept of one chunk (the rest, by offset, are dropped and logged by the runner)."""
+
+_TASK_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+
+
+class TaskOutputError(PoisonRecord):
+    """A chunk result a fold cannot take (a malformed output); the reducer sends it to the DLQ, never merges it."""
+
+    code = "task_output_invalid"
+
+
+def check_task_name(name: str) -> str:
+    """``name`` when it is a valid task name (lowercase letter, then ``[a-z0-9_-]``, at most 40).
+
+    Raises:
+        InputError: ``task_invalid``.
+    """
+    if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
+        raise InputError(f"invalid task name {name!r}: a lowercase letter, then a-z 0-9 _ -, at most 40",
+                         code="task_invalid")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """A classification label: its name, and optionally the text it is matched by (zero-shot).
+
+    Raises:
+        InputError: ``labels_invalid`` for an empty or over-long name or description.
+    """
+
+    name: str
+    description: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.strip() or len(self.name) > MAX_LABEL_CHARS:
+            raise InputError(f"label name must be 1..{MAX_LABEL_CHARS} characters: {self.name[:120]!r}",
+                             code="labels_invalid")
+        if self.description is not None and len(self.description) > MAX_DESCRIPTION_CHARS:
+            raise InputError(f"label {self.name!r}: description longer than {MAX_DESCRIPTION_CHARS} characters",
+                             code="labels_invalid")
+
+    @property
+    def text(self) -> str:
+        """What a zero-shot classifier embeds for the label: its description, else its name."""
+        return self.description or self.name
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro ``Label`` dict."""
+        return {"name": self.name, "description": self.description}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Label:
+        """From the Avro ``Label`` dict."""
+        description = record.get("description")
+        return cls(str(record["name"]), None if description is None else str(description))
+
+    @classmethod
+    def parse(cls, text: str) -> Label:
+        """``name`` or ``name=description`` (the CLI's ``--labels`` item).
+
+        Raises:
+            InputError: ``labels_invalid``.
+        """
+        name, sep, description = text.partition("=")
+        return cls(name.strip(), description.strip() or None if sep else None)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """One task a job asks for: its name and (classify) its labels.
+
+    Raises:
+        InputError: ``task_invalid``, ``labels_invalid`` (duplicate names, too many).
+    """
+
+    name: str
+    labels: tuple[Label, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_task_name(self.name)
+        if len(self.labels) > MAX_LABELS:
+            raise InputError(f"at most {MAX_LABELS} labels, got {len(self.labels)}", code="labels_invalid")
+        names = [label.name for label in self.labels]
+        if len(set(names)) != len(names):
+            raise InputError(f"duplicate label names in {names}", code="labels_invalid")
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro ``TaskRequest`` dict."""
+        return {"name": self.name, "labels": [label.to_record() for label in self.labels]}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TaskRequest:
+        """From the Avro ``TaskRequest`` dict.
+
+        Raises:
+            InputError: an invalid name or labels.
+        """
+        return cls(str(record["name"]), tuple(Label.from_record(x) for x in record.get("labels") or ()))
+
+
+def requested_tasks(records: Sequence[Mapping[str, Any]]) -> tuple[TaskRequest, ...]:
+    """The tasks a record's ``tasks`` field asks for; empty (records before tasks existed): embed only.
+
+    Raises:
+        InputError: an invalid request, a task named twice, or more than ``MAX_TASKS``.
+    """
+    if not records:
+        return (TaskRequest(EMBED),)
+    requests = tuple(TaskRequest.from_record(r) for r in records)
+    names = [r.name for r in requests]
+    if len(set(names)) != len(names):
+        raise InputError(f"a task is named twice: {names}", code="task_invalid")
+    if len(requests) > MAX_TASKS:
+        raise InputError(f"at most {MAX_TASKS} tasks, got {len(requests)}", code="task_invalid")
+    return requests
+
+
+def task_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The names of the tasks a record's ``tasks`` field asks for (``[embed]`` when empty)."""
+    return [r.name for r in requested_tasks(records)]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A labelled span a model found in one chunk's text, in offsets of that text."""
+
+    start: int
+    end: int
+    label: str
+    score: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """An entity mention in document offsets (``text[start:end]`` of the document's extracted text).
+
+    ``cut``: it touches an edge where its chunk was cut from a neighbour, so it may be a fragment of a
+    longer mention that the neighbour holds whole (only chunk results carry it).
+    """
+
+    text: str
+    label: str
+    start: int
+    end: int
+    page: int
+    score: float = 1.0
+    cut: bool = False
+
+    def to_record(self, *, chunk: bool = True) -> dict[str, Any]:
+        """The Avro dict: ``ChunkMention`` (with ``cut``) or, ``chunk=False``, ``EntityMention``."""
+        out: dict[str, Any] = {"text": self.text, "label": self.label, "start": self.start, "end": self.end,
+                               "page": self.page, "score": float(self.score)}
+        if chunk:
+            out["cut"] = self.cut
+        return out
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Mention:
+        """From a ``ChunkMention`` or ``EntityMention`` dict."""
+        return cls(str(record["text"]), str(record["label"]), int(record["start"]), int(record["end"]),
+                   int(record["page"]), float(record.get("score", 1.0)), bool(record.get("cut", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class EntitySummary:
+    """One distinct entity of a document: (label, normalised text), how often and on which pages."""
+
+    label: str
+    text: str
+    count: int
+    pages: tuple[int, ...]
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro ``EntitySummary`` dict."""
+        return {"label": self.label, "text": self.text, "count": self.count, "pages": list(self.pages)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> EntitySummary:
+        """From the Avro ``EntitySummary`` dict."""
+        return cls(str(record["label"]), str(record["text"]), int(record["count"]),
+                   tuple(int(p) for p in record.get("pages") or ()))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkOutput:
+    """A task's output for one chunk; each task fills its own field.
+
+    Attributes:
+        embedding: embed: the vector.
+        label_scores: classify: a score per label, summing to 1.
+        spans: entities: labelled spans in offsets of the chunk's text (the service places them in the
+            document: ``place_spans``).
+        output: a user task: any JSON-serializable value.
+    """
+
+    embedding: Sequence[float] = ()
+    label_scores: Mapping[str, float] = field(default_factory=dict)
+    spans: tuple[Span, ...] = ()
+    output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class FoldInput:
+    """What a fold sees of one chunk's ok result.
+
+    Attributes:
+        index: the chunk's 0-based index in its document.
+        token_count: its tokens (folds weight by ``max(token_count, 1)``).
+        page_start: its first page (1-based).
+        page_end: its last page.
+        embedding: embed: the vector.
+        label_scores: classify: score per label.
+        mentions: entities: the chunk's mentions in document offsets.
+        output: a user task: the decoded JSON value of its ``ChunkOutput.output``.
+    """
+
+    index: int
+    token_count: int
+    page_start: int
+    page_end: int
+    embedding: Sequence[float] = ()
+    label_scores: Mapping[str, float] = field(default_factory=dict)
+    mentions: tuple[Mention, ...] = ()
+    output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentOutput:
+    """A task's result for one document; each task fills its own fields (they go into DocumentCompleted).
+
+    Attributes:
+        embedding: embed: the token-weighted mean of the chunk vectors.
+        label_scores: classify: score per label (token-weighted mean of the chunks', summing to 1).
+        top_label: classify: the best label.
+        top_chunks: classify: the chunk indices that scored highest for ``top_label``, best first.
+        mentions: entities: every mention once, in document order, overlap duplicates merged.
+        entities: entities: the distinct entities with counts and pages.
+        mentions_truncated: entities: more mentions arrived than the fold keeps.
+        output: a user task: any JSON-serializable value.
+    """
+
+    embedding: Sequence[float] = ()
+    label_scores: Mapping[str, float] = field(default_factory=dict)
+    top_label: str | None = None
+    top_chunks: tuple[int, ...] = ()
+    mentions: tuple[Mention, ...] = ()
+    entities: tuple[EntitySummary, ...] = ()
+    mentions_truncated: bool = False
+    output: Any = None
+
+
+@runtime_checkable
+class TaskFold(Protocol):
+    """Folds one document's chunk results into its result, in the reducer (no model, no I/O).
+
+    The state is any JSON-serializable value (the reducer keeps it in a Faust table as JSON).
+    ``add`` must commute: any order of the same chunks gives the same ``finish``. The reducer calls
+    ``add`` once per chunk index with an ok result, never twice for one index.
+    """
+
+    def empty(self) -> Any:
+        """The state of a document before any chunk."""
+
+    def add(self, state: Any, chunk: FoldInput) -> Any:
+        """The state with one more chunk folded in (``state`` itself is not changed)."""
+
+    def finish(self, state: Any, *, chunk_count: int) -> DocumentOutput:
+        """The document's result (``state`` may hold no chunk at all: every chunk failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTexts:
+    """A micro-batch made ready for ``Task.run``.
+
+    Attributes:
+        texts: the chunk texts, in the order outputs come back.
+        requests: the task request of each text (its job's labels, for classify).
+        features: the task's own prepared inputs (opaque to the pipeline).
+    """
+
+    texts: tuple[str, ...]
+    requests: tuple[TaskRequest, ...]
+    features: Any = None
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A loaded task runner: chunk texts in, one ``ChunkOutput`` each out (in an inference service)."""
+
+    @property
+    def name(self) -> str:
+        """The task name (embed, classify, entities, or a user task's)."""
+
+    @property
+    def model_id(self) -> str:
+        """The model name (and revision) of the results, for a request without options of its own."""
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest input in tokens; longer texts are truncated by the model."""
+
+    @property
+    def runtime(self) -> str:
+        """Label of the backend/device/precision the model runs with (goes with every result)."""
+
+    @property
+    def device(self) -> str:
+        """Device of the forward pass, as torch names it: ``cpu``, ``cuda:0``, ``mps`` (job accounting)."""
+
+    def model_id_for(self, request: TaskRequest) -> str:
+        """The ``model_id`` results of ``request`` are keyed by (classify: the labels are part of it)."""
+
+    def prepare(self, texts: Sequence[str], requests: Sequence[TaskRequest]) -> PreparedTexts:
+        """Make a micro-batch ready (tokenize); cheap, runs beside ``run`` on another thread."""
+
+    def run(self, batch: PreparedTexts) -> Sequence[ChunkOutput]:
+        """Run the model: one output per text, same order. It returns once the device is done."""
+
+    def warm_up(self) -> None:
+        """Run one small batch so the first real batch pays no start-up cost."""
+
+
+class TaskClass(Protocol):
+    """What the registry finds (built in, an entry point in group ``docstream.tasks``, or ``module:Class``).
+
+    ``name`` and ``fold`` are read without loading any model (the reducer needs only the fold).
+    """
+
+    name: ClassVar[str]
+    fold: ClassVar[TaskFold]
+
+    @classmethod
+    def load(cls, settings: Any) -> Task:
+        """Load the model (from a local folder or an installed package, never a hub) and return the runner.
+
+        ``settings`` is the process's ``docstream.settings.Settings``; a user task's own options are in
+        ``settings.tasks.options[name]``.
+        """
+
+
+def place_spans(text: str, spans: Sequence[Span], *, char_start: int, page_start: int,
+                page_breaks: Sequence[int], first: bool, last: bool) -> tuple[Mention, ...]:
+    """``spans`` of one chunk's ``text`` as document mentions: offsets, page and ``cut``.
+
+    Args:
+        text: the chunk's text (``document_text[char_start:char_end]``).
+        spans: what the model found, in offsets of ``text``; spans outside it or empty are dropped.
+        char_start: the chunk's first offset in the document text.
+        page_start: the chunk's first page.
+        page_breaks: document offsets where the chunk's later pages begin (ChunkCreated.page_breaks).
+        first: the chunk is the document's first (nothing was cut before it).
+        last: the chunk is the document's last.
+
+    Returns:
+        At most ``MAX_CHUNK_MENTIONS`` mentions, by offset. A mention is ``cut`` when only spaces lie
+        between it and an edge where the chunk was cut from its neighbour.
+    """
+    out: list[Mention] = []
+    for span in sorted(spans, key=lambda s: (s.start, s.end, s.label)):
+        if not 0 <= span.start < span.end <= len(text):
+            continue
+        start = char_start + span.start
+        page = page_start + bisect_right(page_breaks, start)
+        cut = (not first and not text[:span.start].strip()) or (not last and not text[span.end:].strip())
+        score = min(max(float(span.score), 0.0), 1.0)
+        out.append(Mention(text[span.start:span.end], span.label, start, char_start + span.end, page, score, cut))
+        if len(out) >= MAX_CHUNK_MENTIONS:
+            break
+    return tuple(out)

@@ -1,0 +1,74 @@
+"""The ``embed`` task: a sentence-transformers model's vector per chunk, the token-weighted mean per document.
+
+The runner wraps an ``docstream.embedding.Embedder`` (which loads, measures and caches its runtime);
+its fold is ``docstream.tasks.fold_embed.EmbedFold``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from docstream.embedding import Embedder
+from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, TaskFold, TaskRequest
+from docstream.tasks.fold_embed import EmbedFold
+
+__all__ = ["EmbedTask"]
+
+
+class EmbedTask:
+    """Runs an ``Embedder``: one ``ChunkOutput(embedding=...)`` per chunk."""
+
+    name: ClassVar[str] = EMBED
+    fold: ClassVar[TaskFold] = EmbedFold()
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+
+    @classmethod
+    def load(cls, settings: Any) -> EmbedTask:
+        """The embedder ``settings.inference`` describes (``docstream.embedding.load_embedder``)."""
+        from docstream.embedding import load_embedder
+
+        return cls(load_embedder(settings.inference))
+
+    @property
+    def embedder(self) -> Embedder:
+        """The wrapped embedder."""
+        return self._embedder
+
+    @property
+    def model_id(self) -> str:
+        """The embedding model's id."""
+        return self._embedder.model_id
+
+    @property
+    def max_tokens(self) -> int:
+        """The model's longest input."""
+        return self._embedder.max_tokens
+
+    @property
+    def runtime(self) -> str:
+        """The embedder's runtime label."""
+        return self._embedder.runtime.label
+
+    @property
+    def device(self) -> str:
+        """The embedder's device."""
+        return self._embedder.device
+
+    def model_id_for(self, request: TaskRequest) -> str:
+        """Every request's results are keyed by the model's id."""
+        return self._embedder.model_id
+
+    def prepare(self, texts: Sequence[str], requests: Sequence[TaskRequest]) -> PreparedTexts:
+        """Tokenize."""
+        return PreparedTexts(tuple(texts), tuple(requests), self._embedder.prepare(texts))
+
+    def run(self, batch: PreparedTexts) -> list[ChunkOutput]:
+        """The forward pass: a vector per text."""
+        return [ChunkOutput(embedding=row.tolist()) for row in self._embedder.embed(batch.features)]
+
+    def warm_up(self) -> None:
+        """One small batch through the embedder."""
+        self._embedder.warm_up()
