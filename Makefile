@@ -20,7 +20,7 @@ setup: $(STAMP)
 	@bash deploy/install-ocr.sh
 
 run: setup
-	@$(BIN)/docstream run examples/ --out .docstream/results.jsonl; rc=$$?; \
+	@$(BIN)/docstream run examples/*.pdf --out .docstream/results.jsonl; rc=$$?; \
 	$(BIN)/python -m docstream.results_preview .docstream/results.jsonl; exit $$rc
 
 # tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed)
@@ -51,9 +51,9 @@ bench: setup $(VENV)/.bench-installed
 # ruff; the import contracts of pyproject.toml (layers, pure modules); mypy strict over the library,
 # the composition root and every service.
 lint: setup
-	@$(BIN)/ruff check libs services tests benchmarks
+	@$(BIN)/ruff check libs services tests benchmarks examples
 	@$(BIN)/lint-imports --no-cache
-	@$(BIN)/mypy libs/common/docstream services/*/docstream_*
+	@$(BIN)/mypy libs/common/docstream services/*/docstream_* examples/custom_task
 
 clean:
 	rm -rf .docstream .pytest_cache

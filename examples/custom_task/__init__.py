@@ -1,0 +1,1 @@
+"""A worked example of a user task: lexicon sentiment (``examples.custom_task.sentiment:SentimentTask``)."""
