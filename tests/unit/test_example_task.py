@@ -10,7 +10,7 @@ import pytest
 
 from docstream.errors import ConfigError
 from docstream.settings import Settings, TasksSettings
-from docstream.tasks.base import FoldInput, TaskOutputError, TaskRequest
+from docstream.tasks.base import FoldInput, Task, TaskOutputError, TaskRequest
 from docstream.tasks.registry import load_task, resolve_task, task_fold
 from examples.custom_task.sentiment import DEFAULT_MODEL_PATH, SentimentTask
 
@@ -36,7 +36,7 @@ def test_the_example_loads_through_the_registry_by_module_and_class() -> None:
 
     task = load_task(REFERENCE, Settings())
 
-    assert isinstance(task, SentimentTask)
+    assert isinstance(task, SentimentTask) and isinstance(task, Task)
     assert task.model_id == "docstream-example-sentiment-lexicon@1"
     assert task.model_id_for(TaskRequest("sentiment")) == task.model_id
 

@@ -16,7 +16,7 @@ from docstream.embedding import Embedder, PreparedBatch, Runtime, load_embedder
 from docstream.errors import ConfigError, InputError
 from docstream.models import resolve_model_path
 from docstream.settings import ClassifySettings, InferenceSettings, Settings, TasksSettings
-from docstream.tasks.base import CLASSIFY, Label, TaskRequest
+from docstream.tasks.base import CLASSIFY, Label, Task, TaskRequest
 from docstream.tasks.classify import ClassifyTask, FolderClassifyTask, zero_shot_model_id
 from docstream.tasks.fold_classify import ClassifyFold
 from docstream.tasks.registry import load_task
@@ -176,7 +176,7 @@ def test_load_through_the_registry_with_configured_labels() -> None:
 
     task = load_task(CLASSIFY, settings)
 
-    assert isinstance(task, ClassifyTask)
+    assert isinstance(task, ClassifyTask) and isinstance(task, Task)
     assert task.labels == (Label("sport", "sport, football and athletes"), Label("finance"))
     assert task.model_id == zero_shot_model_id("all-MiniLM-L6-v2", task.labels, 0.05)
     assert task.max_tokens > 0 and task.device == "cpu" and task.runtime.startswith("torch/cpu/fp32")
@@ -231,7 +231,7 @@ def test_a_classifier_folder_scores_its_own_labels(classifier_folder: Path) -> N
 
     outputs = task.run(task.prepare(texts, [TaskRequest(CLASSIFY)] * len(texts)))
 
-    assert isinstance(task, FolderClassifyTask)
+    assert isinstance(task, FolderClassifyTask) and isinstance(task, Task)
     assert len(outputs) == len(texts)
     for output in outputs:
         assert list(output.label_scores) == ["negative", "neutral", "positive"]
