@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from docstream.errors import StoreError
+from docstream.errors import InputError, StoreError
 from docstream.settings import CassandraSettings
 from docstream.store import (
     ChunkRow,
@@ -28,7 +28,21 @@ from docstream.store import (
     ResultStore,
     SqliteStore,
 )
+from docstream.store import schema as store_schema
+from docstream.store import sqlite as sqlite_module
+from docstream.store.base import TaskTally
 from docstream.store.codec import float32_values
+from docstream.store.rows import (
+    CHUNKS,
+    DOCUMENT_RESULTS,
+    JOB_DOCUMENTS,
+    Table,
+    chunk_to_columns,
+    document_result_to_columns,
+    job_document_to_columns,
+)
+from docstream.store.table_store import TableStore
+from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 from tests.fixtures.cassandra import STORE_PAGE_SIZE
 
@@ -138,6 +152,7 @@ def test_migrations_recorded_once_each(store: ResultStore) -> None:
     assert "004_result_runtime" in after
     assert "005_usage" in after
     assert "006_provenance" in after
+    assert "007_task_results" in after
     if not isinstance(store, SqliteStore):
         assert f"002_chunk_vectors@{DIM}" in after
 
@@ -407,6 +422,225 @@ def test_writing_everything_twice_leaves_the_same_state(store: ResultStore) -> N
     assert second == first
     assert first["counts"] == [5] * 6
     assert len(first["job_documents"]) == 3  # type: ignore[arg-type]
+
+
+# -- task results (migration 007) --------------------------------------------------------
+
+MENTIONS = (Mention("Ada Lovelace", "PERSON", 10, 22, 1, float32_values([0.87])[0]),
+            Mention("Ünïon Bank", "ORG", 1_000_000_000_000, 1_000_000_000_010, 40, 1.0))
+ENTITIES = (EntitySummary("PERSON", "ada lovelace", 3, (1, 2, 7)), EntitySummary("ORG", "ünïon bank", 1, (40,)))
+
+
+def test_document_results_of_every_task_round_trip(store: ResultStore) -> None:
+    doc_id, job_id = _uid("doc"), _uid("job")
+    entities = _result(doc_id, "spacy/en_core_web_sm@3.8.0", job_id, task="entities", embedding=[],
+                       mentions=MENTIONS, entities=ENTITIES, mentions_truncated=True)
+    classify = _result(doc_id, "classify/minilm@1/labels=ab12", job_id, task="classify", embedding=[],
+                       label_scores={"finance": 0.7, "sport": 0.2, "weather": 0.1}, top_label="finance",
+                       top_chunks=(4, 0, 2))
+    custom = _result(doc_id, "risk@2", job_id, task="risk", embedding=[], output='{"risk": [0.5, "high"]}')
+    for row in (entities, classify, custom):
+        store.upsert_document_result(row)
+        store.upsert_document_result(row)
+        assert store.get_document_result(doc_id, row.model_id) == row
+    embed = _result(doc_id, "minilm@1", job_id)
+    store.upsert_document_result(embed)
+    assert (embed.task, embed.label_scores, embed.mentions, embed.output) == ("embed", {}, (), None)
+    assert store.get_document_result(doc_id, embed.model_id) == embed
+    cleared = replace(entities, mentions=(), entities=(), mentions_truncated=False)
+    store.upsert_document_result(cleared)
+    assert store.get_document_result(doc_id, entities.model_id) == cleared
+
+
+def test_chunks_of_every_task_round_trip(store: ResultStore) -> None:
+    doc_id, job_id = _uid("doc"), _uid("job")
+    classify = [_chunk(doc_id, "classify@1", job_id, i, task="classify", embedding=[],
+                       label_scores={"finance": float32_values([0.1 * i])[0], "sport": 0.5}) for i in range(3)]
+    cut = replace(MENTIONS[0], cut=True)
+    entities = [_chunk(doc_id, "ner@1", job_id, 0, task="entities", embedding=[], mentions=(cut, MENTIONS[1])),
+                _chunk(doc_id, "ner@1", job_id, 1, task="entities", embedding=[])]
+    custom = [_chunk(doc_id, "risk@2", job_id, 0, task="risk", embedding=[], output="0.25")]
+    store.upsert_chunks(classify + entities + custom)
+    assert list(store.iter_chunks(doc_id, "classify@1")) == classify
+    # a mention's cut is not stored
+    assert list(store.iter_chunks(doc_id, "ner@1")) == [replace(entities[0], mentions=MENTIONS), entities[1]]
+    assert store.list_chunks(doc_id, "risk@2") == custom
+    assert store.count_chunks(doc_id, "ner@1") == 2
+
+
+def test_list_document_results_one_row_per_model_by_model_id(store: ResultStore) -> None:
+    doc_id, job_id = _uid("doc"), _uid("job")
+    models = ["m-c", "m-a", "m-b"]
+    for task, model_id in zip(["embed", "classify", "entities"], models, strict=True):
+        store.upsert_document_result(_result(doc_id, model_id, job_id, task=task))
+    store.upsert_document_result(_result(_uid("doc"), "m-a", job_id))
+    found = store.list_document_results(doc_id)
+    assert [(r.model_id, r.task) for r in found] == [("m-a", "classify"), ("m-b", "entities"), ("m-c", "embed")]
+    assert found[0] == store.get_document_result(doc_id, "m-a")
+    assert store.list_document_results(_uid("doc")) == []
+
+
+EMBED_DONE = TaskTally("completed", Usage(pages=2, chunks=5, tokens=900, model_us={"cpu": 4_000}))
+ENTITIES_PARTIAL = TaskTally("partial", Usage(chunks=5, stage_us={"inference": 77}))
+
+
+def test_job_document_tasks_are_set_one_entry_at_a_time(store: ResultStore) -> None:
+    job_id = _uid("job")
+    row = JobDocumentRow(job_id=job_id, doc_id=_uid("doc"), status="chunked", updated_at=T0, filename="a.pdf")
+    store.upsert_job_document(row)
+    later = T0 + timedelta(seconds=3)
+    store.upsert_job_document_task(job_id, row.doc_id, "embed", EMBED_DONE, T0 + timedelta(seconds=2))
+    store.upsert_job_document_task(job_id, row.doc_id, "entities", ENTITIES_PARTIAL, later)
+    both = replace(row, updated_at=later, tasks={"embed": EMBED_DONE, "entities": ENTITIES_PARTIAL})
+    assert list(store.iter_job_documents(job_id)) == [both]
+    # the same entry again changes nothing; another value for one task replaces only that entry
+    store.upsert_job_document_task(job_id, row.doc_id, "entities", ENTITIES_PARTIAL, later)
+    assert list(store.iter_job_documents(job_id)) == [both]
+    redone = TaskTally("completed")
+    store.upsert_job_document_task(job_id, row.doc_id, "entities", redone, later)
+    assert store.list_job_documents(job_id) == [replace(both, tasks={"embed": EMBED_DONE, "entities": redone})]
+    with pytest.raises(InputError):
+        store.upsert_job_document_task(job_id, row.doc_id, "Not a name'", redone, later)
+
+
+def test_upsert_job_document_leaves_the_tasks_alone(store: ResultStore) -> None:
+    job_id = _uid("job")
+    row = JobDocumentRow(job_id=job_id, doc_id=_uid("doc"), status="chunked", updated_at=T0)
+    store.upsert_job_document(row)
+    store.upsert_job_document_task(job_id, row.doc_id, "embed", EMBED_DONE, T0)
+    done = replace(row, status="completed", usage=EMBED_DONE.usage, updated_at=T0 + timedelta(seconds=9))
+    store.upsert_job_document(done)
+    assert list(store.iter_job_documents(job_id)) == [replace(done, tasks={"embed": EMBED_DONE})]
+
+
+def test_update_job_document_status_sets_only_its_columns(store: ResultStore) -> None:
+    job_id = _uid("job")
+    row = JobDocumentRow(job_id=job_id, doc_id=_uid("doc"), status="chunked", updated_at=T0, filename="a.pdf",
+                         error_code="old_code")
+    store.upsert_job_document(row)
+    store.upsert_job_document_task(job_id, row.doc_id, "embed", EMBED_DONE, T0)
+    later = T0 + timedelta(minutes=1)
+    store.update_job_document_status(job_id, row.doc_id, "partial", None, USAGE, later)
+    expected = replace(row, status="partial", error_code=None, usage=USAGE, updated_at=later,
+                       tasks={"embed": EMBED_DONE})
+    assert list(store.iter_job_documents(job_id)) == [expected]
+    store.update_job_document_status(job_id, row.doc_id, "failed", "model_error", None, later)
+    assert store.list_job_documents(job_id) == [replace(expected, status="failed", error_code="model_error",
+                                                        usage=None)]
+
+
+def test_task_and_status_writes_create_a_missing_row(store: ResultStore) -> None:
+    """The ingest writes the row first; a task entry or a status that comes first still lands (no status: submitted)."""
+    job_id, doc_a, doc_b = _uid("job"), "doc-a", "doc-b"
+    store.upsert_job_document_task(job_id, doc_a, "embed", EMBED_DONE, T0)
+    store.update_job_document_status(job_id, doc_b, "completed", None, None, T0)
+    assert list(store.iter_job_documents(job_id)) == [
+        JobDocumentRow(job_id=job_id, doc_id=doc_a, status="submitted", updated_at=T0, tasks={"embed": EMBED_DONE}),
+        JobDocumentRow(job_id=job_id, doc_id=doc_b, status="completed", updated_at=T0),
+    ]
+    store.upsert_job_document(JobDocumentRow(job_id=job_id, doc_id=doc_a, status="chunked", updated_at=T0,
+                                             filename="a.pdf"))
+    assert store.list_job_documents(job_id, limit=1)[0].tasks == {"embed": EMBED_DONE}
+
+
+def test_concurrent_task_entries_never_overwrite_each_other(store: ResultStore) -> None:
+    job_id, doc_ids = _uid("job"), [f"doc-{i}" for i in range(3)]
+    tasks = [f"task-{i}" for i in range(6)]
+    errors: list[BaseException] = []
+
+    def _write(task: str) -> None:
+        try:
+            for doc_id in doc_ids:
+                store.upsert_job_document_task(job_id, doc_id, task, TaskTally("completed"), T0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=_write, args=(task,)) for task in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert [sorted(row.tasks) for row in store.iter_job_documents(job_id)] == [tasks] * 3
+
+
+# -- migration 007 over a store at 006 ----------------------------------------------------
+
+_BEFORE_007 = {table.name: table.columns[:count] for table, count in ((DOCUMENT_RESULTS, 12), (CHUNKS, 18))}
+
+
+def _at_006(dialect: str) -> list[store_schema.Migration]:
+    return [m for m in store_schema.load_migrations(dialect) if m.version < "007"]  # type: ignore[arg-type]
+
+
+def _write_as_006(store: TableStore, result: DocumentResultRow, chunk: ChunkRow, entry: JobDocumentRow) -> None:
+    """Rows in the 006 shape, written through the backend's own upsert with the columns 006 had."""
+    encoding = store._encoding
+    old_results = Table("document_results", _BEFORE_007["document_results"], DOCUMENT_RESULTS.key)
+    store._upsert(old_results, document_result_to_columns(result, encoding)[:12], "test")
+    old_chunks = Table("chunks", _BEFORE_007["chunks"], CHUNKS.key)
+    store._upsert(old_chunks, chunk_to_columns(chunk, b"", encoding)[:18], "test")
+    store._upsert(JOB_DOCUMENTS, job_document_to_columns(entry, encoding), "test")
+
+
+def _check_upgraded(store: ResultStore, result: DocumentResultRow, chunk: ChunkRow, entry: JobDocumentRow) -> None:
+    assert store.get_document_result(result.doc_id, result.model_id) == result
+    assert store.list_document_results(result.doc_id) == [result]
+    assert list(store.iter_chunks(chunk.doc_id, chunk.model_id)) == [chunk]
+    assert list(store.iter_job_documents(entry.job_id)) == [entry]
+    store.upsert_job_document_task(entry.job_id, entry.doc_id, "classify", EMBED_DONE, T0)
+    assert store.list_job_documents(entry.job_id)[0].tasks == {"classify": EMBED_DONE}
+
+
+def _old_rows() -> tuple[DocumentResultRow, ChunkRow, JobDocumentRow]:
+    doc_id, job_id = _uid("doc"), _uid("job")
+    return (_result(doc_id, "minilm@1", job_id), _chunk(doc_id, "minilm@1", job_id, 0, embedding=[]),
+            JobDocumentRow(job_id=job_id, doc_id=doc_id, status="completed", updated_at=T0, filename="a.pdf"))
+
+
+def test_sqlite_migration_007_upgrades_a_store_at_006(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SqliteStore(tmp_path / "store.db")
+    try:
+        monkeypatch.setattr(sqlite_module, "load_migrations", _at_006)
+        store.migrate()
+        assert "007_task_results" not in store.applied_migrations()
+        old = _old_rows()
+        _write_as_006(store, *old)
+        monkeypatch.undo()
+        assert store.pending_migrations() == ["007_task_results"]
+        store.migrate()
+        _check_upgraded(store, *old)
+    finally:
+        store.close()
+
+
+def test_cassandra_migration_007_upgrades_a_keyspace_at_006(
+    cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cassandra.cluster import Cluster
+
+    from docstream.store import cassandra as cassandra_module
+    from docstream.store.cassandra import CassandraStore
+
+    settings = cassandra_settings.model_copy(update={"keyspace": f"{cassandra_settings.keyspace}_up"})
+    store = CassandraStore(settings, dimensions=(8,), page_size=STORE_PAGE_SIZE)
+    try:
+        monkeypatch.setattr(cassandra_module, "load_migrations", _at_006)
+        store.migrate()
+        assert "007_task_results" not in store.applied_migrations()
+        old = _old_rows()
+        _write_as_006(store, *old)
+        monkeypatch.undo()
+        store.migrate()
+        assert "007_task_results" in store.applied_migrations()
+        _check_upgraded(store, *old)
+    finally:
+        store.close()
+        cluster = Cluster(list(settings.contact_points), port=settings.port)
+        try:
+            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=120)
+        finally:
+            cluster.shutdown()
 
 
 # -- search ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -16,10 +16,21 @@ from docstream.store.base import (
     DocumentRow,
     JobDocumentRow,
     JobRow,
+    TaskTally,
 )
 from docstream.store.paging import at_least_one, keyset_pages, keyset_rows
-from docstream.store.rows import CHUNKS, JOB_DOCUMENTS, JOBS, ColumnEncoding, Columns, Table, chunk_to_columns
-from docstream.store.table_store import TableStore
+from docstream.store.rows import (
+    CHUNKS,
+    DOCUMENT_RESULTS,
+    JOB_DOCUMENTS,
+    JOBS,
+    ColumnEncoding,
+    Columns,
+    Table,
+    chunk_to_columns,
+)
+from docstream.store.table_store import MAX_RESULTS_PER_DOCUMENT, TableStore
+from docstream.usage import Usage
 
 T0 = datetime(2024, 5, 1, 12, tzinfo=UTC)
 
@@ -86,6 +97,7 @@ class InMemoryTableStore(TableStore):
     _encoding = ColumnEncoding(
         timestamp=lambda value: value, read_timestamp=lambda value: value, text=lambda value: value or None,
         options=dict, read_options=dict, counts=dict, read_counts=lambda value: dict(value or {}),
+        structure=lambda value: value, read_structure=lambda value: value,
     )
 
     def __init__(self, page_size: int) -> None:
@@ -93,9 +105,26 @@ class InMemoryTableStore(TableStore):
         self.tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
         self.queries: list[tuple[str, object, int]] = []
 
+    def _row(self, table: Table, key: Sequence[Any]) -> dict[str, Any]:
+        empty = dict.fromkeys(table.columns + table.element_columns) | dict(zip(table.key, key, strict=True))
+        return self.tables.setdefault(table.name, {}).setdefault(tuple(key), empty)
+
     def _upsert(self, table: Table, values: Sequence[Any], operation: str) -> None:
         row = dict(zip(table.columns, values, strict=True))
-        self.tables.setdefault(table.name, {})[tuple(row[k] for k in table.key)] = row
+        self._row(table, [row[k] for k in table.key]).update(row)
+
+    def _update(self, table: Table, key: Sequence[Any], columns: Sequence[str], values: Sequence[Any],
+                operation: str) -> None:
+        self._row(table, key).update(zip(columns, values, strict=True))
+
+    def _set_entry(self, table: Table, key: Sequence[Any], column: str, entry: tuple[str, str],
+                   also: Mapping[str, Any], created: Mapping[str, Any], operation: str) -> None:
+        row = self._row(table, key)
+        row[column] = {**(row[column] or {}), entry[0]: entry[1]}
+        row.update(also)
+
+    def _document_results_of(self, doc_id: str, limit: int) -> list[dict[str, Any]]:
+        return self._sorted(DOCUMENT_RESULTS, lambda r: r["doc_id"] == doc_id, "model_id", "", limit)
 
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
         return self.tables.get(table.name, {}).get(tuple(key))
@@ -168,3 +197,25 @@ def test_rows_read_back_by_primary_key() -> None:
     key = ApiKeyRow(key_id="k", tenant="acme", key_hash="h", created_at=T0)
     store.upsert_api_key(key)
     assert store.get_api_key("k") == key
+
+
+def test_list_document_results_reads_a_bounded_page_by_model_id() -> None:
+    store = InMemoryTableStore(page_size=2)
+    base = DocumentResultRow(doc_id="doc", model_id="m", job_id="job", status="completed", chunk_count=1,
+                             failed_chunks=0, token_count=3, embedding=[], chunker_settings="c", completed_at=T0)
+    models = [f"m{i:03d}" for i in range(MAX_RESULTS_PER_DOCUMENT + 3)]
+    for model_id in reversed(models):
+        store.upsert_document_result(replace(base, model_id=model_id))
+    found = store.list_document_results("doc")
+    assert [r.model_id for r in found] == models[:MAX_RESULTS_PER_DOCUMENT]
+    assert store.queries[-1] == ("document_results", "", MAX_RESULTS_PER_DOCUMENT)
+
+
+def test_job_document_tasks_survive_the_row_upsert_and_the_status_update() -> None:
+    store, _, documents, _ = _filled(page_size=2)
+    tally = TaskTally("partial", Usage(chunks=2))
+    store.upsert_job_document_task("job", "doc-1", "entities", tally, T0)
+    store.upsert_job_document(replace(documents[1], status="completed"))
+    store.update_job_document_status("job", "doc-1", "partial", "model_error", None, T0)
+    assert store.list_job_documents("job", after="doc-0", limit=1) == [
+        replace(documents[1], status="partial", error_code="model_error", tasks={"entities": tally})]

@@ -50,6 +50,7 @@ from docstream.store.paging import at_least_one
 from docstream.store.ranking import cosine_scores, search_query
 from docstream.store.rows import (
     CHUNKS,
+    DOCUMENT_RESULTS,
     JOB_DOCUMENTS,
     JOBS,
     ColumnEncoding,
@@ -114,8 +115,13 @@ def _read_counts(value: Mapping[str, int] | None) -> dict[str, int]:
     return dict(value or {})
 
 
+def _as_is(value: Any) -> Any:
+    # task results bind as the driver takes them: dicts for maps, lists, tuples for UDT values (field order)
+    return value
+
+
 _ENCODING = ColumnEncoding(timestamp=_ts, read_timestamp=_dt, text=_text, options=dict, read_options=_read_options,
-                           counts=dict, read_counts=_read_counts)
+                           counts=dict, read_counts=_read_counts, structure=_as_is, read_structure=_as_is)
 
 
 def _partition_groups(rows: Sequence[ChunkRow], most: int) -> list[list[ChunkRow]]:
@@ -268,7 +274,25 @@ class CassandraStore(TableStore):
     def _select(self, table: Table, source: str, clause: str, params: Sequence[Any], operation: str) -> list[Any]:
         # source: the table itself or a copy of its rows under another key (jobs_by_tenant);
         # clause: what follows WHERE (conditions, LIMIT)
-        return self._execute(f"SELECT {table.column_list} FROM {self._ks}.{source} WHERE {clause}", params, operation)
+        return self._execute(f"SELECT {table.select_list} FROM {self._ks}.{source} WHERE {clause}", params, operation)
+
+    def _update(self, table: Table, key: Sequence[Any], columns: Sequence[str], values: Sequence[Any],
+                operation: str) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        self._execute(f"UPDATE {self._ks}.{table.name} SET {assignments} WHERE {table.key_condition}",
+                      (*values, *key), operation)
+
+    def _set_entry(self, table: Table, key: Sequence[Any], column: str, entry: tuple[str, str],
+                   also: Mapping[str, Any], created: Mapping[str, Any], operation: str) -> None:
+        # one element of a non-frozen map: a cell of its own, so concurrent writers of other entries never
+        # overwrite this one (and no tombstone); ``created`` is not written: a row without it reads the same
+        assignments = "".join(f", {name} = ?" for name in also)
+        self._execute(f"UPDATE {self._ks}.{table.name} SET {column}[?] = ?{assignments} WHERE {table.key_condition}",
+                      (*entry, *also.values(), *key), operation)
+
+    def _document_results_of(self, doc_id: str, limit: int) -> list[Any]:
+        return self._select(DOCUMENT_RESULTS, "document_results", "doc_id = ? LIMIT ?", (doc_id, limit),
+                            "list_document_results")
 
     def _schema(self, cql: str) -> None:
         with self._errors("migrate"):
@@ -508,7 +532,7 @@ class CassandraStore(TableStore):
         if not keys:
             return []
         select = self._prepare(
-            f"SELECT {CHUNKS.column_list} FROM {self._ks}.chunks WHERE {CHUNKS.key_condition}"
+            f"SELECT {CHUNKS.select_list} FROM {self._ks}.chunks WHERE {CHUNKS.key_condition}"
         )
         with self._errors("search"):
             results = execute_concurrent(
@@ -517,4 +541,4 @@ class CassandraStore(TableStore):
                 concurrency=self._settings.write_concurrency,
                 raise_on_first_error=True,
             )
-        return [chunk_from_columns(row) for result in results for row in result.result_or_exc]
+        return [chunk_from_columns(row, _ENCODING) for result in results for row in result.result_or_exc]

@@ -15,18 +15,36 @@ supplies; everything else is written and read the same way (docs/storage.md):
   none (no null cells: no tombstones in a job's partition), read back as None when they hold
   nothing (rows written before the columns existed: nulls);
 * a chunk's provenance (migration 006): ``text_source`` null reads as ``text_layer``, its pages'
-  verdicts are one comma-separated text; a document's pages by verdict and by source are count maps.
+  verdicts are one comma-separated text; a document's pages by verdict and by source are count maps;
+* a task's results (migration 007): label scores a map, mentions and entities lists of tuples in the
+  fields' order (Cassandra's UDTs, SQLite JSON arrays), written whole; float32 where Cassandra stores a
+  ``float`` (chunk label scores, mention scores), so both backends read back the same values; a mention's
+  ``cut`` is not stored; nulls (rows written before) read as task ``embed`` and empty values;
+* a job document's ``tasks`` map is read with its row but never written by the row upsert: each entry
+  (:func:`task_tally_to_json`) is written on its own by ``upsert_job_document_task``; a row it created
+  holds no status and reads as ``submitted``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
-from docstream.store.codec import decode_embedding, encode_embedding, none_if_empty
+from docstream.store.base import (
+    ApiKeyRow,
+    ChunkRow,
+    DocState,
+    DocumentResultRow,
+    DocumentRow,
+    JobDocumentRow,
+    JobRow,
+    TaskTally,
+)
+from docstream.store.codec import decode_embedding, encode_embedding, float32_values, none_if_empty
+from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 
 __all__ = [
@@ -52,6 +70,8 @@ __all__ = [
     "job_document_to_columns",
     "job_from_columns",
     "job_to_columns",
+    "task_tally_from_json",
+    "task_tally_to_json",
     "usage_from_columns",
     "usage_to_columns",
 ]
@@ -66,18 +86,26 @@ class Table:
 
     Attributes:
         name: the table's name (without a keyspace).
-        columns: every column the store reads and writes, in binding order.
+        columns: every column the row upsert writes, in binding order.
         key: the primary key's columns (partition key first).
+        element_columns: columns read with the row but written element by element by a method of their
+            own, never by the row upsert (``job_documents.tasks``).
     """
 
     name: str
     columns: tuple[str, ...]
     key: tuple[str, ...]
+    element_columns: tuple[str, ...] = ()
 
     @property
     def column_list(self) -> str:
-        """The columns as a statement lists them: ``a, b, c``."""
+        """The columns the row upsert writes, as a statement lists them: ``a, b, c``."""
         return ", ".join(self.columns)
+
+    @property
+    def select_list(self) -> str:
+        """The columns a read selects: the written ones, then the element columns."""
+        return ", ".join(self.columns + self.element_columns)
 
     @property
     def key_condition(self) -> str:
@@ -93,7 +121,7 @@ JOBS = Table(
 )
 JOB_DOCUMENTS = Table(
     "job_documents", ("job_id", "doc_id", "status", "updated_at", "filename", "error_code", *USAGE_COLUMNS),
-    key=("job_id", "doc_id"),
+    key=("job_id", "doc_id"), element_columns=("tasks",),
 )
 DOCUMENTS = Table(
     "documents",
@@ -104,14 +132,15 @@ DOCUMENTS = Table(
 DOCUMENT_RESULTS = Table(
     "document_results",
     ("doc_id", "model_id", "job_id", "status", "chunk_count", "failed_chunks", "token_count", "embedding",
-     "chunker_settings", "completed_at", "content_sha256", "runtime"),
+     "chunker_settings", "completed_at", "content_sha256", "runtime", "task", "label_scores", "top_label",
+     "top_chunks", "mentions", "entities", "mentions_truncated", "output"),
     key=("doc_id", "model_id"),
 )
 CHUNKS = Table(
     "chunks",
     ("doc_id", "model_id", "chunk_index", "chunk_id", "job_id", "text", "page_start", "page_end", "char_start",
      "char_end", "token_count", "embedding", "heading", "status", "error_code", "text_source", "ocr_engine",
-     "page_verdicts"),
+     "page_verdicts", "task", "label_scores", "mentions", "output"),
     key=("doc_id", "model_id", "chunk_index"),
 )
 API_KEYS = Table("api_keys", ("key_id", "tenant", "key_hash", "created_at", "name", "revoked_at"), key=("key_id",))
@@ -136,6 +165,9 @@ class ColumnEncoding:
         read_options: a stored options value as a dict.
         counts: a map of counts (a usage's microseconds per device or stage) as the backend binds it.
         read_counts: a stored map of counts as a dict (null: empty).
+        structure: a task's result value as the backend binds it: a map of numbers, a list of ints, a list
+            of tuples (a UDT's fields in order), a map of text (Cassandra: as they are; SQLite: JSON text).
+        read_structure: a stored ``structure`` value back as maps and sequences (null: ``None``).
     """
 
     timestamp: Callable[[datetime], Any]
@@ -145,6 +177,8 @@ class ColumnEncoding:
     read_options: Callable[[Any], dict[str, str]]
     counts: Callable[[Mapping[str, int]], Any]
     read_counts: Callable[[Any], dict[str, int]]
+    structure: Callable[[Any], Any]
+    read_structure: Callable[[Any], Any]
 
     def optional_timestamp(self, value: datetime | None) -> Any:
         """``timestamp(value)``, or ``None`` for no value."""
@@ -171,6 +205,66 @@ def usage_from_columns(found: Columns, encoding: ColumnEncoding) -> Usage | None
         stage_us=encoding.read_counts(found["stage_us"]),
     )
     return None if usage.is_empty else usage
+
+
+_TALLY_STATES = frozenset({"completed", "partial", "failed"})
+_NO_STATUS: DocState = "submitted"
+"""What a job_documents row without a status reads as (one ``upsert_job_document_task`` created)."""
+
+
+def task_tally_to_json(tally: TaskTally) -> str:
+    """A ``TaskTally`` as the JSON text of its ``tasks`` entry: ``{"status": ..., "usage": Usage.to_json()}``."""
+    return json.dumps({"status": tally.status, "usage": tally.usage.to_json()}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def task_tally_from_json(text: str) -> TaskTally:
+    """The ``TaskTally`` of a ``tasks`` entry written by :func:`task_tally_to_json`.
+
+    Raises:
+        ValueError: not a tally: bad JSON, an unknown status, a bad usage.
+    """
+    data = json.loads(text)
+    if not isinstance(data, Mapping) or data.get("status") not in _TALLY_STATES:
+        raise ValueError(f"not a task tally: {text[:200]!r}")
+    return TaskTally(status=data["status"], usage=Usage.from_json(data.get("usage")))
+
+
+def _tasks(value: Any) -> dict[str, TaskTally]:
+    return {str(task): task_tally_from_json(entry) for task, entry in sorted((value or {}).items())}
+
+
+def _scores(value: Any) -> dict[str, float]:
+    return {str(label): float(score) for label, score in (value or {}).items()}
+
+
+def _float32_scores(scores: Mapping[str, float]) -> dict[str, float]:
+    # chunks.label_scores is map<text, float> in Cassandra: both backends keep the float32 values
+    return dict(zip(scores, float32_values(list(scores.values())), strict=True))
+
+
+def _mention_values(mentions: Iterable[Mention]) -> list[tuple[Any, ...]]:
+    # entity_mention's fields in order; the score is a CQL float (float32); ``cut`` is not stored
+    listed = list(mentions)
+    scores = float32_values([m.score for m in listed])
+    return [(m.text, m.label, m.start, m.end, m.page, score) for m, score in zip(listed, scores, strict=True)]
+
+
+def _mentions(value: Any) -> tuple[Mention, ...]:
+    return tuple(Mention(str(v[0]), str(v[1]), int(v[2]), int(v[3]), int(v[4]), float(v[5])) for v in value or ())
+
+
+def _entity_values(entities: Iterable[EntitySummary]) -> list[tuple[Any, ...]]:
+    return [(e.label, e.text, e.count, list(e.pages)) for e in entities]
+
+
+def _entities(value: Any) -> tuple[EntitySummary, ...]:
+    return tuple(EntitySummary(str(v[0]), str(v[1]), int(v[2]), tuple(int(p) for p in v[3] or ()))
+                 for v in value or ())
+
+
+def _ints(value: Sequence[Any] | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in value or ())
 
 
 def job_to_columns(row: JobRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
@@ -223,15 +317,20 @@ def job_document_to_columns(row: JobDocumentRow, encoding: ColumnEncoding) -> tu
 
 
 def job_document_from_columns(found: Columns, encoding: ColumnEncoding) -> JobDocumentRow:
-    """A job_documents row from its fetched columns."""
+    """A job_documents row from its fetched columns (``tasks`` included: ``JOB_DOCUMENTS.select_list``).
+
+    Raises:
+        ValueError: a ``tasks`` entry is not a task tally.
+    """
     return JobDocumentRow(
         job_id=found["job_id"],
         doc_id=found["doc_id"],
-        status=found["status"],
+        status=found["status"] or _NO_STATUS,
         updated_at=encoding.read_timestamp(found["updated_at"]),
         filename=none_if_empty(found["filename"]),
         error_code=none_if_empty(found["error_code"]),
         usage=usage_from_columns(found, encoding),
+        tasks=_tasks(encoding.read_structure(found["tasks"])),
     )
 
 
@@ -288,6 +387,14 @@ def document_result_to_columns(row: DocumentResultRow, encoding: ColumnEncoding)
         encoding.timestamp(row.completed_at),
         encoding.text(row.content_sha256),
         encoding.text(row.runtime),
+        row.task,
+        encoding.structure(dict(row.label_scores)),
+        encoding.text(row.top_label),
+        encoding.structure(list(row.top_chunks)),
+        encoding.structure(_mention_values(row.mentions)),
+        encoding.structure(_entity_values(row.entities)),
+        row.mentions_truncated,
+        encoding.text(row.output),
     )
 
 
@@ -310,6 +417,14 @@ def document_result_from_columns(found: Columns, encoding: ColumnEncoding) -> Do
         completed_at=encoding.read_timestamp(found["completed_at"]),
         content_sha256=none_if_empty(found["content_sha256"]),
         runtime=none_if_empty(found["runtime"]),
+        task=found["task"] or "embed",
+        label_scores=_scores(encoding.read_structure(found["label_scores"])),
+        top_label=none_if_empty(found["top_label"]),
+        top_chunks=_ints(encoding.read_structure(found["top_chunks"])),
+        mentions=_mentions(encoding.read_structure(found["mentions"])),
+        entities=_entities(encoding.read_structure(found["entities"])),
+        mentions_truncated=bool(found["mentions_truncated"]),
+        output=none_if_empty(found["output"]),
     )
 
 
@@ -338,11 +453,15 @@ def chunk_to_columns(row: ChunkRow, embedding: bytes, encoding: ColumnEncoding) 
         row.text_source,
         encoding.text(row.ocr_engine),
         ",".join(row.page_verdicts),
+        row.task,
+        encoding.structure(_float32_scores(row.label_scores)),
+        encoding.structure(_mention_values(row.mentions)),
+        encoding.text(row.output),
     )
 
 
-def chunk_from_columns(found: Columns) -> ChunkRow:
-    """A chunks row from its fetched columns (no column of it is stored differently by backend).
+def chunk_from_columns(found: Columns, encoding: ColumnEncoding) -> ChunkRow:
+    """A chunks row from its fetched columns (mentions without ``cut``: it is not stored).
 
     Raises:
         ValueError: the stored embedding is not float32 bytes.
@@ -366,6 +485,10 @@ def chunk_from_columns(found: Columns) -> ChunkRow:
         text_source=found["text_source"] or "text_layer",
         ocr_engine=none_if_empty(found["ocr_engine"]),
         page_verdicts=tuple(found["page_verdicts"].split(",")) if found["page_verdicts"] else (),
+        task=found["task"] or "embed",
+        label_scores=_scores(encoding.read_structure(found["label_scores"])),
+        mentions=_mentions(encoding.read_structure(found["mentions"])),
+        output=none_if_empty(found["output"]),
     )
 
 

@@ -30,6 +30,7 @@ from docstream.store.paging import at_least_one, keyset_pages
 from docstream.store.ranking import TopK, cosine_scores, search_query
 from docstream.store.rows import (
     CHUNKS,
+    DOCUMENT_RESULTS,
     JOB_DOCUMENTS,
     JOBS,
     ColumnEncoding,
@@ -86,7 +87,16 @@ def _read_counts(value: str | None) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(value).items()} if value else {}
 
 
-# timestamps are ISO-8601 UTC text (milliseconds), options and count maps JSON text, absent optional text NULL
+def _structure(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _read_structure(value: str | None) -> Any:
+    return json.loads(value) if value else None
+
+
+# timestamps are ISO-8601 UTC text (milliseconds), options, count maps and task results JSON text, absent
+# optional text NULL
 _ENCODING = ColumnEncoding(
     timestamp=_ts,
     read_timestamp=datetime.fromisoformat,
@@ -95,6 +105,8 @@ _ENCODING = ColumnEncoding(
     read_options=_read_options,
     counts=_counts,
     read_counts=_read_counts,
+    structure=_structure,
+    read_structure=_read_structure,
 )
 
 
@@ -205,7 +217,41 @@ class SqliteStore(TableStore):
         self._write(_upsert_sql(table), values, operation)
 
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
-        return self._one(f"SELECT {table.column_list} FROM {table.name} WHERE {table.key_condition}", key, operation)
+        return self._one(f"SELECT {table.select_list} FROM {table.name} WHERE {table.key_condition}", key, operation)
+
+    def _update(self, table: Table, key: Sequence[Any], columns: Sequence[str], values: Sequence[Any],
+                operation: str) -> None:
+        names = (*table.key, *columns)
+        self._write(
+            f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) "
+            f"ON CONFLICT ({', '.join(table.key)}) DO UPDATE SET "
+            + ", ".join(f"{name} = excluded.{name}" for name in columns),
+            (*key, *values),
+            operation,
+        )
+
+    def _set_entry(self, table: Table, key: Sequence[Any], column: str, entry: tuple[str, str],
+                   also: Mapping[str, Any], created: Mapping[str, Any], operation: str) -> None:
+        # one UPSERT, atomic under the write lock; json_patch adds or replaces only this entry (its value is a
+        # JSON string, so the merge never reaches into another entry)
+        name, value = entry
+        names = (*table.key, *also, *created)
+        self._write(
+            f"INSERT INTO {table.name} ({', '.join(names)}, {column}) "
+            f"VALUES ({', '.join('?' for _ in names)}, json_object(?, ?)) "
+            f"ON CONFLICT ({', '.join(table.key)}) DO UPDATE SET "
+            f"{column} = json_patch(coalesce({column}, '{{}}'), excluded.{column})"
+            + "".join(f", {other} = excluded.{other}" for other in also),
+            (*key, *also.values(), *created.values(), name, value),
+            operation,
+        )
+
+    def _document_results_of(self, doc_id: str, limit: int) -> list[sqlite3.Row]:
+        return self._all(
+            f"SELECT {DOCUMENT_RESULTS.select_list} FROM document_results WHERE doc_id = ? ORDER BY model_id LIMIT ?",
+            (doc_id, limit),
+            "list_document_results",
+        )
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -278,7 +324,7 @@ class SqliteStore(TableStore):
 
     def _jobs_page(self, tenant: str, after: str, limit: int) -> list[sqlite3.Row]:
         return self._all(
-            f"SELECT {JOBS.column_list} FROM jobs WHERE tenant = ? AND job_id > ? ORDER BY job_id LIMIT ?",
+            f"SELECT {JOBS.select_list} FROM jobs WHERE tenant = ? AND job_id > ? ORDER BY job_id LIMIT ?",
             (tenant, after, limit),
             "list_jobs",
         )
@@ -299,7 +345,7 @@ class SqliteStore(TableStore):
 
     def _job_documents_page(self, job_id: str, after: str, limit: int) -> list[sqlite3.Row]:
         return self._all(
-            f"SELECT {JOB_DOCUMENTS.column_list} FROM job_documents "
+            f"SELECT {JOB_DOCUMENTS.select_list} FROM job_documents "
             "WHERE job_id = ? AND doc_id > ? ORDER BY doc_id LIMIT ?",
             (job_id, after, limit),
             "list_job_documents",
@@ -322,7 +368,7 @@ class SqliteStore(TableStore):
 
     def _chunks_page(self, doc_id: str, model_id: str, after: int, limit: int) -> list[sqlite3.Row]:
         return self._all(
-            f"SELECT {CHUNKS.column_list} FROM chunks "
+            f"SELECT {CHUNKS.select_list} FROM chunks "
             "WHERE doc_id = ? AND model_id = ? AND chunk_index > ? ORDER BY chunk_index LIMIT ?",
             (doc_id, model_id, after, limit),
             "iter_chunks",
@@ -377,11 +423,11 @@ class SqliteStore(TableStore):
             return []
         placeholders = ", ".join("?" for _ in ranked)
         rows = self._all(
-            f"SELECT rowid, {CHUNKS.column_list} FROM chunks WHERE rowid IN ({placeholders})",
+            f"SELECT rowid, {CHUNKS.select_list} FROM chunks WHERE rowid IN ({placeholders})",
             [rowid for _, rowid in ranked],
             "search",
         )
-        by_rowid = {_rowid(found): chunk_from_columns(found) for found in rows}
+        by_rowid = {_rowid(found): chunk_from_columns(found, _ENCODING) for found in rows}
         return [SearchHit(chunk=by_rowid[rowid], score=score) for score, rowid in ranked if rowid in by_rowid]
 
 def _rowid(found: sqlite3.Row) -> int:

@@ -1,7 +1,8 @@
 """TableStore: the ResultStore methods both backends share, over a few queries each backend writes.
 
 A backend (``SqliteStore``, ``CassandraStore``) supplies its :class:`~docstream.store.rows.ColumnEncoding`,
-one upsert and one read by primary key for any table, and the three keyset page queries;
+one upsert, one update of some columns, one map-entry write and one read by primary key for any table, the
+three keyset page queries and a document's result rows;
 everything between those queries and the rows — which columns, in which order, how a row
 is built back, limits and paging — is here and in :mod:`docstream.store.rows`, once. What
 only one backend does (Cassandra's logged jobs batch, chunk writes, search, migrations)
@@ -11,10 +12,20 @@ stays in that backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, ClassVar
 
-from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.base import (
+    ApiKeyRow,
+    ChunkRow,
+    DocState,
+    DocumentResultRow,
+    DocumentRow,
+    JobDocumentRow,
+    JobRow,
+    TaskTally,
+)
 from docstream.store.paging import at_least_one, keyset_rows
 from docstream.store.rows import (
     API_KEYS,
@@ -22,6 +33,7 @@ from docstream.store.rows import (
     DOCUMENTS,
     JOB_DOCUMENTS,
     JOBS,
+    USAGE_COLUMNS,
     ColumnEncoding,
     Columns,
     Table,
@@ -36,9 +48,19 @@ from docstream.store.rows import (
     job_document_to_columns,
     job_from_columns,
     job_to_columns,
+    task_tally_to_json,
+    usage_to_columns,
 )
+from docstream.tasks.base import check_task_name
+from docstream.usage import Usage
 
-__all__ = ["TableStore"]
+__all__ = ["MAX_RESULTS_PER_DOCUMENT", "TableStore"]
+
+MAX_RESULTS_PER_DOCUMENT = 64
+"""Most document_results rows ``list_document_results`` reads of one document (one per model_id: a job's
+tasks, at most 8, and the models of replays beside them)."""
+
+_STATUS_COLUMNS = ("status", "error_code", *USAGE_COLUMNS, "updated_at")
 
 
 def _doc_id(row: JobDocumentRow) -> str:
@@ -53,9 +75,9 @@ class TableStore(ABC):
     """The row reads and writes of ``ResultStore``, written once over a backend's queries.
 
     A subclass sets ``_encoding`` (how it stores timestamps, options, absent text) and
-    ``_page_size`` (rows per ``iter_chunks`` query), and implements ``_upsert``, ``_get`` and
-    the page queries ``_jobs_page``, ``_job_documents_page``, ``_chunks_page``: rows strictly
-    after a key, ordered by it, at most ``limit`` of them, read by column name.
+    ``_page_size`` (rows per ``iter_chunks`` query), and implements ``_upsert``, ``_update``, ``_set_entry``,
+    ``_get``, ``_document_results_of`` and the page queries ``_jobs_page``, ``_job_documents_page``,
+    ``_chunks_page``: rows strictly after a key, ordered by it, at most ``limit`` of them, read by column name.
     """
 
     _encoding: ClassVar[ColumnEncoding]
@@ -70,6 +92,28 @@ class TableStore(ABC):
     @abstractmethod
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
         """The row of ``table`` whose primary key (``table.key`` order) is ``key``, or ``None``."""
+
+    @abstractmethod
+    def _update(self, table: Table, key: Sequence[Any], columns: Sequence[str], values: Sequence[Any],
+                operation: str) -> None:
+        """Write only ``columns`` (``values`` in their order) of the row whose key is ``key``, creating it if absent.
+
+        Every other column of an existing row stays as it is.
+        """
+
+    @abstractmethod
+    def _set_entry(self, table: Table, key: Sequence[Any], column: str, entry: tuple[str, str],
+                   also: Mapping[str, Any], created: Mapping[str, Any], operation: str) -> None:
+        """Set one entry (name, text) of the text map ``column`` of one row, and the ``also`` columns, atomically.
+
+        Other entries stay: two writers of different entries both land, whatever their order. A row the
+        write creates also gets ``created`` where the backend cannot leave those columns empty (SQLite's
+        NOT NULL); a backend that can writes nothing for them, and they read back as the same values.
+        """
+
+    @abstractmethod
+    def _document_results_of(self, doc_id: str, limit: int) -> Sequence[Columns]:
+        """A document's document_results rows, by model_id, at most ``limit``."""
 
     @abstractmethod
     def _jobs_page(self, tenant: str, after: str, limit: int) -> Sequence[Columns]:
@@ -121,6 +165,32 @@ class TableStore(ABC):
             StoreError: the write failed transiently.
         """
         self._upsert(JOB_DOCUMENTS, job_document_to_columns(row, self._encoding), "upsert_job_document")
+
+    def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
+                                 updated_at: datetime) -> None:
+        """Set one task's entry of a job_documents row, and its updated_at; other entries stay (idempotent).
+
+        A row this creates holds no status (SQLite: ``submitted``, as it reads on both backends), no filename.
+
+        Raises:
+            InputError: ``task`` is not a task name (``task_invalid``).
+            StoreError: the write failed transiently.
+        """
+        check_task_name(task)
+        self._set_entry(JOB_DOCUMENTS, (job_id, doc_id), "tasks", (task, task_tally_to_json(tally)),
+                        {"updated_at": self._encoding.timestamp(updated_at)}, {"status": "submitted"},
+                        "upsert_job_document_task")
+
+    def update_job_document_status(self, job_id: str, doc_id: str, status: DocState, error_code: str | None,
+                                   usage: Usage | None, updated_at: datetime) -> None:
+        """Set only status, error_code, usage and updated_at of a job_documents row (filename and tasks stay).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        encoding = self._encoding
+        values = (status, encoding.text(error_code), *usage_to_columns(usage, encoding), encoding.timestamp(updated_at))
+        self._update(JOB_DOCUMENTS, (job_id, doc_id), _STATUS_COLUMNS, values, "update_job_document_status")
 
     def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
         """One page of a job's documents ordered by doc_id, strictly after ``after``.
@@ -183,6 +253,17 @@ class TableStore(ABC):
         found = self._get(DOCUMENT_RESULTS, (doc_id, model_id), "get_document_result")
         return None if found is None else document_result_from_columns(found, self._encoding)
 
+    def list_document_results(self, doc_id: str) -> list[DocumentResultRow]:
+        """Every document_results row of a document (one per model_id), by model_id.
+
+        At most ``MAX_RESULTS_PER_DOCUMENT`` rows, the first by model_id.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._document_results_of(doc_id, MAX_RESULTS_PER_DOCUMENT)
+        return [document_result_from_columns(row, self._encoding) for row in found]
+
     # -- chunks ----------------------------------------------------------------------
 
     def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
@@ -193,7 +274,7 @@ class TableStore(ABC):
         """
 
         def _page(after: int, limit: int) -> list[ChunkRow]:
-            return [chunk_from_columns(found) for found in self._chunks_page(doc_id, model_id, after, limit)]
+            return self._chunks(doc_id, model_id, after, limit)
 
         return keyset_rows(_page, start=-1, key=_chunk_index, page_size=self._page_size)
 
@@ -205,7 +286,11 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         at_least_one("limit", limit)
-        return [chunk_from_columns(found) for found in self._chunks_page(doc_id, model_id, after, limit)]
+        return self._chunks(doc_id, model_id, after, limit)
+
+    def _chunks(self, doc_id: str, model_id: str, after: int, limit: int) -> list[ChunkRow]:
+        page = self._chunks_page(doc_id, model_id, after, limit)
+        return [chunk_from_columns(found, self._encoding) for found in page]
 
     # -- API keys --------------------------------------------------------------------
 
