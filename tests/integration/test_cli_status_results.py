@@ -13,8 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from docstream.export import chunks_path
+from docstream.export import TASK_DOCUMENT_SCHEMA, chunks_path
 from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.base import TaskTally
+from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 from docstream_cli.app import app
 
@@ -86,6 +88,55 @@ def test_results_parquet_files(cli_store: ResultStore, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert pq.read_table(target).num_rows == 4
     assert pq.read_table(chunks_path(target)).num_rows == 6
+
+
+def _seed_entities(store: ResultStore, documents: int) -> str:
+    """A job of embed and entities: ``_seed``'s rows, with the entities results beside them (one chunk each)."""
+    job_id = _seed(store, documents=documents, chunks=2)
+    job = store.get_job(job_id)
+    assert job is not None
+    store.upsert_job(replace(job, options={**job.options, "tasks": "embed,entities"}))
+    mention = Mention("Ada Lovelace", "PERSON", 12, 24, 1, 0.5)
+    for i in range(1, documents):
+        doc_id = f"{job_id}-d{i:02d}"
+        store.upsert_document_result(DocumentResultRow(
+            doc_id, "ner@1", job_id, "completed", 1, 0, 7, [], "", datetime.now(UTC), task="entities",
+            mentions=(mention,), entities=(EntitySummary("PERSON", "ada lovelace", 1, (1,)),)))
+        store.upsert_chunks([ChunkRow(doc_id, "ner@1", 0, f"{doc_id}-n0", job_id, "chunk", 1, 1, 0, 9, 7, [],
+                                      task="entities", mentions=(mention,))])
+        store.upsert_job_document_task(job_id, doc_id, "entities", TaskTally("completed"), datetime.now(UTC))
+    return job_id
+
+
+def _jsonl(output: bytes) -> list[dict[str, object]]:
+    return [json.loads(line) for line in output.decode().splitlines()]
+
+
+def test_results_per_task(cli_store: ResultStore, tmp_path: Path) -> None:
+    job_id = _seed_entities(cli_store, documents=3)
+    runner = CliRunner()
+    every = runner.invoke(app, ["results", job_id, "--chunks"])
+    assert every.exit_code == 0, every.output
+    lines = _jsonl(every.stdout_bytes)
+    assert [(x["record"], x["task"], x["model_id"]) for x in lines if x["doc_id"] == f"{job_id}-d01"] == [
+        ("document", "embed", "m1"), ("chunk", "embed", "m1"), ("chunk", "embed", "m1"),
+        ("document", "entities", "ner@1"), ("chunk", "entities", "ner@1")]
+    failed = [(x["task"], x["status"]) for x in lines if x["doc_id"] == f"{job_id}-d00"]
+    assert failed == [("embed", "failed"), ("entities", "failed")]
+    entities = runner.invoke(app, ["results", job_id, "--task", "entities"])
+    assert entities.exit_code == 0, entities.output
+    found = _jsonl(entities.stdout_bytes)
+    assert [x["task"] for x in found] == ["entities"] * 3
+    assert found[1]["mentions"] == [{"text": "Ada Lovelace", "label": "PERSON", "start": 12, "end": 24, "page": 1,
+                                     "score": 0.5}]
+    embed = runner.invoke(app, ["results", job_id, "--task", "embed"])
+    assert embed.exit_code == 0 and all("task" not in x for x in _jsonl(embed.stdout_bytes))
+    target = tmp_path / "tasks.parquet"
+    parquet = runner.invoke(app, ["results", job_id, "--task", "embed", "--task", "entities", "--format", "parquet",
+                                  "--out", str(target)])
+    assert parquet.exit_code == 0, parquet.output
+    assert pq.read_table(target).schema.equals(TASK_DOCUMENT_SCHEMA) and pq.read_table(target).num_rows == 6
+    assert runner.invoke(app, ["results", job_id, "--task", "No Such"]).exit_code == 1
 
 
 def test_results_and_status_of_an_unknown_job(cli_store: ResultStore) -> None:

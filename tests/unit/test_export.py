@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from docstream.errors import InputError
-from docstream.export import CHUNK_SCHEMA, DOCUMENT_SCHEMA, chunks_path, export_results
-from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.export import (
+    CHUNK_SCHEMA,
+    DOCUMENT_SCHEMA,
+    TASK_CHUNK_SCHEMA,
+    TASK_DOCUMENT_SCHEMA,
+    chunks_path,
+    document_task_results,
+    export_results,
+    job_task_names,
+)
+from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, TaskTally
+from docstream.tasks.base import EntitySummary, Mention
 
 T0 = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 
@@ -45,6 +55,9 @@ class FakeStore:
 
     def get_document_result(self, doc_id: str, model_id: str) -> DocumentResultRow | None:
         return self.results.get((doc_id, model_id))
+
+    def list_document_results(self, doc_id: str) -> list[DocumentResultRow]:
+        return [row for (doc, _), row in sorted(self.results.items()) if doc == doc_id]
 
     def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
         yield from self.chunks.get((doc_id, model_id), [])
@@ -190,3 +203,122 @@ def test_the_results_preview_counts_and_shows_documents_not_their_chunks(tmp_pat
     text = console.export_text()
     assert f"3 documents in {out}" in text
     assert "d0.pdf" in text and "text 0" not in text
+
+
+# -- tasks -------------------------------------------------------------------------------
+
+MENTION = Mention("Ada Lovelace", "PERSON", 3, 15, 1, 0.5)
+ENTITY = EntitySummary("PERSON", "ada lovelace", 1, (1,))
+
+
+def _task_store(tasks: str = "embed,entities,classify") -> FakeStore:
+    """``_store(3)`` with the job asking for three tasks: d0 has all three results, d1 embed and entities."""
+    store = _store(3, options={"model_id": "m", "tasks": tasks})
+    for doc_id in ("d0", "d1"):
+        store.results[(doc_id, "ner@1")] = DocumentResultRow(
+            doc_id, "ner@1", "j1", "partial", 2, 1, 10, [], "max=256", T0, task="entities", mentions=(MENTION,),
+            entities=(ENTITY,), mentions_truncated=True)
+        store.chunks[(doc_id, "ner@1")] = [ChunkRow(doc_id, "ner@1", 0, f"{doc_id}-0", "j1", "text 0", 1, 1, 0, 6, 3,
+                                                    [], task="entities", mentions=(MENTION,))]
+    store.results[("d0", "cls@1")] = DocumentResultRow(
+        "d0", "cls@1", "j1", "completed", 2, 0, 10, [], "max=256", T0, task="classify",
+        label_scores={"finance": 0.75, "sport": 0.25}, top_label="finance", top_chunks=(1, 0))
+    store.entries[1] = replace(store.entries[1], tasks={"classify": TaskTally("failed")})
+    return store
+
+
+def test_job_task_names_from_the_jobs_option() -> None:
+    assert job_task_names({}) == ("embed",)
+    assert job_task_names({"tasks": ""}) == ("embed",)
+    assert job_task_names({"tasks": "embed, entities,embed"}) == ("embed", "entities")
+    assert job_task_names({"tasks": '["classify", "embed"]'}) == ("classify", "embed")
+    assert job_task_names({"tasks": '[{"name": "classify", "labels": []}, {"name": "risk"}]'}) == ("classify", "risk")
+    assert job_task_names({"tasks": "[not json"}) == ("embed",)
+
+
+def _row(task: str, model_id: str) -> DocumentResultRow:
+    return DocumentResultRow("d", model_id, "j", "completed", 1, 0, 1, [], "", T0, task=task)
+
+
+def test_document_task_results_selects_sorts_and_marks_the_missing() -> None:
+    rows = [_row("embed", "e@2"), _row("entities", "n@1"), _row("embed", "e@1")]
+    every = document_task_results(rows, tasks=None, job_tasks=("embed", "classify"))
+    assert [(t, r.model_id if r else None) for t, r in every] == [
+        ("classify", None), ("embed", "e@1"), ("embed", "e@2"), ("entities", "n@1")]
+    chosen = document_task_results(rows, tasks=["entities", "risk"], job_tasks=("embed",))
+    assert [(t, r.model_id if r else None) for t, r in chosen] == [("entities", "n@1"), ("risk", None)]
+    one_model = document_task_results(rows, tasks=None, job_tasks=("embed", "classify"), model_id="e@2")
+    assert [(t, r.model_id if r else None) for t, r in one_model] == [("embed", "e@2")]
+    assert document_task_results([], tasks=None, job_tasks=("embed", "classify"), model_id="x") == [
+        ("embed", None)]
+
+
+def test_jsonl_of_a_job_of_several_tasks_has_a_record_per_task_with_its_chunks() -> None:
+    out = io.BytesIO()
+    summary = export_results(_task_store(), "j1", out, chunks=True)  # type: ignore[arg-type]
+    lines = _lines(out.getvalue())
+    assert [(x["record"], x["doc_id"], x["task"], x["model_id"]) for x in lines] == [
+        ("document", "d0", "classify", "cls@1"),
+        ("document", "d0", "embed", "m"), ("chunk", "d0", "embed", "m"), ("chunk", "d0", "embed", "m"),
+        ("document", "d0", "entities", "ner@1"), ("chunk", "d0", "entities", "ner@1"),
+        ("document", "d1", "classify", None),
+        ("document", "d1", "embed", "m"), ("chunk", "d1", "embed", "m"), ("chunk", "d1", "embed", "m"),
+        ("document", "d1", "entities", "ner@1"), ("chunk", "d1", "entities", "ner@1"),
+        ("document", "d2", "classify", None), ("document", "d2", "embed", "m"), ("document", "d2", "entities", None),
+    ]
+    assert (summary.documents, summary.chunks, summary.tasks) == (9, 6, ())
+    assert set(lines[0]) == {"record", *TASK_DOCUMENT_SCHEMA.names}
+    assert (lines[0]["label_scores"], lines[0]["top_label"], lines[0]["top_chunks"]) == (
+        {"finance": 0.75, "sport": 0.25}, "finance", [1, 0])
+    entities = lines[4]
+    assert entities["mentions"] == [{"text": "Ada Lovelace", "label": "PERSON", "start": 3, "end": 15, "page": 1,
+                                     "score": 0.5}]
+    assert entities["entities"] == [{"label": "PERSON", "text": "ada lovelace", "count": 1, "pages": [1]}]
+    assert (entities["status"], entities["mentions_truncated"], entities["embedding"]) == ("partial", True, None)
+    assert set(lines[5]) == {"record", *TASK_CHUNK_SCHEMA.names} and lines[5]["mentions"] == entities["mentions"]
+    # no result: the task's tally in the job, else the document's status, its fields empty
+    assert (lines[6]["status"], lines[6]["mentions"], lines[6]["label_scores"]) == ("failed", None, None)
+    assert (lines[-1]["status"], lines[-1]["error_code"]) == ("failed", "encrypted")
+
+
+def test_tasks_filter_and_embed_alone_keeps_the_records_of_before() -> None:
+    out = io.BytesIO()
+    export_results(_task_store(), "j1", out, tasks=["entities"])  # type: ignore[arg-type]
+    assert [(x["doc_id"], x["task"], x["status"]) for x in _lines(out.getvalue())] == [
+        ("d0", "entities", "partial"), ("d1", "entities", "partial"), ("d2", "entities", "failed")]
+    out = io.BytesIO()
+    summary = export_results(_task_store(), "j1", out, tasks=["embed"])  # type: ignore[arg-type]
+    embed_only = io.BytesIO()
+    export_results(_store(), "j1", embed_only)  # type: ignore[arg-type]
+    assert out.getvalue() == embed_only.getvalue() and summary.tasks == ("embed",)
+    assert {"task", "mentions"}.isdisjoint(_lines(out.getvalue())[0])
+    with pytest.raises(InputError) as info:
+        export_results(_task_store(), "j1", io.BytesIO(), tasks=["Bad name"])  # type: ignore[arg-type]
+    assert info.value.code == "task_invalid"
+
+
+def test_a_task_the_job_never_asked_for_has_no_status() -> None:
+    out = io.BytesIO()
+    export_results(_task_store("embed,entities"), "j1", out, tasks=["risk"])  # type: ignore[arg-type]
+    assert [(x["task"], x["status"]) for x in _lines(out.getvalue())] == [("risk", None)] * 3
+
+
+def test_parquet_of_tasks_types_the_task_fields(tmp_path: Path) -> None:
+    target = tmp_path / "results.parquet"
+    export_results(_task_store(), "j1", target, fmt="parquet", chunks=True, row_group_size=2)  # type: ignore[arg-type]
+    documents = pq.ParquetFile(target)
+    assert documents.schema_arrow.equals(TASK_DOCUMENT_SCHEMA) and documents.metadata.num_rows == 9
+    rows = pq.read_table(target).to_pylist()
+    assert rows[0]["label_scores"] == [("finance", 0.75), ("sport", 0.25)]  # an Arrow map reads as pairs
+    assert rows[2]["mentions"] == [{"text": "Ada Lovelace", "label": "PERSON", "start": 3, "end": 15, "page": 1,
+                                    "score": 0.5}]
+    assert rows[2]["entities"] == [{"label": "PERSON", "text": "ada lovelace", "count": 1, "pages": [1]}]
+    chunks = pq.ParquetFile(chunks_path(target))
+    assert chunks.schema_arrow.equals(TASK_CHUNK_SCHEMA) and chunks.metadata.num_rows == 6
+    assert [r["task"] for r in pq.read_table(chunks_path(target)).to_pylist()][:3] == ["embed", "embed", "entities"]
+
+
+def test_parquet_of_embed_alone_keeps_the_schema_of_before(tmp_path: Path) -> None:
+    target = tmp_path / "results.parquet"
+    export_results(_task_store(), "j1", target, fmt="parquet", tasks=["embed"])  # type: ignore[arg-type]
+    assert pq.ParquetFile(target).schema_arrow.equals(DOCUMENT_SCHEMA)

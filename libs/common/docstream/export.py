@@ -8,12 +8,19 @@ or after each bounded row group (Parquet). A job of any size is never held in me
   that document's ``"record": "chunk"`` lines.
 * Parquet: the documents in ``out``; with ``chunks`` the chunks in a second file beside it,
   ``<name>.chunks.parquet`` (one schema per file).
+
+Tasks (docs/reducer.md "Export per task"): an export of the ``embed`` task alone (a job of embed only, or
+``tasks=["embed"]``) writes the records above, one per document, unchanged. Any other export writes one
+document record per (document, task result): the document's result rows (``list_document_results``) of
+the chosen tasks (``tasks``; None: every task of the document), each with ``task`` and that task's fields
+(``TASK_DOCUMENT_SCHEMA``), and a record without results for a task of the job that has none yet; its
+chunks follow each record, with their own task fields (``TASK_CHUNK_SCHEMA``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,18 +30,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from docstream.errors import InputError
-from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, ResultStore
+from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name
 
 __all__ = [
     "CHUNK_SCHEMA",
     "DOCUMENT_SCHEMA",
+    "ENTITY_TYPE",
+    "MENTION_TYPE",
+    "TASK_CHUNK_SCHEMA",
+    "TASK_DOCUMENT_SCHEMA",
     "ExportFormat",
     "ExportSummary",
     "chunk_record",
     "chunks_path",
     "document_record",
+    "document_task_results",
     "export_results",
+    "job_task_names",
     "resolve_model_id",
+    "task_chunk_record",
+    "task_document_record",
 ]
 
 ExportFormat = Literal["jsonl", "parquet"]
@@ -83,6 +99,47 @@ CHUNK_SCHEMA = pa.schema([
 ])
 """Columns of the chunks Parquet file (and keys of a JSON Lines chunk record)."""
 
+MENTION_TYPE = pa.struct([
+    ("text", pa.string()),
+    ("label", pa.string()),
+    ("start", pa.int64()),
+    ("end", pa.int64()),
+    ("page", pa.int32()),
+    ("score", pa.float32()),
+])
+"""An entity mention in document offsets (the Avro ``EntityMention``; a chunk's ``cut`` is not stored)."""
+
+ENTITY_TYPE = pa.struct([
+    ("label", pa.string()),
+    ("text", pa.string()),
+    ("count", pa.int32()),
+    ("pages", pa.list_(pa.int32())),
+])
+"""A distinct entity of a document (the Avro ``EntitySummary``)."""
+
+TASK_DOCUMENT_SCHEMA = pa.schema([
+    *DOCUMENT_SCHEMA,
+    pa.field("task", pa.string()),
+    pa.field("label_scores", pa.map_(pa.string(), pa.float64())),
+    pa.field("top_label", pa.string()),
+    pa.field("top_chunks", pa.list_(pa.int32())),
+    pa.field("mentions", pa.list_(MENTION_TYPE)),
+    pa.field("entities", pa.list_(ENTITY_TYPE)),
+    pa.field("mentions_truncated", pa.bool_()),
+    pa.field("output", pa.string()),
+])
+"""Columns of a documents file of tasks: ``DOCUMENT_SCHEMA``'s, then the task and its fields (``output``: a user
+task's JSON text, as stored: Arrow has no type for any JSON value)."""
+
+TASK_CHUNK_SCHEMA = pa.schema([
+    *CHUNK_SCHEMA,
+    pa.field("task", pa.string()),
+    pa.field("label_scores", pa.map_(pa.string(), pa.float32())),
+    pa.field("mentions", pa.list_(MENTION_TYPE)),
+    pa.field("output", pa.string()),
+])
+"""Columns of a chunks file of tasks: ``CHUNK_SCHEMA``'s, then the task and its fields."""
+
 
 @dataclass(frozen=True, slots=True)
 class ExportSummary:
@@ -91,14 +148,17 @@ class ExportSummary:
     Attributes:
         documents: document records written.
         chunks: chunk records written.
-        model_id: the model whose results were exported.
+        model_id: the model whose results were exported (of embed; ``""`` when a task export knows none).
         paths: files written (empty when writing to a stream).
+        tasks: see below.
     """
 
     documents: int
     chunks: int
     model_id: str
     paths: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    """The tasks asked for (empty: every task of each document); ``(embed,)`` for an export of embed only."""
 
 
 def resolve_model_id(store: ResultStore, job_id: str, model_id: str | None, default_model_id: str | None) -> str:
@@ -107,17 +167,69 @@ def resolve_model_id(store: ResultStore, job_id: str, model_id: str | None, defa
     Raises:
         InputError: the job does not exist (``job_not_found``) or no model is known (``model_unknown``).
     """
-    job = store.get_job(job_id)
-    if job is None:
-        raise InputError(f"no job {job_id}", code="job_not_found")
-    chosen = model_id or job.options.get("model_id") or default_model_id
+    chosen = _model_of(_job(store, job_id), model_id, default_model_id)
     if not chosen:
         raise InputError(f"job {job_id}: no model_id option and no default model", code="model_unknown")
     return chosen
 
 
+def _job(store: ResultStore, job_id: str) -> JobRow:
+    job = store.get_job(job_id)
+    if job is None:
+        raise InputError(f"no job {job_id}", code="job_not_found")
+    return job
+
+
+def _model_of(job: JobRow, model_id: str | None, default_model_id: str | None) -> str | None:
+    return model_id or job.options.get("model_id") or default_model_id
+
+
+def job_task_names(options: Mapping[str, str]) -> tuple[str, ...]:
+    """The tasks a job asks for, from its ``tasks`` option; ``(embed,)`` when it has none (every job before tasks).
+
+    The option holds the names comma-separated, or a JSON list of names or of ``TaskRequest`` dicts. A value
+    that is none of these counts as no option.
+    """
+    raw = (options.get("tasks") or "").strip()
+    names: list[str] = []
+    if raw.startswith("["):
+        try:
+            listed = json.loads(raw)
+        except ValueError:
+            listed = []
+        for item in listed if isinstance(listed, list) else []:
+            name = item.get("name") if isinstance(item, Mapping) else item
+            names.append(name if isinstance(name, str) else "")
+    else:
+        names = [part.strip() for part in raw.split(",")]
+    kept = tuple(dict.fromkeys(name for name in names if name))
+    return kept or (EMBED,)
+
+
+def document_task_results(
+    results: Sequence[DocumentResultRow], *, tasks: Sequence[str] | None, job_tasks: Sequence[str],
+    model_id: str | None = None,
+) -> list[tuple[str, DocumentResultRow | None]]:
+    """Which of a document's result rows a task export writes: (task, row) by task, then model_id.
+
+    Args:
+        results: the document's result rows (``list_document_results``).
+        tasks: the tasks asked for; None: every task of the document.
+        job_tasks: the job's tasks: one asked for (or, with ``tasks`` None, any) without a row gets ``(task, None)``.
+        model_id: only rows of this model (and no ``None`` entries but embed's).
+    """
+    wanted = None if tasks is None else set(tasks)
+    kept = [r for r in results if (wanted is None or r.task in wanted) and (model_id is None or r.model_id == model_id)]
+    found = {r.task for r in kept}
+    asked = job_tasks if tasks is None else tasks
+    missing = [t for t in asked if t not in found and (model_id is None or t == EMBED)]
+    entries: list[tuple[str, DocumentResultRow | None]] = [(r.task, r) for r in kept]
+    entries += [(task, None) for task in dict.fromkeys(missing)]
+    return sorted(entries, key=lambda e: (e[0], e[1].model_id if e[1] is not None else ""))
+
+
 def document_record(
-    entry: JobDocumentRow, document: DocumentRow | None, result: DocumentResultRow | None, model_id: str
+    entry: JobDocumentRow, document: DocumentRow | None, result: DocumentResultRow | None, model_id: str | None
 ) -> dict[str, Any]:
     """One document's export record (``DOCUMENT_SCHEMA`` keys); fields the store lacks are None."""
     return {
@@ -166,16 +278,104 @@ def chunk_record(chunk: ChunkRow) -> dict[str, Any]:
     }
 
 
+def _mention(mention: Mention) -> dict[str, Any]:
+    return mention.to_record(chunk=False)
+
+
+def _entity(entity: EntitySummary) -> dict[str, Any]:
+    return entity.to_record()
+
+
+def task_document_record(
+    entry: JobDocumentRow, document: DocumentRow | None, task: str, result: DocumentResultRow | None,
+    *, model_id: str | None, job_tasks: Sequence[str],
+) -> dict[str, Any]:
+    """One (document, task) export record (``TASK_DOCUMENT_SCHEMA`` keys).
+
+    Without a result row: ``model_id`` (known for embed only, else None), the task's status in the job's
+    tallies, else the document's when the job asks for the task, else None; the task's fields empty.
+    """
+    record = document_record(entry, document, result, result.model_id if result is not None else model_id)
+    if result is None:
+        tally = entry.tasks.get(task)
+        record["status"] = tally.status if tally is not None else entry.status if task in job_tasks else None
+        return {**record, "task": task, "label_scores": None, "top_label": None, "top_chunks": None,
+                "mentions": None, "entities": None, "mentions_truncated": None, "output": None}
+    return {
+        **record,
+        "task": task,
+        "label_scores": dict(result.label_scores),
+        "top_label": result.top_label,
+        "top_chunks": list(result.top_chunks),
+        "mentions": [_mention(m) for m in result.mentions],
+        "entities": [_entity(e) for e in result.entities],
+        "mentions_truncated": result.mentions_truncated,
+        "output": result.output,
+    }
+
+
+def task_chunk_record(chunk: ChunkRow) -> dict[str, Any]:
+    """One chunk's record of a task export (``TASK_CHUNK_SCHEMA`` keys)."""
+    return {
+        **chunk_record(chunk),
+        "task": chunk.task,
+        "label_scores": dict(chunk.label_scores),
+        "mentions": [_mention(m) for m in chunk.mentions],
+        "output": chunk.output,
+    }
+
+
 def chunks_path(path: Path) -> Path:
     """Where Parquet chunks go beside the documents file ``path``: ``<stem>.chunks.parquet``."""
     return path.with_name(f"{path.stem}.chunks.parquet")
 
 
-def _documents(store: ResultStore, job_id: str, model_id: str, page_size: int) -> Iterator[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    """What an export writes: embed alone (the records of before tasks) or task records."""
+
+    by_task: bool
+    model_id: str | None
+    tasks: tuple[str, ...] | None
+    job_tasks: tuple[str, ...]
+    only_model: str | None
+
+
+def _select(job: JobRow, tasks: Sequence[str] | None, model_id: str | None,
+            default_model_id: str | None) -> _Selection:
+    chosen = None if tasks is None else tuple(dict.fromkeys(check_task_name(t) for t in tasks))
+    if chosen == ():
+        chosen = None
+    job_tasks = job_task_names(job.options)
+    by_task = (chosen or job_tasks) != (EMBED,)
+    model = _model_of(job, model_id, default_model_id)
+    if not by_task and not model:
+        raise InputError(f"job {job.job_id}: no model_id option and no default model", code="model_unknown")
+    return _Selection(by_task, model, chosen, job_tasks, model_id)
+
+
+def _records(store: ResultStore, job_id: str, selection: _Selection, chunks: bool,
+             page_size: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("document" | "chunk", record) in export order, one document's records at a time."""
     for entry in store.iter_job_documents(job_id, page_size=page_size):
         document = store.get_document(entry.doc_id)
-        result = store.get_document_result(entry.doc_id, model_id)
-        yield document_record(entry, document, result, model_id)
+        if not selection.by_task:
+            model = selection.model_id or ""
+            result = store.get_document_result(entry.doc_id, model)
+            yield "document", document_record(entry, document, result, model)
+            if chunks:
+                for chunk in store.iter_chunks(entry.doc_id, model):
+                    yield "chunk", chunk_record(chunk)
+            continue
+        rows = document_task_results(store.list_document_results(entry.doc_id), tasks=selection.tasks,
+                                     job_tasks=selection.job_tasks, model_id=selection.only_model)
+        for task, row in rows:
+            known = selection.model_id if task == EMBED else None
+            yield "document", task_document_record(entry, document, task, row, model_id=known,
+                                                   job_tasks=selection.job_tasks)
+            if chunks and row is not None:
+                for chunk in store.iter_chunks(entry.doc_id, row.model_id):
+                    yield "chunk", task_chunk_record(chunk)
 
 
 def _json_default(value: Any) -> Any:
@@ -276,6 +476,7 @@ def export_results(
     chunks: bool = False,
     model_id: str | None = None,
     default_model_id: str | None = None,
+    tasks: Sequence[str] | None = None,
     row_group_size: int = 1000,
     page_size: int = 500,
 ) -> ExportSummary:
@@ -286,21 +487,25 @@ def export_results(
         job_id: the job.
         out: a file path, or a binary stream (JSON Lines, or Parquet without chunks).
         fmt: ``jsonl`` or ``parquet``.
-        chunks: also export every chunk (text, pages, embedding).
-        model_id: whose results; default: the job's ``model_id`` option, else ``default_model_id``.
+        chunks: also export every chunk (text, pages, embedding, the task's fields).
+        model_id: whose results; default: the job's ``model_id`` option, else ``default_model_id`` (embed);
+            in a task export, given: only the rows of this model.
         default_model_id: the service default model.
+        tasks: the tasks whose results to export; None: every task of each document (the job's tasks
+            without results get a record too). Embed alone writes the records of an export before tasks.
         row_group_size: rows per Parquet row group (documents; chunks use the same bound).
         page_size: documents per store page.
 
     Raises:
-        InputError: unknown job or model, an unknown format, or Parquet chunks asked for on a stream.
+        InputError: unknown job or model, a bad task name, an unknown format, or Parquet chunks asked for
+            on a stream.
         StoreError: the store failed (transient).
     """
     if fmt not in ("jsonl", "parquet"):
         raise InputError(f"unknown format {fmt!r}: jsonl or parquet", code="invalid_format")
     if row_group_size < 1:
         raise InputError("row_group_size must be >= 1", code="invalid_row_group_size")
-    model = resolve_model_id(store, job_id, model_id, default_model_id)
+    selection = _select(_job(store, job_id), tasks, model_id, default_model_id)
     path = Path(out) if isinstance(out, (str, Path)) else None
     if fmt == "parquet" and chunks and path is None:
         raise InputError("parquet with chunks writes two files: give a file path", code="invalid_output")
@@ -312,19 +517,22 @@ def export_results(
             paths.append(str(path))
         writer: _Writer = _JsonLines(handle or out)  # type: ignore[arg-type]
     else:
-        documents = _RowGroups(str(path) if path is not None else out, DOCUMENT_SCHEMA, row_group_size)
-        chunk_groups = _RowGroups(str(chunks_path(path)), CHUNK_SCHEMA, row_group_size) if chunks and path else None
+        document_schema = TASK_DOCUMENT_SCHEMA if selection.by_task else DOCUMENT_SCHEMA
+        chunk_schema = TASK_CHUNK_SCHEMA if selection.by_task else CHUNK_SCHEMA
+        documents = _RowGroups(str(path) if path is not None else out, document_schema, row_group_size)
+        chunk_groups = _RowGroups(str(chunks_path(path)), chunk_schema, row_group_size) if chunks and path else None
         paths += [str(path)] if path is not None else []
         paths += [str(chunks_path(path))] if chunk_groups is not None and path is not None else []
         writer = _Parquet(documents, chunk_groups)
     try:
-        for record in _documents(store, job_id, model, page_size):
-            writer.document(record)
-            if chunks:
-                for chunk in store.iter_chunks(record["doc_id"], model):
-                    writer.chunk(chunk_record(chunk))
+        for kind, record in _records(store, job_id, selection, chunks, page_size):
+            if kind == "document":
+                writer.document(record)
+            else:
+                writer.chunk(record)
     finally:
         writer.close()
         if handle is not None:
             handle.close()
-    return ExportSummary(writer.documents, writer.chunks, model, tuple(paths))
+    exported = selection.tasks or (() if selection.by_task else (EMBED,))
+    return ExportSummary(writer.documents, writer.chunks, selection.model_id or "", tuple(paths), exported)

@@ -256,6 +256,11 @@ def results(
     chunks: Annotated[bool, typer.Option("--chunks", help="Also export every chunk (text, pages, embedding).")] = False,
     out: Annotated[str | None, typer.Option("--out", "-o", help="Output file; jsonl default: stdout.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model whose results; default: the job's.")] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option("--task", help="Only this task's results (repeatable); default: every task of the job. "
+                     "--task embed alone gives the records of an embed job."),
+    ] = None,
     config: str | None = _ConfigOpt,
     state_dir: str | None = _StateDirOpt,
 ) -> None:
@@ -263,7 +268,7 @@ def results(
     settings = _store_reader(config, state_dir)
     module: Any = import_module("docstream_reducer.commands")
     raise typer.Exit(module.results_command(job_id, fmt=fmt, chunks=chunks, out=out, model_id=model,
-                                            settings=settings))
+                                            tasks=task or None, settings=settings))
 
 
 def _run_tool(config: str | None, state_dir: str | None, command: Any, *, broker: bool = False) -> int:

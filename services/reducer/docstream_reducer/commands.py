@@ -6,6 +6,7 @@ Exit status: 0 done, 1 failed (store, bad input), 4 no such job.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -95,13 +96,15 @@ def results_command(
     chunks: bool = False,
     out: str | None = None,
     model_id: str | None = None,
+    tasks: Sequence[str] | None = None,
     config: str | None = None,
     settings: Settings | None = None,
     stdout: IO[bytes] | None = None,
 ) -> int:
     """Export a job's documents (and chunks): JSON Lines to stdout by default, Parquet to ``out``.
 
-    The store is ``settings``' (else that of the settings read from ``config``).
+    The store is ``settings``' (else that of the settings read from ``config``). ``tasks``: only these
+    tasks' results (``docstream.export``); None: every task of the job.
     """
     err = Console(stderr=True)
     configure_logging(level="WARNING", fmt="console")  # logs on stderr: stdout carries the export
@@ -117,7 +120,7 @@ def results_command(
         try:
             summary = export_results(
                 store, job_id, Path(out) if out else (stdout or sys.stdout.buffer), fmt=_format(fmt), chunks=chunks,
-                model_id=model_id, default_model_id=settings.inference.model_id,
+                model_id=model_id, default_model_id=settings.inference.model_id, tasks=tasks,
             )
         finally:
             store.close()
@@ -128,7 +131,8 @@ def results_command(
         err.print(f"error [{exc.code}]: {exc.message}", highlight=False)
         return EXIT_FAILED
     where = ", ".join(summary.paths) or "stdout"
-    err.print(f"exported {summary.documents} documents, {summary.chunks} chunks ({summary.model_id}) to {where}",
+    whose = summary.model_id if summary.tasks == ("embed",) else "tasks: " + (", ".join(summary.tasks) or "all")
+    err.print(f"exported {summary.documents} documents, {summary.chunks} chunks ({whose}) to {where}",
               highlight=False)
     return EXIT_OK
 
