@@ -240,11 +240,15 @@ def _scores(value: Any) -> dict[str, float]:
 
 def _float32_scores(scores: Mapping[str, float]) -> dict[str, float]:
     # chunks.label_scores is map<text, float> in Cassandra: both backends keep the float32 values
+    if not scores:  # every embed chunk: no numpy call on the hot path
+        return {}
     return dict(zip(scores, float32_values(list(scores.values())), strict=True))
 
 
-def _mention_values(mentions: Iterable[Mention]) -> list[tuple[Any, ...]]:
+def _mention_values(mentions: Sequence[Mention]) -> list[tuple[Any, ...]]:
     # entity_mention's fields in order; the score is a CQL float (float32); ``cut`` is not stored
+    if not mentions:
+        return []
     listed = list(mentions)
     scores = float32_values([m.score for m in listed])
     return [(m.text, m.label, m.start, m.end, m.page, score) for m, score in zip(listed, scores, strict=True)]
