@@ -210,3 +210,9 @@ def test_a_folder_that_is_not_a_model_is_model_unavailable(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as info:
         EntitiesTask.load(_settings(model_path=str(tmp_path / "empty")))
     assert info.value.code == "model_unavailable"
+
+
+def test_a_prepared_hugging_face_batch_can_be_run_twice(hf_folder: Path) -> None:
+    task = EntitiesTask.load(_settings(model_path=str(hf_folder)))
+    prepared = task.prepare(SENTENCES[:2], [REQUEST] * 2)
+    assert task.run(prepared) == task.run(prepared)  # a failed batch is run again by the pipeline

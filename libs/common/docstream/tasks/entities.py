@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol
 
 from docstream.errors import ConfigError
 from docstream.logging import get_logger
+from docstream.runtime import DeviceSetting, runtime_candidates
 from docstream.tasks.base import (
     ENTITIES,
     MAX_CHUNK_MENTIONS,
@@ -177,7 +178,7 @@ def iob_spans(offsets: Sequence[tuple[int, int]], labels: Sequence[str], scores:
 class HfTokenRecognizer:
     """A local Hugging Face token-classification folder, on torch in inference mode."""
 
-    def __init__(self, folder: Path, *, device_setting: str, model_id: str | None = None) -> None:
+    def __init__(self, folder: Path, *, device_setting: DeviceSetting, model_id: str | None = None) -> None:
         """Load ``folder`` (local files only).
 
         Raises:
@@ -187,13 +188,10 @@ class HfTokenRecognizer:
         import torch
         from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-        from docstream.runtime import runtime_candidates
-
         if not (folder / "config.json").is_file():
             raise _unavailable(f"tasks.entities.model_path {folder} holds no Hugging Face model (config.json)")
-        runtime = runtime_candidates("fp32", device=device_setting,  # type: ignore[arg-type]
-                                     cuda_available=bool(torch.cuda.is_available()), cpu_flags=(),
-                                     cpu_count=torch.get_num_threads())[0]
+        runtime = runtime_candidates("fp32", device=device_setting, cuda_available=bool(torch.cuda.is_available()),
+                                     cpu_flags=(), cpu_count=torch.get_num_threads())[0]
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
             self._model = AutoModelForTokenClassification.from_pretrained(folder, local_files_only=True)
@@ -218,9 +216,10 @@ class HfTokenRecognizer:
     def spans(self, features: Any) -> list[tuple[Span, ...]]:
         """The forward pass, then IOB2 aggregation per text."""
         torch = self._torch
-        offsets = features.pop("offset_mapping").tolist()
+        offsets = features["offset_mapping"].tolist()
         words = [features.word_ids(i) for i in range(len(offsets))]
-        inputs = {k: v.to(self.device) for k, v in features.items()}
+        # the prepared batch is left as it is: a batch that failed may be run again
+        inputs = {k: v.to(self.device) for k, v in features.items() if k != "offset_mapping"}
         with torch.inference_mode():
             probabilities = torch.softmax(self._model(**inputs).logits.float(), dim=-1)
         best, chosen = probabilities.max(dim=-1)
