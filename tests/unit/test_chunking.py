@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import random
@@ -79,6 +80,15 @@ def words_with_spans(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in re.finditer(r"\S+", text)]
 
 
+def page_starts_inside(pages: Sequence[PageText], chunk: Chunk) -> tuple[int, ...]:
+    """Where each page after the chunk's first begins in the document text, for pages numbered 1, 2, 3..."""
+    starts, offset = [], 0
+    for page in pages:
+        starts.append(offset)
+        offset += len(page.text) + len(PAGE_SEPARATOR)
+    return tuple(starts[n - 1] for n in range(chunk.page_start + 1, chunk.page_end + 1))
+
+
 def check_invariants(chunks: list[Chunk], pages: Sequence[PageText], counter: TokenCounter, budget: int) -> None:
     text = document_text(pages)
     assert [c.index for c in chunks] == list(range(len(chunks)))
@@ -88,6 +98,7 @@ def check_invariants(chunks: list[Chunk], pages: Sequence[PageText], counter: To
         assert 0 < chunk.token_count <= budget
         assert counter.count([chunk.text]) == [chunk.token_count]
         assert chunk.page_start <= chunk.page_end
+        assert chunk.page_breaks == page_starts_inside(pages, chunk)
     starts = [c.char_start for c in chunks]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
     # every word is in some chunk, and chunks cover the text without gaps between them
@@ -202,6 +213,43 @@ def test_page_numbers_are_taken_from_the_pages() -> None:
     pages = [PageText(7, "Seven abcd."), PageText(9, "Nine abcd.")]
     [chunk] = chunk_document(pages, ChunkingConfig(), FakeCounter())
     assert (chunk.page_start, chunk.page_end) == (7, 9)
+    nine = len("Seven abcd." + PAGE_SEPARATOR)
+    assert chunk.page_breaks == (nine, nine)  # page 8, missing, begins (empty) where page 9 does
+
+
+def _page_of(chunk: Chunk, offset: int) -> int:
+    return chunk.page_start + bisect.bisect_right(chunk.page_breaks, offset)
+
+
+def test_page_breaks_are_where_the_later_pages_of_a_chunk_begin() -> None:
+    pages = [PageText(n, f"pg{n} " + " ".join(["abcd"] * 10) + ".") for n in range(1, 5)]
+    text = document_text(pages)
+    [whole] = chunk_document(pages, ChunkingConfig(64, 0), FakeCounter())  # pages 1-4 in one chunk
+    assert whole.page_breaks == tuple(text.index(f"pg{n}") for n in (2, 3, 4))
+    for n in range(1, 5):
+        assert _page_of(whole, text.index(f"pg{n}")) == n
+        assert _page_of(whole, text.index(f"pg{n}") - 1) == max(n - 1, 1)  # the separator: the page before
+
+    spans = {(c.page_start, c.page_end): c for c in chunk_document(pages, ChunkingConfig(30, 0), FakeCounter())}
+    two = next(c for (first, last), c in spans.items() if last == first + 1)
+    assert two.page_breaks == (text.index(f"pg{two.page_end}"),)
+    assert two.char_start < two.page_breaks[0] < two.char_end
+
+
+def test_a_chunk_spanning_three_pages_has_two_breaks() -> None:
+    pages = [PageText(n, f"pg{n} abcd abcd.") for n in (1, 2, 3)] + [PageText(4, " ".join(["abcd"] * 30) + ".")]
+    text = document_text(pages)
+    first, *rest = chunk_document(pages, ChunkingConfig(16, 0), FakeCounter())
+    assert (first.page_start, first.page_end) == (1, 3)  # cut where page 4's paragraph starts
+    assert first.page_breaks == (text.index("pg2"), text.index("pg3"))
+    assert all(c.page_breaks == () for c in rest)
+
+
+def test_a_one_page_chunk_has_no_breaks() -> None:
+    pages = [PageText(1, " ".join(["Abcd abcd abcd."] * 20)), PageText(2, "pg2 abcd.")]
+    chunks = chunk_document(pages, ChunkingConfig(16, 0), FakeCounter())
+    assert chunks[0].page_end == chunks[0].page_start == 1
+    assert all(c.page_breaks == () for c in chunks if c.page_start == c.page_end)
 
 
 def test_heading_in_force_at_the_chunk_start() -> None:

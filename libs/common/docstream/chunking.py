@@ -127,6 +127,10 @@ class Chunk:
         char_end: offset one past the last character.
         token_count: tokens by the model tokenizer, without special tokens.
         heading: the section heading in force at ``char_start``, if any.
+        page_breaks: offsets in the document's extracted text where the chunk's pages after
+            ``page_start`` begin (one per page, ``page_start + 1`` to ``page_end``; a page number
+            missing from the pages begins where the next one does); empty for a one-page chunk. The
+            page of an offset ``o`` in the chunk is ``page_start + bisect_right(page_breaks, o)``.
     """
 
     index: int
@@ -137,6 +141,7 @@ class Chunk:
     char_end: int
     token_count: int
     heading: str | None = None
+    page_breaks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,20 +409,33 @@ def _split_word(start: int, end: int, text: str, budget: int, counter: TokenCoun
     raise InputError(f"tokenizer {counter.name} cannot cut a word within {budget} tokens", code="invalid_options")
 
 
+def _page_breaks(index: _Index, first: int, last: int) -> tuple[int, ...]:
+    """Where pages ``page_start + 1``..``page_end`` of a chunk spanning index pages ``first``..``last`` begin.
+
+    A page number missing between two pages begins (empty) where the next page does, so there is one
+    offset per page number.
+    """
+    numbers, offsets = index.page_numbers, index.page_offsets
+    return tuple(offsets[j] for j in range(first + 1, last + 1) for _ in range(max(numbers[j] - numbers[j - 1], 0)))
+
+
 def _chunks(index: _Index, spans: list[tuple[int, int, int]]) -> list[Chunk]:
     chunks = []
+    offsets = index.page_offsets
     for i, (start, end, tokens) in enumerate(spans):
         h = bisect_right(index.heading_offsets, start) - 1
+        first, last = bisect_right(offsets, start) - 1, bisect_right(offsets, end - 1) - 1
         chunks.append(
             Chunk(
                 index=i,
                 text=index.text[start:end],
-                page_start=index.page_numbers[bisect_right(index.page_offsets, start) - 1],
-                page_end=index.page_numbers[bisect_right(index.page_offsets, end - 1) - 1],
+                page_start=index.page_numbers[first],
+                page_end=index.page_numbers[last],
                 char_start=start,
                 char_end=end,
                 token_count=tokens,
                 heading=index.heading_titles[h] if h >= 0 else None,
+                page_breaks=_page_breaks(index, first, last),
             )
         )
     return chunks
