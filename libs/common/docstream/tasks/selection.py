@@ -1,0 +1,164 @@
+"""The tasks a job asks for: parsed from the command line, checked once, kept on the job row (docs/intake.md).
+
+Pure: no registry lookup (which imports a user's module) and no I/O; ``docstream_ingest.intake`` checks
+that a registry knows every name. A job that names no task asks for ``embed`` alone, and is written as
+it was before tasks existed: records with ``tasks = []`` and no ``tasks`` job option, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from docstream.errors import InputError
+from docstream.tasks.base import CLASSIFY, EMBED, MAX_LABELS, MAX_TASKS, Label, TaskRequest, requested_tasks
+
+if TYPE_CHECKING:
+    from docstream.store.base import JobRow
+
+__all__ = [
+    "DEFAULT_TASKS",
+    "TASKS_OPTION",
+    "check_job_tasks",
+    "command_line_tasks",
+    "job_tasks",
+    "parse_labels",
+    "task_records",
+    "tasks_option",
+]
+
+DEFAULT_TASKS: tuple[TaskRequest, ...] = (TaskRequest(EMBED),)
+"""What a job asks for when it names no task."""
+TASKS_OPTION = "tasks"
+"""The ``JobRow.options`` key of the job's tasks (canonical JSON of their ``TaskRequest`` records)."""
+
+_MAX_LABELS_TEXT = 64 * 1024
+
+
+def parse_labels(text: str) -> tuple[Label, ...]:
+    """The labels of ``--labels``: ``name`` or ``name=description`` items separated by commas, or a JSON list.
+
+    The JSON form (text starting with ``[``) holds strings (``"name"`` / ``"name=description"``) or
+    objects ``{"name": ..., "description": ...}``; it is the way to give a description holding a comma.
+    Empty comma-separated items are skipped.
+
+    Raises:
+        InputError: ``labels_invalid``: no label, malformed JSON, an invalid or duplicate label, too many.
+    """
+    if len(text) > _MAX_LABELS_TEXT:
+        raise InputError(f"--labels is longer than {_MAX_LABELS_TEXT} characters", code="labels_invalid")
+    stripped = text.strip()
+    if stripped.startswith("["):
+        labels = _json_labels(stripped)
+    else:
+        labels = tuple(Label.parse(item) for item in stripped.split(",") if item.strip())
+    if not labels:
+        raise InputError("--labels names no label", code="labels_invalid")
+    if len(labels) > MAX_LABELS:
+        raise InputError(f"at most {MAX_LABELS} labels, got {len(labels)}", code="labels_invalid")
+    return labels
+
+
+def _json_labels(text: str) -> tuple[Label, ...]:
+    try:
+        items = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"--labels is not a JSON list: {exc}", code="labels_invalid") from exc
+    if not isinstance(items, list):
+        raise InputError("--labels JSON must be a list", code="labels_invalid")
+    labels = []
+    for item in items:
+        if isinstance(item, str):
+            labels.append(Label.parse(item))
+        elif isinstance(item, dict) and isinstance(item.get("name"), str) and set(item) <= {"name", "description"} \
+                and isinstance(item.get("description"), str | None):
+            labels.append(Label(item["name"].strip(), item.get("description") or None))
+        else:
+            raise InputError(f"--labels item {str(item)[:120]!r} is neither a string nor {{name, description}}",
+                             code="labels_invalid")
+    return tuple(labels)
+
+
+def command_line_tasks(names: Sequence[str], labels: Sequence[Label] = ()) -> tuple[TaskRequest, ...]:
+    """The tasks of ``--task NAME`` (repeated; resolved to task names) and ``--labels``, which go to classify.
+
+    No name: ``embed``. The result still goes through ``check_job_tasks``.
+
+    Raises:
+        InputError: ``labels_without_classify``: labels, and no classify to give them to; ``task_invalid``.
+    """
+    chosen = list(names) or [EMBED]
+    if labels and CLASSIFY not in chosen:
+        raise InputError(f"--labels are for the classify task, and the job asks for {', '.join(chosen)} only: "
+                         "add --task classify", code="labels_without_classify")
+    return tuple(TaskRequest(name, tuple(labels) if name == CLASSIFY else ()) for name in chosen)
+
+
+def check_job_tasks(tasks: Sequence[TaskRequest], *, default_labels: Sequence[str] = ()) -> tuple[TaskRequest, ...]:
+    """``tasks`` when a job may ask for them, classify's labels filled in from ``default_labels`` when it has none.
+
+    Args:
+        tasks: what the job asks for.
+        default_labels: ``tasks.classify.labels`` of the submitting process (``name`` or
+            ``name=description``): the labels of a classify request that gives none. They are written
+            into the request, so the records and the job row say which labels the job was scored on.
+
+    Raises:
+        InputError: ``task_invalid`` (none, more than ``MAX_TASKS``, a name twice),
+            ``labels_without_classify`` (labels on another task), ``labels_missing`` (classify
+            without labels, and no default), ``labels_invalid`` (a default label).
+    """
+    if not tasks:
+        raise InputError("a job asks for at least one task", code="task_invalid")
+    if len(tasks) > MAX_TASKS:
+        raise InputError(f"at most {MAX_TASKS} tasks, got {len(tasks)}", code="task_invalid")
+    names = [task.name for task in tasks]
+    if len(set(names)) != len(names):
+        raise InputError(f"a task is named twice: {', '.join(names)}", code="task_invalid")
+    resolved = []
+    for task in tasks:
+        if task.labels and task.name != CLASSIFY:
+            raise InputError(f"task {task.name!r} takes no labels: labels are for classify",
+                             code="labels_without_classify")
+        if task.name == CLASSIFY and not task.labels:
+            if not default_labels:
+                raise InputError("classify needs labels: give them with the job (--labels, or the task's labels "
+                                 "over HTTP) or set tasks.classify.labels", code="labels_missing")
+            task = TaskRequest(CLASSIFY, tuple(Label.parse(text) for text in default_labels))
+        resolved.append(task)
+    return tuple(resolved)
+
+
+def task_records(tasks: Sequence[TaskRequest]) -> list[dict[str, Any]]:
+    """The ``tasks`` field of the job's records: ``TaskRequest`` dicts; ``[]`` for ``DEFAULT_TASKS``."""
+    if tuple(tasks) == DEFAULT_TASKS:
+        return []
+    return [task.to_record() for task in tasks]
+
+
+def tasks_option(tasks: Sequence[TaskRequest]) -> str | None:
+    """The ``tasks`` job option: canonical JSON of ``task_records``; None for ``DEFAULT_TASKS`` (no option)."""
+    records = task_records(tasks)
+    if not records:
+        return None
+    return json.dumps(records, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def job_tasks(row: JobRow) -> tuple[TaskRequest, ...]:
+    """The tasks a job asks for, from its row's ``tasks`` option; none (jobs from before tasks, external
+    producers' jobs): ``DEFAULT_TASKS``.
+
+    Raises:
+        InputError: the option is not a JSON list of valid ``TaskRequest`` records.
+    """
+    text = row.options.get(TASKS_OPTION)
+    if not text:
+        return DEFAULT_TASKS
+    try:
+        records = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"the job's tasks option is not JSON: {exc}", code="task_invalid") from exc
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise InputError("the job's tasks option is not a list of task records", code="task_invalid")
+    return requested_tasks(records)
