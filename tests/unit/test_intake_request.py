@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from docstream import ids
-from docstream.errors import InputError
+from docstream.errors import ConfigError, InputError
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted
 from docstream.settings import Settings
 from docstream.store.sqlite import SqliteStore
+from docstream.tasks.base import Label, TaskFold, TaskRequest
+from docstream.tasks.fold_embed import EmbedFold
+from docstream.tasks.selection import job_tasks
 from docstream.topics import Topics
+from docstream_ingest.commands import cli_tasks
 from docstream_ingest.intake import IntakeClients, SubmitResult, Upload, submit_paths, submit_uploads, submit_uris
 from docstream_ingest.request import JobRequest, validate_job_request
 
@@ -249,3 +255,150 @@ def test_without_atomic_the_rest_of_a_request_goes(intake: Intake, submit: Submi
 
     assert (len(result.documents), [r.code for r in result.refused]) == (1, ["empty"])
     assert len(intake.producer.produced) == 1
+
+
+# -- the job's tasks ----------------------------------------------------------------------
+
+
+class EchoTask:
+    """A user task class as the registry finds it (its runner is never loaded here)."""
+
+    name: ClassVar[str] = "echo-intake"
+    fold: ClassVar[TaskFold] = EmbedFold()
+
+    @classmethod
+    def load(cls, settings: Any) -> Any:
+        raise AssertionError("intake never loads a task's model")
+
+
+ECHO_REFERENCE = f"{__name__}:EchoTask"
+SPORT = (Label("sport"), Label("biology", "Text about plants"))
+TASKS = (TaskRequest("embed"), TaskRequest("classify", SPORT), TaskRequest("entities"))
+
+
+def test_a_request_asks_for_embed_alone_by_default() -> None:
+    assert JobRequest().tasks == (TaskRequest("embed"),)
+    assert "tasks" not in JobRequest().job_options()
+
+
+def test_job_options_keep_the_tasks_as_canonical_json() -> None:
+    options = JobRequest(model_id="m-1", tasks=TASKS).job_options()
+    assert options["model_id"] == "m-1"
+    assert json.loads(options["tasks"]) == [task.to_record() for task in TASKS]
+    assert options["tasks"] == json.dumps(json.loads(options["tasks"]), sort_keys=True, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(("tasks", "code"), [
+    ((), "task_invalid"),
+    ((TaskRequest("embed"), TaskRequest("embed")), "task_invalid"),
+    ((TaskRequest("entities", SPORT),), "labels_without_classify"),
+    ((TaskRequest("classify"),), "labels_missing"),
+], ids=["none", "twice", "labels-on-entities", "classify-without-labels"])
+def test_impossible_tasks_are_refused_with_their_code(tasks: tuple[TaskRequest, ...], code: str) -> None:
+    with pytest.raises(InputError) as caught:
+        _check(JobRequest(tasks=tasks))
+    assert caught.value.code == code
+
+
+def test_tasks_are_checked_after_the_other_options() -> None:
+    with pytest.raises(InputError) as caught:
+        _check(JobRequest(webhook_url="ftp://example.com", tasks=()))
+    assert caught.value.code == "invalid_webhook_url"
+
+
+def test_classify_without_labels_takes_the_default_labels() -> None:
+    request = JobRequest(tasks=(TaskRequest("embed"), TaskRequest("classify")))
+    checked = validate_job_request(request, default_max_tokens=DEFAULT_MAX_TOKENS,
+                                   default_labels=["sport", "biology=Text about plants"])
+    assert checked.tasks == (TaskRequest("embed"), TaskRequest("classify", SPORT))
+    assert dataclasses.replace(checked, tasks=request.tasks) == request
+
+
+@ENTRY_POINTS
+def test_every_document_of_the_job_carries_its_tasks_and_the_job_row_keeps_them(
+    intake: Intake, submit: Submit
+) -> None:
+    submit(intake, {"a.txt": b"first document", "b.txt": b"second document"},
+           dataclasses.replace(REQUEST, tasks=TASKS))
+
+    records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
+    assert len(records) == 2
+    assert all(r.tasks == [task.to_record() for task in TASKS] for r in records)
+    job = intake.store.get_job("job-1")
+    assert job is not None and job_tasks(job) == TASKS
+    assert {key: value for key, value in job.options.items() if key != "tasks"} == {
+        "model_id": "m-1", "chunk_max_tokens": "64", "chunk_overlap_tokens": "8"}
+
+
+@ENTRY_POINTS
+def test_a_default_job_writes_records_and_rows_as_before_tasks(intake: Intake, submit: Submit) -> None:
+    submit(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("embed"),)))
+
+    records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
+    assert [r.tasks for r in records] == [[]]
+    job = intake.store.get_job("job-1")
+    assert job is not None and job.options == {}
+
+
+def test_classify_without_labels_records_the_service_labels(intake: Intake) -> None:
+    clients = dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
+        tasks={"classify": {"labels": ["sport", "biology=Text about plants"]}}))
+    intake.clients = clients
+    _by_paths(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("classify"),)))
+
+    records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
+    assert [r.tasks for r in records] == [[TaskRequest("classify", SPORT).to_record()]]
+
+
+@ENTRY_POINTS
+def test_a_task_no_registry_knows_is_refused_with_the_known_names(intake: Intake, submit: Submit) -> None:
+    with pytest.raises(InputError) as caught:
+        submit(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("sentiment"),)))
+    assert caught.value.code == "task_unavailable"
+    assert "known tasks: embed, classify, entities" in caught.value.message
+    assert intake.store.get_job("job-1") is None
+    assert intake.producer.produced == []
+
+
+def test_a_user_task_of_tasks_custom_is_known(intake: Intake) -> None:
+    intake.clients = dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
+        tasks={"custom": {"echo-intake": ECHO_REFERENCE}}))
+    _by_paths(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("echo-intake"),)))
+
+    records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
+    assert [r.tasks for r in records] == [[{"name": "echo-intake", "labels": []}]]
+
+
+def test_a_module_class_task_stands_for_its_name(intake: Intake) -> None:
+    tasks = cli_tasks(["embed", ECHO_REFERENCE], None, intake.clients.settings)
+    assert tasks == (TaskRequest("embed"), TaskRequest("echo-intake"))
+    _by_paths(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=tasks))  # resolved: known
+    assert len(intake.producer.produced) == 1
+
+
+@pytest.mark.parametrize("spec", ["nowhere.at.all:Task", f"{__name__}:AT", f"{__name__}:Missing", "a:"])
+def test_a_module_class_that_is_no_task_is_refused(intake: Intake, spec: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        cli_tasks([spec], None, intake.clients.settings)
+    assert caught.value.code == "task_unavailable"
+
+
+def test_command_line_labels_go_to_classify(intake: Intake) -> None:
+    settings = intake.clients.settings
+    assert cli_tasks(["classify", "embed"], "sport,biology=Text about plants", settings) == (
+        TaskRequest("classify", SPORT), TaskRequest("embed"))
+    assert cli_tasks([], None, settings) == (TaskRequest("embed"),)
+    with pytest.raises(InputError) as caught:
+        cli_tasks(["embed"], "sport", settings)
+    assert caught.value.code == "labels_without_classify"
+
+
+def test_submitting_to_a_job_with_other_tasks_is_refused(intake: Intake) -> None:
+    _by_paths(intake, {"a.txt": b"first"}, JobRequest(job_id="job-1", tasks=TASKS))
+    _by_paths(intake, {"b.txt": b"second"}, JobRequest(job_id="job-1", tasks=TASKS))  # the same tasks: fine
+    for other in ((TaskRequest("embed"),), (TaskRequest("classify", SPORT[:1]),)):
+        with pytest.raises(InputError) as caught:
+            _by_paths(intake, {"c.txt": b"third"}, JobRequest(job_id="job-1", tasks=other))
+        assert caught.value.code == "job_tasks_mismatch"
+    job = intake.store.get_job("job-1")
+    assert job is not None and job.document_count == 2 and job_tasks(job) == TASKS

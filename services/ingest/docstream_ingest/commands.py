@@ -31,15 +31,33 @@ from docstream.objectstore import ObjectStore
 from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, ResultStore, open_store
+from docstream.tasks.base import TaskRequest
+from docstream.tasks.registry import resolve_task
+from docstream.tasks.selection import command_line_tasks, parse_labels
 from docstream.topics import Topics
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome
 from docstream_ingest.request import JobRequest
 
-__all__ = ["intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
+__all__ = ["cli_tasks", "intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
 
 _SHOWN_ROWS = 50
 _POLL_S = 0.5
+
+
+def cli_tasks(specs: Sequence[str], labels: str | None, settings: Settings) -> tuple[TaskRequest, ...]:
+    """The job's tasks from ``--task`` (repeated: a name, or ``module:Class``) and ``--labels`` (for classify).
+
+    A ``module:Class`` is imported (no model loaded) and stands for its class's name; the records carry
+    the name. Whether a registry knows each name is checked by the intake, with the rest of the request.
+
+    Raises:
+        InputError: ``task_invalid``, ``labels_invalid``, ``labels_without_classify``.
+        ConfigError: ``task_unavailable``: a ``module:Class`` that does not import or is no task class.
+    """
+    custom = dict(settings.tasks.custom)
+    names = [resolve_task(spec, custom) if ":" in spec else spec for spec in specs]
+    return command_line_tasks(names, parse_labels(labels) if labels is not None else ())
 
 
 def prepare_intake(settings: Settings) -> None:
@@ -164,19 +182,25 @@ def submit_command(
     webhook_url: str | None = None,
     wait: bool = False,
     timeout_s: float | None = None,
+    tasks: Sequence[str] = (),
+    labels: str | None = None,
 ) -> int:
-    """Run `docstream submit`; returns the exit status (see the module docstring)."""
+    """Run `docstream submit`; returns the exit status (see the module docstring).
+
+    ``tasks`` and ``labels`` are the ``--task`` and ``--labels`` options (``cli_tasks``).
+    """
     errors = Console(stderr=True)
     try:
         settings = load_settings(config)
         configure_logging(level=settings.log.level, fmt=settings.log.format, service="submit")
         # the job id is checked (and printed) before any work; the other options, by submit_paths
         job_id = validate_id(job_id or new_job_id())
+        requested = cli_tasks(tasks, labels, settings)
     except DocstreamError as exc:
         errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
         return EXIT_FAILED
     request = JobRequest(job_id=job_id, tenant=tenant, model_id=model_id, chunk_max_tokens=chunk_max_tokens,
-                         chunk_overlap_tokens=chunk_overlap_tokens, webhook_url=webhook_url)
+                         chunk_overlap_tokens=chunk_overlap_tokens, webhook_url=webhook_url, tasks=requested)
     sys.stdout.write(job_id + "\n")
     sys.stdout.flush()
     console = Console()

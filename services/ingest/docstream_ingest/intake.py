@@ -38,12 +38,15 @@ from fsspec.core import url_to_fs
 
 from docstream import ids
 from docstream.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
-from docstream.errors import InputError
+from docstream.errors import ConfigError, InputError
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
 from docstream.settings import Settings
 from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
+from docstream.tasks.registry import known_task_names, task_class
+from docstream.tasks.selection import job_tasks, task_records
 from docstream.topics import Topics
 from docstream_ingest.request import JobRequest, validate_job_request
 
@@ -421,14 +424,35 @@ def _resubmit_if_unprocessed(_doc_id: str, status: DocState) -> bool:
     return status == "submitted"
 
 
-def _existing_job(store: ResultStore, job_id: str, tenant: str) -> tuple[JobRow | None, dict[str, DocState]]:
+def _check_tasks_known(tasks: Sequence[TaskRequest], custom: dict[str, str]) -> None:
+    """Refuse a task no registry knows. Built-ins are known by name: their runners (and spaCy, torch)
+    need not be importable where documents are submitted. A user task's class is imported (no model
+    is loaded), as the inference service will."""
+    for task in tasks:
+        if task.name in BUILTIN_TASKS:
+            continue
+        try:
+            task_class(task.name, custom)
+        except ConfigError as exc:
+            known = ", ".join(known_task_names(custom))
+            raise InputError(f"{exc.message} (known tasks: {known})", code="task_unavailable") from exc
+
+
+def _existing_job(
+    store: ResultStore, job_id: str, request: JobRequest
+) -> tuple[JobRow | None, dict[str, DocState]]:
     job = store.get_job(job_id)
     if job is None:
         return None, {}
-    if job.tenant != tenant:
+    if job.tenant != request.tenant:
         raise InputError(f"job {job_id} belongs to another tenant", code="job_tenant_mismatch")
     if job.status == "cancelled":
         raise InputError(f"job {job_id} is cancelled", code="job_cancelled")
+    if job_tasks(job) != request.tasks:
+        # a job's tasks are fixed when it is created: its completion counts every document for each of them
+        asked = ", ".join(task.name for task in job_tasks(job))
+        raise InputError(f"job {job_id} asks for tasks {asked} (with their labels): submit to it with the same "
+                         "--task and --labels", code="job_tasks_mismatch")
     return job, {row.doc_id: row.status for row in store.iter_job_documents(job_id)}
 
 
@@ -491,6 +515,7 @@ def _produce(
             model_id=request.model_id,
             chunk_max_tokens=request.chunk_max_tokens,
             chunk_overlap_tokens=request.chunk_overlap_tokens,
+            tasks=task_records(request.tasks),
         )
         clients.producer.produce(topic, doc.doc_id, clients.serde.serialize(record, topic))
     clients.producer.flush(clients.flush_timeout_s)
@@ -507,10 +532,12 @@ def _submit(
     resubmit: Callable[[str, DocState], bool] | None = None,
 ) -> SubmitResult:
     settings, store = clients.settings, clients.store
-    validate_job_request(request, default_max_tokens=settings.chunker.max_tokens)
+    request = validate_job_request(request, default_max_tokens=settings.chunker.max_tokens,
+                                   default_labels=settings.tasks.classify.labels)
+    _check_tasks_known(request.tasks, dict(settings.tasks.custom))
     job_id = request.job_id or ids.new_job_id()
     log = _log.bind(job_id=job_id, tenant=request.tenant)
-    earlier, existing = _existing_job(store, job_id, request.tenant)
+    earlier, existing = _existing_job(store, job_id, request)
     objects = clients.objects or ObjectStore(settings.object_store)
     collected = _Collector(job_id, settings, objects, existing, resubmit or _resubmit_if_unprocessed)
     for candidate in sources(collected):
@@ -564,8 +591,9 @@ def submit_paths(
             doc_id and status; default: only while it is still ``submitted``.
 
     Raises:
-        InputError: bad job id, tenant, chunk options or webhook URL; the job belongs to
-            another tenant or is cancelled.
+        InputError: bad job id, tenant, chunk options, webhook URL or tasks (``task_invalid``,
+            ``labels_*``, ``task_unavailable``: no registry knows the name); the job belongs to
+            another tenant, is cancelled, or asks for other tasks (``job_tasks_mismatch``).
         RetryableError: the object store, the result store or the broker failed; rows may be
             written, and submitting again with the same job id completes the job.
         FatalError: the broker refused the records.

@@ -8,11 +8,14 @@ it is pure (no I/O, no clock), so its rules are tested on their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from docstream.errors import InputError
 from docstream.ids import validate_id
+from docstream.tasks.base import TaskRequest
+from docstream.tasks.selection import DEFAULT_TASKS, TASKS_OPTION, check_job_tasks, tasks_option
 
 __all__ = ["JobRequest", "validate_job_request"]
 
@@ -32,6 +35,8 @@ class JobRequest:
         chunk_overlap_tokens: per-job chunk overlap (None: the service default).
         webhook_url: called by the reducer when the job ends.
         atomic: when anything is refused, submit nothing (no rows, no records).
+        tasks: what inference runs on the job's chunks (default: embed alone); checked by
+            ``validate_job_request``, which also fills in classify's default labels.
     """
 
     job_id: str | None = None
@@ -41,29 +46,43 @@ class JobRequest:
     chunk_overlap_tokens: int | None = None
     webhook_url: str | None = None
     atomic: bool = False
+    tasks: tuple[TaskRequest, ...] = DEFAULT_TASKS
 
     def job_options(self) -> dict[str, str]:
-        """The options kept on the jobs row (``JobRow.options``): the ones given, as strings."""
+        """The options kept on the jobs row (``JobRow.options``): the ones given, as strings.
+
+        The tasks are kept under ``tasks`` as canonical JSON (``docstream.tasks.selection.job_tasks``
+        reads them back), only when they are not the default embed alone.
+        """
         values = {
             "model_id": self.model_id,
             "chunk_max_tokens": self.chunk_max_tokens,
             "chunk_overlap_tokens": self.chunk_overlap_tokens,
+            TASKS_OPTION: tasks_option(self.tasks),
         }
         return {key: str(value) for key, value in values.items() if value is not None}
 
 
-def validate_job_request(request: JobRequest, *, default_max_tokens: int) -> JobRequest:
+def validate_job_request(
+    request: JobRequest, *, default_max_tokens: int, default_labels: Sequence[str] = ()
+) -> JobRequest:
     """``request`` when every option is valid; checks run in the order of the codes below.
 
     Args:
         request: the submission's options.
         default_max_tokens: the chunk size when the request names none (``chunker.max_tokens``);
             the overlap must stay below it.
+        default_labels: ``tasks.classify.labels``: a classify task without labels gets these
+            (``docstream.tasks.selection.check_job_tasks``).
+
+    Returns:
+        ``request`` itself, or a copy whose classify task holds the default labels.
 
     Raises:
         InputError: ``invalid_job_id``, ``invalid_tenant``, ``invalid_chunk_options`` (size
             outside 8-8192, overlap negative or not below the size), ``invalid_webhook_url``
-            (not http or https).
+            (not http or https), then the tasks' ``task_invalid``, ``labels_without_classify``,
+            ``labels_missing``, ``labels_invalid``.
     """
     if request.job_id:
         validate_id(request.job_id)
@@ -76,4 +95,5 @@ def validate_job_request(request: JobRequest, *, default_max_tokens: int) -> Job
         )
     if request.webhook_url is not None and urlsplit(request.webhook_url).scheme not in _WEBHOOK_SCHEMES:
         raise InputError("webhook_url must be an http(s) URL", code="invalid_webhook_url")
-    return request
+    tasks = check_job_tasks(request.tasks, default_labels=default_labels)
+    return request if tasks == request.tasks else replace(request, tasks=tasks)
