@@ -194,6 +194,18 @@ def apikey_revoke(
     raise typer.Exit(module.apikey_revoke_command(key=key, config=config))
 
 
+_TaskOpt = typer.Option(
+    None, "--task", metavar="NAME",
+    help="A task for the job's chunks (repeat for several): embed, classify, entities, a user task's name, or "
+         "module:Class. Default: embed alone (docs/tasks.md).",
+)
+_LabelsOpt = typer.Option(
+    None, "--labels",
+    help='The classify labels: "name,name=description,..." (a description holds no comma), or a JSON list of '
+         'names or {"name", "description"} objects. Default: tasks.classify.labels.',
+)
+
+
 @app.command()
 def submit(
     paths: Annotated[list[str], typer.Argument(help="Files, folders (walked) and .zip/.tar/.tar.gz archives.")],
@@ -207,6 +219,8 @@ def submit(
         "--wait", help="Wait until the job ends, with a progress bar (docs/s, ETA); the exit status says how it ended."
     )] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after N seconds.")] = None,
+    task: list[str] | None = _TaskOpt,
+    labels: str | None = _LabelsOpt,
     config: str | None = _ConfigOpt,
 ) -> None:
     """Submit documents: print the job id at once, then what was submitted and refused (docs/intake.md).
@@ -233,6 +247,8 @@ def submit(
             webhook_url=webhook,
             wait=wait,
             timeout_s=timeout,
+            tasks=task or (),
+            labels=labels,
         )
     )
 
@@ -419,6 +435,8 @@ def run(
         ".docstream"
     ),
     timeout: Annotated[float | None, typer.Option("--timeout", help="Give up after N seconds.")] = None,
+    task: list[str] | None = _TaskOpt,
+    labels: str | None = _LabelsOpt,
     config: str | None = _ConfigOpt,
 ) -> None:
     """Run the whole pipeline in this process on the embedded stack (tansu, SQLite, a local folder).
@@ -445,7 +463,7 @@ def run(
     if overrides:
         settings = settings.with_overrides(**overrides)
     code = run_command(paths, settings=settings, out=Path(out) if out else None, state_dir=Path(state_dir),
-                       timeout_s=timeout, chunks=chunks)
+                       timeout_s=timeout, chunks=chunks, tasks=task or (), labels=labels)
     # Results are exported, the store and the broker closed, the summary printed. What is left is the
     # interpreter's teardown of torch and of the threads libraries leave behind (~1.5 s): not waited for.
     _exit_now(code)

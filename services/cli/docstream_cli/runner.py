@@ -56,6 +56,8 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
 from docstream.store import ResultStore, SqliteStore
+from docstream.tasks.base import TaskRequest
+from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 from docstream.topics import Topics
 from docstream.usage import Usage, total_usage
 from docstream_cli.runstate import LOCAL_STATE_DIR, RunRecord
@@ -364,8 +366,12 @@ def run_job(
     console: Console,
     timeout_s: float | None = None,
     chunks: bool = False,
+    tasks: tuple[TaskRequest, ...] = DEFAULT_TASKS,
 ) -> RunOutcome:
     """Run one job over ``paths`` on the embedded stack; returns when every document is terminal.
+
+    ``tasks`` are the job's (its records carry them); other tasks than the default embed alone are
+    part of the run's job id, so a run asking for other tasks is another job.
 
     The model loads on a thread from the start while the broker, the store, the intake, the chunker
     and the reducer start beside it; the inference service starts once the model is there.
@@ -408,7 +414,8 @@ def run_job(
             model_id = settings.inference.model_id
             chunker, inference = settings.chunker, settings.inference
             chunking = f"{chunker.max_tokens}/{chunker.overlap_tokens}/{inference.model_path}"
-            job_id = run_job_id(paths, model_id, chunking)
+            asked = tasks_option(tasks)
+            job_id = run_job_id(paths, model_id, chunking if asked is None else f"{chunking}\ntasks={asked}")
             record = RunRecord(
                 state_dir=str(state_dir.resolve()), sqlite_path=str(settings.store.sqlite_path), job_id=job_id,
                 model_id=model_id, model_path=inference.model_path, started_at=datetime.now(UTC),
@@ -420,7 +427,7 @@ def run_job(
                 return store.get_document_result(doc_id, model_id) is None
 
             result = submit_paths(
-                paths, JobRequest(job_id=job_id, model_id=model_id),
+                paths, JobRequest(job_id=job_id, model_id=model_id, tasks=tasks),
                 IntakeClients(settings, store, producers.intake, serde), resubmit=_not_done,
             )
             phases.mark("submitted")
@@ -594,15 +601,23 @@ def run_command(
     state_dir: Path,
     timeout_s: float | None = None,
     chunks: bool = False,
+    tasks: Sequence[str] = (),
+    labels: str | None = None,
 ) -> int:
     """The `docstream run` command: run, show the summary, and the exit status.
 
+    ``tasks`` and ``labels`` are ``--task`` and ``--labels`` (``docstream_ingest.commands.cli_tasks``).
     0 when every document completed (or was partial), 1 when any failed, 2 on an error.
     """
+    from docstream_ingest.commands import cli_tasks
+
     console = Console(stderr=False)
     try:
+        # checked before anything starts; the classify defaults filled in are part of the run's job id
+        requested = check_job_tasks(cli_tasks(tasks, labels, settings),
+                                    default_labels=settings.tasks.classify.labels)
         outcome = run_job(paths, settings=settings, state_dir=state_dir, out=out, console=console,
-                          timeout_s=timeout_s, chunks=chunks)
+                          timeout_s=timeout_s, chunks=chunks, tasks=requested)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: run the same command again to resume")
         return EXIT_INTERRUPTED
