@@ -439,3 +439,47 @@ def test_refusals_are_4xx_json_and_submit_nothing(api: Api, kwargs: dict[str, ob
     assert body["error_code"] == code
     assert body["message"]
     assert api.store.list_jobs("acme") == []
+
+
+# -- the job's tasks ----------------------------------------------------------------------------
+
+
+def _tasks_form(tasks: object) -> dict[str, object]:
+    return {"files": _files(("a.pdf", b"%PDF-1.7 a document")), "data": {"tasks": json.dumps(tasks)}}
+
+
+@pytest.mark.parametrize(("kwargs", "code"), [
+    (_tasks_form([{"name": "Embed"}]), "invalid_request"),
+    (_tasks_form([{"name": "tests.unit:Task"}]), "invalid_request"),  # no module:Class over HTTP
+    (_tasks_form([{"name": f"task{i}"} for i in range(9)]), "invalid_request"),
+    (_tasks_form([{"name": "classify", "labels": [{"name": "a", "colour": "red"}]}]), "invalid_request"),
+    (_tasks_form([{"name": "classify", "labels": [{"name": " "}]}]), "invalid_request"),
+    (_tasks_form([{"name": "classify", "labels": [{"name": "x" * 101}]}]), "invalid_request"),
+    (_tasks_form({"name": "embed"}), "invalid_request"),
+    ({"files": _files(("a.pdf", b"%PDF")), "data": {"tasks": "[not json"}}, "invalid_request"),
+    (_tasks_form([{"name": "classify"}]), "labels_missing"),
+    (_tasks_form([{"name": "entities", "labels": [{"name": "person"}]}]), "labels_without_classify"),
+    (_tasks_form([{"name": "embed"}, {"name": "embed"}]), "task_invalid"),
+    (_tasks_form([{"name": "classify", "labels": [{"name": "a"}, {"name": "a"}]}]), "labels_invalid"),
+    (_tasks_form([{"name": "sentiment"}]), "task_unavailable"),
+    ({"json": {"source_uris": ["file:///etc/passwd"], "tasks": [{"name": "embed", "labels": "x"}]}},
+     "invalid_request"),
+], ids=["name", "module-class", "too-many", "label-field", "blank-label", "long-label", "not-a-list", "not-json",
+        "labels-missing", "labels-on-entities", "twice", "label-twice", "unknown", "json-body"])
+def test_impossible_tasks_are_refused_and_submit_nothing(api: Api, kwargs: dict[str, object], code: str) -> None:
+    response = api.client.post("/v1/jobs", headers=api.as_("acme"), **kwargs)  # type: ignore[arg-type]
+    assert response.status_code == 422, response.text
+    assert response.json()["error_code"] == code
+    assert api.store.list_jobs("acme") == []
+
+
+def test_a_job_shows_its_tasks_and_embed_alone_by_default(api: Api) -> None:
+    tasks = [{"name": "embed", "labels": []},
+             {"name": "classify", "labels": [{"name": "sport", "description": None},
+                                             {"name": "biology", "description": "Text about plants"}]}]
+    _job(api.store, "j1", options={"tasks": json.dumps(tasks)})
+    _job(api.store, "j2")
+    assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["tasks"] == tasks
+    jobs = {j["job_id"]: j for j in api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]}
+    assert jobs["j1"]["tasks"] == tasks
+    assert jobs["j2"]["tasks"] == [{"name": "embed", "labels": []}]

@@ -20,6 +20,8 @@ from docstream.errors import DocstreamError
 from docstream.logging import get_logger
 from docstream.progress import job_progress
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.tasks.base import Label, TaskRequest
+from docstream.tasks.selection import DEFAULT_TASKS, job_tasks
 from docstream.usage import Usage, seconds, total_usage
 from docstream_ingest.api.auth import Principal
 from docstream_ingest.api.context import ApiContext
@@ -44,8 +46,10 @@ from docstream_ingest.api.schemas import (
     JobList,
     JobOptionsIn,
     JobSummary,
+    LabelSpec,
     Readiness,
     RefusalOut,
+    TaskSpec,
     TenantUsage,
     UsageOut,
 )
@@ -127,6 +131,21 @@ def usage_out(usage: Usage) -> UsageOut:
                     stage_seconds={stage: round(value, 6) for stage, value in usage.stage_seconds.items()})
 
 
+def task_spec(task: TaskRequest) -> TaskSpec:
+    """A task request as the API shows it."""
+    return TaskSpec(name=task.name, labels=[LabelSpec(name=label.name, description=label.description)
+                                            for label in task.labels])
+
+
+def task_request(spec: TaskSpec) -> TaskRequest:
+    """A task of a request body as the intake takes it.
+
+    Raises:
+        InputError: ``labels_invalid`` (duplicate label names), ``task_invalid``.
+    """
+    return TaskRequest(spec.name, tuple(Label(label.name, label.description) for label in spec.labels))
+
+
 def job_summary(job: JobRow, now: datetime) -> JobSummary:
     """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.progress.job_progress``'s."""
     progress = job_progress(job, now)
@@ -144,6 +163,7 @@ def job_summary(job: JobRow, now: datetime) -> JobSummary:
         rate_docs_per_s=None if progress.rate is None else round(progress.rate, 6),
         eta_s=None if progress.eta_s is None else round(progress.eta_s, 1),
         options=dict(job.options),
+        tasks=[task_spec(task) for task in job_tasks(job)],
         webhook_url=job.webhook_url,
         usage=None if job.usage is None else usage_out(job.usage),
     )
@@ -302,6 +322,7 @@ def _job_request(caller: Principal, options: JobOptionsIn) -> JobRequest:
         chunk_overlap_tokens=options.chunk_overlap_tokens,
         webhook_url=options.webhook_url,
         atomic=True,
+        tasks=tuple(task_request(spec) for spec in options.tasks) or DEFAULT_TASKS,
     )
 
 

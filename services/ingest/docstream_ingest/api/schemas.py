@@ -7,8 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_TASKS
+
 __all__ = [
     "ID_PATTERN",
+    "MAX_FORM_FIELD_BYTES",
     "MULTIPART_SCHEMA",
     "AcceptedDocument",
     "ChunkOut",
@@ -25,8 +28,10 @@ __all__ = [
     "JobList",
     "JobOptionsIn",
     "JobSummary",
+    "LabelSpec",
     "Readiness",
     "RefusalOut",
+    "TaskSpec",
     "TenantUsage",
     "UsageOut",
 ]
@@ -36,6 +41,32 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
 _MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
 _URL_PATTERN = r"^[hH][tT][tT][pP][sS]?://[^\s]+$"
+_TASK_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
+MAX_FORM_FIELD_BYTES = 16 * 1024
+"""Largest multipart form field (the tasks field is JSON: a job with many labels goes as JSON instead)."""
+
+
+class LabelSpec(BaseModel):
+    """A classification label: a name, and optionally the text it is matched by (zero-shot)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., min_length=1, max_length=MAX_LABEL_CHARS, pattern=r"\S", description="The label.")
+    description: str | None = Field(
+        None, max_length=MAX_DESCRIPTION_CHARS, description="Text the label is matched by; null: its name."
+    )
+
+
+class TaskSpec(BaseModel):
+    """A task the job asks for (docs/tasks.md): a built-in or a user task known to the service, by name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., pattern=_TASK_PATTERN, description="embed, classify, entities, or a user task's name.")
+    labels: list[LabelSpec] = Field(
+        default_factory=list, max_length=MAX_LABELS,
+        description="classify only: the labels (names unique); empty: the service's tasks.classify.labels.",
+    )
 
 
 class JobOptionsIn(BaseModel):
@@ -52,6 +83,10 @@ class JobOptionsIn(BaseModel):
     )
     webhook_url: str | None = Field(
         None, max_length=2048, pattern=_URL_PATTERN, description="http(s) URL called when the job ends."
+    )
+    tasks: list[TaskSpec] = Field(
+        default_factory=list, max_length=MAX_TASKS,
+        description="What inference runs on the job's chunks, each task once; empty: embed alone.",
     )
 
 
@@ -82,6 +117,11 @@ MULTIPART_SCHEMA: dict[str, Any] = {
             "maxLength": 2048,
             "pattern": _URL_PATTERN,
             "description": "http(s) URL called when the job ends.",
+        },
+        "tasks": {
+            "type": "string",
+            "maxLength": MAX_FORM_FIELD_BYTES,
+            "description": "The job's tasks as JSON: an array of TaskSpec (see JobCreateJson.tasks).",
         },
     },
     "required": ["files"],
@@ -183,6 +223,7 @@ class JobSummary(BaseModel):
         ..., description="Seconds to the end at that rate; null once ended, before the first document, or size unknown."
     )
     options: dict[str, str]
+    tasks: list[TaskSpec] = Field(..., description="What inference runs on the job's chunks (embed alone by default).")
     webhook_url: str | None
     usage: UsageOut | None = Field(
         None, description="What the job's terminal documents cost so far; null before any was counted."

@@ -8,6 +8,7 @@ refused before anything is read.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,16 +19,17 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from docstream_ingest.api.errors import ApiError
-from docstream_ingest.api.schemas import JobOptionsIn
+from docstream_ingest.api.schemas import MAX_FORM_FIELD_BYTES, JobOptionsIn
 from docstream_ingest.intake import Upload
 
 __all__ = ["MultipartBody", "read_json", "read_multipart", "validation_error"]
 
-_MAX_FIELD_BYTES = 16 * 1024
+_MAX_FIELD_BYTES = MAX_FORM_FIELD_BYTES
 _MAX_FIELDS = 16
 _MAX_FILENAME = 255
 _FILES_FIELD = "files"
 _OPTION_FIELDS = frozenset(JobOptionsIn.model_fields)
+_JSON_FIELDS = frozenset({"tasks"})
 
 
 @dataclass
@@ -114,6 +116,17 @@ def _collect(form: FormData) -> tuple[list[Upload], dict[str, str]]:
     return uploads, fields
 
 
+def _decoded(fields: dict[str, str]) -> dict[str, Any]:
+    """The form's option fields, those holding JSON (``tasks``) decoded."""
+    decoded: dict[str, Any] = dict(fields)
+    for name in _JSON_FIELDS & set(fields):
+        try:
+            decoded[name] = json.loads(fields[name])
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", f"{name}: not JSON ({exc})") from exc
+    return decoded
+
+
 async def read_multipart(request: Request, *, max_bytes: int, max_files: int) -> MultipartBody:
     """The uploads and options of a multipart/form-data body.
 
@@ -143,7 +156,7 @@ async def read_multipart(request: Request, *, max_bytes: int, max_files: int) ->
         if not uploads:
             raise ApiError(422, "no_documents", "no file in the request: send one or more 'files' parts")
         body.uploads = uploads
-        body.options = _parse_model(JobOptionsIn, fields, json=False)
+        body.options = _parse_model(JobOptionsIn, _decoded(fields), json=False)
     except BaseException:
         await body.close()
         raise
