@@ -23,7 +23,7 @@ from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler, chunk_request, max_poll_interval_ms
 from docstream_chunker.worker import ChunkRequest, InlineExtractor, ProcessExtractor
-from tests.fixtures.documents import failure_documents, make_epub, make_pdf
+from tests.fixtures.documents import failure_documents, make_corrupt_pdf, make_epub, make_pdf, page_marker
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +87,41 @@ def test_a_good_document_gives_its_chunks_and_rows(env: Env) -> None:
     assert (row.status, row.page_count, row.media_type, row.error_code) == ("chunked", 12, "application/pdf", None)
     [job_row] = list(env.store.iter_job_documents("job-1"))
     assert (job_row.doc_id, job_row.status) == (submitted.doc_id, "chunked")
+
+
+TASKS = [{"name": "embed", "labels": []}, {"name": "entities", "labels": []},
+         {"name": "classify", "labels": [{"name": "sport", "description": None}]}]
+
+
+def test_every_chunk_carries_the_jobs_tasks_and_where_its_later_pages_begin(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    chunks = outputs_of(handler, env.submit(make_pdf(2, seed=4).data, tasks=TASKS))
+    assert all(isinstance(c, ChunkCreated) and c.tasks == TASKS for c in chunks)
+    spanning = [c for c in chunks if isinstance(c, ChunkCreated) and c.page_end > c.page_start]
+    assert spanning, "a chunk spans the page break"
+    for c in chunks:
+        assert isinstance(c, ChunkCreated)
+        if c.page_end == c.page_start:
+            assert c.page_breaks == []
+            continue
+        [offset] = c.page_breaks  # one break: pages 1 and 2
+        assert c.char_start < offset < c.char_end
+        assert c.text[offset - c.char_start:].startswith(page_marker(2))
+
+
+def test_a_default_job_gives_chunks_without_tasks(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    chunks = outputs_of(handler, env.submit(make_pdf(1, seed=5).data))
+    assert chunks and all(isinstance(c, ChunkCreated) and c.tasks == [] and c.page_breaks == [] for c in chunks)
+
+
+def test_a_document_the_chunker_fails_is_failed_for_every_task_of_its_job(env: Env) -> None:
+    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    [completed] = outputs_of(handler, env.submit(make_corrupt_pdf(), tasks=TASKS))
+    assert isinstance(completed, DocumentCompleted)
+    assert (completed.status, completed.tasks, completed.task) == ("failed", ["embed", "entities", "classify"], None)
+    [default] = outputs_of(handler, env.submit(make_corrupt_pdf(), job_id="job-2"))
+    assert isinstance(default, DocumentCompleted) and default.tasks == []  # embed alone
 
 
 @pytest.mark.parametrize("final", ["completed", "partial", "failed"])

@@ -192,6 +192,8 @@ class ChunkerHandler:
                     text_source=source.text_source,
                     ocr_engine=source.ocr_engine,
                     page_verdicts=list(source.page_verdicts),
+                    tasks=list(submitted.tasks),
+                    page_breaks=list(chunk.page_breaks),
                 ),
             )
             for chunk, share, source in zip(result.chunks, shares, sources, strict=True)
@@ -253,6 +255,8 @@ class ChunkerHandler:
             error_code=code,
             error=message,
             stage_us=stage_us,
+            # failed before inference, so for every task the job asks for (empty: embed alone)
+            tasks=[str(task["name"]) for task in submitted.tasks],
         )
         return [Output(topic=self._topics.completed, key=submitted.doc_id, value=completed)]
 
