@@ -39,6 +39,7 @@ from docstream.store.base import (
     JobRow,
     ResultStore,
 )
+from docstream.tasks.selection import job_tasks
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import InlineExtractor
@@ -227,6 +228,30 @@ def test_source_uris_are_read_in_place_and_confined(stack: Stack) -> None:
             assert answer.json()["error_code"] == "source_not_allowed"
         missing = client.post("/v1/jobs", json={"source_uris": [(folder / "missing.pdf").as_uri()]})
         assert (missing.status_code, missing.json()["error_code"]) == (422, "not_found")
+
+
+def test_a_jobs_tasks_reach_its_records_its_row_and_its_summary(stack: Stack) -> None:
+    tasks = [{"name": "embed", "labels": []}, {"name": "entities", "labels": []},
+             {"name": "classify", "labels": [{"name": "sport", "description": None},
+                                             {"name": "biology", "description": "Text about plants, animals"}]}]
+    sent = [{"name": "embed"}, {"name": "entities"},
+            {"name": "classify", "labels": [{"name": "sport"},
+                                            {"name": "biology", "description": "Text about plants, animals"}]}]
+    with stack.client(stack.key_for(_tenant())) as client:
+        response = client.post("/v1/jobs", files=_files(("one.pdf", _pdf(30)), ("two.pdf", _pdf(31))),
+                               data={"tasks": json.dumps(sent)})
+        assert response.status_code == 202, response.text
+        job_id = response.json()["job_id"]
+        assert [r.tasks for r in stack.records(job_id, 2)] == [tasks, tasks]
+        job = stack.store.get_job(job_id)
+        assert job is not None and [t.to_record() for t in job_tasks(job)] == tasks
+        assert client.get(f"/v1/jobs/{job_id}").json()["tasks"] == tasks
+
+        default = client.post("/v1/jobs", files=_files(("three.pdf", _pdf(32))))
+        assert default.status_code == 202, default.text
+        [record] = stack.records(default.json()["job_id"], 1)
+        assert record.tasks == []  # embed alone, written as before tasks
+        assert client.get(f"/v1/jobs/{default.json()['job_id']}").json()["tasks"] == [{"name": "embed", "labels": []}]
 
 
 # -- tenants ------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from docstream.records import DocumentSubmitted
 from docstream.settings import Settings
 from docstream.store.base import JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
+from docstream.tasks.base import Label, TaskRequest
+from docstream.tasks.selection import job_tasks
 from docstream.topics import Topics
 from docstream_ingest.commands import wait_for_job
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
@@ -310,6 +312,26 @@ def test_cli_prints_the_job_id_first_and_submits(make_intake: Callable[..., Inta
     job = intake.store.get_job(job_id)
     assert job is not None and (job.document_count, job.tenant) == (1, "cli")
     assert [r.job_id for r in intake.records().values()] == [job_id]
+
+
+def test_cli_tasks_and_labels_reach_the_records_and_the_job_row(
+    make_intake: Callable[..., Intake], tmp_path: Path
+) -> None:
+    intake = make_intake()
+    _write(tmp_path / "docs" / "a.txt", b"first task document")
+    _write(tmp_path / "docs" / "b.txt", b"second task document")
+
+    done = _cli(["docs", "--task", "embed", "--task", "classify", "--labels", "sport,biology=Text about plants"],
+                intake, tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.splitlines()[0]
+    tasks = (TaskRequest("embed"), TaskRequest("classify", (Label("sport"), Label("biology", "Text about plants"))))
+    records = intake.records()
+    assert len(records) == 2
+    assert all(r.job_id == job_id and r.tasks == [t.to_record() for t in tasks] for r in records.values())
+    job = intake.store.get_job(job_id)
+    assert job is not None and job_tasks(job) == tasks
 
 
 def test_cli_fails_when_nothing_was_submitted(make_intake: Callable[..., Intake], tmp_path: Path) -> None:
