@@ -461,7 +461,7 @@ def _tasks_form(tasks: object) -> dict[str, object]:
     (_tasks_form([{"name": "entities", "labels": [{"name": "person"}]}]), "labels_without_classify"),
     (_tasks_form([{"name": "embed"}, {"name": "embed"}]), "task_invalid"),
     (_tasks_form([{"name": "classify", "labels": [{"name": "a"}, {"name": "a"}]}]), "labels_invalid"),
-    (_tasks_form([{"name": "sentiment"}]), "task_unavailable"),
+    (_tasks_form([{"name": "no-such-task"}]), "task_unavailable"),
     ({"json": {"source_uris": ["file:///etc/passwd"], "tasks": [{"name": "embed", "labels": "x"}]}},
      "invalid_request"),
 ], ids=["name", "module-class", "too-many", "label-field", "blank-label", "long-label", "not-a-list", "not-json",

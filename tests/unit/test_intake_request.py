@@ -353,7 +353,7 @@ def test_classify_without_labels_records_the_service_labels(intake: Intake) -> N
 @ENTRY_POINTS
 def test_a_task_no_registry_knows_is_refused_with_the_known_names(intake: Intake, submit: Submit) -> None:
     with pytest.raises(InputError) as caught:
-        submit(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("sentiment"),)))
+        submit(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("no-such-task"),)))
     assert caught.value.code == "task_unavailable"
     assert "known tasks: embed, classify, entities" in caught.value.message
     assert intake.store.get_job("job-1") is None
