@@ -49,6 +49,8 @@ from docstream.logging import configure_logging
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.store import ResultStore, SqliteStore
+from docstream.tasks.base import Task
+from docstream.tasks.embed import EmbedTask
 from docstream.topics import Topics
 from docstream_inference.pipeline import InferencePipeline, group_id
 
@@ -214,7 +216,8 @@ def _service_run(base: Settings, embedder: Any, store: ResultStore, chunks: list
     ensure_topics(settings.kafka, topics)
     serde = AvroSerde(settings.kafka)
     ends = _produce(settings, topics.chunks, chunks, serde)
-    pipeline = InferencePipeline(settings, embedder=embedder, store=store, serde=serde)
+    task = embedder if isinstance(embedder, Task) else EmbedTask(embedder)  # an Embedder runs as the embed task
+    pipeline = InferencePipeline(settings, task=task, store=store, serde=serde)
     runner = threading.Thread(target=pipeline.run, name="bench-pipeline")
     with rss.watching():
         runner.start()

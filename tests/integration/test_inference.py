@@ -32,6 +32,7 @@ from docstream.records import ChunkCreated, ChunkEmbedded
 from docstream.settings import CassandraSettings, InferenceSettings, Settings
 from docstream.store import ResultStore, SqliteStore
 from docstream.store.base import ChunkRow
+from docstream.tasks.embed import EmbedTask
 from docstream.topics import Topics, dlq_topic
 from docstream_inference.faults import CRASH_EXIT_CODE, with_faults
 from docstream_inference.pipeline import InferencePipeline, group_id
@@ -313,7 +314,7 @@ def _pipeline(settings: Settings, embedder: Embedder, store: ResultStore | None 
     if store is None:
         store = SqliteStore(settings.store.sqlite_path)
         store.migrate()
-    pipeline = cls(settings, embedder=with_faults(embedder, settings.faults), store=store,
+    pipeline = cls(settings, task=with_faults(EmbedTask(embedder), settings.faults), store=store,
                    serde=AvroSerde(settings.kafka), **options)
     errors: list[BaseException] = []
 

@@ -66,8 +66,8 @@ class _Worker:
         self.seen: list[bytes] = []
         self._loop = asyncio.new_event_loop()
         self.app = faust.App(app_id, broker=f"kafka://{bootstrap}", processing_guarantee="exactly_once",
-                             store="memory://", datadir=str(datadir), web_enabled=False, autodiscover=False, topic_partitions=1,
-                             broker_commit_interval=_COMMIT_INTERVAL_S, loop=self._loop)
+                             store="memory://", datadir=str(datadir), web_enabled=False, autodiscover=False,
+                             topic_partitions=1, broker_commit_interval=_COMMIT_INTERVAL_S, loop=self._loop)
         self.shim = faust_shim.apply(self.app, transaction_timeout_s=60) if shimmed else None
         source = self.app.topic(topic, key_serializer="raw", value_serializer="raw")
 

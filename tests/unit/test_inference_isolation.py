@@ -96,8 +96,12 @@ def _chunk(model_id: str | None = None) -> ChunkCreated:
 
 
 def test_requested_model_defaults_to_the_loaded_one() -> None:
-    assert requested_model(_chunk(), "m1") == "m1"
-    assert requested_model(_chunk("m2"), "m1") == "m2"
+    assert requested_model(_chunk(), "embed", "m1") == "m1"
+    assert requested_model(_chunk("m2"), "embed", "m1") == "m2"
+
+
+def test_a_chunks_embedding_model_request_does_not_bind_other_tasks() -> None:
+    assert requested_model(_chunk("m2"), "entities", "entities/x") == "entities/x"
 
 
 def test_ok_result_becomes_a_row_and_a_record() -> None:

@@ -17,6 +17,7 @@ from docstream.errors import FatalError, PoisonRecord, StoreError
 from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
 from docstream.settings import RetrySettings, Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.base import TaskTally
 from docstream.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 
@@ -84,7 +85,20 @@ class FakeStore:
         self.results[(row.doc_id, row.model_id)] = row
 
     def upsert_job_document(self, row: JobDocumentRow) -> None:
-        self.job_documents[(row.job_id, row.doc_id)] = row
+        old = self.job_documents.get((row.job_id, row.doc_id))
+        self.job_documents[(row.job_id, row.doc_id)] = replace(row, tasks=old.tasks if old else {})
+
+    def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
+                                 updated_at: datetime) -> None:
+        self._maybe_fail()
+        old = self.job_documents.get((job_id, doc_id)) or JobDocumentRow(job_id, doc_id, "submitted", updated_at)
+        self.job_documents[(job_id, doc_id)] = replace(old, tasks={**old.tasks, task: tally})
+
+    def update_job_document_status(self, job_id: str, doc_id: str, status: Any, error_code: str | None,
+                                   usage: Usage | None, updated_at: datetime) -> None:
+        old = self.job_documents.get((job_id, doc_id)) or JobDocumentRow(job_id, doc_id, "submitted", updated_at)
+        self.job_documents[(job_id, doc_id)] = replace(old, status=status, error_code=error_code, usage=usage,
+                                                       updated_at=updated_at)
 
     def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
         self._maybe_fail()
@@ -262,7 +276,8 @@ def test_relay_rekeys_by_job_and_dead_letters_garbage() -> None:
     forwarded, dead = sink.sent
     assert (forwarded.topic, forwarded.key) == (BY_JOB, b"j1")
     assert json.loads(forwarded.value or b"") == {"job_id": "j1", "doc_id": "d1", "status": "failed",
-                                                  "error_code": None, "usage": Usage().to_json()}
+                                                  "error_code": None, "usage": Usage().to_json(),
+                                                  "task": None, "tasks": []}
     assert dead.topic == COMPLETED + ".dlq"
 
 

@@ -3,17 +3,19 @@
 Nothing here does I/O or reads a clock: the reducer's agents keep these values in Faust
 tables (as the JSON of ``to_json()``) and pass times in.
 
-* ``DocumentState`` gathers the ``ChunkEmbedded`` records of one (doc_id, model_id):
-  which indices arrived (a bitmap, 1 bit per chunk: 1.25 KB for a 10 000-chunk document),
-  failed chunks, token totals and the running token-weighted sum of the chunk embeddings.
-  ``apply`` folds one record in and returns the ``DocumentCompleted`` when the last index
-  arrives. Duplicates change nothing; a disagreeing ``chunk_count`` raises.
+* ``DocumentState`` gathers the ``ChunkEmbedded`` records of one (doc_id, model_id): which
+  indices arrived (a bitmap, 1 bit per chunk: 1.25 KB for a 10 000-chunk document), failed
+  chunks, token totals and the state of the task's fold (``docstream.tasks``: for embed the
+  running token-weighted sum of the chunk embeddings). ``apply`` folds one record in and returns
+  the ``DocumentCompleted`` when the last index arrives. Duplicates change nothing (the fold sees
+  each index once); a disagreeing ``chunk_count`` raises.
 * ``CompletionMarker`` is what stays of a document after completion: enough to recognise
   (and ignore) a redelivered chunk of it until the marker expires.
 * ``JobProgress`` counts a job's terminal documents and adds up what they cost (a
-  ``docstream.usage.Usage``); the reducer keeps each document's terminal status and usage (a
-  ``DocumentTally``) in a separate table row, so a duplicated ``DocumentCompleted`` counts
-  once while the job's own row stays a few bytes, whatever the job's size.
+  ``docstream.usage.Usage``); the reducer keeps what it heard of each document per task (a
+  ``DocumentTasks``) in a separate table row, and counts the document once every task its job
+  asked for is terminal, with the combined ``DocumentTally``: a duplicated ``DocumentCompleted``
+  counts once while the job's own row stays a few bytes, whatever the job's size.
 * ``StatusThrottle`` decides when a job's changed counts are published.
 """
 
@@ -21,8 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
-import struct
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -30,16 +31,21 @@ from typing import Any, Literal, TypeGuard
 
 from docstream.errors import FatalError, PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
-from docstream.usage import UNKNOWN_DEVICE, Usage, add_counts, read_counts
+from docstream.tasks.base import EMBED, FoldInput, Mention, TaskFold, TaskOutputError
+from docstream.tasks.fold_embed import EmbeddingDimensionError, EmbedFold, pack_floats, unpack_floats
+from docstream.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, read_counts
 
 __all__ = [
     "ALL_CHUNKS_FAILED",
+    "ANY_TASK",
+    "EMBED_FOLD",
     "ChunkCountMismatchError",
     "ChunkIndexError",
     "CompletionMarker",
     "CorruptStateError",
     "DocumentState",
     "DocumentTally",
+    "DocumentTasks",
     "EmbeddingDimensionError",
     "JobProgress",
     "StatusThrottle",
@@ -49,6 +55,7 @@ __all__ = [
     "count_document",
     "decode_entry",
     "document_key",
+    "fold_input",
     "job_document_key",
     "job_status",
     "record_document",
@@ -73,12 +80,6 @@ class ChunkIndexError(PoisonRecord):
     """A chunk result whose ``chunk_index`` is outside ``0..chunk_count-1`` (or chunk_count < 1)."""
 
     code = "chunk_index_out_of_range"
-
-
-class EmbeddingDimensionError(PoisonRecord):
-    """A chunk embedding whose length differs from the other chunks of its document."""
-
-    code = "embedding_dimension_mismatch"
 
 
 class UsageRecordError(PoisonRecord):
@@ -112,19 +113,8 @@ def _from_ms(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1000, tz=UTC)
 
 
-def _pack_floats(values: Sequence[float]) -> str:
-    """``values`` as base64 of little-endian float64: exact, and far cheaper to encode than a JSON list."""
-    return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
-
-
-def _unpack_floats(data: str | Sequence[float]) -> tuple[float, ...]:
-    """The inverse of ``_pack_floats``; a JSON list of numbers (states written before it) is read too."""
-    if not isinstance(data, str):
-        return tuple(float(x) for x in data)
-    raw = base64.b64decode(data, validate=True)
-    if len(raw) % 8:
-        raise ValueError("embedding_sum is not a whole number of float64 values")
-    return struct.unpack(f"<{len(raw) // 8}d", raw)
+def _repack(values: Sequence[float]) -> str:
+    return pack_floats(tuple(float(x) for x in values))
 
 
 def _has_bit(bitmap: bytes, index: int) -> bool:
@@ -155,9 +145,9 @@ class DocumentState:
         received: bitmap of arrived indices (bit ``i % 8`` of byte ``i // 8``).
         received_count: number of set bits in ``received``.
         failed_chunks: arrived chunks whose inference failed.
-        token_count: tokens over the embedded (ok) chunks.
-        weight_total: sum of the weights of the embedded chunks (``max(token_count, 1)`` each).
-        embedding_sum: token-weighted sum of the embedded chunks' vectors (empty until one arrives).
+        token_count: tokens over the ok chunks.
+        fold: the JSON state of the task's fold over the ok chunks (None until one arrives); for embed
+            ``{"w": total weight, "sum": packed token-weighted sum of the vectors}``.
         latest_ms: latest ``embedded_at`` seen, epoch ms: the completion time, whatever the arrival order.
         first_error_code: error_code of the first failed chunk that arrived.
         failed: bitmap of the indices whose result was a failure (a later ok result replaces one).
@@ -170,6 +160,8 @@ class DocumentState:
         model_us: forward-pass microseconds per device over the arrived chunk results (each index once;
             an ok result that replaces a failure adds its own).
         stage_us: busy microseconds per stage over the arrived chunk results, likewise.
+        task: the task of the results (``docstream.tasks``).
+        tasks: the names of every task the document's job asks for (empty: embed only).
     """
 
     doc_id: str
@@ -180,8 +172,7 @@ class DocumentState:
     received_count: int = 0
     failed_chunks: int = 0
     token_count: int = 0
-    weight_total: float = 0.0
-    embedding_sum: tuple[float, ...] = ()
+    fold: Any = None
     latest_ms: int = 0
     first_error_code: str | None = None
     failed: bytes = b""
@@ -191,9 +182,22 @@ class DocumentState:
     runtime: str = ""
     model_us: Mapping[str, int] = field(default_factory=dict)
     stage_us: Mapping[str, int] = field(default_factory=dict)
+    task: str = EMBED
+    tasks: tuple[str, ...] = ()
+
+    @property
+    def weight_total(self) -> float:
+        """embed: the total weight of the embedded chunks (0 for other tasks)."""
+        return float(self.fold["w"]) if self.task == EMBED and self.fold else 0.0
+
+    @property
+    def embedding_sum(self) -> tuple[float, ...]:
+        """embed: the token-weighted sum of the embedded chunks' vectors (empty until one arrives)."""
+        return unpack_floats(self.fold["sum"]) if self.task == EMBED and self.fold else ()
 
     @classmethod
-    def empty(cls, doc_id: str, job_id: str, model_id: str, chunk_count: int) -> DocumentState:
+    def empty(cls, doc_id: str, job_id: str, model_id: str, chunk_count: int, *, task: str = EMBED,
+              tasks: Sequence[str] = ()) -> DocumentState:
         """A state with nothing received yet.
 
         Raises:
@@ -202,7 +206,8 @@ class DocumentState:
         if chunk_count < 1:
             raise ChunkIndexError(f"document {doc_id}: chunk_count {chunk_count} < 1")
         size = (chunk_count + 7) // 8
-        return cls(doc_id, job_id, model_id, chunk_count, bytes(size), failed=bytes(size))
+        return cls(doc_id, job_id, model_id, chunk_count, bytes(size), failed=bytes(size), task=task,
+                   tasks=tuple(tasks))
 
     @property
     def is_complete(self) -> bool:
@@ -222,8 +227,8 @@ class DocumentState:
         return replace(self, completed_ms=completed_ms, partition=partition)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serializable dict (the Faust table value)."""
-        return {
+        """A JSON-serializable dict (the Faust table value); embed keeps the keys of states before tasks."""
+        data: dict[str, Any] = {
             "v": _STATE_VERSION,
             "kind": "state",
             "doc_id": self.doc_id,
@@ -234,8 +239,6 @@ class DocumentState:
             "received_count": self.received_count,
             "failed_chunks": self.failed_chunks,
             "token_count": self.token_count,
-            "weight_total": self.weight_total,
-            "embedding_sum": _pack_floats(self.embedding_sum),
             "latest_ms": self.latest_ms,
             "first_error_code": self.first_error_code,
             "failed": base64.b64encode(self.failed).decode("ascii"),
@@ -246,6 +249,14 @@ class DocumentState:
             "model_us": dict(self.model_us),
             "stage_us": dict(self.stage_us),
         }
+        if self.task == EMBED:
+            fold = self.fold or {"w": 0.0, "sum": ""}
+            data.update(weight_total=float(fold["w"]), embedding_sum=fold["sum"])
+        else:
+            data.update(task=self.task, fold=self.fold)
+        if self.tasks:
+            data["tasks"] = list(self.tasks)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DocumentState:
@@ -259,6 +270,14 @@ class DocumentState:
                 raise ValueError(f"not a v{_STATE_VERSION} document state")
             received = base64.b64decode(str(data["received"]), validate=True)
             failed = base64.b64decode(str(data.get("failed", "")), validate=True) or bytes(len(received))
+            task = str(data.get("task") or EMBED)
+            fold: Any = data.get("fold")
+            if task == EMBED:
+                packed = data.get("embedding_sum", "")
+                if not isinstance(packed, str):
+                    packed = _repack(packed)  # a JSON list: states written before the packing
+                unpack_floats(packed)  # a corrupt sum fails here, not at completion
+                fold = {"w": float(data.get("weight_total", 0.0)), "sum": packed} if packed else None
             state = cls(
                 doc_id=str(data["doc_id"]),
                 job_id=str(data["job_id"]),
@@ -268,8 +287,7 @@ class DocumentState:
                 received_count=int(data["received_count"]),
                 failed_chunks=int(data["failed_chunks"]),
                 token_count=int(data["token_count"]),
-                weight_total=float(data["weight_total"]),
-                embedding_sum=_unpack_floats(data["embedding_sum"]),
+                fold=fold,
                 latest_ms=int(data["latest_ms"]),
                 first_error_code=None if data.get("first_error_code") is None else str(data["first_error_code"]),
                 failed=failed,
@@ -279,6 +297,8 @@ class DocumentState:
                 runtime=str(data.get("runtime") or ""),
                 model_us=read_counts(data.get("model_us"), "model_us", limit=None),
                 stage_us=read_counts(data.get("stage_us"), "stage_us", limit=None),
+                task=task,
+                tasks=tuple(str(t) for t in data.get("tasks") or ()),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise CorruptStateError(f"corrupt document state: {exc}") from exc
@@ -359,14 +379,19 @@ def _check(state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded)
         )
 
 
+EMBED_FOLD: TaskFold = EmbedFold()
+"""The embed task's fold (``apply``'s default)."""
+
+
 def apply(
-    state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded
+    state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded, fold: TaskFold = EMBED_FOLD,
 ) -> tuple[DocumentState | CompletionMarker | None, DocumentCompleted | None]:
     """Fold one chunk result into its document's state.
 
     Args:
         state: the document's current state, its completion marker, or None (nothing yet).
         chunk: the chunk result.
+        fold: the fold of the chunk's task (``docstream.tasks.registry.task_fold(chunk.task)``).
 
     Returns:
         ``(new_state, completed)``. A duplicate (an index already in, or any chunk of a
@@ -379,22 +404,41 @@ def apply(
     Raises:
         ChunkCountMismatchError: ``chunk.chunk_count`` differs from the state's (never merged).
         ChunkIndexError: the index is outside ``0..chunk_count-1``.
-        EmbeddingDimensionError: an ok chunk's embedding length differs from earlier ones, or is empty.
+        TaskOutputError: the fold refuses the chunk's output (``EmbeddingDimensionError`` for embed: an ok
+            chunk's embedding length differs from earlier ones, or is empty).
     """
     _check(state, chunk)
     if isinstance(state, CompletionMarker):
         return state, None
-    current = state or DocumentState.empty(chunk.doc_id, chunk.job_id, chunk.model_id, chunk.chunk_count)
+    current = state or DocumentState.empty(chunk.doc_id, chunk.job_id, chunk.model_id, chunk.chunk_count,
+                                           task=chunk.task, tasks=chunk.tasks)
     if current.has(chunk.chunk_index):
         if chunk.status != "ok" or not current.has_failed(chunk.chunk_index):
             return state, None
-        updated = _fold(current, chunk, replaces_failure=True)
-        return updated, (_completed(updated) if updated.is_complete else None)
-    updated = _fold(current, chunk)
-    return updated, (_completed(updated) if updated.is_complete else None)
+        updated = _fold(current, chunk, fold, replaces_failure=True)
+        return updated, (_completed(updated, fold) if updated.is_complete else None)
+    updated = _fold(current, chunk, fold)
+    return updated, (_completed(updated, fold) if updated.is_complete else None)
 
 
-def _fold(state: DocumentState, chunk: ChunkEmbedded, *, replaces_failure: bool = False) -> DocumentState:
+def fold_input(chunk: ChunkEmbedded) -> FoldInput:
+    """What a fold sees of an ok chunk result.
+
+    Raises:
+        TaskOutputError: a mention or the user output that does not decode.
+    """
+    try:
+        mentions = tuple(Mention.from_record(m) for m in chunk.mentions)
+        output = None if chunk.output is None else json.loads(chunk.output)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TaskOutputError(f"document {chunk.doc_id}: chunk {chunk.chunk_index}: bad task output: {exc}") from exc
+    return FoldInput(index=chunk.chunk_index, token_count=chunk.token_count, page_start=chunk.page_start,
+                     page_end=chunk.page_end, embedding=chunk.embedding, label_scores=chunk.label_scores,
+                     mentions=mentions, output=output)
+
+
+def _fold(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold, *,
+          replaces_failure: bool = False) -> DocumentState:
     common: dict[str, Any] = {"latest_ms": max(state.latest_ms, _to_ms(chunk.embedded_at)),
                               "chunker_settings": state.chunker_settings or chunk.chunker_settings,
                               "runtime": state.runtime or chunk.runtime or ""}
@@ -411,24 +455,14 @@ def _fold(state: DocumentState, chunk: ChunkEmbedded, *, replaces_failure: bool 
     if chunk.status != "ok":
         return replace(state, failed_chunks=state.failed_chunks + 1, failed=_set_bit(state.failed, chunk.chunk_index),
                        first_error_code=state.first_error_code or chunk.error_code or "chunk_failed", **common)
-    vector = chunk.embedding
-    if not vector or (state.embedding_sum and len(vector) != len(state.embedding_sum)):
-        raise EmbeddingDimensionError(
-            f"document {chunk.doc_id}: chunk {chunk.chunk_index} has {len(vector)} dimensions, "
-            f"expected {len(state.embedding_sum) or 'at least 1'}"
-        )
-    weight = float(max(chunk.token_count, 1))
-    base = state.embedding_sum or (0.0,) * len(vector)
-    return replace(
-        state,
-        token_count=state.token_count + max(chunk.token_count, 0),
-        weight_total=state.weight_total + weight,
-        embedding_sum=tuple(s + weight * float(x) for s, x in zip(base, vector, strict=True)),
-        **common,
-    )
+    try:
+        folded = fold.add(fold.empty() if state.fold is None else state.fold, fold_input(chunk))
+    except TaskOutputError as exc:
+        raise type(exc)(f"document {chunk.doc_id}: {exc.message}", code=exc.code) from exc
+    return replace(state, token_count=state.token_count + max(chunk.token_count, 0), fold=folded, **common)
 
 
-def _completed(state: DocumentState) -> DocumentCompleted:
+def _completed(state: DocumentState, fold: TaskFold) -> DocumentCompleted:
     embedded = state.chunk_count - state.failed_chunks
     status: TerminalStatus
     error_code: str | None = None
@@ -441,9 +475,14 @@ def _completed(state: DocumentState) -> DocumentCompleted:
     else:
         status, error_code = "failed", ALL_CHUNKS_FAILED
         error = f"all {state.chunk_count} chunks failed ({state.first_error_code})"
-    mean = [s / state.weight_total for s in state.embedding_sum] if state.weight_total > 0 else []
-    if any(not math.isfinite(x) for x in mean):
-        raise EmbeddingDimensionError(f"document {state.doc_id}: non-finite document embedding")
+    try:
+        result = fold.finish(fold.empty() if state.fold is None else state.fold, chunk_count=state.chunk_count)
+        output = None if result.output is None else json.dumps(result.output, ensure_ascii=False, allow_nan=False,
+                                                               separators=(",", ":"))
+    except TaskOutputError as exc:
+        raise type(exc)(f"document {state.doc_id}: {exc.message}", code=exc.code) from exc
+    except (TypeError, ValueError) as exc:  # a user fold's result that is not JSON
+        raise TaskOutputError(f"document {state.doc_id}: the {state.task} result is not JSON: {exc}") from exc
     return DocumentCompleted(
         job_id=state.job_id,
         doc_id=state.doc_id,
@@ -453,13 +492,22 @@ def _completed(state: DocumentState) -> DocumentCompleted:
         chunk_count=state.chunk_count,
         failed_chunks=state.failed_chunks,
         token_count=state.token_count,
-        embedding=mean,
+        embedding=list(result.embedding),
         error_code=error_code,
         error=error,
         chunker_settings=state.chunker_settings or None,
         runtime=state.runtime or None,
         model_us=dict(state.model_us),
         stage_us=dict(state.stage_us),
+        task=state.task,
+        tasks=list(state.tasks),
+        label_scores=dict(result.label_scores),
+        top_label=result.top_label,
+        top_chunks=list(result.top_chunks),
+        mentions=[m.to_record(chunk=False) for m in result.mentions],
+        entities=[e.to_record() for e in result.entities],
+        mentions_truncated=result.mentions_truncated,
+        output=output,
     )
 
 
@@ -582,6 +630,75 @@ class DocumentTally:
             return cls(status, usage)
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptStateError(f"corrupt document tally: {exc}") from exc
+
+
+ANY_TASK = "*"
+"""Task key of a result that holds for every task: the document failed before inference (chunker)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentTasks:
+    """What a job has heard of one document, task by task, and what it has counted of it.
+
+    Attributes:
+        required: the names of the tasks the document's job asks for.
+        results: task name → (its tally, its error_code); ``ANY_TASK`` for a failure before inference.
+        counted: the combined tally the job counts for the document; None while not every task is terminal.
+    """
+
+    required: tuple[str, ...] = (EMBED,)
+    results: Mapping[str, tuple[DocumentTally, str | None]] = field(default_factory=dict)
+    counted: DocumentTally | None = None
+
+    def with_result(self, task: str | None, tally: DocumentTally, error_code: str | None,
+                    required: Sequence[str]) -> DocumentTasks:
+        """This document with one task's result (``task`` None: a failure before inference, for every task)."""
+        results = dict(self.results)
+        results[task or ANY_TASK] = (tally, error_code)
+        return replace(self, required=tuple(required) or self.required or (EMBED,), results=results)
+
+    def combined(self) -> tuple[DocumentTally, str | None] | None:
+        """The document's tally in its job and its error_code, once every required task is terminal, else None.
+
+        A failure before inference stands for every task. Else: completed when every task completed, failed
+        when every task failed, partial otherwise; the usage is ``docstream.usage.across_tasks``; the error
+        code is the first failed task's (in the order the job named them).
+        """
+        if ANY_TASK in self.results:
+            return self.results[ANY_TASK]
+        if any(task not in self.results for task in self.required):
+            return None
+        tallies = [self.results[task][0] for task in self.required]
+        statuses = {t.status for t in tallies}
+        status: TerminalStatus = statuses.pop() if len(statuses) == 1 else "partial"
+        codes = [self.results[task][1] for task in self.required if self.results[task][1]]
+        usage = across_tasks(t.usage for t in tallies) if len(tallies) > 1 else tallies[0].usage
+        return DocumentTally(status, usage), (codes[0] if codes else None)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict (the job-documents table value)."""
+        return {"v": 2, "required": list(self.required),
+                "results": {task: {**tally.to_json(), "error_code": code}
+                            for task, (tally, code) in sorted(self.results.items())},
+                "counted": None if self.counted is None else self.counted.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DocumentTasks:
+        """Rebuild from ``to_json()``; a ``DocumentTally`` (written before tasks) is a counted embed document.
+
+        Raises:
+            CorruptStateError: neither.
+        """
+        if not isinstance(data, Mapping) or data.get("v") != 2:
+            tally = DocumentTally.from_json(data)
+            return cls((EMBED,), {EMBED: (tally, None)}, tally)
+        try:
+            results = {str(task): (DocumentTally.from_json(value), value.get("error_code"))
+                       for task, value in dict(data["results"]).items()}
+            counted = None if data.get("counted") is None else DocumentTally.from_json(data["counted"])
+            return cls(tuple(str(t) for t in data["required"]), results, counted)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptStateError(f"corrupt document tasks: {exc}") from exc
 
 
 def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:

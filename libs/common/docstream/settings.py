@@ -38,9 +38,9 @@ __all__ = [
     "OcrSettings",
     "ReducerSettings",
     "RetrySettings",
-    "TasksSettings",
     "Settings",
     "StoreSettings",
+    "TasksSettings",
     "load_settings",
     "user_dir",
 ]

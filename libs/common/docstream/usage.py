@@ -30,6 +30,7 @@ __all__ = [
     "STAGE_INFERENCE",
     "UNKNOWN_DEVICE",
     "Usage",
+    "across_tasks",
     "add_counts",
     "apportion",
     "document_usage",
@@ -196,6 +197,25 @@ def document_usage(completed: DocumentCompleted) -> Usage:
         model_us=dict(completed.model_us),
         stage_us=dict(completed.stage_us),
     )
+
+
+def across_tasks(usages: Iterable[Usage]) -> Usage:
+    """What one document cost over the tasks its job asked for (docs/tasks.md "What a job of several tasks costs").
+
+    Each task's result carries the document's pages, chunks and tokens and the chunker's time: those are
+    the document's once (the largest, as they agree). Model time and every stage but the chunker's are
+    each task's own: they add up.
+    """
+    pages = chunks = tokens = 0
+    model_us: dict[str, int] = {}
+    stage_us: dict[str, int] = {}
+    for usage in usages:
+        pages, chunks, tokens = max(pages, usage.pages), max(chunks, usage.chunks), max(tokens, usage.tokens)
+        model_us = add_counts(model_us, usage.model_us)
+        for stage, value in usage.stage_us.items():
+            stage_us[stage] = max(stage_us.get(stage, 0), value) if stage == STAGE_CHUNKER else \
+                stage_us.get(stage, 0) + value
+    return Usage(pages, chunks, tokens, model_us, dict(sorted(stage_us.items())))
 
 
 def total_usage(usages: Iterable[Usage | None]) -> Usage:

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,6 @@ from rich.progress import (
 from rich.table import Table
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import Embedder
 from docstream.errors import DocstreamError, FatalError, SchemaError
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer, consumer_config
@@ -55,8 +55,8 @@ from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
-from docstream.store import ResultStore, SqliteStore
-from docstream.tasks.base import TaskRequest
+from docstream.store import DocumentResultRow, ResultStore, SqliteStore
+from docstream.tasks.base import EMBED, Task, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 from docstream.topics import Topics
 from docstream.usage import Usage, total_usage
@@ -142,9 +142,14 @@ class _Phases:
 
 
 class _Progress:
-    """Follows the completed and embedded topics (from the start) for one job."""
+    """Follows the completed and embedded topics (from the start) for one job of ``tasks``.
 
-    def __init__(self, settings: Settings, serde: AvroSerde, job_id: str, expected: set[str]) -> None:
+    A document is done once each task's DocumentCompleted arrived, or one without a model (it failed
+    before inference, for every task); its status is then the combination ``DocumentTasks`` gives.
+    """
+
+    def __init__(self, settings: Settings, serde: AvroSerde, job_id: str, expected: set[str],
+                 tasks: Sequence[str] = (EMBED,)) -> None:
         topics = Topics(settings.kafka.topic_prefix)
         conf = consumer_config(settings.kafka, group_id=f"{topics.prefix}-run-progress")
         self._consumer = Consumer(conf)
@@ -152,11 +157,13 @@ class _Progress:
         self._serde = serde
         self._job_id = job_id
         self.expected = expected
+        self.tasks = tuple(tasks)
         self.done: dict[str, DocumentCompleted] = {}
+        self._results: dict[str, dict[str, DocumentCompleted]] = {}
         self.chunks_embedded = 0
         self.chunks_total = 0
         self._counted: set[str] = set()
-        self._seen_chunks: set[tuple[str, int]] = set()
+        self._seen_chunks: set[tuple[str, str, int]] = set()
         partitions = [
             TopicPartition(topic, p, 0)
             for topic in self._topics
@@ -178,15 +185,35 @@ class _Progress:
             except SchemaError:
                 continue
             if isinstance(record, DocumentCompleted) and record.doc_id in self.expected:
-                self.done[record.doc_id] = record
+                self._completed(record)
             elif isinstance(record, ChunkEmbedded) and record.doc_id in self.expected:
                 if record.doc_id not in self._counted:
                     self._counted.add(record.doc_id)
-                    self.chunks_total += record.chunk_count
-                key = (record.doc_id, record.chunk_index)
+                    self.chunks_total += record.chunk_count * len(self.tasks)
+                key = (record.doc_id, record.task, record.chunk_index)
                 if key not in self._seen_chunks:
                     self._seen_chunks.add(key)
                     self.chunks_embedded += 1
+
+    def _completed(self, record: DocumentCompleted) -> None:
+        if record.model_id is None:  # failed before inference: for every task
+            self.done[record.doc_id] = record
+            return
+        results = self._results.setdefault(record.doc_id, {})
+        results[record.task or EMBED] = record
+        if any(task not in results for task in self.tasks):
+            return
+        if len(self.tasks) == 1:
+            self.done[record.doc_id] = record
+            return
+        statuses = {results[task].status for task in self.tasks}
+        status = statuses.pop() if len(statuses) == 1 else "partial"
+        failing = [results[task] for task in self.tasks if results[task].status != "completed"]
+        first = results[self.tasks[0]]
+        self.done[record.doc_id] = replace(
+            first, status=status, failed_chunks=max(r.failed_chunks for r in results.values()),
+            error_code=failing[0].error_code if failing else None,
+            error="; ".join(f"{r.task}: {r.error}" for r in failing if r.error) or None)
 
     @property
     def finished(self) -> bool:
@@ -271,17 +298,18 @@ class _Services:
 
 
 class _ModelLoad:
-    """The model, loaded (and warmed up) on a thread of its own from the first moment of the run.
+    """The tasks' models, loaded (and warmed up) on a thread of its own from the first moment of the run.
 
     It is the longest part of a run's start: the broker, the store, the intake, the chunker and the
-    reducer start meanwhile, and the inference service starts as soon as it is there.
+    reducer start meanwhile, and the inference services start as soon as they are there.
     """
 
-    def __init__(self, settings: Settings, phases: _Phases) -> None:
+    def __init__(self, settings: Settings, phases: _Phases, tasks: Sequence[str] = (EMBED,)) -> None:
         self._settings = settings
         self._phases = phases
+        self._tasks = tuple(tasks)
         self._done = threading.Event()
-        self._embedder: Embedder | None = None
+        self._loaded: list[Task] | None = None
         self._error: BaseException | None = None
         threading.Thread(target=self._load, name="docstream-model-load", daemon=True).start()
 
@@ -290,7 +318,7 @@ class _ModelLoad:
             from docstream_inference.main import load_model
 
             self._phases.mark("model_load_started")
-            self._embedder = load_model(self._settings)
+            self._loaded = [load_model(self._settings, task) for task in self._tasks]
             self._phases.mark("model_loaded")
         except BaseException as exc:  # noqa: BLE001 - handed to the run, which fails with it
             self._error = exc
@@ -299,8 +327,8 @@ class _ModelLoad:
         finally:
             self._done.set()
 
-    def wait(self, timeout_s: float) -> Embedder | None:
-        """The loaded model, or None while it is still loading after ``timeout_s``.
+    def wait(self, timeout_s: float) -> list[Task] | None:
+        """The loaded tasks, or None while they are still loading after ``timeout_s``.
 
         Raises:
             DocstreamError: the load failed with it (a ConfigError for a folder without a model).
@@ -312,7 +340,7 @@ class _ModelLoad:
             if isinstance(self._error, DocstreamError):
                 raise self._error
             raise FatalError(f"the model did not load: {self._error}", code="model_load_failed") from self._error
-        return self._embedder
+        return self._loaded
 
 
 def _start_reducer(settings: Settings, store: ResultStore, metrics: Metrics) -> _Service:
@@ -331,11 +359,11 @@ def _start_chunker(settings: Settings, store: ResultStore, metrics: Metrics, pro
 
 
 def _start_inference(
-    settings: Settings, store: ResultStore, metrics: Metrics, producer: ReliableProducer, embedder: Embedder
+    settings: Settings, store: ResultStore, metrics: Metrics, producer: ReliableProducer, task: Task
 ) -> _Service:
     from docstream_inference.main import build_inference
 
-    pipeline = build_inference(settings, store=store, metrics=metrics, embedder=embedder, static_assignment=True,
+    pipeline = build_inference(settings, store=store, metrics=metrics, task=task, static_assignment=True,
                                producer=producer)
     return _Service(pipeline.run, pipeline.stop)
 
@@ -368,13 +396,15 @@ def run_job(
     chunks: bool = False,
     tasks: tuple[TaskRequest, ...] = DEFAULT_TASKS,
 ) -> RunOutcome:
-    """Run one job over ``paths`` on the embedded stack; returns when every document is terminal.
+    """Run one job of ``tasks`` over ``paths`` on the embedded stack; returns when every document is terminal
+    for every task.
 
     ``tasks`` are the job's (its records carry them); other tasks than the default embed alone are
     part of the run's job id, so a run asking for other tasks is another job.
 
-    The model loads on a thread from the start while the broker, the store, the intake, the chunker
-    and the reducer start beside it; the inference service starts once the model is there.
+    The models load on a thread from the start while the broker, the store, the intake, the chunker
+    and the reducer start beside it; an inference service per task (each its own consumer group) starts
+    once the models are there.
     ``<state_dir>/run.json`` records the run (when its job starts, and when it finished) so that the
     reading commands find its store; the jobs row ends ``completed`` with the run's counts. With
     ``chunks``, ``out`` also gets every chunk row (``docstream.export``).
@@ -394,7 +424,8 @@ def run_job(
     configure_logging(level=settings.log.level, fmt="json", service="run", file=state_dir / "run.log")
     phases = _Phases()
     phases.mark("run_started")
-    model = _ModelLoad(settings, phases)
+    names = [t.name for t in tasks]
+    model = _ModelLoad(settings, phases, names)
     with EmbeddedBroker(state_dir / "broker") as broker:
         phases.mark("broker_started")
         settings = embedded_settings(settings, state_dir, broker.bootstrap_servers)
@@ -424,7 +455,9 @@ def run_job(
             serde = AvroSerde(settings.kafka)
 
             def _not_done(doc_id: str, _status: str) -> bool:
-                return store.get_document_result(doc_id, model_id) is None
+                if names == [EMBED]:
+                    return store.get_document_result(doc_id, model_id) is None
+                return not _all_tasks_done(store, doc_id, names)
 
             result = submit_paths(
                 paths, JobRequest(job_id=job_id, model_id=model_id, tasks=tasks),
@@ -436,17 +469,18 @@ def run_job(
             for doc in result.documents:
                 outcome.filenames[doc.doc_id] = doc.filename or doc.doc_id
             for dup in result.duplicates:
-                row = store.get_document_result(dup.doc_id, model_id)
+                row = store.get_document_result(dup.doc_id, model_id) if names == [EMBED] else \
+                    _resumed_result(store, dup.doc_id, names)
                 if row is not None and dup.doc_id not in outcome.statuses:
                     outcome.resumed += 1
                     outcome.statuses[dup.doc_id] = row.status
                     outcome.filenames[dup.doc_id] = dup.path
                     outcome.resumed_chunks += row.chunk_count
             if expected:
-                embedder = _await_model(model, services, deadline)
-                services.start("inference", lambda: _start_inference(settings, store, metrics, producers.inference,
-                                                                     embedder))
-                _follow(settings, serde, outcome, expected, console, deadline, phases, services)
+                for task in _await_model(model, services, deadline):
+                    services.start("inference" if task.name == EMBED else f"inference-{task.name}",
+                                   partial(_start_inference, settings, store, metrics, producers.inference, task))
+                _follow(settings, serde, outcome, expected, console, deadline, phases, services, names)
         finally:
             services.stop()
             phases.mark("services_stopped")
@@ -496,13 +530,24 @@ def _check(services: _Services, deadline: float | None) -> None:
         raise FatalError("the run timed out", code="timeout")
 
 
-def _await_model(model: _ModelLoad, services: _Services, deadline: float | None) -> Embedder:
-    """The model once loaded; a service failing or the deadline passing meanwhile ends the wait."""
+def _await_model(model: _ModelLoad, services: _Services, deadline: float | None) -> list[Task]:
+    """The tasks once loaded; a service failing or the deadline passing meanwhile ends the wait."""
     while True:
         _check(services, deadline)
-        embedder = model.wait(_SERVICE_POLL_S)
-        if embedder is not None:
-            return embedder
+        loaded = model.wait(_SERVICE_POLL_S)
+        if loaded is not None:
+            return loaded
+
+
+def _all_tasks_done(store: ResultStore, doc_id: str, names: Sequence[str]) -> bool:
+    """Every task of ``names`` has a document result for the document (a resumed run skips it)."""
+    return set(names) <= {row.task for row in store.list_document_results(doc_id)}
+
+
+def _resumed_result(store: ResultStore, doc_id: str, names: Sequence[str]) -> DocumentResultRow | None:
+    """The first task's result of a document done for every task of ``names``, else None."""
+    rows = {row.task: row for row in store.list_document_results(doc_id)}
+    return rows[names[0]] if set(names) <= set(rows) else None
 
 
 def _follow(
@@ -514,9 +559,10 @@ def _follow(
     deadline: float | None,
     phases: _Phases,
     services: _Services,
+    tasks: Sequence[str] = (EMBED,),
 ) -> None:
-    """Show progress until every expected document is completed; then record their statuses."""
-    progress_feed = _Progress(settings, serde, outcome.job_id, expected)
+    """Show progress until every expected document is completed for every task; then record their statuses."""
+    progress_feed = _Progress(settings, serde, outcome.job_id, expected, tasks)
     columns: list[Any] = [
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -524,7 +570,8 @@ def _follow(
     try:
         with Progress(*columns, console=console, transient=False) as bar:
             docs = bar.add_task("documents", total=len(expected), rate="")
-            chunks = bar.add_task("chunks embedded", total=None, rate="")
+            chunks = bar.add_task("chunks embedded" if list(tasks) == [EMBED] else "chunk results", total=None,
+                                  rate="")
             first_chunk_at: float | None = None
             while not progress_feed.finished:
                 _check(services, deadline)

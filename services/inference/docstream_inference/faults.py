@@ -12,14 +12,11 @@ import os
 import time
 from collections.abc import Sequence
 
-import numpy as np
-import numpy.typing as npt
-
-from docstream.embedding import Embedder, PreparedBatch, Runtime
 from docstream.logging import get_logger
 from docstream.settings import FaultSettings
+from docstream.tasks.base import ChunkOutput, PreparedTexts, Task, TaskRequest
 
-__all__ = ["CRASH_EXIT_CODE", "CrashSwitch", "FaultyEmbedder", "InjectedModelError", "with_faults"]
+__all__ = ["CRASH_EXIT_CODE", "CrashSwitch", "FaultyTask", "InjectedModelError", "with_faults"]
 
 CRASH_EXIT_CODE = 86
 """Exit status of a process ended by ``crash_after_write``."""
@@ -31,13 +28,23 @@ class InjectedModelError(RuntimeError):
     """The injected model failure (``faults.fail_chunk_text``)."""
 
 
-class FaultyEmbedder:
-    """An Embedder that delays and fails as ``FaultSettings`` say, else the wrapped one."""
+class FaultyTask:
+    """A task runner that delays and fails as ``FaultSettings`` say, else the wrapped one."""
 
-    def __init__(self, inner: Embedder, faults: FaultSettings) -> None:
+    def __init__(self, inner: Task, faults: FaultSettings) -> None:
         self._inner = inner
         self._delay_s = faults.inference_delay_ms / 1000
         self._fail_text = faults.fail_chunk_text
+
+    @property
+    def inner(self) -> Task:
+        """The wrapped runner."""
+        return self._inner
+
+    @property
+    def name(self) -> str:
+        """The wrapped task's name."""
+        return self._inner.name
 
     @property
     def model_id(self) -> str:
@@ -45,18 +52,13 @@ class FaultyEmbedder:
         return self._inner.model_id
 
     @property
-    def dimension(self) -> int:
-        """The wrapped dimension."""
-        return self._inner.dimension
-
-    @property
     def max_tokens(self) -> int:
         """The wrapped max_tokens."""
         return self._inner.max_tokens
 
     @property
-    def runtime(self) -> Runtime:
-        """The wrapped runtime."""
+    def runtime(self) -> str:
+        """The wrapped runtime label."""
         return self._inner.runtime
 
     @property
@@ -64,12 +66,16 @@ class FaultyEmbedder:
         """The wrapped device."""
         return self._inner.device
 
-    def prepare(self, texts: Sequence[str]) -> PreparedBatch:
-        """Tokenize with the wrapped embedder."""
-        return self._inner.prepare(texts)
+    def model_id_for(self, request: TaskRequest) -> str:
+        """The wrapped task's model id for ``request``."""
+        return self._inner.model_id_for(request)
 
-    def embed(self, batch: PreparedBatch) -> npt.NDArray[np.float32]:
-        """Sleep, fail on the marked text, else embed.
+    def prepare(self, texts: Sequence[str], requests: Sequence[TaskRequest]) -> PreparedTexts:
+        """Prepare with the wrapped runner."""
+        return self._inner.prepare(texts, requests)
+
+    def run(self, batch: PreparedTexts) -> Sequence[ChunkOutput]:
+        """Sleep, fail on the marked text, else run.
 
         Raises:
             InjectedModelError: a text of the batch contains ``fail_chunk_text``.
@@ -78,22 +84,18 @@ class FaultyEmbedder:
             time.sleep(self._delay_s)
         if self._fail_text and any(self._fail_text in text for text in batch.texts):
             raise InjectedModelError("injected model failure (faults.fail_chunk_text)")
-        return self._inner.embed(batch)
-
-    def encode(self, texts: Sequence[str], *, batch_size: int) -> npt.NDArray[np.float32]:
-        """The wrapped encode (no faults)."""
-        return self._inner.encode(texts, batch_size=batch_size)
+        return self._inner.run(batch)
 
     def warm_up(self) -> None:
         """The wrapped warm-up."""
         self._inner.warm_up()
 
 
-def with_faults(embedder: Embedder, faults: FaultSettings) -> Embedder:
-    """``embedder`` wrapped in a FaultyEmbedder when a model fault is configured."""
+def with_faults(task: Task, faults: FaultSettings) -> Task:
+    """``task`` wrapped in a FaultyTask when a model fault is configured."""
     if faults.inference_delay_ms or faults.fail_chunk_text:
-        return FaultyEmbedder(embedder, faults)
-    return embedder
+        return FaultyTask(task, faults)
+    return task
 
 
 class CrashSwitch:

@@ -1,23 +1,43 @@
-"""What is unique to inference: a chunk and its embedding (or its failure) as a row and a record."""
+"""What is unique to inference: a chunk and its task's output (or its failure) as a row and a record."""
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from docstream.errors import InputError
 from docstream.records import ChunkCreated, ChunkEmbedded
 from docstream.store.base import ChunkRow
+from docstream.tasks.base import (
+    EMBED,
+    MAX_LABELS,
+    ChunkOutput,
+    Mention,
+    Span,
+    TaskRequest,
+    place_spans,
+    requested_tasks,
+)
 from docstream.usage import STAGE_INFERENCE, add_counts
 
 __all__ = [
+    "MAX_OUTPUT_BYTES",
     "MODEL_ERROR",
     "MODEL_UNAVAILABLE",
+    "TASK_OUTPUT_INVALID",
     "ChunkResult",
     "chunk_row",
     "embedded_record",
     "failed_result",
     "ok_result",
+    "output_of_row",
+    "request_for",
     "requested_model",
+    "result_of",
 ]
 
 MODEL_ERROR = "model_error"
@@ -26,12 +46,20 @@ MODEL_ERROR = "model_error"
 MODEL_UNAVAILABLE = "model_unavailable"
 """error_code of a chunk asking for a model_id this process has not loaded."""
 
+TASK_OUTPUT_INVALID = "task_output_invalid"
+"""error_code of a chunk whose task output breaks the contract (non-finite scores, too large, not JSON)."""
+
+MAX_OUTPUT_BYTES = 64 * 1024
+"""Largest JSON of a user task's output for one chunk."""
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkResult:
-    """The outcome of one chunk: an embedding, or an error code and message; ``runtime``: the label of the
-    runtime that made the embedding (None when not made here); ``model_us``: its share of its batch's
-    forward pass on ``device`` (0 and None when no model ran for it)."""
+    """The outcome of one chunk for one task: its output, or an error code and message.
+
+    ``runtime``: the label of the runtime that made it (None when not made here); ``model_us``: its share of
+    its batch's forward pass on ``device`` (0 and None when no model ran for it).
+    """
 
     chunk: ChunkCreated
     model_id: str
@@ -41,16 +69,80 @@ class ChunkResult:
     runtime: str | None = None
     model_us: int = 0
     device: str | None = None
+    task: str = EMBED
+    label_scores: Mapping[str, float] = field(default_factory=dict)
+    mentions: tuple[Mention, ...] = ()
+    output: str | None = None
+    """A user task's output, JSON."""
 
     @property
     def ok(self) -> bool:
-        """The chunk has its embedding."""
+        """The chunk has its output."""
         return self.error_code is None
 
 
-def requested_model(chunk: ChunkCreated, loaded_model_id: str) -> str:
-    """The model_id a chunk is recorded under: the one it asks for, else the loaded one."""
-    return chunk.model_id or loaded_model_id
+def request_for(chunk: ChunkCreated, task: str, *, run_unrequested: bool = False) -> TaskRequest | None:
+    """The request of ``task`` in the chunk's job, or None when the job did not ask for it (the chunk is skipped).
+
+    With ``run_unrequested`` (a replay of a new task over old chunks) every chunk is run, with the job's
+    request when it has one, else a bare one. A chunk whose tasks field is invalid is treated as embed only.
+    """
+    try:
+        requests = requested_tasks(chunk.tasks)
+    except (InputError, KeyError, TypeError):  # a foreign writer's record
+        requests = (TaskRequest(EMBED),)
+    for request in requests:
+        if request.name == task:
+            return request
+    return TaskRequest(task) if run_unrequested else None
+
+
+def requested_model(chunk: ChunkCreated, task: str, loaded_model_id: str) -> str:
+    """The model_id an embed chunk is recorded under: the one its job asks for, else the loaded one (other tasks:
+    the loaded one; ChunkCreated.model_id names an embedding model)."""
+    return (chunk.model_id or loaded_model_id) if task == EMBED else loaded_model_id
+
+
+def result_of(chunk: ChunkCreated, model_id: str, task: str, output: ChunkOutput, runtime: str | None, *,
+              model_us: int = 0, device: str | None = None) -> ChunkResult:
+    """The result of one chunk's output: spans placed in the document, a user output as JSON, checked.
+
+    A broken output (non-finite or negative scores, too many labels, output not JSON or over
+    ``MAX_OUTPUT_BYTES``) is a failed result with ``task_output_invalid``, never a row.
+    """
+    scores = dict(output.label_scores)
+    if len(scores) > MAX_LABELS or any(not math.isfinite(v) or v < 0 for v in scores.values()):
+        return failed_result(chunk, model_id, TASK_OUTPUT_INVALID, f"label scores out of contract: {scores!r}"[:500],
+                             model_us=model_us, device=device, task=task)
+    text: str | None = None
+    if output.output is not None:
+        try:
+            text = json.dumps(output.output, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            return failed_result(chunk, model_id, TASK_OUTPUT_INVALID, f"output is not JSON: {exc}",
+                                 model_us=model_us, device=device, task=task)
+        if len(text.encode("utf-8")) > MAX_OUTPUT_BYTES:
+            return failed_result(chunk, model_id, TASK_OUTPUT_INVALID,
+                                 f"output JSON is over {MAX_OUTPUT_BYTES} bytes", model_us=model_us, device=device,
+                                 task=task)
+    mentions = _placed(chunk, output.spans) if output.spans else ()
+    embedding = output.embedding if isinstance(output.embedding, list) else list(output.embedding)
+    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
+                       device=device, task=task, label_scores=scores, mentions=mentions, output=text)
+
+
+def _placed(chunk: ChunkCreated, spans: Sequence[Span]) -> tuple[Mention, ...]:
+    return place_spans(chunk.text, spans, char_start=chunk.char_start, page_start=chunk.page_start,
+                       page_breaks=chunk.page_breaks, first=chunk.chunk_index == 0,
+                       last=chunk.chunk_index == chunk.chunk_count - 1)
+
+
+def output_of_row(row: ChunkRow) -> ChunkOutput:
+    """The output a stored ok chunk row holds, as the task gave it (spans back in the chunk's offsets), so a
+    resumed run reuses it instead of running the model again."""
+    spans = tuple(Span(m.start - row.char_start, m.end - row.char_start, m.label, m.score) for m in row.mentions)
+    value: Any = None if row.output is None else json.loads(row.output)
+    return ChunkOutput(embedding=row.embedding, label_scores=dict(row.label_scores), spans=spans, output=value)
 
 
 def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtime: str | None = None, *,
@@ -62,14 +154,14 @@ def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtim
 
 
 def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str, *, model_us: int = 0,
-                  device: str | None = None) -> ChunkResult:
+                  device: str | None = None, task: str = EMBED) -> ChunkResult:
     """A chunk that failed with ``error_code`` (after ``model_us`` of forward passes on ``device``, if any)."""
     return ChunkResult(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000], model_us=model_us,
-                       device=device)
+                       device=device, task=task)
 
 
 def chunk_row(result: ChunkResult) -> ChunkRow:
-    """The chunks row of a result (a failed chunk keeps its text, no embedding, and its error_code)."""
+    """The chunks row of a result (a failed chunk keeps its text, no output, and its error_code)."""
     chunk = result.chunk
     return ChunkRow(
         doc_id=chunk.doc_id,
@@ -90,6 +182,10 @@ def chunk_row(result: ChunkResult) -> ChunkRow:
         text_source=chunk.text_source,
         ocr_engine=chunk.ocr_engine,
         page_verdicts=tuple(chunk.page_verdicts),
+        task=result.task,
+        label_scores=dict(result.label_scores),
+        mentions=result.mentions,
+        output=result.output,
     )
 
 
@@ -117,4 +213,15 @@ def embedded_record(result: ChunkResult, embedded_at: datetime, inference_us: in
         model_us=result.model_us,
         device=result.device,
         stage_us=stage_us,
+        task=result.task,
+        tasks=_task_names(chunk),
+        label_scores=dict(result.label_scores),
+        mentions=[m.to_record() for m in result.mentions],
+        output=result.output,
     )
+
+
+def _task_names(chunk: ChunkCreated) -> list[str]:
+    if not chunk.tasks:
+        return []  # embed only: the record stays as it was before tasks
+    return [str(t.get("name", "")) for t in chunk.tasks]

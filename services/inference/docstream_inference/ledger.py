@@ -41,6 +41,16 @@ class AckLedger:
             self._tracker.track(tp, offset)
             self._owed[(tp, offset)] = owed
 
+    def skip(self, tp: TopicPartitionKey, offset: int) -> None:
+        """A record was consumed that owes nothing (its job did not ask for this task): done at once.
+
+        Raises:
+            ValueError: offsets of ``tp`` tracked out of order.
+        """
+        with self._lock:
+            self._tracker.track(tp, offset)
+            self._tracker.done(tp, offset)
+
     def expect(self, tp: TopicPartitionKey, offset: int, effect: str) -> None:
         """Add an effect the record owes (e.g. its DLQ copy once it failed); ignored when not tracked."""
         with self._lock:

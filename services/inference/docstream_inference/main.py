@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import Embedder, load_embedder
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
 from docstream.logging import get_logger
@@ -11,6 +10,8 @@ from docstream.metrics import Metrics
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
+from docstream.tasks.base import Task
+from docstream.tasks.registry import load_task
 from docstream.topics import Topics
 from docstream_inference.faults import with_faults
 from docstream_inference.pipeline import SERVICE, InferencePipeline
@@ -20,25 +21,21 @@ __all__ = ["build_inference", "load_model", "main"]
 _log = get_logger(__name__)
 
 
-def load_model(settings: Settings) -> Embedder:
-    """Load (and warm up) the model of ``settings.inference``, with the fault injection of ``settings.faults``."""
-    embedder = with_faults(load_embedder(settings.inference), settings.faults)
-    runtime = embedder.runtime
-    _log.info("model_loaded", model_id=embedder.model_id, runtime=runtime.label, device=runtime.device,
-              precision=runtime.precision, threads=runtime.threads, dimension=embedder.dimension)
-    return embedder
+def load_model(settings: Settings, task: str | None = None) -> Task:
+    """Load (and warm up) ``task`` (default ``tasks.task``), with the fault injection of ``settings.faults``."""
+    return with_faults(load_task(task or settings.tasks.task, settings), settings.faults)
 
 
 def build_inference(
-    settings: Settings, *, store: ResultStore, metrics: Metrics, embedder: Embedder | None = None,
+    settings: Settings, *, store: ResultStore, metrics: Metrics, task: Task | None = None,
     static_assignment: bool = False, producer: ReliableProducer | None = None,
 ) -> InferencePipeline:
-    """The pipeline on ``store`` (migrated, topics ensured) with ``embedder``, or the model loaded here.
+    """The pipeline on ``store`` (migrated, topics ensured) running ``task``, or ``tasks.task`` loaded here.
 
     ``static_assignment`` takes every partition without a group join (``docstream run`` only);
     ``producer`` (not closed by the pipeline) replaces the pipeline's own.
     """
-    return InferencePipeline(settings, embedder=embedder if embedder is not None else load_model(settings),
+    return InferencePipeline(settings, task=task if task is not None else load_model(settings),
                              store=store, serde=AvroSerde(settings.kafka), metrics=metrics, producer=producer,
                              static_assignment=static_assignment)
 

@@ -25,7 +25,6 @@ from confluent_kafka import Consumer, KafkaError, Message
 
 from docstream.avro.serde import AvroSerde
 from docstream.batching import Batcher, BatchPolicy
-from docstream.embedding import Embedder
 from docstream.errors import DocstreamError, FatalError, SchemaError
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer, kafka_error
@@ -37,8 +36,10 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.store.base import ResultStore
+from docstream.tasks.base import EMBED, Task
 from docstream.topics import Topics
 from docstream_inference.faults import CrashSwitch
+from docstream_inference.handler import request_for
 from docstream_inference.ledger import DLQ, AckLedger
 from docstream_inference.stages import (
     FLUSH,
@@ -49,7 +50,7 @@ from docstream_inference.stages import (
     ModelBatch,
     ModelStage,
     ResultBatch,
-    StoredEmbeddings,
+    StoredResults,
     Work,
     WriteStage,
 )
@@ -64,9 +65,12 @@ _ROOM_SLICE_S = 0.002
 _PAUSE_AFTER_S = 0.1  # Q0 full this long: pause the partitions (a shorter stall just stops fetching)
 
 
-def group_id(settings: Settings) -> str:
-    """The consumer group every inference process joins: ``inference.group_id`` or ``<prefix>-inference``."""
-    return settings.inference.group_id or Topics(settings.kafka.topic_prefix).group("inference")
+def group_id(settings: Settings, task: str = EMBED) -> str:
+    """The consumer group the inference processes of ``task`` join: ``inference.group_id``, else
+    ``<prefix>-inference`` for embed and ``<prefix>-inference-<task>`` for the others (a group per task)."""
+    if settings.inference.group_id:
+        return settings.inference.group_id
+    return Topics(settings.kafka.topic_prefix).group("inference" if task == EMBED else f"inference-{task}")
 
 
 class InferencePipeline:
@@ -74,7 +78,7 @@ class InferencePipeline:
 
     Args:
         settings: all settings (kafka, inference, retry, faults).
-        embedder: the loaded (warmed-up) model.
+        task: the loaded (warmed-up) task runner (``docstream.tasks.registry.load_task``).
         store: the result store (migrated).
         serde: Avro serde for ChunkCreated in and ChunkEmbedded out.
         metrics: where to record; default: a private registry.
@@ -95,7 +99,7 @@ class InferencePipeline:
         self,
         settings: Settings,
         *,
-        embedder: Embedder,
+        task: Task,
         store: ResultStore,
         serde: AvroSerde,
         metrics: Metrics | None = None,
@@ -108,7 +112,8 @@ class InferencePipeline:
         static_assignment: bool = False,
     ) -> None:
         self._settings = settings
-        self._embedder = embedder
+        self._task = task
+        self._group_id = group_id(settings, task.name)
         self._store = store
         self._serde = serde
         self._metrics = metrics or Metrics()
@@ -136,7 +141,7 @@ class InferencePipeline:
         self._ready = False
         self._stages: list[Any] = []
         self._committer = Committer(
-            settings.kafka, group_id=group_id(settings), topics=[self._topics.chunks], service=SERVICE,
+            settings.kafka, group_id=self._group_id, topics=[self._topics.chunks], service=SERVICE,
             book=self._ledger, metrics=self._metrics, clock=clock, static_assignment=static_assignment,
             rejoin_timeout_s=rejoin_timeout_s, member_id=self._member_id,
             hooks=RebalanceHooks(assigned=self._assigned, revoking=self._finish_revoked,
@@ -185,8 +190,8 @@ class InferencePipeline:
         writer = self._start_stages(producer)
         try:
             self._ready = True
-            _log.info("inference_started", group_id=group_id(settings), topic=self._topics.chunks,
-                      model_id=self._embedder.model_id)
+            _log.info("inference_started", group_id=self._group_id, topic=self._topics.chunks, task=self._task.name,
+                      model_id=self._task.model_id)
             self._consume(writer)
             if self._error is None:
                 self._drain()
@@ -216,13 +221,13 @@ class InferencePipeline:
             serialize=self._serde.serialize, embedded_topic=self._topics.embedded, ledger=self._ledger,
             assignments=self._assignments, retry=settings.retry, crash=CrashSwitch(settings.faults), **common,
         )
-        model = ModelStage(inbox=q1, outbox=q2, embedder=self._embedder, attempts=settings.retry.handler_attempts,
+        model = ModelStage(inbox=q1, outbox=q2, task=self._task, attempts=settings.retry.handler_attempts,
                            on_embedded=EmbedLog(settings.faults.embed_log) if settings.faults.embed_log else None,
                            **common)
         self._stages = [
-            BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), embedder=self._embedder,
+            BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), task=self._task,
                        assignments=self._assignments, history=self._history,
-                       stored=StoredEmbeddings(self._store) if inference.reuse_stored else None,
+                       stored=StoredResults(self._store) if inference.reuse_stored else None,
                        model_idle=lambda: model.idle, **common),
             model,
             writer,
@@ -364,8 +369,12 @@ class InferencePipeline:
         if outcome.error is not None or outcome.value is None:
             self._dead_letter_input(msg, tp, offset, outcome.error, outcome.attempts, writer)
             return
+        request = request_for(outcome.value, self._task.name, run_unrequested=self._settings.tasks.run_unrequested)
+        if request is None:
+            self._ledger.skip(tp, offset)  # the job did not ask for this task: nothing to do, nothing owed
+            return
         self._ledger.track(tp, offset)
-        work = Work(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock())
+        work = Work(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock(), request)
         try:
             self._q0.put_nowait(work)
         except queue.Full:

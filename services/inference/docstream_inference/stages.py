@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, Message
 
 from docstream.batching import Batch, Batcher, CloseReason, order_by_length
-from docstream.embedding import Embedder, PreparedBatch
 from docstream.errors import FatalError, PoisonRecord
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer
@@ -35,6 +34,7 @@ from docstream.records import ChunkCreated, utc_now
 from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
 from docstream.store.base import ResultStore
+from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest
 from docstream.usage import apportion
 from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import (
@@ -44,8 +44,9 @@ from docstream_inference.handler import (
     chunk_row,
     embedded_record,
     failed_result,
-    ok_result,
+    output_of_row,
     requested_model,
+    result_of,
 )
 from docstream_inference.isolation import Isolated, embed_isolating
 from docstream_inference.ledger import DLQ, PRODUCE, WRITE, AckLedger
@@ -59,6 +60,7 @@ __all__ = [
     "ModelBatch",
     "ModelStage",
     "ResultBatch",
+    "StoredResults",
     "Work",
     "WriteStage",
     "put_until",
@@ -68,6 +70,7 @@ _log = get_logger(__name__)
 _IDLE_S = 0.05
 _IDLE_GRACE_S = 0.002  # no record for this long and the model idle: the open batch goes
 _T = TypeVar("_T")
+_EMBED_REQUEST = TaskRequest(EMBED)
 
 
 class Halted(Exception):  # noqa: N818 - a control signal, not an error
@@ -89,6 +92,8 @@ class Work:
     value: bytes
     chunk: ChunkCreated
     received_at: float
+    request: TaskRequest = _EMBED_REQUEST
+    """The request of the pipeline's task in the chunk's job (its labels, for classify)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +111,14 @@ class ModelBatch:
     """A closed batch, tokenized, longest record first; ``unavailable`` ask for a model not loaded."""
 
     works: tuple[Work, ...]
-    prepared: PreparedBatch
+    prepared: PreparedTexts
     unavailable: tuple[Work, ...]
     stats: BatchStats
-    reused: tuple[tuple[Work, list[float]], ...] = ()
+    reused: tuple[tuple[Work, ChunkOutput], ...] = ()
     busy_us: int = 0
-    """Time spent on the batch so far: the store lookup of reusable embeddings and tokenizing."""
+    """Time spent on the batch so far: the store lookup of reusable results and tokenizing."""
+    model_ids: tuple[str, ...] = ()
+    """The model_id of each of ``works`` (its results' key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,24 +172,27 @@ class Assignments:
             return [w for w in works if self._current.get(w.tp) == w.generation]
 
 
-class StoredEmbeddings:
-    """Embeddings already in the store for the same chunk_id and model (``inference.reuse_stored``).
+class StoredResults:
+    """Results already in the store for the same chunk_id and model_id (``inference.reuse_stored``).
 
-    One read per document of a batch; only rows with status ok and the same chunk_id count, so a
-    change of chunker settings (a new chunk_id) is embedded again.
+    One read per (document, model_id) of a batch; only rows with status ok, of the same task and the
+    same chunk_id count, so a change of chunker settings (a new chunk_id) is run again.
     """
 
     def __init__(self, store: ResultStore) -> None:
         self._store = store
 
-    def find(self, chunks: Sequence[ChunkCreated], model_id: str) -> dict[str, list[float]]:
-        """chunk_id → stored embedding, for the chunks of ``chunks`` that have one."""
-        wanted = {c.chunk_id for c in chunks}
-        found: dict[str, list[float]] = {}
-        for doc_id in sorted({c.doc_id for c in chunks}):
+    def find(self, chunks: Sequence[ChunkCreated], model_ids: Sequence[str], task: str) -> dict[str, ChunkOutput]:
+        """chunk_id → stored output, for the chunks of ``chunks`` (each under its model id) that have one."""
+        wanted: dict[tuple[str, str], set[str]] = {}
+        for chunk, model_id in zip(chunks, model_ids, strict=True):
+            wanted.setdefault((chunk.doc_id, model_id), set()).add(chunk.chunk_id)
+        found: dict[str, ChunkOutput] = {}
+        for (doc_id, model_id), ids in sorted(wanted.items()):
             for row in self._store.iter_chunks(doc_id, model_id):
-                if row.chunk_id in wanted and row.status == "ok" and row.embedding:
-                    found[row.chunk_id] = list(row.embedding)
+                if row.chunk_id in ids and row.status == "ok" and row.task == task and \
+                        (row.embedding or task != EMBED):
+                    found[row.chunk_id] = output_of_row(row)
         return found
 
 
@@ -246,14 +256,14 @@ class BatchStage(_StageThread):
         inbox: queue.Queue[Any],
         outbox: queue.Queue[ModelBatch],
         batcher: Batcher[Work],
-        embedder: Embedder,
+        task: Task,
         assignments: Assignments,
         metrics: Metrics,
         service: str,
         history: deque[BatchStats],
         halt: threading.Event,
         on_error: Callable[[BaseException], None],
-        stored: StoredEmbeddings | None = None,
+        stored: StoredResults | None = None,
         model_idle: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__("inference-batch", halt, on_error)
@@ -261,7 +271,7 @@ class BatchStage(_StageThread):
         self._model_idle = model_idle
         self._inbox, self._outbox = inbox, outbox
         self._batcher = batcher
-        self._embedder = embedder
+        self._task = task
         self._assignments = assignments
         self._metrics = metrics
         self._service = service
@@ -295,7 +305,7 @@ class BatchStage(_StageThread):
         if item is FLUSH:
             self._emit(self._batcher.flush())
         elif isinstance(item, Work):
-            tokens = max(1, min(item.chunk.token_count, self._embedder.max_tokens))
+            tokens = max(1, min(item.chunk.token_count, self._task.max_tokens))
             for batch in self._batcher.add(item, tokens, arrived_at=item.received_at):
                 self._emit(batch)
 
@@ -311,20 +321,24 @@ class BatchStage(_StageThread):
         live = self._assignments.live(batch.items)
         if not live:
             return
-        model_id = self._embedder.model_id
-        runnable = [w for w in live if requested_model(w.chunk, model_id) == model_id]
-        unavailable = tuple(w for w in live if requested_model(w.chunk, model_id) != model_id)
-        reused: tuple[tuple[Work, list[float]], ...] = ()
+        task = self._task
+        name, loaded = task.name, task.model_id
+        runnable = [w for w in live if requested_model(w.chunk, name, loaded) == loaded]
+        unavailable = tuple(w for w in live if requested_model(w.chunk, name, loaded) != loaded)
+        reused: tuple[tuple[Work, ChunkOutput], ...] = ()
         started = time.perf_counter()
         if self._stored is not None and runnable:
-            found = self._stored.find([w.chunk for w in runnable], model_id)
+            found = self._stored.find([w.chunk for w in runnable], [task.model_id_for(w.request) for w in runnable],
+                                      name)
             reused = tuple((w, found[w.chunk.chunk_id]) for w in runnable if w.chunk.chunk_id in found)
             runnable = [w for w in runnable if w.chunk.chunk_id not in found]
         order = order_by_length([w.chunk.token_count for w in runnable])
         works = tuple(order.apply(runnable))
-        prepared = self._embedder.prepare([w.chunk.text for w in works])
+        prepared = task.prepare([w.chunk.text for w in works], [w.request for w in works])
         busy_us = _micros_since(started)
-        put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats, reused, busy_us), self._halt)
+        model_ids = tuple(task.model_id_for(w.request) for w in works)
+        put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats, reused, busy_us, model_ids),
+                  self._halt)
 
 
 class ModelStage(_StageThread):
@@ -335,7 +349,7 @@ class ModelStage(_StageThread):
         *,
         inbox: queue.Queue[ModelBatch],
         outbox: queue.Queue[ResultBatch],
-        embedder: Embedder,
+        task: Task,
         attempts: int,
         metrics: Metrics,
         service: str,
@@ -347,7 +361,7 @@ class ModelStage(_StageThread):
         self._busy = False
         self._on_embedded = on_embedded
         self._inbox, self._outbox = inbox, outbox
-        self._embedder = embedder
+        self._task = task
         self._attempts = attempts
         self._metrics = metrics
         self._service = service
@@ -373,40 +387,41 @@ class ModelStage(_StageThread):
         model_us = 0
         if batch.works:
             started = time.perf_counter()
-            outcomes = self._embed(batch)
+            outcomes = self._run_model(batch)
             model_us = _micros_since(started)
             self._metrics.model_latency.labels(self._service).observe(model_us / 1e6)
             if self._on_embedded is not None:
                 self._on_embedded([w.chunk.chunk_id for w in batch.works])
-        model_id, runtime, device = self._embedder.model_id, self._embedder.runtime.label, self._embedder.device
+        task = self._task
+        name, loaded, runtime, device = task.name, task.model_id, task.runtime, task.device
         # the forward pass (failed attempts included: the device was busy) shared by token counts
         shares = apportion(model_us, [w.chunk.token_count for w in batch.works])
         results: list[ChunkResult] = []
-        for work, outcome, share in zip(batch.works, outcomes, shares, strict=True):
+        for work, model_id, outcome, share in zip(batch.works, batch.model_ids, outcomes, shares, strict=True):
             if isinstance(outcome, Isolated):
                 message = f"model failed on this chunk alone {outcome.attempts} times: {outcome.error}"
                 results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message, model_us=share,
-                                             device=device))
+                                             device=device, task=name))
             else:
-                results.append(ok_result(work.chunk, model_id, outcome.tolist(), runtime, model_us=share,
-                                         device=device))
-        for work, embedding in batch.reused:
-            results.append(ok_result(work.chunk, model_id, embedding))
+                results.append(result_of(work.chunk, model_id, name, outcome, runtime, model_us=share, device=device))
+        for work, output in batch.reused:
+            results.append(result_of(work.chunk, task.model_id_for(work.request), name, output, None))
         for work in batch.unavailable:
-            wanted = requested_model(work.chunk, model_id)
-            message = f"model {wanted!r} is not loaded here (this process runs {model_id!r})"
-            results.append(failed_result(work.chunk, wanted, MODEL_UNAVAILABLE, message))
+            wanted = requested_model(work.chunk, name, loaded)
+            message = f"model {wanted!r} is not loaded here (this process runs {loaded!r})"
+            results.append(failed_result(work.chunk, wanted, MODEL_UNAVAILABLE, message, task=name))
         works = batch.works + tuple(w for w, _ in batch.reused) + batch.unavailable
         put_until(self._outbox, ResultBatch(works, tuple(results), batch.busy_us + model_us), self._halt)
 
-    def _embed(self, batch: ModelBatch) -> list[Any]:
-        texts = batch.prepared.texts
+    def _run_model(self, batch: ModelBatch) -> list[Any]:
+        texts, requests = batch.prepared.texts, batch.prepared.requests
         whole = len(texts)
 
         def embed(indices: Sequence[int]) -> Sequence[Any]:
             if len(indices) == whole:
-                return list(self._embedder.embed(batch.prepared))
-            return list(self._embedder.embed(self._embedder.prepare([texts[i] for i in indices])))
+                return list(self._task.run(batch.prepared))
+            part = self._task.prepare([texts[i] for i in indices], [requests[i] for i in indices])
+            return list(self._task.run(part))
 
         def on_failure(indices: Sequence[int], error: BaseException) -> None:
             _log.warning("model_batch_failed", size=len(indices), error_type=type(error).__name__,

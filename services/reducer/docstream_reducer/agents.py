@@ -26,6 +26,7 @@ from docstream.aggregation import (
     CorruptStateError,
     DocumentState,
     DocumentTally,
+    DocumentTasks,
     JobProgress,
     StatusThrottle,
     TerminalStatus,
@@ -37,7 +38,7 @@ from docstream.aggregation import (
     job_status,
 )
 from docstream.avro import AvroSerde
-from docstream.errors import FatalError, InputError, PoisonRecord, SchemaError
+from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError
 from docstream.kafka.dlq import dlq_headers
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -45,6 +46,9 @@ from docstream.records import ChunkEmbedded, DocumentCompleted, utc_now
 from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.base import TaskTally
+from docstream.tasks.base import EMBED, EntitySummary, Mention, TaskFold, task_names_of_options
+from docstream.tasks.registry import task_fold
 from docstream.topics import dlq_topic
 from docstream.usage import Usage, document_usage
 from docstream_reducer.webhook import WebhookNotifier
@@ -172,11 +176,14 @@ class DocumentReducer:
         exactly_once: Faust runs exactly-once: the state change is written before the
             DocumentCompleted (one transaction holds both whenever Faust commits); at-least-once
             writes it after, so that a crash in between repeats the record rather than losing it.
+        custom_tasks: user tasks by name (``tasks.custom``), for their folds.
     """
 
     def __init__(self, table: Table, serde: AvroSerde, store: StoreCalls, sink: Sink, completed_topic: str,
                  *, metrics: Metrics | None = None, marker_ttl_ms: int = MARKER_TTL_MS,
-                 exactly_once: bool = False) -> None:
+                 exactly_once: bool = False, custom_tasks: dict[str, str] | None = None) -> None:
+        self._custom = dict(custom_tasks or {})
+        self._folds: dict[str, TaskFold] = {}
         self._table = table
         self._serde = serde
         self._store = store
@@ -195,7 +202,7 @@ class DocumentReducer:
             key = document_key(chunk.doc_id, chunk.model_id)
             raw = self._table.get(key)
             entry = None if raw is None else decode_entry(raw)
-            state, completed = apply(entry, chunk)
+            state, completed = apply(entry, chunk, self._fold(chunk.task))
         except PoisonRecord as exc:
             await dead_letter(self._sink, msg, exc, self._metrics, now_ms=msg.timestamp_ms)
             return
@@ -237,6 +244,21 @@ class DocumentReducer:
             self._table[key] = state.emitted(msg.timestamp_ms, msg.partition).to_json()
         heapq.heappush(self._markers.setdefault(msg.partition, []), (msg.timestamp_ms, key))
 
+    def _fold(self, task: str) -> TaskFold:
+        """The fold of ``task``, found once.
+
+        Raises:
+            PoisonRecord: ``task_unavailable``: no task by that name here (the record goes to the DLQ, to be
+                replayed once the task is installed).
+        """
+        fold = self._folds.get(task)
+        if fold is None:
+            try:
+                fold = self._folds[task] = task_fold(task, self._custom)
+            except (ConfigError, InputError) as exc:
+                raise PoisonRecord(f"no fold for task {task!r}: {exc}", code="task_unavailable") from exc
+        return fold
+
     def _decode(self, msg: Incoming) -> ChunkEmbedded:
         if msg.value is None:
             raise SchemaError("record without a value", code="schema_empty_value")
@@ -256,13 +278,14 @@ class DocumentReducer:
                                 pages_by_source=dict(document.pages_by_source))
         now = utc_now()
         assert completed.model_id is not None
-        await store(store.store.upsert_document_result, DocumentResultRow(
-            doc_id=completed.doc_id, model_id=completed.model_id, job_id=completed.job_id, status=completed.status,
-            chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks,
-            token_count=completed.token_count, embedding=completed.embedding,
-            chunker_settings=completed.chunker_settings or "",
-            completed_at=completed.completed_at, content_sha256=completed.content_sha256, runtime=completed.runtime,
-        ))
+        await store(store.store.upsert_document_result, result_row(completed))
+        task = completed.task or EMBED
+        usage = document_usage(completed)
+        # each task's terminal status and usage, one entry each: the jobs agent's recount reads them
+        await store(store.store.upsert_job_document_task, completed.job_id, completed.doc_id, task,
+                    TaskTally(completed.status, usage), now)
+        if (completed.tasks or [EMBED]) != [task]:
+            return completed  # a job of several tasks: the jobs agent writes the document's status once all are in
         if document is not None:
             await store(store.store.upsert_document, replace(
                 document, status=completed.status, updated_at=now, error_code=completed.error_code,
@@ -271,7 +294,7 @@ class DocumentReducer:
         await store(store.store.upsert_job_document, JobDocumentRow(
             job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status, updated_at=now,
             filename=document.filename if document is not None else None, error_code=completed.error_code,
-            usage=document_usage(completed)))
+            usage=usage))
         return completed
 
     def rebuild_markers(self) -> int:
@@ -298,9 +321,42 @@ def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
     return status in _TERMINAL_STATUSES
 
 
-def _terminal_documents(store: ResultStore, job_id: str) -> list[tuple[str, DocumentTally]]:
-    return [(row.doc_id, DocumentTally(row.status, row.usage or Usage()))
-            for row in store.iter_job_documents(job_id) if _is_terminal(row.status)]
+_Heard = tuple[str, str | None, DocumentTally, str | None, list[str]]
+"""What the jobs agent heard of one document: doc_id, task (None: for every task), tally, error_code, its
+job's tasks."""
+
+
+def _terminal_documents(store: ResultStore, job_id: str, required: list[str]) -> list[_Heard]:
+    """The job's documents that are terminal for every task of ``required``, by their job_documents rows: a
+    row's task entries when it has all of them, else its own status when terminal (a failure before
+    inference, or a job written before tasks)."""
+    found: list[_Heard] = []
+    for row in store.iter_job_documents(job_id):
+        entries = DocumentTasks(tuple(required), {task: (DocumentTally(t.status, t.usage), None)
+                                                  for task, t in row.tasks.items()})
+        combined = entries.combined() if row.tasks else None
+        if combined is not None:
+            found.append((row.doc_id, None, combined[0], row.error_code, required))
+        elif _is_terminal(row.status) and (len(required) == 1 or not row.tasks):
+            found.append((row.doc_id, None, DocumentTally(row.status, row.usage or Usage()), row.error_code,
+                          required))
+    return found
+
+
+def result_row(completed: DocumentCompleted) -> DocumentResultRow:
+    """The document_results row of a task's DocumentCompleted."""
+    assert completed.model_id is not None
+    return DocumentResultRow(
+        doc_id=completed.doc_id, model_id=completed.model_id, job_id=completed.job_id, status=completed.status,
+        chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks,
+        token_count=completed.token_count, embedding=completed.embedding,
+        chunker_settings=completed.chunker_settings or "",
+        completed_at=completed.completed_at, content_sha256=completed.content_sha256, runtime=completed.runtime,
+        task=completed.task or EMBED, label_scores=dict(completed.label_scores), top_label=completed.top_label,
+        top_chunks=tuple(completed.top_chunks), mentions=tuple(Mention.from_record(m) for m in completed.mentions),
+        entities=tuple(EntitySummary.from_record(e) for e in completed.entities),
+        mentions_truncated=completed.mentions_truncated, output=completed.output,
+    )
 
 
 def _emitted(raw: Any) -> tuple[int, int] | None:
@@ -335,7 +391,8 @@ class CompletedRelay:
             await dead_letter(self._sink, msg, exc, self._metrics, now_ms=msg.timestamp_ms)
             return
         body = {"job_id": record.job_id, "doc_id": record.doc_id, "status": record.status,
-                "error_code": record.error_code, "usage": document_usage(record).to_json()}
+                "error_code": record.error_code, "usage": document_usage(record).to_json(),
+                "task": record.task if record.model_id is not None else None, "tasks": list(record.tasks)}
         # at-least-once hop (awaited before the input is acknowledged); JobReducer counts a doc_id once
         await self._sink.send(self._topic, record.job_id.encode(), json.dumps(body).encode())
 
@@ -391,22 +448,39 @@ class JobReducer:
             _log.debug("job_record_after_final_ignored", job_id=job_id)
             return
         reconcile = body.get("kind") == RECONCILE
+        heard: list[_Heard]
         if reconcile:
-            tallies = await self._store(_terminal_documents, self._store.store, job_id)
+            row = await self._job_row(job_id)
+            required = task_names_of_options(row.options) if row is not None else [EMBED]
+            heard = await self._store(_terminal_documents, self._store.store, job_id, required)
         else:
-            tallies = [(str(body["doc_id"]), DocumentTally.from_json(body))]
+            task = body.get("task")
+            heard = [(str(body["doc_id"]), None if task is None else str(task), DocumentTally.from_json(body),
+                      body.get("error_code"), [str(t) for t in body.get("tasks") or ()])]
         updated = progress
-        for doc_id, tally in tallies:
+        for doc_id, task, tally, error_code, required_tasks in heard:
             doc_key = job_document_key(job_id, doc_id)
             raw = self._docs.get(doc_key)
-            previous = None if raw is None else DocumentTally.from_json(raw)
-            if reconcile and previous is not None and previous.status == tally.status:
-                continue  # the recount repairs what is missing; what the records said stays
-            counted = count_document(updated, previous, tally)
+            entry = DocumentTasks() if raw is None else DocumentTasks.from_json(raw)
+            previous = entry.counted
+            if reconcile:
+                if previous is not None and previous.status == tally.status:
+                    continue  # the recount repairs what is missing; what the records said stays
+                entry = replace(entry, results={}).with_result(None, tally, error_code, required_tasks)
+            else:
+                entry = entry.with_result(task, tally, error_code, required_tasks)
+            combined = entry.combined()
+            if combined is None:
+                self._docs[doc_key] = entry.to_json()  # not every task is in yet: nothing to count
+                continue
+            current, code = combined
+            counted = count_document(updated, previous, current)
+            self._docs[doc_key] = replace(entry, counted=current).to_json()
             if counted is not updated:
-                self._docs[doc_key] = tally.to_json()
-                self._count_usage(progress.tenant, previous, tally)
+                self._count_usage(progress.tenant, previous, current)
                 updated = counted
+                if len(entry.required) > 1:
+                    await self._write_document_status(job_id, doc_id, current, code)
         if body.get("kind") == RECONCILE:
             _log.info("job_reconciled", job_id=job_id, added=updated.terminal - progress.terminal,
                       terminal=updated.terminal, document_count=updated.document_count)
@@ -443,6 +517,16 @@ class JobReducer:
             self._stalled[job_id] = min(wait * 2, _RECONCILE_MAX_S)
             body = {"kind": RECONCILE, "job_id": job_id}
             await self._sink.send(self._by_job_topic, job_id.encode(), json.dumps(body).encode())
+
+    async def _write_document_status(self, job_id: str, doc_id: str, tally: DocumentTally,
+                                     error_code: str | None) -> None:
+        """A document of a job of several tasks is terminal for all: its job_documents and documents rows say so."""
+        store, now = self._store, utc_now()
+        await store(store.store.update_job_document_status, job_id, doc_id, tally.status, error_code, tally.usage, now)
+        document: DocumentRow | None = await store(store.store.get_document, doc_id)
+        if document is not None:
+            await store(store.store.upsert_document, replace(document, status=tally.status, updated_at=now,
+                                                             error_code=error_code))
 
     def _count_usage(self, tenant: str, previous: DocumentTally | None, current: DocumentTally) -> None:
         """Prometheus: what the document added to its tenant's totals (a document counted again adds its growth)."""

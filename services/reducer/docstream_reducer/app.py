@@ -310,7 +310,7 @@ def build_reducer(
                        partitions=partitions, retention=settings.kafka.results_retention_ms / 1000)
     sink = FaustSink(app)
     documents = DocumentReducer(documents_table, serde, store, sink, topics.completed, metrics=metrics,
-                                exactly_once=settings.kafka.transactions)
+                                exactly_once=settings.kafka.transactions, custom_tasks=dict(settings.tasks.custom))
     relay = CompletedRelay(serde, sink, by_job.get_topic_name(), metrics=metrics)
     jobs = JobReducer(jobs_table, job_documents_table, serde, store, sink, topics.jobs,
                       by_job_topic=by_job.get_topic_name(), throttle_s=settings.reducer.job_status_interval_s,

@@ -17,6 +17,7 @@ Results are keyed by ``model_id``: several tasks over one document sit side by s
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_LABELS",
     "MAX_LABEL_CHARS",
     "MAX_TASKS",
+    "TASKS_OPTION",
     "ChunkOutput",
     "DocumentOutput",
     "EntitySummary",
@@ -52,6 +54,9 @@ __all__ = [
     "place_spans",
     "requested_tasks",
     "task_names",
+    "task_names_of_options",
+    "tasks_of_options",
+    "tasks_option",
 ]
 
 EMBED = "embed"
@@ -187,6 +192,38 @@ def requested_tasks(records: Sequence[Mapping[str, Any]]) -> tuple[TaskRequest, 
 def task_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """The names of the tasks a record's ``tasks`` field asks for (``[embed]`` when empty)."""
     return [r.name for r in requested_tasks(records)]
+
+
+TASKS_OPTION = "tasks"
+"""Key of a job's tasks in its jobs row's options: the JSON list of its TaskRequest records."""
+
+
+def tasks_option(requests: Sequence[TaskRequest]) -> str:
+    """The canonical JSON of ``requests`` (a jobs row's ``options["tasks"]``)."""
+    return json.dumps([r.to_record() for r in requests], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def tasks_of_options(options: Mapping[str, str]) -> tuple[TaskRequest, ...]:
+    """The tasks a jobs row's options name; embed only when they name none (jobs before tasks).
+
+    Raises:
+        InputError: the option is not a valid list of task requests.
+    """
+    raw = options.get(TASKS_OPTION)
+    if not raw:
+        return (TaskRequest(EMBED),)
+    try:
+        records = json.loads(raw)
+    except ValueError as exc:
+        raise InputError(f"the job's tasks option is not JSON: {exc}", code="task_invalid") from exc
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise InputError("the job's tasks option is not a list of task requests", code="task_invalid")
+    return requested_tasks(records)
+
+
+def task_names_of_options(options: Mapping[str, str]) -> list[str]:
+    """The names of the tasks a jobs row's options name (``[embed]`` when none)."""
+    return [r.name for r in tasks_of_options(options)]
 
 
 @dataclass(frozen=True, slots=True)
