@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any, Protocol, TypeGuard, TypeVar
 
 from docstream.aggregation import (
+    ANY_TASK,
     CompletionMarker,
     CorruptStateError,
     DocumentState,
@@ -321,25 +322,22 @@ def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
     return status in _TERMINAL_STATUSES
 
 
-_Heard = tuple[str, str | None, DocumentTally, str | None, list[str]]
-"""What the jobs agent heard of one document: doc_id, task (None: for every task), tally, error_code, its
-job's tasks."""
+_Heard = tuple[str, list[tuple[str | None, DocumentTally, str | None]], list[str]]
+"""What the jobs agent heard of one document: its doc_id, its tasks' results (task None: for every task; each
+with its tally and error_code), and the names of its job's tasks."""
 
 
 def _terminal_documents(store: ResultStore, job_id: str, required: list[str]) -> list[_Heard]:
-    """The job's documents that are terminal for every task of ``required``, by their job_documents rows: a
-    row's task entries when it has all of them, else its own status when terminal (a failure before
-    inference, or a job written before tasks)."""
+    """What the job's job_documents rows say of each document: each task's entry, and a terminal status of the
+    row itself where it has no entries (a failure before inference, or a job written before tasks)."""
     found: list[_Heard] = []
     for row in store.iter_job_documents(job_id):
-        entries = DocumentTasks(tuple(required), {task: (DocumentTally(t.status, t.usage), None)
-                                                  for task, t in row.tasks.items()})
-        combined = entries.combined() if row.tasks else None
-        if combined is not None:
-            found.append((row.doc_id, None, combined[0], row.error_code, required))
-        elif _is_terminal(row.status) and (len(required) == 1 or not row.tasks):
-            found.append((row.doc_id, None, DocumentTally(row.status, row.usage or Usage()), row.error_code,
-                          required))
+        results: list[tuple[str | None, DocumentTally, str | None]] = [
+            (task, DocumentTally(t.status, t.usage), None) for task, t in sorted(row.tasks.items())]
+        if not row.tasks and _is_terminal(row.status):
+            results.append((None, DocumentTally(row.status, row.usage or Usage()), row.error_code))
+        if results:
+            found.append((row.doc_id, results, required))
     return found
 
 
@@ -455,31 +453,31 @@ class JobReducer:
             heard = await self._store(_terminal_documents, self._store.store, job_id, required)
         else:
             task = body.get("task")
-            heard = [(str(body["doc_id"]), None if task is None else str(task), DocumentTally.from_json(body),
-                      body.get("error_code"), [str(t) for t in body.get("tasks") or ()])]
+            heard = [(str(body["doc_id"]), [(None if task is None else str(task), DocumentTally.from_json(body),
+                                             body.get("error_code"))],
+                      [str(t) for t in body.get("tasks") or ()])]
         updated = progress
-        for doc_id, task, tally, error_code, required_tasks in heard:
+        for doc_id, results, required_tasks in heard:
             doc_key = job_document_key(job_id, doc_id)
             raw = self._docs.get(doc_key)
             entry = DocumentTasks() if raw is None else DocumentTasks.from_json(raw)
             previous = entry.counted
-            if reconcile:
-                if previous is not None and previous.status == tally.status:
-                    continue  # the recount repairs what is missing; what the records said stays
-                entry = replace(entry, results={}).with_result(None, tally, error_code, required_tasks)
-            else:
-                entry = entry.with_result(task, tally, error_code, required_tasks)
+            for task_name, tally, error_code in results:
+                entry = entry.with_result(task_name, tally, error_code, required_tasks)
             combined = entry.combined()
             if combined is None:
-                self._docs[doc_key] = entry.to_json()  # not every task is in yet: nothing to count
+                if not reconcile or entry != (DocumentTasks() if raw is None else DocumentTasks.from_json(raw)):
+                    self._docs[doc_key] = entry.to_json()  # not every task is in yet: nothing to count
                 continue
             current, code = combined
+            if reconcile and previous is not None and previous.status == current.status:
+                continue  # the recount repairs what is missing; what the records said stays
             counted = count_document(updated, previous, current)
             self._docs[doc_key] = replace(entry, counted=current).to_json()
             if counted is not updated:
                 self._count_usage(progress.tenant, previous, current)
                 updated = counted
-                if len(entry.required) > 1:
+                if len(entry.required) > 1 and ANY_TASK not in entry.results:  # (the chunker wrote its failures)
                     await self._write_document_status(job_id, doc_id, current, code)
         if body.get("kind") == RECONCILE:
             _log.info("job_reconciled", job_id=job_id, added=updated.terminal - progress.terminal,
