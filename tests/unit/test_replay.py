@@ -310,3 +310,18 @@ def test_run_replay_dry_run_and_live_groups_change_nothing() -> None:
     forced = FakeGroupAdmin(GroupState("t1-inference", "STABLE", 1), observed)
     code, _, _ = _run(forced, yes=True, force=True)
     assert code == 0 and len(forced.altered) == 1
+
+
+def test_a_task_is_replayed_in_its_own_group_and_runs_on_every_chunk() -> None:
+    settings = _settings()
+    source = replay_source(settings, "inference", task="entities")
+    assert (source.topic, source.group_id, source.task) == ("t1.chunks", "t1-inference-entities", "entities")
+    assert replay_source(settings, "inference", task="embed").group_id == "t1-inference"
+    plan = plan_reset(source, ResetTarget("earliest"), GroupState(source.group_id, "DEAD"), [PartitionOffsets(0, 0, 3)])
+    steps = next_steps(plan)
+    assert steps[0] == "start the inference service: docstream inference --task entities --every-chunk"
+    assert "beside the existing ones" in steps[1]
+    with pytest.raises(InputError):
+        replay_source(settings, "reducer", task="entities")
+    with pytest.raises(InputError):
+        replay_source(settings, "inference", task="Not A Task")

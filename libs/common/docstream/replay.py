@@ -30,6 +30,7 @@ from docstream.errors import DocstreamError, InputError, RetryableError
 from docstream.kafka.clients import admin_config, kafka_error
 from docstream.logging import get_logger
 from docstream.settings import KafkaSettings, Settings
+from docstream.tasks.base import check_task_name
 from docstream.topics import Topics
 
 __all__ = [
@@ -140,12 +141,14 @@ class ReplaySource:
         topic: the service's input topic.
         group_id: the group to reset or create.
         default_group: the group the service joins without an override.
+        task: inference: the task whose group it is (None: embed, the default).
     """
 
     service: ReplayService
     topic: str
     group_id: str
     default_group: str
+    task: str | None = None
 
     @property
     def new_group(self) -> bool:
@@ -153,18 +156,26 @@ class ReplaySource:
         return self.group_id != self.default_group
 
 
-def replay_source(settings: Settings, service: str, *, new_group: str | None = None) -> ReplaySource:
+def replay_source(settings: Settings, service: str, *, new_group: str | None = None,
+                  task: str | None = None) -> ReplaySource:
     """The input topic and consumer group of ``service`` under ``settings``.
 
     chunker reads the intake topic as ``chunker.group_id`` (default ``<prefix>-chunker``);
-    inference reads the chunks topic as ``inference.group_id`` (default ``<prefix>-inference``);
+    inference reads the chunks topic as ``inference.group_id`` (default ``<prefix>-inference``, and
+    ``<prefix>-inference-<task>`` for a ``task`` other than embed: a group per task);
     the reducer reads the embedded topic as its Faust app id ``reducer.app_id``.
 
     Raises:
-        InputError: an unknown service, or an empty ``new_group``.
+        InputError: an unknown service, a ``task`` for another service than inference, or an empty ``new_group``.
     """
     topics = Topics(settings.kafka.topic_prefix)
-    if service == "chunker":
+    if task is not None and service != "inference":
+        raise InputError("--task is an option of --service inference", code="replay_task")
+    if task is not None:
+        check_task_name(task)
+    if service == "inference" and task is not None:
+        topic, default = topics.chunks, settings.inference.group_id or topics.inference_group(task)
+    elif service == "chunker":
         topic, default = topics.submitted, settings.chunker.group_id or topics.group("chunker")
     elif service == "inference":
         topic, default = topics.chunks, settings.inference.group_id or topics.group("inference")
@@ -176,7 +187,8 @@ def replay_source(settings: Settings, service: str, *, new_group: str | None = N
     if new_group is not None and not new_group.strip():
         raise InputError("--new-group must not be empty", code="replay_group")
     group = new_group.strip() if new_group is not None else default
-    return ReplaySource(service=service, topic=topic, group_id=group, default_group=default)  # type: ignore[arg-type]
+    return ReplaySource(service=service, topic=topic, group_id=group, default_group=default,  # type: ignore[arg-type]
+                        task=task)
 
 
 @dataclass(frozen=True)
@@ -378,7 +390,11 @@ def next_steps(plan: ReplayPlan) -> list[str]:
         env.append(f"{variable}={source.group_id}")
     if plan.model_id is not None:
         env.append(f"DOCSTREAM_INFERENCE__MODEL_ID={plan.model_id}")
-    steps = [f"start the {source.service} service: {' '.join([*env, f'docstream {source.service}'])}"]
+    command = f"docstream {source.service}" + (f" --task {source.task} --every-chunk" if source.task else "")
+    steps = [f"start the {source.service} service: {' '.join([*env, command])}"]
+    if source.task:
+        steps.append(f"--every-chunk runs {source.task} also on the chunks of jobs that did not ask for it; its "
+                     "results are written under its own model_id beside the existing ones")
     if plan.model_id is not None:
         steps.append(
             f"rows are written under model_id {plan.model_id} beside the existing ones; the weights come from "
@@ -552,6 +568,7 @@ def run_replay(
     to_offset: str | None = None,
     new_group: str | None = None,
     model_id: str | None = None,
+    task: str | None = None,
     force: bool = False,
     yes: bool = False,
     dry_run: bool = False,
@@ -566,7 +583,7 @@ def run_replay(
         InputError: bad options (the CLI turns it into a message and status 2).
     """
     target = parse_target(to_datetime, to_offset)
-    source = replay_source(settings, service, new_group=new_group)
+    source = replay_source(settings, service, new_group=new_group, task=task)
     admin = admin or GroupAdmin(settings.kafka)
     try:
         group = admin.describe_group(source.group_id)

@@ -47,6 +47,11 @@ class Topics:
         """Consumer group id of a service: ``<prefix>-<service>`` (e.g. docstream-inference)."""
         return f"{self.prefix}-{service}"
 
+    def inference_group(self, task: str = "embed") -> str:
+        """Consumer group of the inference service of ``task``: ``<prefix>-inference`` for embed, else
+        ``<prefix>-inference-<task>`` (each task reads the chunks topic in a group of its own)."""
+        return self.group("inference" if task == "embed" else f"inference-{task}")
+
     def all(self) -> tuple[str, ...]:
         """Every main topic (without DLQs)."""
         return (self.submitted, self.chunks, self.embedded, self.completed, self.jobs)

@@ -60,8 +60,9 @@ def _settings(config: str | None, **sections: dict[str, Any]) -> Settings:
         raise typer.Exit(1) from exc
 
 
-def _run_service(name: str, config: str | None, metrics_host: str | None, metrics_port: int | None) -> None:
-    settings = _settings(config, metrics={"host": metrics_host, "port": metrics_port})
+def _run_service(name: str, config: str | None, metrics_host: str | None, metrics_port: int | None,
+                 **sections: dict[str, Any]) -> None:
+    settings = _settings(config, metrics={"host": metrics_host, "port": metrics_port}, **sections)
     module: Any = import_module(_SERVICES[name])
     code = int(module.main(settings))
     # The service has stopped and closed its clients. A thread some library left behind (a driver's
@@ -130,10 +131,19 @@ def chunker(config: str | None = _ConfigOpt, metrics_port: int | None = _Metrics
 
 
 @app.command()
-def inference(config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
-              metrics_host: str | None = _MetricsHostOpt) -> None:
+def inference(
+    config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
+    metrics_host: str | None = _MetricsHostOpt,
+    task: Annotated[str | None, typer.Option(
+        "--task", help="The task this service runs: embed (default), classify, entities, a user task's name or "
+        "module:Class (tasks.task). Each task is a consumer group of its own (docs/tasks.md).")] = None,
+    every_chunk: Annotated[bool | None, typer.Option(
+        "--every-chunk/--requested-only", help="Run on every chunk, also those whose job did not ask for the "
+        "task (tasks.run_unrequested: a replay of a new task over old chunks).")] = None,
+) -> None:
     """Run the inference service: chunks topic → model → store → embedded topic."""
-    _run_service("inference", config, metrics_host, metrics_port)
+    _run_service("inference", config, metrics_host, metrics_port,
+                 tasks={"task": task, "run_unrequested": every_chunk})
 
 
 @app.command()
@@ -331,6 +341,10 @@ def replay(
     model: Annotated[
         str | None, typer.Option("--model", help="Inference: the model_id the replay writes rows under.")
     ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", help="Inference: replay into this task's group (a new task runs over "
+                                 "chunks already on the topic, beside the old results).")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Do not refuse a group with live members.")] = False,
     yes: bool = _YesOpt,
     dry_run: bool = _DryRunOpt,
@@ -341,7 +355,7 @@ def replay(
     module: Any = import_module("docstream.replay")
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_replay(
         settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime, to_offset=to_offset,
-        new_group=new_group, model_id=model, force=force, yes=yes, dry_run=dry_run), broker=True))
+        new_group=new_group, model_id=model, task=task, force=force, yes=yes, dry_run=dry_run), broker=True))
 
 
 dlq_app = typer.Typer(help="Inspect dead-letter topics and send records back (docs/replay.md).", no_args_is_help=True)

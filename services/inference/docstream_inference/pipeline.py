@@ -68,9 +68,7 @@ _PAUSE_AFTER_S = 0.1  # Q0 full this long: pause the partitions (a shorter stall
 def group_id(settings: Settings, task: str = EMBED) -> str:
     """The consumer group the inference processes of ``task`` join: ``inference.group_id``, else
     ``<prefix>-inference`` for embed and ``<prefix>-inference-<task>`` for the others (a group per task)."""
-    if settings.inference.group_id:
-        return settings.inference.group_id
-    return Topics(settings.kafka.topic_prefix).group("inference" if task == EMBED else f"inference-{task}")
+    return settings.inference.group_id or Topics(settings.kafka.topic_prefix).inference_group(task)
 
 
 class InferencePipeline:
