@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from docstream.export import TASK_DOCUMENT_SCHEMA, chunks_path
 from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.base import TaskTally
-from docstream.tasks.base import EntitySummary, Mention
+from docstream.tasks.base import EntitySummary, Mention, TaskRequest, tasks_option
 from docstream.usage import Usage
 from docstream_cli.app import app
 
@@ -95,7 +95,8 @@ def _seed_entities(store: ResultStore, documents: int) -> str:
     job_id = _seed(store, documents=documents, chunks=2)
     job = store.get_job(job_id)
     assert job is not None
-    store.upsert_job(replace(job, options={**job.options, "tasks": "embed,entities"}))
+    tasks = tasks_option([TaskRequest("embed"), TaskRequest("entities")])
+    store.upsert_job(replace(job, options={**job.options, "tasks": tasks}))
     mention = Mention("Ada Lovelace", "PERSON", 12, 24, 1, 0.5)
     for i in range(1, documents):
         doc_id = f"{job_id}-d{i:02d}"

@@ -22,10 +22,9 @@ from docstream.export import (
     chunks_path,
     document_task_results,
     export_results,
-    job_task_names,
 )
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, TaskTally
-from docstream.tasks.base import EntitySummary, Mention
+from docstream.tasks.base import EntitySummary, Mention, TaskRequest, task_names_of_options, tasks_option
 
 T0 = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 
@@ -211,9 +210,9 @@ MENTION = Mention("Ada Lovelace", "PERSON", 3, 15, 1, 0.5)
 ENTITY = EntitySummary("PERSON", "ada lovelace", 1, (1,))
 
 
-def _task_store(tasks: str = "embed,entities,classify") -> FakeStore:
+def _task_store(tasks: tuple[str, ...] = ("embed", "entities", "classify")) -> FakeStore:
     """``_store(3)`` with the job asking for three tasks: d0 has all three results, d1 embed and entities."""
-    store = _store(3, options={"model_id": "m", "tasks": tasks})
+    store = _store(3, options={"model_id": "m", "tasks": tasks_option([TaskRequest(t) for t in tasks])})
     for doc_id in ("d0", "d1"):
         store.results[(doc_id, "ner@1")] = DocumentResultRow(
             doc_id, "ner@1", "j1", "partial", 2, 1, 10, [], "max=256", T0, task="entities", mentions=(MENTION,),
@@ -227,13 +226,13 @@ def _task_store(tasks: str = "embed,entities,classify") -> FakeStore:
     return store
 
 
-def test_job_task_names_from_the_jobs_option() -> None:
-    assert job_task_names({}) == ("embed",)
-    assert job_task_names({"tasks": ""}) == ("embed",)
-    assert job_task_names({"tasks": "embed, entities,embed"}) == ("embed", "entities")
-    assert job_task_names({"tasks": '["classify", "embed"]'}) == ("classify", "embed")
-    assert job_task_names({"tasks": '[{"name": "classify", "labels": []}, {"name": "risk"}]'}) == ("classify", "risk")
-    assert job_task_names({"tasks": "[not json"}) == ("embed",)
+def test_a_jobs_tasks_come_from_its_tasks_option() -> None:
+    assert task_names_of_options({}) == ["embed"]
+    assert task_names_of_options({"tasks": ""}) == ["embed"]
+    assert task_names_of_options({"tasks": tasks_option([TaskRequest("classify"), TaskRequest("risk")])}) == [
+        "classify", "risk"]
+    for foreign in ("[not json", "embed,entities", '["a"]', '[{"name": "Bad Name"}]', '{"name": "x"}'):
+        assert task_names_of_options({"tasks": foreign}) == ["embed"], foreign
 
 
 def _row(task: str, model_id: str) -> DocumentResultRow:
@@ -299,7 +298,7 @@ def test_tasks_filter_and_embed_alone_keeps_the_records_of_before() -> None:
 
 def test_a_task_the_job_never_asked_for_has_no_status() -> None:
     out = io.BytesIO()
-    export_results(_task_store("embed,entities"), "j1", out, tasks=["risk"])  # type: ignore[arg-type]
+    export_results(_task_store(("embed", "entities")), "j1", out, tasks=["risk"])  # type: ignore[arg-type]
     assert [(x["task"], x["status"]) for x in _lines(out.getvalue())] == [("risk", None)] * 3
 
 

@@ -20,7 +20,7 @@ chunks follow each record, with their own task fields (``TASK_CHUNK_SCHEMA``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from docstream.errors import InputError
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name
+from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name, task_names_of_options
 
 __all__ = [
     "CHUNK_SCHEMA",
@@ -47,7 +47,6 @@ __all__ = [
     "document_record",
     "document_task_results",
     "export_results",
-    "job_task_names",
     "resolve_model_id",
     "task_chunk_record",
     "task_document_record",
@@ -182,28 +181,6 @@ def _job(store: ResultStore, job_id: str) -> JobRow:
 
 def _model_of(job: JobRow, model_id: str | None, default_model_id: str | None) -> str | None:
     return model_id or job.options.get("model_id") or default_model_id
-
-
-def job_task_names(options: Mapping[str, str]) -> tuple[str, ...]:
-    """The tasks a job asks for, from its ``tasks`` option; ``(embed,)`` when it has none (every job before tasks).
-
-    The option holds the names comma-separated, or a JSON list of names or of ``TaskRequest`` dicts. A value
-    that is none of these counts as no option.
-    """
-    raw = (options.get("tasks") or "").strip()
-    names: list[str] = []
-    if raw.startswith("["):
-        try:
-            listed = json.loads(raw)
-        except ValueError:
-            listed = []
-        for item in listed if isinstance(listed, list) else []:
-            name = item.get("name") if isinstance(item, Mapping) else item
-            names.append(name if isinstance(name, str) else "")
-    else:
-        names = [part.strip() for part in raw.split(",")]
-    kept = tuple(dict.fromkeys(name for name in names if name))
-    return kept or (EMBED,)
 
 
 def document_task_results(
@@ -346,7 +323,7 @@ def _select(job: JobRow, tasks: Sequence[str] | None, model_id: str | None,
     chosen = None if tasks is None else tuple(dict.fromkeys(check_task_name(t) for t in tasks))
     if chosen == ():
         chosen = None
-    job_tasks = job_task_names(job.options)
+    job_tasks = tuple(task_names_of_options(job.options))
     by_task = (chosen or job_tasks) != (EMBED,)
     model = _model_of(job, model_id, default_model_id)
     if not by_task and not model:

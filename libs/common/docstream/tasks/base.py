@@ -204,21 +204,23 @@ def tasks_option(requests: Sequence[TaskRequest]) -> str:
 
 
 def tasks_of_options(options: Mapping[str, str]) -> tuple[TaskRequest, ...]:
-    """The tasks a jobs row's options name; embed only when they name none (jobs before tasks).
+    """The tasks a jobs row's options name (``options["tasks"]``: the JSON list of TaskRequest records).
 
-    Raises:
-        InputError: the option is not a valid list of task requests.
+    Embed only when they name none (every job before tasks), and when the option is not a valid list of
+    task requests: the row's readers (the reducer's recount, the exports) must not fail on a foreign value.
     """
     raw = options.get(TASKS_OPTION)
     if not raw:
         return (TaskRequest(EMBED),)
     try:
         records = json.loads(raw)
-    except ValueError as exc:
-        raise InputError(f"the job's tasks option is not JSON: {exc}", code="task_invalid") from exc
-    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise InputError("the job's tasks option is not a list of task requests", code="task_invalid")
-    return requested_tasks(records)
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            return (TaskRequest(EMBED),)
+        return requested_tasks(records)
+    except (ValueError, KeyError, TypeError):  # InputError is not a ValueError; it is caught below
+        return (TaskRequest(EMBED),)
+    except InputError:
+        return (TaskRequest(EMBED),)
 
 
 def task_names_of_options(options: Mapping[str, str]) -> list[str]:
