@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from docstream.export import TASK_DOCUMENT_SCHEMA, chunks_path
 from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.base import TaskTally
-from docstream.tasks.base import EntitySummary, Mention, TaskRequest, tasks_option
+from docstream.tasks.base import EntitySummary, Mention, TaskRequest
+from docstream.tasks.selection import tasks_option
 from docstream.usage import Usage
 from docstream_cli.app import app
 

@@ -24,7 +24,8 @@ from docstream.export import (
     export_results,
 )
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, TaskTally
-from docstream.tasks.base import EntitySummary, Mention, TaskRequest, task_names_of_options, tasks_option
+from docstream.tasks.base import EntitySummary, Mention, TaskRequest
+from docstream.tasks.selection import job_task_names, tasks_option
 
 T0 = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 
@@ -212,7 +213,7 @@ ENTITY = EntitySummary("PERSON", "ada lovelace", 1, (1,))
 
 def _task_store(tasks: tuple[str, ...] = ("embed", "entities", "classify")) -> FakeStore:
     """``_store(3)`` with the job asking for three tasks: d0 has all three results, d1 embed and entities."""
-    store = _store(3, options={"model_id": "m", "tasks": tasks_option([TaskRequest(t) for t in tasks])})
+    store = _store(3, options={"model_id": "m", "tasks": tasks_option([TaskRequest(t) for t in tasks]) or ""})
     for doc_id in ("d0", "d1"):
         store.results[(doc_id, "ner@1")] = DocumentResultRow(
             doc_id, "ner@1", "j1", "partial", 2, 1, 10, [], "max=256", T0, task="entities", mentions=(MENTION,),
@@ -227,12 +228,15 @@ def _task_store(tasks: tuple[str, ...] = ("embed", "entities", "classify")) -> F
 
 
 def test_a_jobs_tasks_come_from_its_tasks_option() -> None:
-    assert task_names_of_options({}) == ["embed"]
-    assert task_names_of_options({"tasks": ""}) == ["embed"]
-    assert task_names_of_options({"tasks": tasks_option([TaskRequest("classify"), TaskRequest("risk")])}) == [
-        "classify", "risk"]
+    def job(options: dict[str, str]) -> JobRow:
+        return JobRow("j1", "acme", T0, "completed", 1, options=options)
+
+    assert job_task_names(job({})) == ("embed",)
+    assert job_task_names(job({"tasks": ""})) == ("embed",)
+    assert job_task_names(job({"tasks": tasks_option([TaskRequest("classify"), TaskRequest("risk")]) or ""})) == (
+        "classify", "risk")
     for foreign in ("[not json", "embed,entities", '["a"]', '[{"name": "Bad Name"}]', '{"name": "x"}'):
-        assert task_names_of_options({"tasks": foreign}) == ["embed"], foreign
+        assert job_task_names(job({"tasks": foreign})) == ("embed",), foreign
 
 
 def _row(task: str, model_id: str) -> DocumentResultRow:

@@ -16,7 +16,8 @@ from docstream.aggregation import ANY_TASK, DocumentState, DocumentTally, Docume
 from docstream.records import ChunkEmbedded, JobStatus
 from docstream.store import JobRow
 from docstream.store.base import TaskTally
-from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError, TaskRequest, tasks_option
+from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError, TaskRequest
+from docstream.tasks.selection import tasks_option
 from docstream.usage import Usage, across_tasks
 from tests.unit.test_reducer_agents import (
     BY_JOB,

@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 
 from docstream.errors import InputError
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name, task_names_of_options
+from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name
+from docstream.tasks.selection import job_task_names
 
 __all__ = [
     "CHUNK_SCHEMA",
@@ -323,7 +324,7 @@ def _select(job: JobRow, tasks: Sequence[str] | None, model_id: str | None,
     chosen = None if tasks is None else tuple(dict.fromkeys(check_task_name(t) for t in tasks))
     if chosen == ():
         chosen = None
-    job_tasks = tuple(task_names_of_options(job.options))
+    job_tasks = job_task_names(job)
     by_task = (chosen or job_tasks) != (EMBED,)
     model = _model_of(job, model_id, default_model_id)
     if not by_task and not model:

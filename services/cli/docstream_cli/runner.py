@@ -196,7 +196,7 @@ class _Progress:
                     self.chunks_embedded += 1
 
     def _completed(self, record: DocumentCompleted) -> None:
-        if record.model_id is None:  # failed before inference: for every task
+        if record.task is None:  # failed before inference (the chunker's), for every task
             self.done[record.doc_id] = record
             return
         results = self._results.setdefault(record.doc_id, {})

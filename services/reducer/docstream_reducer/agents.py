@@ -48,8 +48,9 @@ from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.base import TaskTally
-from docstream.tasks.base import EMBED, EntitySummary, Mention, TaskFold, task_names_of_options
+from docstream.tasks.base import EMBED, EntitySummary, Mention, TaskFold
 from docstream.tasks.registry import task_fold
+from docstream.tasks.selection import job_task_names
 from docstream.topics import dlq_topic
 from docstream.usage import Usage, document_usage
 from docstream_reducer.webhook import WebhookNotifier
@@ -390,7 +391,7 @@ class CompletedRelay:
             return
         body = {"job_id": record.job_id, "doc_id": record.doc_id, "status": record.status,
                 "error_code": record.error_code, "usage": document_usage(record).to_json(),
-                "task": record.task if record.model_id is not None else None, "tasks": list(record.tasks)}
+                "task": record.task, "tasks": list(record.tasks)}
         # at-least-once hop (awaited before the input is acknowledged); JobReducer counts a doc_id once
         await self._sink.send(self._topic, record.job_id.encode(), json.dumps(body).encode())
 
@@ -449,7 +450,7 @@ class JobReducer:
         heard: list[_Heard]
         if reconcile:
             row = await self._job_row(job_id)
-            required = task_names_of_options(row.options) if row is not None else [EMBED]
+            required = list(job_task_names(row)) if row is not None else [EMBED]
             heard = await self._store(_terminal_documents, self._store.store, job_id, required)
         else:
             task = body.get("task")

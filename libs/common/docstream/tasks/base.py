@@ -17,7 +17,6 @@ Results are keyed by ``model_id``: several tasks over one document sit side by s
 
 from __future__ import annotations
 
-import json
 import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,6 @@ __all__ = [
     "MAX_LABELS",
     "MAX_LABEL_CHARS",
     "MAX_TASKS",
-    "TASKS_OPTION",
     "ChunkOutput",
     "DocumentOutput",
     "EntitySummary",
@@ -54,9 +52,6 @@ __all__ = [
     "place_spans",
     "requested_tasks",
     "task_names",
-    "task_names_of_options",
-    "tasks_of_options",
-    "tasks_option",
 ]
 
 EMBED = "embed"
@@ -192,40 +187,6 @@ def requested_tasks(records: Sequence[Mapping[str, Any]]) -> tuple[TaskRequest, 
 def task_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """The names of the tasks a record's ``tasks`` field asks for (``[embed]`` when empty)."""
     return [r.name for r in requested_tasks(records)]
-
-
-TASKS_OPTION = "tasks"
-"""Key of a job's tasks in its jobs row's options: the JSON list of its TaskRequest records."""
-
-
-def tasks_option(requests: Sequence[TaskRequest]) -> str:
-    """The canonical JSON of ``requests`` (a jobs row's ``options["tasks"]``)."""
-    return json.dumps([r.to_record() for r in requests], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def tasks_of_options(options: Mapping[str, str]) -> tuple[TaskRequest, ...]:
-    """The tasks a jobs row's options name (``options["tasks"]``: the JSON list of TaskRequest records).
-
-    Embed only when they name none (every job before tasks), and when the option is not a valid list of
-    task requests: the row's readers (the reducer's recount, the exports) must not fail on a foreign value.
-    """
-    raw = options.get(TASKS_OPTION)
-    if not raw:
-        return (TaskRequest(EMBED),)
-    try:
-        records = json.loads(raw)
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            return (TaskRequest(EMBED),)
-        return requested_tasks(records)
-    except (ValueError, KeyError, TypeError):  # InputError is not a ValueError; it is caught below
-        return (TaskRequest(EMBED),)
-    except InputError:
-        return (TaskRequest(EMBED),)
-
-
-def task_names_of_options(options: Mapping[str, str]) -> list[str]:
-    """The names of the tasks a jobs row's options name (``[embed]`` when none)."""
-    return [r.name for r in tasks_of_options(options)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ __all__ = [
     "TASKS_OPTION",
     "check_job_tasks",
     "command_line_tasks",
+    "job_task_names",
     "job_tasks",
     "parse_labels",
     "task_records",
@@ -162,3 +163,12 @@ def job_tasks(row: JobRow) -> tuple[TaskRequest, ...]:
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise InputError("the job's tasks option is not a list of task records", code="task_invalid")
     return requested_tasks(records)
+
+
+def job_task_names(row: JobRow) -> tuple[str, ...]:
+    """The names of the tasks a job asks for (``job_tasks``), for the row's readers (the reducer's recount, the
+    exports): a tasks option that is not valid (a foreign writer's) reads as the default, embed alone."""
+    try:
+        return tuple(task.name for task in job_tasks(row))
+    except InputError:
+        return tuple(task.name for task in DEFAULT_TASKS)
