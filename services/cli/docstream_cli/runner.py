@@ -56,10 +56,11 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
 from docstream.store import DocumentResultRow, ResultStore, SqliteStore
+from docstream.store.base import TERMINAL_DOC_STATES
 from docstream.tasks.base import EMBED, Task, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 from docstream.topics import Topics
-from docstream.usage import Usage, total_usage
+from docstream.usage import Usage, across_tasks, total_usage
 from docstream_cli.runstate import LOCAL_STATE_DIR, RunRecord
 from docstream_cli.statedir import write_run_record
 
@@ -517,11 +518,23 @@ def _close_job(store: ResultStore, outcome: RunOutcome) -> None:
         return
     counts = {status: sum(1 for s in outcome.statuses.values() if s == status)
               for status in ("completed", "partial", "failed")}
-    usage = total_usage(document.usage for document in store.iter_job_documents(outcome.job_id)
-                        if document.status in counts)
+    now = datetime.now(UTC)
+    usages: list[Usage | None] = []
+    for document in store.iter_job_documents(outcome.job_id):
+        status = outcome.statuses.get(document.doc_id)
+        if status is None and document.status not in counts:
+            continue
+        # a document of several tasks: its tasks' entries (the jobs agent, stopped with the run, may not have
+        # written the combination yet); of one task: its row, as the reducer wrote it with its status
+        usage = across_tasks(t.usage for t in document.tasks.values()) if len(document.tasks) > 1 else document.usage
+        usages.append(usage)
+        if status is not None and document.status not in TERMINAL_DOC_STATES:
+            code, _ = outcome.errors.get(document.doc_id, (None, None))
+            store.update_job_document_status(outcome.job_id, document.doc_id, status, code, usage, now)  # type: ignore[arg-type]
+    usage = total_usage(usages)
     outcome.usage = None if usage.is_empty else usage
     store.upsert_job(replace(row, status="completed", completed=counts["completed"], partial=counts["partial"],
-                             failed=counts["failed"], updated_at=datetime.now(UTC), usage=outcome.usage))
+                             failed=counts["failed"], updated_at=now, usage=outcome.usage))
 
 
 def _check(services: _Services, deadline: float | None) -> None:
