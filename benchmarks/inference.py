@@ -18,6 +18,10 @@ from deploy/local; ``--broker tansu`` and ``--store sqlite`` use the embedded st
 
     .venv/bin/python benchmarks/inference.py --chunks 512 --words 90
     .venv/bin/python benchmarks/inference.py --device cuda --batch-sizes 32,64,128,256
+    .venv/bin/python benchmarks/inference.py --task entities --chunks 256 --words 170 --batch-sizes 16,64
+
+``--task entities`` runs the entities service instead, against spaCy's own ``nlp.pipe`` over the same
+texts (the default pipeline, the pipeline's own batch size): target ratio >= 0.85.
 """
 
 from __future__ import annotations
@@ -288,6 +292,46 @@ def _zero_cost(args: argparse.Namespace, settings: Settings, store: ResultStore,
                                          "chunks": args.chunks, "results": results}, indent=2))
 
 
+def _entities(args: argparse.Namespace, settings: Settings, store: ResultStore, batches: list[int],
+              rss: _PeakRss) -> None:
+    """The entities service against spaCy's own ``nlp.pipe`` (its default pipeline) over the same texts."""
+    import spacy
+    from entities import chunk_texts
+
+    from docstream.tasks.entities import EntitiesTask, SpacyRecognizer
+
+    task = EntitiesTask.load(settings)
+    recognizer = task.recognizer
+    assert isinstance(recognizer, SpacyRecognizer)
+    full = spacy.load(f"{recognizer.nlp.meta['lang']}_{recognizer.nlp.meta['name']}")
+    texts = chunk_texts(args.chunks, args.words)
+    task.warm_up()
+    list(full.pipe(texts[:8]))
+
+    def raw() -> float:
+        started = time.perf_counter()
+        for _ in full.pipe(texts, batch_size=full.batch_size):
+            pass
+        return len(texts) / (time.perf_counter() - started)
+
+    print(f"entities: {task.model_id} (spaCy {spacy.__version__}); {args.chunks} chunks of {args.words} words; "
+          f"raw: nlp.pipe(batch_size={full.batch_size}) with {full.pipe_names}; broker {args.broker}, "
+          f"store {args.store}")
+    print(f"{'batch':>6} {'raw chunks/s':>13} {'service chunks/s':>17} {'ratio':>6} {'service CPU ms/chunk':>21}")
+    results = []
+    for batch in batches:
+        raw1 = raw()
+        service, service_cpu = _service_run(settings, task, store, _chunks(texts, uuid.uuid4().hex[:8]), batch, rss)
+        raw2 = raw()
+        rate = (raw1 + raw2) / 2
+        results.append({"batch_size": batch, "raw_chunks_per_s": round(rate, 2),
+                        "service_chunks_per_s": round(service, 2), "ratio": round(service / rate, 3),
+                        "service_cpu_ms_per_chunk": round(service_cpu, 2)})
+        print(f"{batch:>6} {rate:>13.1f} {service:>17.1f} {service / rate:>6.2f} {service_cpu:>21.1f}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"task": "entities", "chunks": args.chunks, "results": results}, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=512, help="chunks per run")
@@ -303,6 +347,8 @@ def main() -> None:
     parser.add_argument("--runtime", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
                         help="inference.runtime (auto: measured at start, docs/inference.md)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--task", choices=["embed", "entities"], default="embed",
+                        help="entities: the entities service against spaCy's own nlp.pipe (default pipeline)")
     parser.add_argument("--zero-cost", action="store_true",
                         help="the plumbing alone: a zero-cost embedder (fixed vectors) instead of the model")
     args = parser.parse_args()
@@ -315,6 +361,9 @@ def main() -> None:
     with _stack(args) as (settings, store):
         if args.zero_cost:
             _zero_cost(args, settings, store, batches, texts, rss)
+            return
+        if args.task == "entities":
+            _entities(args, settings, store, batches, rss)
             return
         embedder = load_embedder(settings.inference)
         assert isinstance(embedder, SentenceTransformerEmbedder)

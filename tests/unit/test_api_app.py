@@ -23,6 +23,8 @@ from docstream.apikeys import generate_api_key
 from docstream.settings import Settings
 from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
+from docstream.tasks.base import Mention, TaskRequest
+from docstream.tasks.selection import tasks_option
 from docstream.usage import Usage
 from docstream_ingest.api import create_app
 from docstream_ingest.api.dashboard import load_assets
@@ -370,6 +372,30 @@ def test_results_of_another_model_are_asked_for_by_model_id(api: Api) -> None:
     # completed in job_documents, but nothing of that model: the document line says so, without chunks
     assert [(d["record"], d["model_id"], d["embedding"]) for d in _lines(other.text)] == [
         ("document", "other-model", None)]
+
+
+def test_results_of_a_job_of_two_tasks_have_a_line_per_document_and_task(api: Api) -> None:
+    tasks = tasks_option([TaskRequest("embed"), TaskRequest("entities")]) or ""
+    _job(api.store, "j1", document_count=2, options={"tasks": tasks})
+    for doc_id in ("d1", "d2"):
+        _document(api.store, "j1", doc_id, "completed")
+        _result(api.store, "j1", doc_id, chunks=1)
+    mention = Mention("Ada Lovelace", "PERSON", 0, 12, 1, 1.0)
+    api.store.upsert_document_result(DocumentResultRow(
+        doc_id="d1", model_id="entities/x", job_id="j1", status="completed", chunk_count=1, failed_chunks=0,
+        token_count=10, embedding=[], chunker_settings="max=256", completed_at=AT, task="entities",
+        mentions=(mention,)))
+    api.store.upsert_chunks([ChunkRow(doc_id="d1", model_id="entities/x", chunk_index=0, chunk_id="d1-c0", job_id="j1",
+                                      text="Ada Lovelace", page_start=1, page_end=1, char_start=0, char_end=12,
+                                      token_count=3, embedding=[], task="entities", mentions=(mention,))])
+    response = api.client.get("/v1/jobs/j1/results", params={"include": "chunks"}, headers=api.as_("acme"))
+    lines = _lines(response.text)
+    assert [(d["record"], d["doc_id"], d["task"], d["model_id"]) for d in lines] == [
+        ("document", "d1", "embed", MODEL), ("chunk", "d1", "embed", MODEL),
+        ("document", "d1", "entities", "entities/x"), ("chunk", "d1", "entities", "entities/x"),
+        ("document", "d2", "embed", MODEL), ("chunk", "d2", "embed", MODEL),
+        ("document", "d2", "entities", None)]  # not in yet: the line says so, without fields
+    assert lines[2]["mentions"] == [mention.to_record(chunk=False)] and lines[6]["mentions"] is None
 
 
 # -- cancel ---------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ chunks one store page at a time, and every line leaves at once: neither a job no
 document's chunks are held in memory. Documents not finished yet are left out, so the
 endpoint can be read while a job runs.
 
+A job of several tasks (docs/tasks.md) gets one document line per (document, task), with the task's
+fields (``docstream.export.task_document_record``), each followed by that task's chunk lines.
+
 If the store fails after the first byte is sent, the status is already 200: the stream then
 ends with ``{"record": "error", "error_code": ..., "message": ...}``.
 """
@@ -16,14 +19,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from docstream.errors import DocstreamError
-from docstream.export import chunk_record, document_record
+from docstream.export import (
+    chunk_record,
+    document_record,
+    document_task_results,
+    task_chunk_record,
+    task_document_record,
+)
 from docstream.logging import get_logger
 from docstream.store.base import DocumentResultRow, JobDocumentRow, ResultStore
+from docstream.tasks.base import EMBED
 
 __all__ = ["FINISHED", "iter_result_lines"]
 
@@ -66,8 +76,26 @@ def _document_lines(store: ResultStore, entry: JobDocumentRow, model_id: str, in
             yield _line("chunk", chunk_record(chunk))
 
 
+def _task_lines(store: ResultStore, entry: JobDocumentRow, model_id: str, include_chunks: bool,
+                job_tasks: Sequence[str]) -> Iterator[bytes]:
+    if entry.status in _NOT_STARTED:
+        return
+    results = store.list_document_results(entry.doc_id)
+    if not results and entry.status not in FINISHED:
+        return
+    document = store.get_document(entry.doc_id)
+    for task, result in document_task_results(results, tasks=None, job_tasks=job_tasks):
+        known = model_id if task == EMBED else None  # another task's model_id is known once it has a row
+        yield _line("document", task_document_record(entry, document, task, result, model_id=known,
+                                                     job_tasks=job_tasks))
+        if include_chunks and result is not None:
+            for chunk in store.iter_chunks(entry.doc_id, result.model_id):
+                yield _line("chunk", task_chunk_record(chunk))
+
+
 def iter_result_lines(
-    store: ResultStore, job_id: str, *, model_id: str, include_chunks: bool = False, page_size: int = 200
+    store: ResultStore, job_id: str, *, model_id: str, include_chunks: bool = False, page_size: int = 200,
+    job_tasks: Sequence[str] = (EMBED,),
 ) -> Iterator[bytes]:
     """The JSONL body, line by line (see the module docstring); never raises once started.
 
@@ -77,10 +105,15 @@ def iter_result_lines(
         model_id: whose results (the job's model, or the service default).
         include_chunks: follow each document's line by its chunks' lines.
         page_size: job_documents rows read per query.
+        job_tasks: the job's tasks (``docstream.tasks.selection.job_task_names``); other than embed alone, a
+            line per (document, task).
     """
     try:
         for entry in store.iter_job_documents(job_id, page_size=page_size):
-            yield from _document_lines(store, entry, model_id, include_chunks)
+            if tuple(job_tasks) == (EMBED,):
+                yield from _document_lines(store, entry, model_id, include_chunks)
+            else:
+                yield from _task_lines(store, entry, model_id, include_chunks, job_tasks)
     except DocstreamError as exc:
         _log.warning("results_stream_failed", job_id=job_id, error_code=exc.code, error=exc.message)
         yield _line("error", {"error_code": exc.code, "message": exc.message})

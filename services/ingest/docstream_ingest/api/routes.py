@@ -21,7 +21,7 @@ from docstream.logging import get_logger
 from docstream.progress import job_progress
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.tasks.base import Label, TaskRequest
-from docstream.tasks.selection import DEFAULT_TASKS, job_tasks
+from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
 from docstream.usage import Usage, seconds, total_usage
 from docstream_ingest.api.auth import Principal
 from docstream_ingest.api.context import ApiContext
@@ -536,7 +536,8 @@ def get_results(
     """Stream the finished documents of a job (and, with include=chunks, their chunks)."""
     job = _owned_job(ctx.store, caller, job_id)
     model = model_id or _job_model(ctx, job)
-    lines = iter_result_lines(ctx.store, job_id, model_id=model, include_chunks=include == "chunks")
+    lines = iter_result_lines(ctx.store, job_id, model_id=model, include_chunks=include == "chunks",
+                              job_tasks=job_task_names(job))
     return NdjsonResponse(lines, headers={"X-Job-Status": job.status})
 
 
