@@ -12,6 +12,7 @@ import io
 import json
 import subprocess
 import warnings
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from fastavro.read import SchemaResolutionError
 
 from docstream.avro import check_backward_compatible, find_schemas_dir, sample_records
+from docstream.records import DocumentCompleted
 
 _SCHEMAS = find_schemas_dir()
 _REPO = _SCHEMAS.parent
@@ -181,3 +183,50 @@ def test_previous_version_comes_from_git_history(tmp_path: Path) -> None:
     commit("unrelated later commit")
     previous, origin = _previous_version(schema, tmp_path)
     assert previous == v1 and origin.endswith("^")  # before the latest commit that touched the schema
+
+
+def _newest_history(name: str) -> tuple[dict[str, Any], str] | None:
+    versions = sorted((_SCHEMAS / "history").glob(f"{name}.v*.avsc"), key=lambda p: int(p.stem.rsplit(".v", 1)[1]))
+    if not versions:
+        return None
+    return json.loads(versions[-1].read_text(encoding="utf-8")), versions[-1].name
+
+
+@pytest.mark.parametrize("path", sorted(_SCHEMAS.glob("*.avsc")), ids=lambda p: p.stem)
+def test_a_consumer_holding_the_previous_schema_decodes_new_records(path: Path) -> None:
+    """Forward compatibility: records written with today's schema read with the newest schemas/history version
+    (a downstream consumer not upgraded yet) give that version's fields, with the values written."""
+    new = json.loads(path.read_text(encoding="utf-8"))
+    found = _newest_history(path.stem)
+    if found is None:
+        pytest.skip(f"{path.name} has no older version in schemas/history")
+    old, origin = found
+    old_fields = {f["name"] for f in old["fields"]}
+    for sample in sample_records(new):
+        as_old = _read(_write(new, sample), new, old)
+        assert set(as_old) == old_fields, origin
+        written = _read(_write(new, sample), new, new)
+        for name in old_fields:
+            assert as_old[name] == written[name], f"{origin}: field {name}"
+
+
+def test_a_plain_fastavro_reader_with_the_previous_document_completed_decodes_a_record_with_entities() -> None:
+    """DocumentCompleted v6 (tasks: mentions, entities, label scores) in an Avro container file, read by plain
+    fastavro with v5 as its reader schema: the v5 fields come back, the new ones are left out."""
+    new = json.loads((_SCHEMAS / "DocumentCompleted.avsc").read_text(encoding="utf-8"))
+    old = json.loads((_SCHEMAS / "history" / "DocumentCompleted.v5.avsc").read_text(encoding="utf-8"))
+    record = DocumentCompleted(
+        job_id="j", doc_id="d", status="completed", completed_at=datetime(2026, 12, 1, tzinfo=UTC), model_id="ner/1",
+        chunk_count=2, token_count=40, task="entities", tasks=["embed", "entities"],
+        mentions=[{"text": "Ada Lovelace", "label": "PERSON", "start": 3, "end": 15, "page": 1, "score": 1.0}],
+        entities=[{"label": "PERSON", "text": "ada lovelace", "count": 1, "pages": [1]}],
+        pages_by_verdict={"ok": 1},
+    ).to_record()
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(copy.deepcopy(new), named_schemas={}), [record])
+    out.seek(0)
+    (decoded,) = list(fastavro.reader(out, reader_schema=fastavro.parse_schema(copy.deepcopy(old), named_schemas={})))
+    assert set(decoded) == {f["name"] for f in old["fields"]}
+    assert (decoded["doc_id"], decoded["model_id"], decoded["chunk_count"], decoded["pages_by_verdict"]) == (
+        "d", "ner/1", 2, {"ok": 1})
+    assert "mentions" not in decoded and "task" not in decoded
