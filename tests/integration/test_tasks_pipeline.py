@@ -71,3 +71,42 @@ def test_a_job_of_two_tasks_completes_each_document_once_per_task(
         assert row.status == "completed" and set(row.tasks) == {"embed", "entities"}
         entity_chunks = list(cassandra_store.iter_chunks(doc_id, results["entities"].model_id))
         assert entity_chunks and all(c.task == "entities" and not c.embedding for c in entity_chunks)
+
+
+def test_a_replay_runs_a_new_task_over_chunks_already_on_the_topic_beside_the_old_results(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore, tmp_path: Path,
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    data = make_pdf_of_paragraphs(TOPIC_PAGES["finance"]).data
+    (folder / "finance.pdf").write_bytes(data)
+    job_id = f"replay-{uuid.uuid4().hex[:12]}"
+    doc_id = ids.doc_id(job_id, ids.content_sha256(data))
+    serde = AvroSerde(Settings().kafka)
+
+    def completed(task: str) -> list[DocumentCompleted]:
+        records = read_topic(kafka_bootstrap, pipeline.topics.completed, serde=serde, timeout_s=30).records
+        return [r for r in records if isinstance(r, DocumentCompleted) and r.job_id == job_id and r.task == task]
+
+    with running_pipeline(kafka_bootstrap, cassandra_settings, tmp_path, "treplay") as pipeline:
+        pipeline.start("chunker", "inference", "reducer")
+        pipeline.submit([folder], job_id)  # embed only
+        pipeline.until(lambda: completed("embed") or None, "the embed DocumentCompleted", 300)
+        before = cassandra_store.list_document_results(doc_id)
+        assert [r.task for r in before] == ["embed"]
+
+        replay = pipeline.cli("replay", "--service", "inference", "--task", "entities", "--to-offset", "earliest",
+                              "--yes")
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+        assert f"{pipeline.prefix}-inference-entities" in replay.stdout
+        assert "docstream inference --task entities --every-chunk" in replay.stdout
+        pipeline.add("inference-entities", "inference", DOCSTREAM_TASKS__TASK="entities",
+                     DOCSTREAM_TASKS__RUN_UNREQUESTED="true").start()
+        done = pipeline.until(lambda: completed("entities") or None, "the entities DocumentCompleted", 300)
+        pipeline.check_alive()
+
+    assert len(done) == 1 and done[0].status == "completed" and done[0].model_id != before[0].model_id
+    results = {r.task: r for r in cassandra_store.list_document_results(doc_id)}
+    assert set(results) == {"embed", "entities"}
+    assert results["embed"] == before[0]  # the old results are left as they were
+    assert set(KNOWN_MENTIONS["finance"]) <= {(m.label, m.text, m.page) for m in results["entities"].mentions}
