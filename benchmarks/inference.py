@@ -106,14 +106,15 @@ def _texts(count: int, words: int, seed: int = 7) -> list[str]:
     return texts
 
 
-def _chunks(texts: list[str], run: str, per_doc: int = 50) -> list[ChunkCreated]:
+def _chunks(texts: list[str], run: str, per_doc: int = 50, task: str = "embed") -> list[ChunkCreated]:
     at = datetime.now(UTC)
+    tasks = [] if task == "embed" else [{"name": task, "labels": []}]  # the job asks for the task
     return [
         ChunkCreated(
             job_id=f"bench-{run}", doc_id=f"bench-{run}-{i // per_doc}", chunk_id=f"{run}-{i}",
             chunk_index=i % per_doc, chunk_count=per_doc, content_sha256="0" * 64, text=text, page_start=1,
             page_end=1, char_start=0, char_end=len(text), token_count=len(text.split()) + 2,
-            chunker_settings="bench", created_at=at,
+            chunker_settings="bench", created_at=at, tasks=tasks,
         )
         for i, text in enumerate(texts)
     ]
@@ -162,8 +163,8 @@ def _produce(settings: Settings, topic: str, chunks: list[ChunkCreated], serde: 
 
 
 def _wait_committed(settings: Settings, topic: str, ends: dict[int, int], timeout_s: float,
-                    alive: Callable[[], bool] = lambda: True) -> None:
-    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group_id(settings),
+                    alive: Callable[[], bool] = lambda: True, *, task: str = "embed") -> None:
+    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group_id(settings, task),
                          "enable.auto.commit": False})
     deadline = time.monotonic() + timeout_s
     try:
@@ -230,7 +231,7 @@ def _service_run(base: Settings, embedder: Any, store: ResultStore, chunks: list
                 raise RuntimeError("the pipeline stopped before its assignment")
             time.sleep(0.005)
         started, cpu, threads = time.perf_counter(), _cpu_s(), _thread_cpu()
-        _wait_committed(settings, topics.chunks, ends, timeout_s=600, alive=runner.is_alive)
+        _wait_committed(settings, topics.chunks, ends, timeout_s=600, alive=runner.is_alive, task=task.name)
         elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu
         THREAD_SPLITS.append(_thread_split(threads, _thread_cpu(), len(chunks)))
     pipeline.stop()
@@ -321,7 +322,8 @@ def _entities(args: argparse.Namespace, settings: Settings, store: ResultStore, 
     results = []
     for batch in batches:
         raw1 = raw()
-        service, service_cpu = _service_run(settings, task, store, _chunks(texts, uuid.uuid4().hex[:8]), batch, rss)
+        chunks = _chunks(texts, uuid.uuid4().hex[:8], task="entities")
+        service, service_cpu = _service_run(settings, task, store, chunks, batch, rss)
         raw2 = raw()
         rate = (raw1 + raw2) / 2
         results.append({"batch_size": batch, "raw_chunks_per_s": round(rate, 2),

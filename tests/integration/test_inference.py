@@ -413,6 +413,30 @@ def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(
     assert sum(committed.values()) == len(chunks) + 1  # everything, poison included, is done and committed
 
 
+def test_chunks_of_jobs_that_did_not_ask_for_the_task_are_committed_past_without_work(
+    broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
+) -> None:
+    """A task's service skips the chunks of jobs that asked only for other tasks: nothing written or produced for
+    them, and its group commits past them (it is not left behind, lagging)."""
+    prefix = unique_name("infskip")
+    settings = _settings(broker, prefix, tmp_path)
+    topics = Topics(prefix)
+    serde = AvroSerde(settings.kafka)
+    chunks = _chunks(prefix[-8:], 2, 6)
+    for i in range(0, len(chunks), 2):  # every other chunk's job asks for entities only
+        chunks[i] = ChunkCreated(**{**chunks[i].to_record(), "tasks": [{"name": "entities", "labels": []}]})
+    wanted = [c for c in chunks if not c.tasks]
+    with _pipeline(settings, embedder) as (pipeline, store):
+        _produce_chunks(broker, topics.chunks, chunks, serde)
+        embedded = read_topic(broker, topics.embedded, expected=len(wanted), serde=serde, timeout_s=90).records
+        wait_until(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == len(chunks),
+                   60, "a commit past every chunk")
+        rows = [r for c in chunks for r in store.iter_chunks(c.doc_id, MODEL_ID)]
+    assert sorted((r.doc_id, r.chunk_index) for r in embedded) == sorted((c.doc_id, c.chunk_index) for c in wanted)
+    assert sorted((r.doc_id, r.chunk_index) for r in rows) == sorted((c.doc_id, c.chunk_index) for c in wanted)
+    assert sum(stats.size for stats in pipeline.batch_history) == len(wanted)
+
+
 def test_stop_drains_in_flight_batches_and_commits_them(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
