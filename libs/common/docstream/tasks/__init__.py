@@ -2,7 +2,8 @@
 
 The contract is in ``docstream.tasks.base``; ``docstream.tasks.registry`` finds tasks by name. The
 built-in runners (``embed``, ``classify``, ``entities``) are in their own modules, which load no model
-until ``load()`` is called; their pure folds are in ``docstream.tasks.folds``.
+until ``load()`` is called; their pure folds are ``docstream.tasks.fold_embed``, ``fold_classify`` and
+``fold_entities``; ``docstream.tasks.selection`` reads and checks the tasks a job asks for.
 """
 
 from docstream.tasks.base import (
