@@ -188,3 +188,40 @@ def test_a_recount_of_a_job_of_two_tasks_counts_only_documents_terminal_for_both
     asyncio.run(run())
     final = [s for s in sink.records(JOBS) if s.final]
     assert len(final) == 1 and final[0].completed == 2
+
+
+def test_a_recount_repairs_a_count_lost_between_the_two_table_writes() -> None:
+    """At-least-once: a kill after the job-documents entry was written and before the job's count was left the
+    document marked counted but not counted; its redelivered record is then a duplicate. The recount starts from
+    the store's rows, so the job completes."""
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job(2, ("embed",))
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_by_job("a", "embed", tasks=()))
+        await reducer.handle(_by_job("b", "embed", tasks=()))
+        assert any(s.final for s in sink.records(JOBS))
+
+    asyncio.run(run())
+    # the same job again, as the restarted reducer found it: b's entry says counted, the count does not
+    store2, sink2, jobs2 = FakeStore(), FakeSink(), {}
+    store2.jobs["j1"] = _job(2, ("embed",))
+    for doc_id in ("a", "b"):
+        store2.upsert_job_document_task("j1", doc_id, "embed", TaskTally("completed", Usage(pages=1, chunks=2,
+                                                                                             tokens=3)), T0)
+    docs2: dict[str, Any] = {}
+    reducer2 = _jobs(store2, sink2, _Clock(), jobs2, docs2)
+
+    async def restarted() -> None:
+        await reducer2.handle(_by_job("a", "embed", tasks=()))
+        b_entry = DocumentTasks().with_result("embed", DocumentTally("completed", Usage(pages=1, chunks=2, tokens=3)),
+                                              None, ["embed"])
+        docs2["j1|b"] = replace(b_entry, counted=b_entry.combined()[0]).to_json()  # type: ignore[index]
+        await reducer2.handle(_by_job("b", "embed", tasks=()))  # looks like a duplicate
+        assert not any(s.final for s in sink2.records(JOBS))
+        await reducer2.handle(_msg(json.dumps({"kind": "reconcile", "job_id": "j1"}).encode(), topic=BY_JOB))
+
+    asyncio.run(restarted())
+    final = [s for s in sink2.records(JOBS) if s.final]
+    assert len(final) == 1 and (final[0].completed, final[0].pages) == (2, 2)

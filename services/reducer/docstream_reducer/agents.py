@@ -457,7 +457,10 @@ class JobReducer:
             heard = [(str(body["doc_id"]), [(None if task is None else str(task), DocumentTally.from_json(body),
                                              body.get("error_code"))],
                       [str(t) for t in body.get("tasks") or ()])]
-        updated = progress
+        # a recount starts from nothing: the store's rows are the truth, and the per-document entries of the
+        # job-documents table may be ahead of the job's counts (at-least-once: a kill between the two table
+        # writes kept the entry and lost the count, and the redelivered record then looked like a duplicate)
+        updated = replace(progress, completed=0, partial=0, failed=0, usage=Usage()) if reconcile else progress
         for doc_id, results, required_tasks in heard:
             doc_key = job_document_key(job_id, doc_id)
             raw = self._docs.get(doc_key)
@@ -467,19 +470,25 @@ class JobReducer:
                 entry = entry.with_result(task_name, tally, error_code, required_tasks)
             combined = entry.combined()
             if combined is None:
-                if not reconcile or entry != (DocumentTasks() if raw is None else DocumentTasks.from_json(raw)):
+                if reconcile and previous is not None:
+                    updated = count_document(updated, None, previous)  # what the records said stays
+                else:
                     self._docs[doc_key] = entry.to_json()  # not every task is in yet: nothing to count
                 continue
             current, code = combined
             if reconcile and previous is not None and previous.status == current.status:
-                continue  # the recount repairs what is missing; what the records said stays
-            counted = count_document(updated, previous, current)
+                current = previous  # what the records said stays
+            counted = count_document(updated, None if reconcile else previous, current)
             self._docs[doc_key] = replace(entry, counted=current).to_json()
             if counted is not updated:
-                self._count_usage(progress.tenant, previous, current)
+                if previous != current:
+                    self._count_usage(progress.tenant, previous, current)
                 updated = counted
-                if len(entry.required) > 1 and ANY_TASK not in entry.results:  # (the chunker wrote its failures)
-                    await self._write_document_status(job_id, doc_id, current, code)
+                if len(entry.required) > 1 and ANY_TASK not in entry.results and previous != current:
+                    await self._write_document_status(job_id, doc_id, current, code)  # (the chunker wrote its own)
+        if reconcile and (updated.completed, updated.partial, updated.failed, updated.usage) == (
+                progress.completed, progress.partial, progress.failed, progress.usage):
+            updated = progress  # the recount found what the counts already say
         if body.get("kind") == RECONCILE:
             _log.info("job_reconciled", job_id=job_id, added=updated.terminal - progress.terminal,
                       terminal=updated.terminal, document_count=updated.document_count)
