@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import textwrap
 from pathlib import Path
@@ -15,8 +14,10 @@ from docstream.settings import Settings, TasksSettings
 from docstream.tasks.base import BUILTIN_TASKS, CLASSIFY, EMBED, ENTITIES, DocumentOutput, FoldInput
 from docstream.tasks.classify import ClassifyTask
 from docstream.tasks.embed import EmbedTask
+from docstream.tasks.entities import EntitiesTask
 from docstream.tasks.fold_classify import ClassifyFold
 from docstream.tasks.fold_embed import EmbedFold
+from docstream.tasks.fold_entities import EntitiesFold
 from docstream.tasks.registry import ENTRY_POINT_GROUP, known_task_names, load_task, resolve_task, task_class, task_fold
 
 HERE = "tests.unit.test_task_registry"
@@ -85,17 +86,12 @@ class _BadFold:
 
 
 @pytest.mark.parametrize(("name", "cls", "fold"),
-                         [(EMBED, EmbedTask, EmbedFold), (CLASSIFY, ClassifyTask, ClassifyFold)])
+                         [(EMBED, EmbedTask, EmbedFold), (CLASSIFY, ClassifyTask, ClassifyFold),
+                          (ENTITIES, EntitiesTask, EntitiesFold)])
 def test_built_ins_resolve_without_loading_a_model(name: str, cls: type, fold: type) -> None:
     assert resolve_task(name) == name
     assert task_class(name) is cls
     assert isinstance(task_fold(name), fold)
-
-
-def test_entities_is_built_in() -> None:
-    if importlib.util.find_spec("docstream.tasks.entities") is None:
-        pytest.skip("docstream.tasks.entities is not on this branch yet")
-    assert task_class(ENTITIES).name == ENTITIES
 
 
 def test_known_names_list_the_built_ins_first() -> None:
