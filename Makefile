@@ -23,9 +23,12 @@ run: setup
 	@$(BIN)/docstream run examples/*.pdf --out .docstream/results.jsonl; rc=$$?; \
 	$(BIN)/python -m docstream.results_preview .docstream/results.jsonl; exit $$rc
 
-# tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed)
+# tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed);
+# deploy/local/install-infinity.sh: the Infinity embedding server the endpoint tests run against, in
+# .venv-infinity (docs/local-stack.md; a no-op once installed)
 test: lint
 	@bash tests/install-chromium.sh
+	@bash deploy/local/install-infinity.sh $(VENV)
 	@bash tests/run.sh $(BIN)
 
 chaos: setup
@@ -46,6 +49,7 @@ $(VENV)/.bench-installed: $(STAMP) pyproject.toml
 	@touch $@
 
 bench: setup $(VENV)/.bench-installed
+	@bash deploy/local/install-infinity.sh $(VENV)
 	@$(BIN)/python benchmarks/run_all.py
 
 # ruff; the import contracts of pyproject.toml (layers, pure modules); mypy strict over the library,
