@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.cassandra",
     "tests.fixtures.documents",
     "tests.fixtures.browser",
+    "tests.fixtures.infinity",
 ]
