@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.documents",
     "tests.fixtures.browser",
     "tests.fixtures.infinity",
+    "tests.fixtures.fault_proxy",
 ]
