@@ -293,9 +293,17 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
         cache_dir: where choices are cached (default ``inference.runtime_cache_dir``, else
             ``default_runtime_cache_dir()``).
 
+    With ``inference.endpoint.url`` set, the model is that endpoint (``docstream.endpoint``): nothing
+    is loaded or timed here.
+
     Raises:
         ConfigError: a missing model folder, cuda asked but absent, or a runtime the device cannot run.
+        EndpointRefused: the endpoint refuses the key, URL or model name at warm-up.
     """
+    if settings.endpoint.url is not None:
+        from docstream.endpoint import load_endpoint_embedder
+
+        return load_endpoint_embedder(settings)
     import torch
 
     path = resolve_model_path(settings.model_path)

@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 __all__ = [
+    "BackendUnavailable",
     "ConfigError",
     "DocstreamError",
     "DocumentError",
     "FatalError",
     "InputError",
+    "PartialBatchError",
     "PoisonRecord",
     "RetryableError",
     "SchemaError",
@@ -56,6 +58,35 @@ class RetryableError(DocstreamError):
     """A transient fault of a dependency; retrying later may succeed."""
 
     code = "transient"
+
+
+class BackendUnavailable(RetryableError):  # noqa: N818 - a state of the model's backend
+    """The model's backend (an HTTP endpoint) does not answer past its retry budget.
+
+    Not the records' fault: the inference service keeps the batch, pauses consumption and sends it
+    again once the backend answers (docs/inference.md "When the endpoint is down"). Never a DLQ entry.
+    """
+
+    code = "backend_unavailable"
+
+
+class PartialBatchError(DocstreamError):
+    """A batch of which some items failed on their own: ``outputs[i]`` is item i's result or its exception.
+
+    A task runner raises it so that the items given as exceptions fail alone (their chunks go to the
+    DLQ with the exception's code) while the others keep their results.
+    """
+
+    code = "partial_batch"
+
+    def __init__(self, outputs: list[object], *, message: str = "some items of the batch failed") -> None:
+        super().__init__(message)
+        self.outputs = outputs
+
+    @property
+    def failures(self) -> list[tuple[int, BaseException]]:
+        """(index, exception) of each failed item."""
+        return [(i, out) for i, out in enumerate(self.outputs) if isinstance(out, BaseException)]
 
 
 class StoreError(RetryableError):

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from docstream.usage import Usage, seconds
 
-__all__ = ["Metrics", "MetricsServer"]
+__all__ = ["EndpointMetrics", "Metrics", "MetricsServer"]
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -56,6 +56,35 @@ class Metrics:
         self.pauses = Counter(
             "docstream_consumer_pauses", "Times the partitions were paused (backpressure; short pauses too).",
             ["service"], registry=r,
+        )
+
+        # the model behind an endpoint (docstream.endpoint), counted by the inference service
+        self.backend_up = Gauge(
+            "docstream_model_backend_up", "0 while the model's backend (an endpoint) does not answer and "
+            "consumption waits for it.", ["service"], registry=r,
+        )
+        self.endpoint_requests = Counter(
+            "docstream_endpoint_requests", "Requests to the model endpoint, by outcome (HTTP status, timeout, "
+            "connection).", ["service", "outcome"], registry=r,
+        )
+        self.endpoint_latency = Histogram(
+            "docstream_endpoint_request_seconds", "Time of one endpoint request.", ["service"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.endpoint_retries = Counter(
+            "docstream_endpoint_retries", "Endpoint requests sent again, by reason.", ["service", "reason"], registry=r,
+        )
+        self.endpoint_throttled = Counter(
+            "docstream_endpoint_throttled", "429 answers of the endpoint.", ["service"], registry=r,
+        )
+        self.endpoint_tokens = Counter(
+            "docstream_endpoint_tokens", "Tokens of answered endpoint requests.", ["service"], registry=r,
+        )
+        self.endpoint_inputs = Counter(
+            "docstream_endpoint_inputs", "Inputs sent to the endpoint (retries included).", ["service"], registry=r,
+        )
+        self.endpoint_in_flight = Gauge(
+            "docstream_endpoint_in_flight", "Endpoint requests in flight.", ["service"], registry=r,
         )
 
         # extraction quality, counted by the chunker per chunked document (its extraction child has no registry)
@@ -107,6 +136,35 @@ class Metrics:
     def render(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class EndpointMetrics:
+    """The ``docstream.endpoint.EndpointObserver`` that counts into ``Metrics`` (docstream_endpoint_*)."""
+
+    def __init__(self, metrics: Metrics, service: str) -> None:
+        self._metrics = metrics
+        self._service = service
+
+    def requested(self, outcome: str, seconds: float, inputs: int) -> None:
+        """One exchange: its outcome, time and inputs."""
+        m, service = self._metrics, self._service
+        m.endpoint_requests.labels(service, outcome).inc()
+        m.endpoint_latency.labels(service).observe(seconds)
+        m.endpoint_inputs.labels(service).inc(inputs)
+        if outcome == "429":
+            m.endpoint_throttled.labels(service).inc()
+
+    def tokens(self, count: int) -> None:
+        """Tokens of an answered request."""
+        self._metrics.endpoint_tokens.labels(self._service).inc(count)
+
+    def retried(self, reason: str) -> None:
+        """A request sent again."""
+        self._metrics.endpoint_retries.labels(self._service, reason).inc()
+
+    def in_flight(self, count: int) -> None:
+        """Requests in flight now."""
+        self._metrics.endpoint_in_flight.labels(self._service).set(count)
 
 
 class MetricsServer:

@@ -39,8 +39,8 @@ __all__ = [
     "runtime_candidates",
 ]
 
-Backend = Literal["torch"]
-Device = Literal["cpu", "cuda"]
+Backend = Literal["torch", "openai"]
+Device = Literal["cpu", "cuda", "remote"]
 Precision = Literal["fp32", "bf16", "fp16"]
 RuntimeMode = Literal["auto", "fp32", "bf16", "fp16"]
 DeviceSetting = Literal["auto", "cpu", "cuda"]
@@ -55,6 +55,7 @@ TIE_MARGIN = 1.05
 """A candidate replaces fp32 only when this many times faster: within the margin, the timings are noise."""
 
 _LABEL = re.compile(r"^(torch)/(cpu|cuda)/(fp32|bf16|fp16)(?:/(\d+)t)?$")
+_ENDPOINT_LABEL = "openai/remote"
 _CACHE_VERSION = 1
 
 
@@ -63,10 +64,11 @@ class Runtime:
     """Where and how the model runs.
 
     Attributes:
-        device: "cpu" or "cuda".
+        device: "cpu" or "cuda"; "remote" for a model behind an endpoint.
         precision: fp32; bf16 (CPU autocast); fp16 (CUDA weights).
         threads: intra-op threads on the CPU (0 on CUDA: not ours to set).
-        backend: "torch" (sentence-transformers), the only one that earned its place.
+        backend: "torch" (sentence-transformers, in the process), or "openai" (an OpenAI-compatible
+            endpoint, ``docstream.endpoint``: label ``openai/remote``).
     """
 
     device: Device
@@ -77,6 +79,8 @@ class Runtime:
     @property
     def label(self) -> str:
         """The short name results carry, e.g. ``torch/cpu/fp32/2t`` or ``torch/cuda/fp16``."""
+        if self.backend == "openai":
+            return _ENDPOINT_LABEL  # a model behind an endpoint: its precision and threads are not ours to know
         base = f"{self.backend}/{self.device}/{self.precision}"
         return f"{base}/{self.threads}t" if self.device == "cpu" else base
 
@@ -87,6 +91,8 @@ class Runtime:
         Raises:
             ValueError: not a runtime label.
         """
+        if label == _ENDPOINT_LABEL:
+            return cls(device="remote", precision="fp32", threads=0, backend="openai")
         match = _LABEL.match(label)
         if match is None:
             raise ValueError(f"not a runtime label: {label!r}")

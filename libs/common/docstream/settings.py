@@ -28,6 +28,7 @@ __all__ = [
     "ApiSettings",
     "CassandraSettings",
     "ChunkerSettings",
+    "EndpointSettings",
     "FaultSettings",
     "InferenceSettings",
     "IngestSettings",
@@ -269,6 +270,70 @@ class ChunkerSettings(BaseModel):
         return self
 
 
+class EndpointSettings(BaseModel):
+    """An OpenAI-compatible embeddings endpoint as the embed model (docs/inference.md "A model behind an endpoint").
+
+    Set ``url`` and the ``embed`` task (and zero-shot ``classify``, and ``docstream search``) send
+    ``POST <url>/embeddings`` instead of loading a model in the process.
+    """
+
+    model_config = _FROZEN
+
+    url: str | None = Field(
+        None, description="Base URL of the OpenAI API, e.g. http://127.0.0.1:7997/v1 (Infinity), "
+        "http://tei:8080/v1 (TEI), http://vllm:8000/v1 (vLLM), https://api.openai.com/v1; unset: the local model.",
+    )
+    model: str = Field("all-MiniLM-L6-v2", min_length=1, max_length=200,
+                       description="The model name sent in every request.")
+    model_id: str | None = Field(
+        None, max_length=200,
+        description="Name recorded with the results; unset: endpoint/<model>, so endpoint results sit beside a "
+        "local model's.",
+    )
+    api_key: SecretStr | None = Field(None, description="Sent as 'Authorization: Bearer <key>'; never logged.")
+    max_inputs_per_request: int = Field(32, ge=1, le=2048, description="Most inputs in one request.")
+    max_tokens_per_request: int = Field(
+        16_384, ge=1, le=10_000_000,
+        description="Most tokens (counted with the chunker's tokenizer) in one request; an input longer than "
+        "this goes alone.",
+    )
+    max_input_tokens: int = Field(
+        512, ge=1, le=1_000_000, description="The endpoint model's longest input in tokens (the chunker's bound)."
+    )
+    max_in_flight: int = Field(8, ge=1, le=1024, description="Most requests in flight at once (pooled connections).")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="Timeout of one request (connect, read, write).")
+    requests_per_s: float = Field(0, ge=0, description="Request budget per second; 0: none.")
+    tokens_per_min: int = Field(0, ge=0, description="Token budget per minute; 0: none.")
+    max_attempts: int = Field(
+        6, ge=1, le=100,
+        description="Attempts of one request on 429, 5xx, timeouts and connection errors (full-jitter backoff, "
+        "at least Retry-After); past them the batch waits and is sent again: consumption pauses, nothing fails.",
+    )
+    base_delay_ms: int = Field(200, ge=0, description="First retry's backoff ceiling.")
+    max_delay_ms: int = Field(10_000, ge=0, description="Largest backoff ceiling (a longer Retry-After is obeyed).")
+    dimensions: int | None = Field(
+        None, ge=1, le=65_536,
+        description="Vector length the endpoint must return; unset: learned from its first answer. A change "
+        "stops the service (endpoint_dimension_mismatch): vectors of two models never share a model_id.",
+    )
+    send_dimensions: bool = Field(False, description="Also send 'dimensions' in the request (models that shorten).")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        url = value.strip().rstrip("/")
+        if not url.startswith(("http://", "https://")) or len(url) > 2000:
+            raise ValueError("endpoint url must be an http:// or https:// URL")
+        return url
+
+    @property
+    def recorded_model_id(self) -> str:
+        """The model_id the endpoint's results are keyed by."""
+        return self.model_id or f"endpoint/{self.model}"
+
+
 class InferenceSettings(BaseModel):
     """Model and micro-batching."""
 
@@ -310,6 +375,10 @@ class InferenceSettings(BaseModel):
     )
     group_id: str | None = Field(
         None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-inference."
+    )
+    endpoint: EndpointSettings = Field(
+        default_factory=EndpointSettings,  # type: ignore[arg-type]
+        description="An OpenAI-compatible embeddings endpoint instead of the local model (endpoint.url).",
     )
 
 

@@ -13,8 +13,9 @@ import time
 from collections.abc import Sequence
 
 from docstream.logging import get_logger
+from docstream.metrics import Metrics
 from docstream.settings import FaultSettings
-from docstream.tasks.base import ChunkOutput, PreparedTexts, Task, TaskRequest
+from docstream.tasks.base import ChunkOutput, PreparedTexts, Task, TaskRequest, bind_task_metrics, close_task
 
 __all__ = ["CRASH_EXIT_CODE", "CrashSwitch", "FaultyTask", "InjectedModelError", "with_faults"]
 
@@ -89,6 +90,14 @@ class FaultyTask:
     def warm_up(self) -> None:
         """The wrapped warm-up."""
         self._inner.warm_up()
+
+    def bind_metrics(self, metrics: Metrics, service: str) -> None:
+        """The wrapped task's, when it has one."""
+        bind_task_metrics(self._inner, metrics, service)
+
+    def close(self) -> None:
+        """The wrapped task's, when it has one."""
+        close_task(self._inner)
 
 
 def with_faults(task: Task, faults: FaultSettings) -> Task:

@@ -36,7 +36,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.store.base import ResultStore
-from docstream.tasks.base import EMBED, Task
+from docstream.tasks.base import EMBED, Task, bind_task_metrics, close_task
 from docstream.topics import Topics
 from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import request_for
@@ -76,7 +76,8 @@ class InferencePipeline:
 
     Args:
         settings: all settings (kafka, inference, retry, faults).
-        task: the loaded (warmed-up) task runner (``docstream.tasks.registry.load_task``).
+        task: the loaded (warmed-up) task runner (``docstream.tasks.registry.load_task``); the pipeline
+            binds its optional ``bind_metrics`` and calls its optional ``close`` when ``run`` ends.
         store: the result store (migrated).
         serde: Avro serde for ChunkCreated in and ChunkEmbedded out.
         metrics: where to record; default: a private registry.
@@ -115,6 +116,7 @@ class InferencePipeline:
         self._store = store
         self._serde = serde
         self._metrics = metrics or Metrics()
+        bind_task_metrics(task, self._metrics, SERVICE)
         self._own_producer = producer is None
         self._producer = producer
         self._drain_timeout_s = drain_timeout_s
@@ -450,4 +452,5 @@ class InferencePipeline:
         self._committer.close()
         if self._own_producer:
             producer.close(0)
+        close_task(self._task)
         _log.info("inference_stopped", in_flight=self._ledger.pending_count(), batches=len(self._history))

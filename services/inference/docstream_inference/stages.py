@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, Message
 
 from docstream.batching import Batch, Batcher, CloseReason, order_by_length
-from docstream.errors import FatalError, PoisonRecord
+from docstream.errors import BackendUnavailable, DocstreamError, FatalError, PoisonRecord
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.dlq import DlqRouter, error_code_of
@@ -69,6 +69,8 @@ __all__ = [
 _log = get_logger(__name__)
 _IDLE_S = 0.05
 _IDLE_GRACE_S = 0.002  # no record for this long and the model idle: the open batch goes
+_BACKEND_WAIT_BASE_S = 0.5  # the model's backend is down: the batch is sent again after a full-jitter wait
+_BACKEND_WAIT_MAX_S = 5.0
 _T = TypeVar("_T")
 _EMBED_REQUEST = TaskRequest(EMBED)
 
@@ -342,7 +344,13 @@ class BatchStage(_StageThread):
 
 
 class ModelStage(_StageThread):
-    """Q1 → model forward (a failing record is isolated by splitting its batch) → Q2."""
+    """Q1 → model forward (a failing record is isolated by splitting its batch) → Q2.
+
+    When the model's backend does not answer (``BackendUnavailable``: an endpoint past its retry
+    budget), the stage keeps the batch and sends it again after a short full-jitter wait, until it
+    answers or the pipeline halts. Meanwhile the queues fill and the consumer pauses its partitions:
+    consumption waits, nothing fails, nothing is committed past the batch.
+    """
 
     def __init__(
         self,
@@ -386,9 +394,7 @@ class ModelStage(_StageThread):
         outcomes: list[Any] = []
         model_us = 0
         if batch.works:
-            started = time.perf_counter()
-            outcomes = self._run_model(batch)
-            model_us = _micros_since(started)
+            outcomes, model_us = self._run_until_answered(batch)
             self._metrics.model_latency.labels(self._service).observe(model_us / 1e6)
             if self._on_embedded is not None:
                 self._on_embedded([w.chunk.chunk_id for w in batch.works])
@@ -399,8 +405,10 @@ class ModelStage(_StageThread):
         results: list[ChunkResult] = []
         for work, model_id, outcome, share in zip(batch.works, batch.model_ids, outcomes, shares, strict=True):
             if isinstance(outcome, Isolated):
-                message = f"model failed on this chunk alone {outcome.attempts} times: {outcome.error}"
-                results.append(failed_result(work.chunk, model_id, MODEL_ERROR, message, model_us=share,
+                error = outcome.error
+                code = error.code if isinstance(error, DocstreamError) else MODEL_ERROR
+                message = f"model failed on this chunk alone {outcome.attempts} times: {error}"
+                results.append(failed_result(work.chunk, model_id, code, message, model_us=share,
                                              device=device, task=name))
             else:
                 results.append(result_of(work.chunk, model_id, name, outcome, runtime, model_us=share, device=device))
@@ -412,6 +420,31 @@ class ModelStage(_StageThread):
             results.append(failed_result(work.chunk, wanted, MODEL_UNAVAILABLE, message, task=name))
         works = batch.works + tuple(w for w, _ in batch.reused) + batch.unavailable
         put_until(self._outbox, ResultBatch(works, tuple(results), batch.busy_us + model_us), self._halt)
+
+    def _run_until_answered(self, batch: ModelBatch) -> tuple[list[Any], int]:
+        """The batch's outcomes and the micros of the run that answered (waits for a backend excluded)."""
+        down_since: float | None = None
+        waits = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                outcomes = self._run_model(batch)
+            except BackendUnavailable as exc:
+                waits += 1
+                if down_since is None:
+                    down_since = started
+                    self._metrics.backend_up.labels(self._service).set(0)
+                delay = backoff_delay(min(waits, 8), base_s=_BACKEND_WAIT_BASE_S, max_s=_BACKEND_WAIT_MAX_S)
+                _log.warning("model_backend_unavailable", error_code=exc.code, error=str(exc)[:300],
+                             batch=len(batch.works), waits=waits, down_s=round(time.perf_counter() - down_since, 1),
+                             retry_in_s=round(delay, 2))
+                if self._halt.wait(delay):
+                    raise Halted from None
+                continue
+            if down_since is not None:
+                self._metrics.backend_up.labels(self._service).set(1)
+                _log.info("model_backend_answers", down_s=round(time.perf_counter() - down_since, 1), waits=waits)
+            return outcomes, _micros_since(started)
 
     def _run_model(self, batch: ModelBatch) -> list[Any]:
         texts, requests = batch.prepared.texts, batch.prepared.requests

@@ -48,7 +48,9 @@ __all__ = [
     "TaskFold",
     "TaskOutputError",
     "TaskRequest",
+    "bind_task_metrics",
     "check_task_name",
+    "close_task",
     "place_spans",
     "requested_tasks",
     "task_names",
@@ -354,7 +356,11 @@ class PreparedTexts:
 
 @runtime_checkable
 class Task(Protocol):
-    """A loaded task runner: chunk texts in, one ``ChunkOutput`` each out (in an inference service)."""
+    """A loaded task runner: chunk texts in, one ``ChunkOutput`` each out (in an inference service).
+
+    Optional, found by name: ``bind_metrics(metrics, service)`` (called once by the pipeline, to count
+    into its ``docstream.metrics.Metrics``) and ``close()`` (called once when the pipeline stops).
+    """
 
     @property
     def name(self) -> str:
@@ -383,7 +389,13 @@ class Task(Protocol):
         """Make a micro-batch ready (tokenize); cheap, runs beside ``run`` on another thread."""
 
     def run(self, batch: PreparedTexts) -> Sequence[ChunkOutput]:
-        """Run the model: one output per text, same order. It returns once the device is done."""
+        """Run the model: one output per text, same order. It returns once the device is done.
+
+        Any exception fails the batch, and the pipeline isolates the text at fault by splitting it.
+        ``docstream.errors.PartialBatchError`` instead names the texts that failed alone (their
+        exceptions in place of their outputs). ``docstream.errors.BackendUnavailable`` says the
+        model's backend does not answer: the pipeline waits and runs the batch again.
+        """
 
     def warm_up(self) -> None:
         """Run one small batch so the first real batch pays no start-up cost."""
@@ -436,3 +448,17 @@ def place_spans(text: str, spans: Sequence[Span], *, char_start: int, page_start
         if len(out) >= MAX_CHUNK_MENTIONS:
             break
     return tuple(out)
+
+
+def bind_task_metrics(task: object, metrics: Any, service: str) -> None:
+    """Call the task runner's optional ``bind_metrics(metrics, service)`` (an endpoint counts its requests)."""
+    bind = getattr(task, "bind_metrics", None)
+    if callable(bind):
+        bind(metrics, service)
+
+
+def close_task(task: object) -> None:
+    """Call the task runner's optional ``close()`` (an endpoint closes its connections)."""
+    close = getattr(task, "close", None)
+    if callable(close):
+        close()

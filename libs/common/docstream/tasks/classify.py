@@ -27,8 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from docstream.embedding import Embedder
-from docstream.errors import ConfigError, InputError
+from docstream.endpoint import close_embedder, observe_embedder
+from docstream.errors import ConfigError, InputError, PartialBatchError
 from docstream.logging import get_logger
+from docstream.metrics import EndpointMetrics, Metrics
 from docstream.runtime import Runtime
 from docstream.tasks.base import (
     CLASSIFY,
@@ -197,7 +199,18 @@ class ClassifyTask:
                              code="labels_missing")
         if not batch.texts:
             return []
-        chunks = _unit_rows(self._embedder.embed(batch.features))
+        failures: dict[int, BaseException] = {}
+        try:
+            embedded = self._embedder.embed(batch.features)
+        except PartialBatchError as exc:  # an endpoint refused some texts alone: they fail, the rest is scored
+            failures = dict(exc.failures)
+            answered = [np.asarray(out, dtype=np.float32) for out in exc.outputs if not isinstance(out, BaseException)]
+            if not answered:
+                raise
+            blank = np.zeros_like(answered[0])
+            embedded = np.vstack([blank if isinstance(out, BaseException) else np.asarray(out, dtype=np.float32)
+                                  for out in exc.outputs])
+        chunks = _unit_rows(embedded)
         outputs: list[ChunkOutput | None] = [None] * len(batch.texts)
         groups: dict[tuple[Label, ...], list[int]] = {}
         for row, labels in enumerate(label_sets):
@@ -207,11 +220,21 @@ class ClassifyTask:
             for row, values in zip(rows, scores, strict=True):
                 outputs[row] = ChunkOutput(label_scores={label.name: float(v) for label, v in
                                                          zip(labels, values, strict=True)})
+        if failures:
+            raise PartialBatchError([failures.get(i, out) for i, out in enumerate(outputs)])
         return [output for output in outputs if output is not None]
 
     def warm_up(self) -> None:
         """One small batch through the embedder."""
         self._embedder.warm_up()
+
+    def bind_metrics(self, metrics: Metrics, service: str) -> None:
+        """Count an endpoint's requests into ``metrics`` (``docstream_endpoint_*``); a local model makes none."""
+        observe_embedder(self._embedder, EndpointMetrics(metrics, service))
+
+    def close(self) -> None:
+        """Close an endpoint's connections (the pipeline calls it when it stops)."""
+        close_embedder(self._embedder)
 
     def _label_matrix(self, labels: Sequence[Label]) -> npt.NDArray[np.float64]:
         key = tuple(label.text for label in labels)

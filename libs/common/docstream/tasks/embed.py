@@ -10,10 +10,17 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from docstream.embedding import Embedder
+from docstream.endpoint import close_embedder, observe_embedder
+from docstream.errors import PartialBatchError
+from docstream.metrics import EndpointMetrics, Metrics
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, TaskFold, TaskRequest
 from docstream.tasks.fold_embed import EmbedFold
 
 __all__ = ["EmbedTask"]
+
+
+def _floats(row: Any) -> list[float]:
+    return [float(x) for x in row]
 
 
 class EmbedTask:
@@ -66,9 +73,26 @@ class EmbedTask:
         return PreparedTexts(tuple(texts), tuple(requests), self._embedder.prepare(texts))
 
     def run(self, batch: PreparedTexts) -> list[ChunkOutput]:
-        """The forward pass: a vector per text."""
-        return [ChunkOutput(embedding=row.tolist()) for row in self._embedder.embed(batch.features)]
+        """The forward pass: a vector per text.
+
+        Raises:
+            PartialBatchError: the endpoint refused some texts alone (their exceptions; the others' outputs).
+        """
+        try:
+            rows = self._embedder.embed(batch.features)
+        except PartialBatchError as exc:
+            raise PartialBatchError([out if isinstance(out, BaseException) else ChunkOutput(embedding=_floats(out))
+                                     for out in exc.outputs]) from None
+        return [ChunkOutput(embedding=row.tolist()) for row in rows]
 
     def warm_up(self) -> None:
         """One small batch through the embedder."""
         self._embedder.warm_up()
+
+    def bind_metrics(self, metrics: Metrics, service: str) -> None:
+        """Count an endpoint's requests into ``metrics`` (``docstream_endpoint_*``); a local model makes none."""
+        observe_embedder(self._embedder, EndpointMetrics(metrics, service))
+
+    def close(self) -> None:
+        """Close an endpoint's connections (the pipeline calls it when it stops)."""
+        close_embedder(self._embedder)
