@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from docstream.errors import FatalError
+from docstream.errors import BackendUnavailable, FatalError, PartialBatchError, PoisonRecord
 from docstream.records import ChunkCreated
 from docstream_inference.handler import (
     MODEL_ERROR,
@@ -126,3 +126,54 @@ def test_failed_result_keeps_its_code_and_no_embedding() -> None:
     assert (record.status, record.error_code, record.embedding) == ("failed", MODEL_ERROR, [])
     assert record.error is not None
     assert len(record.error) == 2000
+
+
+class PartlyRefusing:
+    """Embeds index i as [i], except that indices in ``refused`` come back as their own errors (an endpoint)."""
+
+    def __init__(self, refused: set[int]) -> None:
+        self.refused = refused
+        self.calls: list[list[int]] = []
+
+    def __call__(self, indices: Sequence[int]) -> list[list[float]]:
+        self.calls.append(list(indices))
+        if self.refused & set(indices):
+            raise PartialBatchError([PoisonRecord(f"refused {i}", code="endpoint_rejected") if i in self.refused
+                                     else [float(i)] for i in indices])
+        return [[float(i)] for i in indices]
+
+
+def test_a_partial_batch_error_fails_only_the_items_it_names_without_splitting() -> None:
+    model = PartlyRefusing({3, 9})
+    results = embed_isolating(model, 12, attempts=3)
+    assert model.calls == [list(range(12))]  # the items were named: no halving, no retry
+    assert [r for i, r in enumerate(results) if i not in (3, 9)] == [[float(i)] for i in range(12) if i not in (3, 9)]
+    for i in (3, 9):
+        assert isinstance(results[i], Isolated)
+        assert results[i].attempts == 1
+        assert isinstance(results[i].error, PoisonRecord) and results[i].error.code == "endpoint_rejected"
+
+
+def test_a_partial_batch_error_of_the_wrong_length_is_a_failure_that_splits() -> None:
+    calls: list[list[int]] = []
+
+    def short(indices: Sequence[int]) -> list[list[float]]:
+        calls.append(list(indices))
+        if len(indices) > 1:
+            raise PartialBatchError([[0.0]])  # one output for many items: never trusted
+        return [[float(indices[0])]]
+
+    assert embed_isolating(short, 4, attempts=1) == [[0.0], [1.0], [2.0], [3.0]]
+    assert calls[0] == [0, 1, 2, 3]
+
+
+def test_backend_unavailable_is_never_isolated_it_goes_to_the_caller() -> None:
+    calls: list[list[int]] = []
+
+    def down(indices: Sequence[int]) -> list[list[float]]:
+        calls.append(list(indices))
+        raise BackendUnavailable("endpoint down")
+
+    with pytest.raises(BackendUnavailable):
+        embed_isolating(down, 8, attempts=3)
+    assert calls == [list(range(8))]  # not split: no record is at fault

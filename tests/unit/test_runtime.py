@@ -147,3 +147,9 @@ def test_cache_key_changes_with_everything_the_choice_depends_on() -> None:
     for name, other in [("cpu_model", "Intel Xeon"), ("cpu_flags", ["avx2"]), ("torch_version", "2.14.0"),
                         ("device", "cuda"), ("threads", 4), ("model_hash", "abd"), ("candidates", (FP32,))]:
         assert runtime_cache_key(**{**base, name: other}) != key  # type: ignore[arg-type]
+
+
+def test_a_model_behind_an_endpoint_has_the_label_openai_remote_and_reads_back() -> None:
+    runtime = Runtime(device="remote", precision="fp32", threads=0, backend="openai")
+    assert runtime.label == "openai/remote"
+    assert Runtime.from_label("openai/remote") == runtime
