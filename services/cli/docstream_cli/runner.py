@@ -57,7 +57,7 @@ from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
 from docstream.store import DocumentResultRow, ResultStore, SqliteStore
 from docstream.store.base import TERMINAL_DOC_STATES
-from docstream.tasks.base import EMBED, Task, TaskRequest
+from docstream.tasks.base import EMBED, Task, TaskRequest, close_task
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 from docstream.topics import Topics
 from docstream.usage import Usage, across_tasks, total_usage
@@ -366,7 +366,7 @@ def _start_inference(
 
     pipeline = build_inference(settings, store=store, metrics=metrics, task=task, static_assignment=True,
                                producer=producer)
-    return _Service(pipeline.run, pipeline.stop)
+    return _Service(pipeline.run, pipeline.stop, lambda: close_task(task))
 
 
 class _Producers:

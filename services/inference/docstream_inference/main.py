@@ -10,7 +10,7 @@ from docstream.metrics import Metrics
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
-from docstream.tasks.base import Task
+from docstream.tasks.base import Task, close_task
 from docstream.tasks.registry import load_task
 from docstream.topics import Topics
 from docstream_inference.faults import with_faults
@@ -46,6 +46,9 @@ def main(settings: Settings) -> int:
     def serve(host: ServiceHost) -> None:
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
         pipeline = build_inference(settings, store=host.open_store(migrate=True), metrics=host.metrics)
-        host.serve(pipeline.run, stop=pipeline.stop, ready=lambda: pipeline.ready)
+        try:
+            host.serve(pipeline.run, stop=pipeline.stop, ready=lambda: pipeline.ready)
+        finally:
+            close_task(pipeline.task)  # an endpoint's connections
 
     return run_service(settings, SERVICE, serve)

@@ -36,7 +36,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.store.base import ResultStore
-from docstream.tasks.base import EMBED, Task, bind_task_metrics, close_task
+from docstream.tasks.base import EMBED, Task, bind_task_metrics
 from docstream.topics import Topics
 from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import request_for
@@ -77,7 +77,7 @@ class InferencePipeline:
     Args:
         settings: all settings (kafka, inference, retry, faults).
         task: the loaded (warmed-up) task runner (``docstream.tasks.registry.load_task``); the pipeline
-            binds its optional ``bind_metrics`` and calls its optional ``close`` when ``run`` ends.
+            calls its optional ``bind_metrics``. Whoever loaded it closes it (``close_task``) after ``run``.
         store: the result store (migrated).
         serde: Avro serde for ChunkCreated in and ChunkEmbedded out.
         metrics: where to record; default: a private registry.
@@ -152,6 +152,11 @@ class InferencePipeline:
     def consumers_replaced(self) -> int:
         """How many consumers were replaced for staying outside their group."""
         return self._committer.consumers_replaced
+
+    @property
+    def task(self) -> Task:
+        """The task runner the pipeline runs."""
+        return self._task
 
     @property
     def ready(self) -> bool:
@@ -452,5 +457,4 @@ class InferencePipeline:
         self._committer.close()
         if self._own_producer:
             producer.close(0)
-        close_task(self._task)
         _log.info("inference_stopped", in_flight=self._ledger.pending_count(), batches=len(self._history))
