@@ -1,0 +1,65 @@
+"""`docstream run` with the embed model behind an endpoint (a real Infinity server), then with the local model.
+
+On the embedded stack (tansu + SQLite): the endpoint run completes every document under
+``endpoint/all-MiniLM-L6-v2``; a second run in the same folder with the local model adds its results
+beside them (the local model's own model_id), and the two document vectors agree.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from docstream.store import SqliteStore
+from tests.fixtures.documents import make_pdf_of_paragraphs
+from tests.fixtures.services import DOCSTREAM, bare_env
+
+pytestmark = pytest.mark.e2e
+
+PAGES = {
+    "shipping": [["The freight company moved its containers through the northern port.",
+                  "Shipping costs rose for the third quarter in a row."],
+                 ["The warehouse handled twice the orders it was built for."]],
+    "biology": [["Photosynthesis converts light energy into chemical energy in the leaves."],
+                ["The cell divides after its chromosomes are copied.", "Mitochondria make most of its energy."]],
+}
+
+
+def _run(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([str(DOCSTREAM), "run", "in", "--timeout", "300"], cwd=folder,
+                          env=bare_env(COLUMNS="200", **env), capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_an_endpoint_run_and_a_local_run_sit_side_by_side(tmp_path: Path, infinity: Any) -> None:
+    (tmp_path / "in").mkdir()
+    for name, pages in PAGES.items():
+        (tmp_path / "in" / f"{name}.pdf").write_bytes(make_pdf_of_paragraphs(pages).data)
+    done = _run(tmp_path, DOCSTREAM_INFERENCE__ENDPOINT__URL=infinity.url,
+                DOCSTREAM_INFERENCE__ENDPOINT__API_KEY=infinity.api_key)
+    assert infinity.api_key not in done.stdout + done.stderr  # the key is never logged
+    endpoint_job = json.loads((tmp_path / ".docstream" / "run.json").read_text())["job_id"]
+    _run(tmp_path)  # the local model, same folder: its results go beside the endpoint's
+    store = SqliteStore(tmp_path / ".docstream" / "docstream.db")
+    try:
+        docs = [row.doc_id for row in store.iter_job_documents(endpoint_job)]
+        assert len(docs) == len(PAGES)
+        for doc_id in docs:
+            results = {r.model_id: r for r in store.list_document_results(doc_id)}
+            assert set(results) == {"endpoint/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"}
+            assert {r.status for r in results.values()} == {"completed"}
+            remote = np.asarray(results["endpoint/all-MiniLM-L6-v2"].embedding)
+            local = np.asarray(results["all-MiniLM-L6-v2"].embedding)
+            assert remote.shape == local.shape == (384,)
+            cosine = float(remote @ local / (np.linalg.norm(remote) * np.linalg.norm(local)))
+            assert cosine >= 0.999
+            chunks = {r.chunk_index for r in store.iter_chunks(doc_id, "endpoint/all-MiniLM-L6-v2")}
+            assert chunks == {r.chunk_index for r in store.iter_chunks(doc_id, "all-MiniLM-L6-v2")}
+    finally:
+        store.close()
