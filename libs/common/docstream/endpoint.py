@@ -210,7 +210,7 @@ class EndpointClient:
             headers["Authorization"] = f"Bearer {s.api_key.get_secret_value()}"
         limits = httpx.Limits(max_connections=s.max_in_flight, max_keepalive_connections=s.max_in_flight)
         return httpx.AsyncClient(headers=headers, limits=limits, timeout=httpx.Timeout(s.timeout_s),
-                                 follow_redirects=False, trust_env=False)
+                                 follow_redirects=False)
 
     async def _semaphore(self) -> asyncio.Semaphore:
         return asyncio.Semaphore(self._settings.max_in_flight)
