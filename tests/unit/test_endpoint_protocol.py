@@ -221,3 +221,11 @@ def test_an_endpoint_url_must_be_http(url: str) -> None:
 
 def test_an_empty_url_means_the_local_model() -> None:
     assert EndpointSettings(url="  ").url is None
+
+
+def test_embed_results_are_keyed_by_the_endpoint_model_when_one_is_set() -> None:
+    assert InferenceSettings().embed_model_id == "all-MiniLM-L6-v2"
+    remote = InferenceSettings(endpoint=EndpointSettings(url="http://h/v1", model="bge-small"))
+    assert remote.embed_model_id == "endpoint/bge-small"
+    named = InferenceSettings(endpoint=EndpointSettings(url="http://h/v1", model_id="bge-small@tei"))
+    assert named.embed_model_id == "bge-small@tei"

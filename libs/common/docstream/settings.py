@@ -381,6 +381,11 @@ class InferenceSettings(BaseModel):
         description="An OpenAI-compatible embeddings endpoint instead of the local model (endpoint.url).",
     )
 
+    @property
+    def embed_model_id(self) -> str:
+        """The model_id embed results are keyed by: the endpoint's when ``endpoint.url`` is set, else ``model_id``."""
+        return self.endpoint.recorded_model_id if self.endpoint.url else self.model_id
+
 
 class ClassifySettings(BaseModel):
     """The classify task (docs/tasks.md)."""

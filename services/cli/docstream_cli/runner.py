@@ -443,7 +443,7 @@ def run_job(
             store.migrate()
             phases.mark("store_migrated")
             services.start("chunker", lambda: _start_chunker(settings, store, metrics, producers.chunker))
-            model_id = settings.inference.model_id
+            model_id = settings.inference.embed_model_id
             chunker, inference = settings.chunker, settings.inference
             chunking = f"{chunker.max_tokens}/{chunker.overlap_tokens}/{inference.model_path}"
             asked = tasks_option(tasks)

@@ -122,7 +122,7 @@ def results_command(
         try:
             summary = export_results(
                 store, job_id, Path(out) if out else (stdout or sys.stdout.buffer), fmt=_format(fmt), chunks=chunks,
-                model_id=model_id, default_model_id=settings.inference.model_id, tasks=tasks,
+                model_id=model_id, default_model_id=settings.inference.embed_model_id, tasks=tasks,
             )
         finally:
             store.close()

@@ -179,7 +179,7 @@ def _owned_job(store: ResultStore, caller: Principal, job_id: str) -> JobRow:
 
 def _job_model(ctx: ApiContext, job: JobRow) -> str:
     """Whose results a job shows by default: its model_id option, else the service's."""
-    return job.options.get("model_id") or ctx.settings.inference.model_id
+    return job.options.get("model_id") or ctx.settings.inference.embed_model_id
 
 
 def _document_out(
