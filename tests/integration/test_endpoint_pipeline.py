@@ -1,8 +1,8 @@
 """The embed task through a real Infinity server, in the inference pipeline on real brokers and stores.
 
 Through the fault proxy: a job under 429 bursts, 500s and connection resets writes exactly its chunk
-rows with the local model's vectors; a 30 s outage pauses consumption and then completes with nothing
-lost; a poisoned input ends in the DLQ alone while its neighbours succeed.
+rows with the local model's vectors; a poisoned input ends in the DLQ alone while its neighbours
+succeed. The endpoint outage is a chaos scenario (tests/chaos/test_endpoint_outage.py).
 """
 
 from __future__ import annotations
@@ -114,44 +114,6 @@ def test_a_job_through_the_endpoint_under_429s_500s_and_resets_writes_exactly_it
     assert _metric(metrics, "docstream_endpoint_retries_total", reason="connection") == 3
     assert _metric(metrics, "docstream_endpoint_tokens_total") > 0
     assert read_topic(kafka_bootstrap, dlq_topic(topics.chunks), expected=0, timeout_s=3).messages == []
-
-
-def test_an_endpoint_outage_of_30_s_pauses_consumption_then_completes_with_nothing_lost(
-    kafka_bootstrap: str, cassandra_store: ResultStore, unique_name: Callable[[str], str], tmp_path: Path,
-    infinity: Any, fault_proxy: Any, reference_model: Any,
-) -> None:
-    prefix = unique_name("endout")
-    # small queues, so that a stalled model fills them and the consumer pauses its partitions
-    settings = _endpoint(_settings(kafka_bootstrap, prefix, tmp_path,
-                                   inference={"max_batch_size": 8, "queue_batches": 1}),
-                         fault_proxy.url, infinity.api_key, max_attempts=2)
-    topics = Topics(prefix)
-    serde = AvroSerde(settings.kafka)
-    chunks = _chunks(prefix[-8:], 4, 20)
-    embedder = load_embedder(settings.inference)
-    assert isinstance(embedder, EndpointEmbedder)
-    metrics = Metrics()
-    try:
-        with _pipeline(settings, embedder, cassandra_store, metrics=metrics) as (pipeline, _):
-            produced = _produce_chunks(kafka_bootstrap, topics.chunks, chunks[:8], serde)
-            read_topic(kafka_bootstrap, topics.embedded, expected=8, timeout_s=60)
-            fault_proxy.outage(30)
-            produced += _produce_chunks(kafka_bootstrap, topics.chunks, chunks[8:], serde)
-            wait_until(lambda: _metric(metrics, "docstream_model_backend_up") == 0 and
-                       _metric(metrics, "docstream_consumer_paused") == 1, 25, "the model waiting, consumption paused")
-            assert pipeline.ready  # waiting, not failed
-            ends = _end_offsets(produced)
-            wait_until(lambda: _committed(kafka_bootstrap, group_id(settings), topics.chunks, sorted(ends)) == ends,
-                       120, "every offset committed after the outage")
-            assert _metric(metrics, "docstream_model_backend_up") == 1
-            embedded = read_topic(kafka_bootstrap, topics.embedded, expected=len(chunks), serde=serde,
-                                  timeout_s=30).records
-    finally:
-        embedder.close()
-    _assert_exactly_the_rows_of(_rows(cassandra_store, chunks), chunks, reference_model)
-    assert len({(r.doc_id, r.chunk_index) for r in embedded if isinstance(r, ChunkEmbedded)}) == len(chunks)
-    assert read_topic(kafka_bootstrap, dlq_topic(topics.chunks), expected=0, timeout_s=3).messages == []
-    assert _metric(metrics, "docstream_endpoint_requests_total", outcome="connection") > 0
 
 
 def test_a_poisoned_chunk_ends_in_the_dlq_alone_while_its_neighbours_succeed(
