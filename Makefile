@@ -32,6 +32,7 @@ test: lint
 	@bash tests/run.sh $(BIN)
 
 chaos: setup
+	@bash deploy/local/install-infinity.sh $(VENV)
 	@DOCSTREAM_CHAOS_FULL=1 bash tests/run.sh $(BIN) tests/chaos
 
 stack-up:
@@ -49,7 +50,6 @@ $(VENV)/.bench-installed: $(STAMP) pyproject.toml
 	@touch $@
 
 bench: setup $(VENV)/.bench-installed
-	@bash deploy/local/install-infinity.sh $(VENV)
 	@$(BIN)/python benchmarks/run_all.py
 
 # ruff; the import contracts of pyproject.toml (layers, pure modules); mypy strict over the library,

@@ -15,7 +15,8 @@ loopback from .venv-infinity, deploy/local/install-infinity.sh, unless ``--url``
 It prints chunks/s of each and the ratio service / plain (target >= 0.9). Real Kafka and Cassandra
 from deploy/local by default; ``--broker tansu --store sqlite`` for the embedded stack.
 
-    .venv/bin/python benchmarks/endpoint.py --chunks 1024 --words 90
+    bash deploy/local/install-infinity.sh .venv            # once: the server's own virtualenv
+    .venv/bin/python benchmarks/endpoint.py --chunks 768 --words 90 --rounds 2
     .venv/bin/python benchmarks/endpoint.py --url http://127.0.0.1:7997/v1 --api-key KEY --model all-MiniLM-L6-v2
 """
 
