@@ -8,7 +8,8 @@
 # clash with ours (numpy<2, sentence-transformers<4, typer<0.13, click<8.2). It never downloads a second
 # torch: it borrows the project venv's torch (and triton, the nvidia/cuda wheels) through a folder of
 # links on its path, and a constraint holds pip to that torch's version. Idempotent and quick once
-# installed: a stamp file records what was installed; a new version re-installs from scratch.
+# installed: a stamp file records what was installed; a new version re-installs from scratch. Its
+# dependencies are held to deploy/local/infinity-constraints.txt (what pip resolved once).
 set -euo pipefail
 
 INFINITY_VERSION=0.0.78
@@ -20,7 +21,8 @@ if [ ! -x "$main/bin/python" ]; then
   exit 1
 fi
 torch_version=$("$main/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
-want="infinity-emb==$INFINITY_VERSION torch==$torch_version"
+pins=$repo/deploy/local/infinity-constraints.txt  # what pip resolved once: the server never changes by itself
+want="infinity-emb==$INFINITY_VERSION torch==$torch_version pins=$(sha256sum "$pins" | cut -c1-12)"
 stamp=$dest/.docstream-installed
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$dest/bin/infinity_emb" ]; then
   exit 0
@@ -46,7 +48,7 @@ echo "$links" > "$site/docstream-project-torch.pth"
 # pip sees the linked torch as installed; the constraint makes it fail rather than replace it (replacing
 # would delete files through the links, in the project venv).
 echo "torch==$torch_version" > "$dest/constraints.txt"
-"$dest/bin/pip" install -q --disable-pip-version-check -c "$dest/constraints.txt" \
+"$dest/bin/pip" install -q --disable-pip-version-check -c "$dest/constraints.txt" -c "$pins" \
   "infinity-emb[server,torch]==$INFINITY_VERSION"
 "$dest/bin/python" -c 'import torch, infinity_emb' >/dev/null
 echo "$want" > "$stamp"
