@@ -76,6 +76,7 @@ __all__ = [
     "KafkaProbe",
     "LocalStack",
     "Sampler",
+    "StackNode",
     "bad_documents",
     "chunk_writetimes",
     "completed_per_document",
@@ -477,6 +478,20 @@ READY_EVENTS = {"chunker": "partitions_assigned", "inference": "partitions_assig
 UPSTREAM = "upstream-chunker"
 """A second chunker, under the prefix ``<prefix>-src``: the poison scenario relays its chunks."""
 _STACK = ROOT / "deploy" / "local" / "stack"
+Component = Literal["kafka", "cassandra"]
+
+
+@dataclass(frozen=True)
+class StackNode:
+    """One node of the stack as `stack nodes` reports it (Kafka: ``index`` is the broker id)."""
+
+    component: Component
+    index: int
+    name: str
+    state: str
+    """running, running (not answering), dead (killed, pid file kept) or stopped."""
+    pid: int | None
+    address: str
 
 
 class LocalStack:
@@ -515,6 +530,35 @@ class LocalStack:
         for component in ("kafka", "cassandra"):
             if not self.running(component):
                 self.up(component)
+
+    def _node_command(self, command: str, component: Component, node: int) -> float:
+        started = time.monotonic()
+        done = self._run(command, component, str(node))
+        assert done.returncode == 0, f"stack {command} {component} {node} failed:\n{done.stdout}{done.stderr}"
+        return time.monotonic() - started
+
+    def kill(self, component: Component, node: int) -> float:
+        """SIGKILL node ``node`` of ``component`` (a crash: its pid file stays); seconds it took."""
+        return self._node_command("kill", component, node)
+
+    def start(self, component: Component, node: int) -> float:
+        """Start node ``node`` again on its data and wait until it answers; seconds it took."""
+        return self._node_command("start", component, node)
+
+    def stop(self, component: Component, node: int) -> float:
+        """Stop node ``node`` cleanly (SIGTERM, SIGKILL after 30 s); seconds it took."""
+        return self._node_command("stop", component, node)
+
+    def nodes(self, component: Component) -> list[StackNode]:
+        """Every node of ``component`` in the running topology (one, unless `up` was given a node count)."""
+        done = self._run("nodes", component, timeout_s=60)
+        assert done.returncode == 0, f"stack nodes {component} failed:\n{done.stdout}{done.stderr}"
+        return [_stack_node(component, line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def _stack_node(component: Component, line: str) -> StackNode:
+    index, name, state, pid, address = line.split("\t")
+    return StackNode(component, int(index), name, state, None if pid == "-" else int(pid), address)
 
 
 class ChaosReport:
