@@ -105,17 +105,16 @@ def test_cluster_nodes_get_smaller_heaps() -> None:
 
 
 def test_quorum_status_is_read_from_metadata_quorum_command_output() -> None:
-    out = """ClusterId:              hV0Zq1mRQ3Kx4l4cKpUeVg
+    out = """ClusterId:              0BvdNI9R1eWBWXT9b8sZNA
 LeaderId:               2
-LeaderEpoch:            3
-HighWatermark:          1042
+LeaderEpoch:            1
+HighWatermark:          75
 MaxFollowerLag:         0
-MaxFollowerLagTimeMs:   0
-CurrentVoters:          [{"id": 1, "directoryId": null, "endpoints": ["CONTROLLER://127.0.0.1:19093"]}, \
-{"id": 2, "directoryId": null, "endpoints": ["CONTROLLER://127.0.0.1:19193"]}, \
-{"id": 3, "directoryId": null, "endpoints": ["CONTROLLER://127.0.0.1:19293"]}]
+MaxFollowerLagTimeMs:   398
+CurrentVoters:          [{"id": 1, "endpoints": ["CONTROLLER://127.0.0.1:19093"]}, \
+{"id": 2, "endpoints": ["CONTROLLER://127.0.0.1:19193"]}, {"id": 3, "endpoints": ["CONTROLLER://127.0.0.1:19293"]}]
 CurrentObservers:       []
-"""
+"""  # Kafka 4.1.1, `describe --status` of the 3-node cluster
     assert stack.parse_quorum_status(out) == (2, [1, 2, 3])
     assert stack.parse_quorum_status("CurrentVoters:          [3,1,2]\nLeaderId: 1\n") == (1, [1, 2, 3])
     assert stack.parse_quorum_status("") == (None, [])
