@@ -97,6 +97,18 @@ def test_topic_specs_cover_every_topic_and_dlq_with_their_retention() -> None:
     assert retention[f"{topics.chunks}.dlq"] == "3"
     assert all(s.partitions == 4 and s.config["max.message.bytes"] == "4096" for s in specs.values())
     assert {s.name for s in topic_specs(kafka, topics, include_dlq=False)} == set(topics.all())
+    assert all("min.insync.replicas" not in s.config for s in specs.values())  # unset: the broker's
+
+
+def test_a_replicated_deployment_sets_min_insync_replicas_on_every_topic() -> None:
+    kafka = KafkaSettings(replication_factor=3, min_insync_replicas=2)
+    specs = topic_specs(kafka, Topics("p"))
+    assert {(s.replication_factor, s.config["min.insync.replicas"]) for s in specs} == {(3, "2")}
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_refused() -> None:
+    with pytest.raises(ValueError, match="no write could ever be acknowledged"):
+        KafkaSettings(replication_factor=2, min_insync_replicas=3)
 
 
 @pytest.mark.parametrize(

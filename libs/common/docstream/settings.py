@@ -103,6 +103,11 @@ class KafkaSettings(BaseModel):
     topic_prefix: str = Field("docstream", description="Prefix of every topic name.")
     partitions: int = Field(6, ge=1, le=10_000, description="Partitions for topics docstream creates.")
     replication_factor: int = Field(1, ge=1, le=16, description="Replication factor for topics docstream creates.")
+    min_insync_replicas: int | None = Field(
+        None, ge=1, le=16,
+        description="min.insync.replicas of the topics docstream creates (at most replication_factor); unset: the "
+        "broker's. With acks=all a write needs this many replicas: RF 3 with 2 survives one broker down.",
+    )
     intake_retention_ms: int = Field(
         7 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the intake and chunks topics: the replay window."
     )
@@ -137,6 +142,13 @@ class KafkaSettings(BaseModel):
     )
     schema_registry_basic_auth: SecretStr | None = Field(None, description="Schema Registry user:password.")
     transactions: bool = Field(False, description="Exactly-once (transactions) where the broker supports them.")
+
+    @model_validator(mode="after")
+    def _insync_within_replicas(self) -> KafkaSettings:
+        if self.min_insync_replicas is not None and self.min_insync_replicas > self.replication_factor:
+            raise ValueError(f"kafka.min_insync_replicas ({self.min_insync_replicas}) above kafka.replication_factor "
+                             f"({self.replication_factor}): no write could ever be acknowledged")
+        return self
 
 
 class CassandraSettings(BaseModel):

@@ -39,7 +39,8 @@ class TopicSpec:
 
 def topic_specs(kafka: KafkaSettings, topics: Topics, *, include_dlq: bool = True) -> list[TopicSpec]:
     """The specs of docstream's topics: intake and chunks keep ``intake_retention_ms``, results
-    ``results_retention_ms``, DLQs ``dlq_retention_ms``; all get ``max.message.bytes``."""
+    ``results_retention_ms``, DLQs ``dlq_retention_ms``; all get ``max.message.bytes``, and
+    ``min.insync.replicas`` when ``kafka.min_insync_replicas`` is set."""
     intake = {topics.submitted, topics.chunks}
     specs: list[TopicSpec] = []
     for name in topics.all():
@@ -51,12 +52,11 @@ def topic_specs(kafka: KafkaSettings, topics: Topics, *, include_dlq: bool = Tru
 
 
 def _spec(kafka: KafkaSettings, name: str, retention_ms: int) -> TopicSpec:
-    return TopicSpec(
-        name=name,
-        partitions=kafka.partitions,
-        replication_factor=kafka.replication_factor,
-        config={"retention.ms": str(retention_ms), "max.message.bytes": str(kafka.max_message_bytes)},
-    )
+    config = {"retention.ms": str(retention_ms), "max.message.bytes": str(kafka.max_message_bytes)}
+    if kafka.min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(kafka.min_insync_replicas)
+    return TopicSpec(name=name, partitions=kafka.partitions, replication_factor=kafka.replication_factor,
+                     config=config)
 
 
 def create_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec], *, timeout_s: float = 30.0) -> list[str]:

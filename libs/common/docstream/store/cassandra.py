@@ -256,6 +256,9 @@ class CassandraStore(TableStore):
             with self._errors("prepare"):
                 # vector<float, N> bind columns (the vector insert, the ANN query) bound by numpy
                 statement = fast_float_vectors(session.prepare(cql))
+            # every statement is an upsert or a read: the driver may send it again to another
+            # replica after a coordinator died mid-request (a node down in a ring, docs/operations.md)
+            statement.is_idempotent = True
             self._prepared[cql] = statement
         return statement
 
@@ -400,7 +403,7 @@ class CassandraStore(TableStore):
         """
         params = job_to_columns(row, _ENCODING)
         # a logged batch: the tenant listing never misses a job the jobs table has
-        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch = _batch(BatchType.LOGGED)
         batch.add(self._prepare(_insert(f"{self._ks}.jobs", JOBS.column_list)), params)
         batch.add(self._prepare(_insert(f"{self._ks}.jobs_by_tenant", JOBS.column_list)), params)
         with self._errors("upsert_job"):
@@ -421,7 +424,7 @@ class CassandraStore(TableStore):
             StoreError: the write failed transiently.
         """
         at = _ts(updated_at)
-        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch = _batch(BatchType.LOGGED)
         batch.add(
             self._prepare(f"UPDATE {self._ks}.jobs SET status = ?, updated_at = ? WHERE job_id = ?"),
             (status, at, job_id),
@@ -462,7 +465,7 @@ class CassandraStore(TableStore):
         chunk_insert = self._prepare(_insert(f"{self._ks}.chunks", CHUNKS.column_list))
         requests: list[tuple[BatchStatement, None]] = []
         for group in _partition_groups(rows, _ROWS_PER_REQUEST):
-            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            batch = _batch(BatchType.UNLOGGED)
             for row in group:
                 vector = embedding_array(row.embedding)
                 batch.add(chunk_insert, chunk_to_columns(row, vector.tobytes(), _ENCODING))
@@ -542,3 +545,10 @@ class CassandraStore(TableStore):
                 raise_on_first_error=True,
             )
         return [chunk_from_columns(row, _ENCODING) for result in results for row in result.result_or_exc]
+
+
+def _batch(kind: Any) -> BatchStatement:
+    """A batch of upserts: idempotent, like every statement of the store."""
+    batch = BatchStatement(batch_type=kind)
+    batch.is_idempotent = True
+    return batch
