@@ -13,9 +13,8 @@ transport of its own, whose subclasses carry the fixes:
   (``AIOKafkaConsumerThread._highwaters``), and a read offset of 0 that counts as read, so a
   gap right after offset 0 is recorded and the partition keeps committing (``Consumer._read_offset``,
   read by ``Consumer._drain_messages``: the partition stall, docs/reducer.md);
-* ``_Producer``: every producer is ``acks=all`` and idempotent, and transactional producers get
-  ``transaction_timeout_ms`` (``Producer._settings_extra``), the value of this app's transport, and are
-  ``_TransactionalProducer``s;
+* ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
+  the value of this app's transport, and are ``_TransactionalProducer``s;
 * ``_TransactionalProducer``: its sender retries a FindCoordinator that lost its connection
   (``Sender._find_coordinator``, wrapped on that sender instance only).
 
@@ -354,10 +353,7 @@ class _Producer(faust_aiokafka.Producer):
     """
 
     def _settings_extra(self) -> Mapping[str, Any]:
-        # acks=all with idempotence on every producer, as librdkafka's (docs/operations.md "A replicated
-        # deployment"): Faust sets them only for transactional producers, so at-least-once could write
-        # a DocumentCompleted twice when a leader changes under a retried send
-        extra = {"acks": "all", "enable_idempotence": True, **super()._settings_extra()}
+        extra = dict(super()._settings_extra())
         if self.app.in_transaction:
             extra["transaction_timeout_ms"] = cast(_Transport, self.transport).transaction_timeout_ms
         return extra
