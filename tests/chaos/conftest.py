@@ -11,6 +11,8 @@
   module's own (exactly-once reducer, a retry budget that outlives the outages, low chunker limits
   for the bad-input kinds), plus an upstream chunker under ``<prefix>-src`` whose chunks the poison
   scenario relays; scenarios run their own jobs on it, so the services start once.
+  ``chaos_env`` (module) is what they run with: ``CHAOS_ENV``, plus the replication of a cluster in
+  tests/chaos/test_cluster.py, which also overrides ``kafka_bootstrap`` and ``cassandra_settings``.
 * ``pipeline``: the shared pipeline, healthy: before a scenario every service runs with the default
   settings (a dead one is restarted); after it the stack is up again.
 * ``chaos_report`` (session): figures of each scenario, written as JSON to
@@ -49,7 +51,8 @@ from tests.fixtures.services import ROOT, Pipeline, running_pipeline
 def local_stack(kafka_bootstrap: str, cassandra_settings: CassandraSettings) -> Iterator[LocalStack]:
     """The deploy/local stack the tests talk to; both components up again at the end."""
     stack = LocalStack()
-    host, _, port = kafka_bootstrap.rpartition(":")
+    # a cluster's bootstrap is a list (`stack env`): its first broker is node 1, on the stack's port
+    host, _, port = kafka_bootstrap.split(",")[0].strip().rpartition(":")
     if host not in ("127.0.0.1", "localhost") or int(port) != stack.kafka_port \
             or cassandra_settings.port != stack.cassandra_port:
         pytest.fail(
@@ -92,16 +95,24 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture(scope="module")
+def chaos_env() -> dict[str, str]:
+    """What every service of the module's shared pipeline runs with (a cluster module adds its replication)."""
+    return dict(CHAOS_ENV)
+
+
+@pytest.fixture(scope="module")
 def shared_pipeline(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
-    tmp_path_factory: pytest.TempPathFactory, local_stack: LocalStack,
+    tmp_path_factory: pytest.TempPathFactory, local_stack: LocalStack, chaos_env: dict[str, str],
 ) -> Iterator[Pipeline]:
     """Chunker, inference and reducer of the module, started once (the keyspace is migrated before)."""
     root = tmp_path_factory.mktemp("chaos")
-    with running_pipeline(kafka_bootstrap, cassandra_settings, root, "chaos", **CHAOS_ENV) as pipeline:
+    replication = int(chaos_env.get("DOCSTREAM_KAFKA__REPLICATION_FACTOR", "1"))
+    with running_pipeline(kafka_bootstrap, cassandra_settings, root, "chaos", **chaos_env) as pipeline:
         upstream = Topics(f"{pipeline.prefix}-src")
         for topics in (pipeline.topics, upstream):
-            ensure_topics(kafka_settings(kafka_bootstrap, topic_prefix=topics.prefix, partitions=3).kafka, topics)
+            ensure_topics(kafka_settings(kafka_bootstrap, topic_prefix=topics.prefix, partitions=3,
+                                         replication_factor=replication).kafka, topics)
         pipeline.add(UPSTREAM, "chunker", DOCSTREAM_KAFKA__TOPIC_PREFIX=upstream.prefix)
         pipeline.start(*SERVICES, UPSTREAM)  # together: their start-ups overlap
         wait_ready(pipeline, *SERVICES, UPSTREAM)
