@@ -121,6 +121,8 @@ class ChaosScale:
     bad_copies: int
     job_timeout_s: float
     test_timeout_s: int
+    cluster_docs: int
+    cluster_down_s: float
 
 
 def _scale() -> ChaosScale:
@@ -131,12 +133,13 @@ def _scale() -> ChaosScale:
             outage_docs=100, outage_s=30.0, broker_docs=100, broker_down_s=10.0, poison_docs=100,
             poison_fraction=0.05, backpressure_docs=200, inference_delay_ms=250, duplicate_docs=20,
             bad_input_docs=200, bad_copies=3, job_timeout_s=1500.0, test_timeout_s=2400,
+            cluster_docs=150, cluster_down_s=20.0,
         )
     return ChaosScale(
         mode="short", seed=seed, pages=(1, 3), kill_docs=12, kills_per_service=1, kill_pause_s=(0.2, 1.0),
         outage_docs=10, outage_s=5.0, broker_docs=10, broker_down_s=1.0, poison_docs=10, poison_fraction=0.05,
         backpressure_docs=10, inference_delay_ms=150, duplicate_docs=5, bad_input_docs=12, bad_copies=1,
-        job_timeout_s=240.0, test_timeout_s=420,
+        job_timeout_s=240.0, test_timeout_s=420, cluster_docs=12, cluster_down_s=3.0,
     )
 
 
@@ -241,6 +244,7 @@ class KafkaProbe:
 
     def __init__(self, bootstrap: str, *, timeout_s: float = 10.0) -> None:
         self._timeout_s = timeout_s
+        self._bootstrap = bootstrap
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, **_QUIET_KAFKA})
         self._admin = AdminClient({"bootstrap.servers": bootstrap, **_QUIET_KAFKA})
@@ -269,7 +273,17 @@ class KafkaProbe:
 
         Raises:
             KafkaException: the broker did not answer.
+            TimeoutError: no answer in time, from the admin client nor from a new one.
         """
+        try:
+            return self._committed(group, topic)
+        except TimeoutError:
+            # once the group's coordinator restarted, librdkafka's admin client kept timing out on every
+            # later offsets request (seen on the 3-broker cluster); a new client asks the cluster afresh
+            self._admin = AdminClient({"bootstrap.servers": self._bootstrap, **_QUIET_KAFKA})
+            return self._committed(group, topic)
+
+    def _committed(self, group: str, topic: str) -> dict[int, int]:
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in self.partitions(topic)])]
         result = self._admin.list_consumer_group_offsets(request, request_timeout=self._timeout_s)[group]
         return {int(tp.partition): int(tp.offset) for tp in result.result(self._timeout_s).topic_partitions}
