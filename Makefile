@@ -31,9 +31,12 @@ test: lint
 	@bash deploy/local/install-infinity.sh $(VENV)
 	@bash tests/run.sh $(BIN)
 
+# The single-node chaos suite, then the cluster scenarios on a 3-broker, 3-node cluster that
+# tests/run-cluster.sh starts and removes (docs/reliability.md "On a cluster").
 chaos: setup
 	@bash deploy/local/install-infinity.sh $(VENV)
-	@DOCSTREAM_CHAOS_FULL=1 bash tests/run.sh $(BIN) tests/chaos
+	@DOCSTREAM_CHAOS_FULL=1 bash tests/run.sh $(BIN) tests/chaos -m "not cluster"
+	@DOCSTREAM_CHAOS_FULL=1 bash tests/run-cluster.sh $(BIN)
 
 stack-up:
 	@deploy/local/stack up
