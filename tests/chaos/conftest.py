@@ -107,12 +107,14 @@ def shared_pipeline(
 ) -> Iterator[Pipeline]:
     """Chunker, inference and reducer of the module, started once (the keyspace is migrated before)."""
     root = tmp_path_factory.mktemp("chaos")
-    replication = int(chaos_env.get("DOCSTREAM_KAFKA__REPLICATION_FACTOR", "1"))
+    replication: dict[str, int] = {"replication_factor": int(chaos_env.get("DOCSTREAM_KAFKA__REPLICATION_FACTOR", "1"))}
+    if "DOCSTREAM_KAFKA__MIN_INSYNC_REPLICAS" in chaos_env:
+        replication["min_insync_replicas"] = int(chaos_env["DOCSTREAM_KAFKA__MIN_INSYNC_REPLICAS"])
     with running_pipeline(kafka_bootstrap, cassandra_settings, root, "chaos", **chaos_env) as pipeline:
         upstream = Topics(f"{pipeline.prefix}-src")
         for topics in (pipeline.topics, upstream):
             ensure_topics(kafka_settings(kafka_bootstrap, topic_prefix=topics.prefix, partitions=3,
-                                         replication_factor=replication).kafka, topics)
+                                         **replication).kafka, topics)
         pipeline.add(UPSTREAM, "chunker", DOCSTREAM_KAFKA__TOPIC_PREFIX=upstream.prefix)
         pipeline.start(*SERVICES, UPSTREAM)  # together: their start-ups overlap
         wait_ready(pipeline, *SERVICES, UPSTREAM)

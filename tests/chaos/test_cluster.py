@@ -3,8 +3,9 @@
 Run on the cluster of `deploy/local/stack up --kafka-brokers 3 --cassandra-nodes 3` (tests/run-cluster.sh,
 called by `make chaos`), never in `make test` (marker ``cluster``). The module overrides the session's
 ``kafka_bootstrap`` and ``cassandra_settings`` with the cluster's (every broker; contact points
-127.0.0.1..3, keyspace replication 3, QUORUM) and ``chaos_env`` with topic replication 3, so the shared
-pipeline of tests/chaos/conftest.py runs replicated; the brokers' ``min.insync.replicas=2`` is checked.
+127.0.0.1..3, keyspace replication 3, QUORUM) and ``chaos_env`` with topic replication 3 and
+``min.insync.replicas`` 2 (what `deploy/local/stack env` prints), so the shared pipeline of
+tests/chaos/conftest.py runs replicated; the chunks topic's replicas and min ISR are checked.
 Each scenario breaks one node (or rolls all three), and asserts what the single-node suite asserts:
 every document terminal with the right status, exactly the expected chunk rows (read at QUORUM), no
 duplicate DocumentCompleted under exactly-once, no service exit but the one killed. After each one every
@@ -113,8 +114,8 @@ def cassandra_settings() -> Iterator[CassandraSettings]:
 
 @pytest.fixture(scope="module")
 def chaos_env() -> dict[str, str]:
-    """The chaos settings plus replication 3 for every topic the services create."""
-    return {**CHAOS_ENV, "DOCSTREAM_KAFKA__REPLICATION_FACTOR": str(NODES)}
+    """The chaos settings plus replication 3 and min.insync.replicas 2 for every topic the services create."""
+    return {**CHAOS_ENV, "DOCSTREAM_KAFKA__REPLICATION_FACTOR": str(NODES), "DOCSTREAM_KAFKA__MIN_INSYNC_REPLICAS": "2"}
 
 
 @pytest.fixture

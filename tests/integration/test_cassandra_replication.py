@@ -15,7 +15,7 @@ import pytest
 
 from docstream.settings import CassandraSettings
 from docstream.store.base import ChunkRow, JobRow
-from tests.fixtures.cassandra import _drop_keyspace
+from tests.fixtures.cassandra import drop_keyspace
 
 pytestmark = pytest.mark.integration
 
@@ -58,4 +58,4 @@ def test_migrations_create_the_keyspace_with_the_configured_replication_and_ever
         assert all(statement.is_idempotent for statement in prepared)
     finally:
         store.close()
-        _drop_keyspace(settings)
+        drop_keyspace(settings)
