@@ -27,7 +27,6 @@ import numpy.typing as npt
 from cassandra import (
     ConsistencyLevel,
     CoordinationFailure,
-    DriverException,
     InvalidRequest,
     OperationTimedOut,
     ProtocolVersion,
@@ -301,19 +300,6 @@ class CassandraStore(TableStore):
     def _schema(self, cql: str) -> None:
         with self._errors("migrate"):
             self._connect().execute(cql, timeout=_SCHEMA_TIMEOUT_S)
-        # an IF NOT EXISTS that found the object (another process made it) returns no schema change,
-        # so the driver does not wait for agreement; the next statement may reach a node without it
-        self._agree_on_schema()
-
-    def _agree_on_schema(self) -> None:
-        """Wait until every live node has the same schema, and refresh the driver's copy of it."""
-        cluster = self._cluster
-        if cluster is None:
-            return
-        try:
-            cluster.refresh_schema_metadata()
-        except DriverException as exc:
-            raise StoreError(f"Cassandra nodes did not agree on the schema: {exc}", code="store_timeout") from exc
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -321,17 +307,13 @@ class CassandraStore(TableStore):
         """Create the keyspace and apply pending CQL migrations, recording each version.
 
         Idempotent, and safe to run from two processes at once: every statement is
-        ``IF NOT EXISTS``, recording a version is an upsert, and on a ring each step
-        waits until the nodes agree on the schema (a table another process created must
-        be known to whichever node coordinates the next statement).
+        ``IF NOT EXISTS`` and recording a version is an upsert.
 
         Raises:
             StoreError: Cassandra is unreachable or timed out.
             FatalError: Cassandra refused a statement.
         """
         session = self._connect()
-        # on a ring another process may be migrating the same keyspace: read a schema all nodes agree on
-        self._agree_on_schema()
         metadata = self._cluster.metadata if self._cluster is not None else None
         keyspace = metadata.keyspaces.get(self._ks) if metadata is not None else None
         if keyspace is None:
