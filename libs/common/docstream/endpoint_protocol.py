@@ -20,6 +20,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 from docstream.errors import FatalError, PoisonRecord
+from docstream.retry import backoff_ceiling
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -127,11 +128,9 @@ def retry_delay_s(attempt: int, *, retry_after: float | None, base_s: float, max
         jitter: a uniform draw in [0, 1).
 
     Raises:
-        ValueError: attempt < 1.
+        ValueError: attempt < 1 or a negative bound.
     """
-    if attempt < 1:
-        raise ValueError("attempt is 1-based")
-    ceiling = float(min(max_s, base_s * (2 ** min(attempt - 1, 62))))
+    ceiling = backoff_ceiling(attempt, base_s=base_s, max_s=max_s)
     delay = jitter * ceiling
     if retry_after is not None:
         # the server's wait, plus a little spread so a crowd told "1 s" does not return in one instant

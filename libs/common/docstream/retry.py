@@ -6,7 +6,7 @@ import random
 
 from docstream.errors import FatalError, PoisonRecord, RetryableError
 
-__all__ = ["backoff_delay", "is_retryable"]
+__all__ = ["backoff_ceiling", "backoff_delay", "is_retryable"]
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -37,9 +37,17 @@ def backoff_delay(
     Raises:
         ValueError: attempt < 1 or a negative bound.
     """
+    return (rng or random).uniform(0.0, backoff_ceiling(attempt, base_s=base_s, max_s=max_s))
+
+
+def backoff_ceiling(attempt: int, *, base_s: float, max_s: float) -> float:
+    """The largest wait before retry number ``attempt`` (1-based): ``base_s`` doubled per attempt, at most ``max_s``.
+
+    Raises:
+        ValueError: attempt < 1 or a negative bound.
+    """
     if attempt < 1:
         raise ValueError("attempt is 1-based")
     if base_s < 0 or max_s < 0:
         raise ValueError("delays must be non-negative")
-    ceiling = min(max_s, base_s * (2 ** min(attempt - 1, 62)))
-    return (rng or random).uniform(0.0, ceiling)
+    return float(min(max_s, base_s * (2 ** min(attempt - 1, 62))))
