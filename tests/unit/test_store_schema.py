@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from docstream.store.schema import Migration, load_migrations, split_statements
+from docstream.store.schema import (
+    Migration,
+    bootstrap_table_id,
+    load_migrations,
+    schema_not_visible,
+    split_statements,
+)
 
 
 def test_split_statements_drops_comments_and_blank_statements() -> None:
@@ -52,3 +58,23 @@ def test_dimension_required_exactly_where_templated() -> None:
     with pytest.raises(ValueError, match="positive"):
         templated.render(dimension=0)
     assert templated.render(dimension=3) == ["CREATE TABLE t3 (a int)"]
+
+
+def test_bootstrap_table_ids_are_fixed_per_keyspace_and_table() -> None:
+    # two processes creating schema_lock at once must write the same schema (docs/storage.md "Migrations")
+    first = bootstrap_table_id("ks1", "schema_lock")
+    assert first == bootstrap_table_id("ks1", "schema_lock")
+    others = {bootstrap_table_id("ks2", "schema_lock"), bootstrap_table_id("ks1", "schema_migrations"), first}
+    assert len(others) == 3
+    assert first.version == 5
+
+
+@pytest.mark.parametrize(("message", "not_visible"), [
+    ("Error from server: code=2200 [Invalid query] message=\"table schema_migrations does not exist\"", True),
+    ("Error from server: code=2200 [Invalid query] message=\"Keyspace 'race_1' doesn't exist\"", True),
+    ("unconfigured table schema_lock", True),
+    ("Error from server: code=2200 [Invalid query] message=\"Undefined column name owner\"", False),
+    ("line 1:7 no viable alternative at input 'SELEC'", False),
+])
+def test_schema_not_visible_tells_a_lagging_coordinator_from_a_bad_statement(message: str, not_visible: bool) -> None:
+    assert schema_not_visible(message) is not_visible

@@ -2,6 +2,8 @@
 
 Every write is an upsert (plain INSERT) on a key built from deterministic ids: no counters,
 no lightweight transactions, no read-before-write, so a retried write leaves the same rows.
+(The one lightweight transaction is the migration lease of ``migrate()``, taken only while
+the schema changes.)
 Chunk rows live in ``chunks`` (the table of record, embeddings as float32 blobs of any
 dimension); chunks with an embedding are also written to ``chunk_vectors_d<N>``, a
 ``vector<float, N>`` table with an SAI cosine index per dimension N, which ``search`` queries
@@ -17,6 +19,8 @@ import math
 import re
 import ssl
 import threading
+import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -38,11 +42,12 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, N
 from cassandra.concurrent import execute_concurrent
 from cassandra.connection import ConnectionException
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
+from cassandra.protocol import ErrorMessage, IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
 
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
+from docstream.retry import backoff_delay
 from docstream.settings import CassandraSettings
 from docstream.store.base import ChunkRow, JobRow, JobState, SearchHit
 from docstream.store.codec import embedding_array, utc_millis
@@ -60,7 +65,7 @@ from docstream.store.rows import (
     chunk_to_columns,
     job_to_columns,
 )
-from docstream.store.schema import Migration, load_migrations
+from docstream.store.schema import Migration, bootstrap_table_id, load_migrations, schema_not_visible
 from docstream.store.table_store import TableStore
 from docstream.store.vectors import fast_float_vectors
 
@@ -73,6 +78,12 @@ _log = get_logger(__name__)
 
 _VECTOR_TABLE = re.compile(r"^chunk_vectors_d(\d+)$")
 _SCHEMA_TIMEOUT_S = 120.0
+
+# the migration lease (docs/storage.md "Migrations"): one process at a time changes the schema
+_LEASE_NAME = "migrate"
+_LEASE_TTL_S = 300  # renewed after every migration; a holder that died frees it after this
+_LEASE_WAIT_S = 900.0  # how long a migrate waits for another's to finish before it gives up
+_CAS_WRITE_UNKNOWN = 0x1700  # protocol v5; the driver has no class of its own for it
 
 _TIMEOUTS = (OperationTimedOut, Timeout)
 _UNAVAILABLE = (
@@ -171,6 +182,7 @@ class CassandraStore(TableStore):
         self._session: Session | None = None
         self._prepared: dict[str, PreparedStatement] = {}
         self._vector_tables: set[int] = set()
+        self._lease_owner: str | None = None
         self._closed = False
 
     @property
@@ -248,6 +260,11 @@ class CassandraStore(TableStore):
             raise FatalError(
                 f"Cassandra refused {operation} (schema not migrated?): {exc}", code="store_invalid_request"
             ) from exc
+        except ErrorMessage as exc:
+            if getattr(exc, "code", None) != _CAS_WRITE_UNKNOWN:
+                raise
+            # a lightweight transaction's proposal reached too few replicas: it may or may not take effect
+            raise StoreError(f"Cassandra {operation}: {exc}", code="store_cas_unknown") from exc
 
     def _prepare(self, cql: str) -> PreparedStatement:
         statement = self._prepared.get(cql)
@@ -301,37 +318,166 @@ class CassandraStore(TableStore):
         with self._errors("migrate"):
             self._connect().execute(cql, timeout=_SCHEMA_TIMEOUT_S)
 
+    def _agree(self) -> None:
+        """Wait until every live node has the same schema, and read it into the driver's metadata."""
+        cluster = self._cluster
+        if cluster is None:
+            return
+        with self._errors("schema agreement"):
+            cluster.refresh_schema_metadata(max_schema_agreement_wait=int(_SCHEMA_TIMEOUT_S))
+
+    def _once_visible(self, cql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run ``cql``, retrying while its coordinator has not seen a keyspace or table another process created."""
+        deadline = time.monotonic() + _SCHEMA_TIMEOUT_S
+        attempt = 0
+        while True:
+            try:
+                with self._errors("migrate"):
+                    return list(self._connect().execute(cql, params, timeout=_SCHEMA_TIMEOUT_S))
+            except FatalError as exc:
+                cause = exc.__cause__
+                if not isinstance(cause, InvalidRequest) or not schema_not_visible(str(cause)):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"Cassandra schema not visible after {_SCHEMA_TIMEOUT_S:.0f} s: {cause}",
+                                     code="store_schema_disagreement") from exc
+            attempt += 1
+            self._agree()
+            time.sleep(backoff_delay(attempt, base_s=0.1, max_s=2.0))
+
     # -- lifecycle -----------------------------------------------------------------
 
     def migrate(self) -> None:
         """Create the keyspace and apply pending CQL migrations, recording each version.
 
-        Idempotent, and safe to run from two processes at once: every statement is
-        ``IF NOT EXISTS`` and recording a version is an upsert.
+        Idempotent, and safe to run from many processes at once (docs/storage.md "Migrations"):
+        the keyspace and the two bootstrap tables are created with fixed ids, so concurrent
+        creations agree; then one process at a time holds the migration lease (a lightweight
+        transaction on ``schema_lock``) while it applies what is pending, and the others wait
+        and find nothing left to do. A process that finds nothing pending takes no lease.
 
         Raises:
-            StoreError: Cassandra is unreachable or timed out.
+            StoreError: Cassandra is unreachable or timed out, the schema did not settle, or
+                another process held the lease for longer than 15 minutes.
             FatalError: Cassandra refused a statement.
         """
-        session = self._connect()
+        self._connect()
+        self._bootstrap()
+        if not self._pending():
+            self._remember_vector_tables()
+            return
+        with self._migration_lease():
+            self._agree()
+            for migration, dimension in self._pending():
+                self._apply(migration, dimension)
+                self._renew_lease()
+        self._remember_vector_tables()
+
+    def _bootstrap(self) -> None:
         metadata = self._cluster.metadata if self._cluster is not None else None
         keyspace = metadata.keyspaces.get(self._ks) if metadata is not None else None
-        if keyspace is None:
-            self._schema(f"CREATE KEYSPACE IF NOT EXISTS {self._ks} WITH replication = {self._settings.replication}")
-        if keyspace is None or "schema_migrations" not in keyspace.tables:
-            self._schema(
-                f"CREATE TABLE IF NOT EXISTS {self._ks}.schema_migrations "
-                "(version text PRIMARY KEY, applied_at timestamp)"
-            )
-        with self._errors("migrate"):
-            applied = {row["version"] for row in session.execute(f"SELECT version FROM {self._ks}.schema_migrations")}
-        dimensions = sorted(set(self._dimensions) | self._existing_vector_tables())
-        for migration in load_migrations("cql"):
-            for dimension in dimensions if migration.per_dimension else [None]:
-                if migration.applied_version(dimension) not in applied:
-                    self._apply(migration, dimension)
+        if keyspace is not None and {"schema_migrations", "schema_lock"} <= set(keyspace.tables):
+            return
+        self._once_visible(f"CREATE KEYSPACE IF NOT EXISTS {self._ks} WITH replication = {self._settings.replication}")
+        self._once_visible(
+            f"CREATE TABLE IF NOT EXISTS {self._ks}.schema_migrations (version text PRIMARY KEY, applied_at timestamp)"
+            f" WITH ID = {bootstrap_table_id(self._ks, 'schema_migrations')}"
+        )
+        self._once_visible(
+            f"CREATE TABLE IF NOT EXISTS {self._ks}.schema_lock (name text PRIMARY KEY, owner text, taken_at timestamp)"
+            f" WITH ID = {bootstrap_table_id(self._ks, 'schema_lock')}"
+        )
+        self._agree()
+
+    def _pending(self) -> list[tuple[Migration, int | None]]:
+        applied = {row["version"] for row in self._once_visible(f"SELECT version FROM {self._ks}.schema_migrations")}
+        return [
+            (migration, dimension)
+            for migration in load_migrations("cql")
+            for dimension in (self._dimensions_to_migrate() if migration.per_dimension else [None])
+            if migration.applied_version(dimension) not in applied
+        ]
+
+    def _dimensions_to_migrate(self) -> list[int]:
+        return sorted(set(self._dimensions) | self._existing_vector_tables())
+
+    def _remember_vector_tables(self) -> None:
         with self._lock:
-            self._vector_tables.update(dimensions)
+            self._vector_tables.update(self._dimensions_to_migrate())
+
+    def _cas(self, cql: str, params: Sequence[Any]) -> dict[str, Any]:
+        """One lightweight transaction of the lease, repeated while Cassandra fails transiently.
+
+        Each is safe to repeat: a repeated take finds our own row, a repeated renew or release
+        is conditional on our owner id.
+        """
+        deadline = time.monotonic() + _SCHEMA_TIMEOUT_S
+        attempt = 0
+        while True:
+            try:
+                row: dict[str, Any] = self._once_visible(cql, params)[0]
+                return row
+            except StoreError as exc:
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise
+                _log.info("store_migration_lease_retry", keyspace=self._ks, code=exc.code, attempt=attempt)
+                time.sleep(backoff_delay(attempt, base_s=0.25, max_s=4.0))
+
+    @contextmanager
+    def _migration_lease(self) -> Iterator[None]:
+        """Hold ``schema_lock``'s row while the block changes the schema; wait while another process holds it.
+
+        Raises:
+            StoreError: another process held it for more than ``_LEASE_WAIT_S``, or Cassandra failed.
+        """
+        owner = uuid.uuid4().hex
+        deadline = time.monotonic() + _LEASE_WAIT_S
+        attempt = 0
+        holder = None
+        while True:
+            row = self._cas(
+                f"INSERT INTO {self._ks}.schema_lock (name, owner, taken_at) VALUES (%s, %s, %s)"
+                f" IF NOT EXISTS USING TTL {_LEASE_TTL_S}",
+                (_LEASE_NAME, owner, _ts(datetime.now(UTC))),
+            )
+            # a repeated insert of our own finds our row: that is ours too
+            if row["[applied]"] or row.get("owner") == owner:
+                break
+            if time.monotonic() >= deadline:
+                raise StoreError(f"another process held the migration lease of {self._ks} for {_LEASE_WAIT_S:.0f} s",
+                                 code="store_migration_lease_timeout")
+            if row.get("owner") != holder:
+                holder = row.get("owner")
+                _log.info("store_migration_waiting", keyspace=self._ks, holder=holder)
+            attempt += 1
+            time.sleep(backoff_delay(attempt, base_s=0.25, max_s=2.0))
+        self._lease_owner = owner
+        try:
+            yield
+        finally:
+            self._lease_owner = None
+            self._release_lease(owner)
+
+    def _renew_lease(self) -> None:
+        owner = self._lease_owner
+        if owner is None:
+            return
+        row = self._cas(
+            f"UPDATE {self._ks}.schema_lock USING TTL {_LEASE_TTL_S} SET taken_at = %s WHERE name = %s IF owner = %s",
+            (_ts(datetime.now(UTC)), _LEASE_NAME, owner),
+        )
+        if not row["[applied]"]:
+            raise StoreError(f"the migration lease of {self._ks} expired while held (now {row.get('owner')})",
+                             code="store_migration_lease_lost")
+
+    def _release_lease(self, owner: str) -> None:
+        try:
+            self._cas(f"DELETE FROM {self._ks}.schema_lock WHERE name = %s IF owner = %s", (_LEASE_NAME, owner))
+        except StoreError as exc:
+            # the row's TTL frees the lease: the next migrate waits at most that long
+            _log.warning("store_migration_lease_not_released", keyspace=self._ks, error=str(exc),
+                         expires_in_s=_LEASE_TTL_S)
 
     def _apply(self, migration: Migration, dimension: int | None) -> None:
         for statement in migration.render(keyspace=self._ks, dimension=dimension):
@@ -369,11 +515,15 @@ class CassandraStore(TableStore):
                 return
             self._connect()
             if dimension not in self._existing_vector_tables():
-                # a model of a new dimension: one schema change, once, then plain upserts
-                for migration in load_migrations("cql"):
-                    if migration.per_dimension:
-                        self._apply(migration, dimension)
-                _log.info("store_vector_table_created", keyspace=self._ks, dimension=dimension)
+                # a model of a new dimension: one schema change, once, under the migration lease, then plain upserts
+                with self._migration_lease():
+                    self._agree()
+                    if dimension not in self._existing_vector_tables():
+                        for migration in load_migrations("cql"):
+                            if migration.per_dimension:
+                                self._apply(migration, dimension)
+                                self._renew_lease()
+                        _log.info("store_vector_table_created", keyspace=self._ks, dimension=dimension)
             self._vector_tables.add(dimension)
 
     def ping(self) -> None:

@@ -9,14 +9,16 @@ recorded as ``NNN_name@<dimension>``. ``{keyspace}`` is filled in by the Cassand
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
-__all__ = ["Migration", "load_migrations", "split_statements"]
+__all__ = ["Migration", "bootstrap_table_id", "load_migrations", "schema_not_visible", "split_statements"]
 
 _FILE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.(sql|cql)$")
 _DIMENSION = "{dimension}"
+_NOT_VISIBLE = re.compile(r"does not exist|doesn't exist|unconfigured table", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +95,17 @@ def load_migrations(dialect: Literal["sql", "cql"]) -> list[Migration]:
             per_dimension=_DIMENSION in text,
         )
     return [found[number] for number in sorted(found)]
+
+
+def bootstrap_table_id(keyspace: str, table: str) -> uuid.UUID:
+    """The fixed id of a table the Cassandra store creates before it holds the migration lease.
+
+    Two processes creating the same table at once through two coordinators then write the same
+    schema, which Cassandra merges; with random ids, one table would shadow the other.
+    """
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"docstream:cassandra:{keyspace}.{table}")
+
+
+def schema_not_visible(message: str) -> bool:
+    """Whether Cassandra's refusal ``message`` says its coordinator has not yet seen a new keyspace or table."""
+    return _NOT_VISIBLE.search(message) is not None
