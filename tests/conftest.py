@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.infinity",
     "tests.fixtures.fault_proxy",
+    "tests.fixtures.inference",
 ]

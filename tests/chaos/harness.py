@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cassandra.cluster import Cluster
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from docstream import ids
@@ -96,6 +96,8 @@ MODEL_ID = InferenceSettings().model_id
 TOLERATE_RECHUNKED_ROWS = False
 """True accepts 'chunked' rows of re-chunked documents (the chunker bug fixed in 0.1: docs/reliability.md)."""
 _QUIET_KAFKA: dict[str, Any] = {"logger": logging.getLogger("docstream.librdkafka")}
+_PROBE_RETRIES = 5
+_LEADER_MOVED = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT}
 
 
 @dataclass(frozen=True)
@@ -262,11 +264,26 @@ class KafkaProbe:
     def ends(self, topic: str) -> dict[int, int]:
         """High watermark of each partition.
 
+        A partition whose leader just moved (a broker killed, or the cluster's preferred-leader election
+        after a restarted broker caught up) answers NOT_LEADER_FOR_PARTITION until librdkafka has new
+        metadata: such retriable errors are asked again, for up to ``_PROBE_RETRIES`` tries.
+
         Raises:
-            KafkaException: the broker did not answer.
+            KafkaException: the broker did not answer, or kept failing.
         """
-        return {p: int(self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout_s)[1])
-                for p in self.partitions(topic)}
+        return {p: self._end(TopicPartition(topic, p)) for p in self.partitions(topic)}
+
+    def _end(self, partition: TopicPartition) -> int:
+        for attempt in range(1, _PROBE_RETRIES + 1):
+            try:
+                return int(self._consumer.get_watermark_offsets(partition, timeout=self._timeout_s)[1])
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                moved = isinstance(error, KafkaError) and (error.retriable() or error.code() in _LEADER_MOVED)
+                if attempt == _PROBE_RETRIES or not moved:
+                    raise
+                time.sleep(0.25 * attempt)
+        raise AssertionError("unreachable")
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
         """The group's committed offset of each partition (-1001 where none).

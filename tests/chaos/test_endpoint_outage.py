@@ -25,10 +25,19 @@ from docstream.store import ResultStore
 from docstream.topics import Topics, dlq_topic
 from docstream_inference.pipeline import group_id
 from tests.chaos.harness import FULL, ChaosReport
+from tests.fixtures.inference import (
+    assert_exactly_the_rows_of,
+    committed_offsets,
+    end_offsets,
+    endpoint_settings,
+    make_chunks,
+    metric_value,
+    pipeline_settings,
+    produce_chunks,
+    rows_by_chunk,
+    running_pipeline,
+)
 from tests.fixtures.kafka import read_topic, wait_until
-from tests.integration.test_endpoint_pipeline import _assert_exactly_the_rows_of, _endpoint, _metric, _rows
-from tests.integration.test_endpoint_pipeline import reference_model as reference_model  # the fixture
-from tests.integration.test_inference import _chunks, _committed, _end_offsets, _pipeline, _produce_chunks, _settings
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
@@ -41,42 +50,43 @@ def test_an_endpoint_outage_pauses_consumption_then_completes_with_nothing_lost(
 ) -> None:
     prefix = unique_name("endout")
     # small queues, so that a stalled model fills them and the consumer pauses its partitions
-    settings = _endpoint(_settings(kafka_bootstrap, prefix, tmp_path,
-                                   inference={"max_batch_size": 8, "queue_batches": 1}),
-                         fault_proxy.url, infinity.api_key, max_attempts=2)
+    settings = endpoint_settings(pipeline_settings(kafka_bootstrap, prefix, tmp_path,
+                                                   inference={"max_batch_size": 8, "queue_batches": 1}),
+                                 fault_proxy.url, infinity.api_key, max_attempts=2)
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    chunks = _chunks(prefix[-8:], 4, 20)
+    chunks = make_chunks(prefix[-8:], 4, 20)
     embedder = load_embedder(settings.inference)
     assert isinstance(embedder, EndpointEmbedder)
     metrics = Metrics()
     try:
-        with _pipeline(settings, embedder, cassandra_store, metrics=metrics) as (pipeline, _):
-            produced = _produce_chunks(kafka_bootstrap, topics.chunks, chunks[:8], serde)
+        with running_pipeline(settings, embedder, cassandra_store, metrics=metrics) as (pipeline, _):
+            produced = produce_chunks(kafka_bootstrap, topics.chunks, chunks[:8], serde)
             read_topic(kafka_bootstrap, topics.embedded, expected=8, timeout_s=60)
             fault_proxy.outage(OUTAGE_S)
             outage_started = time.monotonic()
-            produced += _produce_chunks(kafka_bootstrap, topics.chunks, chunks[8:], serde)
-            wait_until(lambda: _metric(metrics, "docstream_model_backend_up") == 0 and
-                       _metric(metrics, "docstream_consumer_paused") == 1, OUTAGE_S - 2, "the model waiting, "
+            produced += produce_chunks(kafka_bootstrap, topics.chunks, chunks[8:], serde)
+            wait_until(lambda: metric_value(metrics, "docstream_model_backend_up") == 0 and
+                       metric_value(metrics, "docstream_consumer_paused") == 1, OUTAGE_S - 2, "the model waiting, "
                        "consumption paused")
             assert pipeline.ready  # waiting, not failed
-            ends = _end_offsets(produced)
-            wait_until(lambda: _committed(kafka_bootstrap, group_id(settings), topics.chunks, sorted(ends)) == ends,
+            ends = end_offsets(produced)
+            wait_until(lambda: committed_offsets(kafka_bootstrap, group_id(settings), topics.chunks,
+                                                 sorted(ends)) == ends,
                        OUTAGE_S + 120, "every offset committed after the outage")
             completed_s = time.monotonic() - outage_started
-            assert _metric(metrics, "docstream_model_backend_up") == 1
+            assert metric_value(metrics, "docstream_model_backend_up") == 1
             embedded = read_topic(kafka_bootstrap, topics.embedded, expected=len(chunks), serde=serde,
                                   timeout_s=30).records
     finally:
         embedder.close()
-    _assert_exactly_the_rows_of(_rows(cassandra_store, chunks), chunks, reference_model)
+    assert_exactly_the_rows_of(rows_by_chunk(cassandra_store, chunks), chunks, reference_model)
     assert len({(r.doc_id, r.chunk_index) for r in embedded if isinstance(r, ChunkEmbedded)}) == len(chunks)
     assert read_topic(kafka_bootstrap, dlq_topic(topics.chunks), expected=0, timeout_s=3).messages == []
-    assert _metric(metrics, "docstream_endpoint_requests_total", outcome="connection") > 0
+    assert metric_value(metrics, "docstream_endpoint_requests_total", outcome="connection") > 0
     chaos_report.record(
         "endpoint outage", documents=4, chunk_rows=len(chunks), expected_chunk_rows=len(chunks), outage_s=OUTAGE_S,
         completed_after_outage_start_s=round(completed_s, 1), recovery_s=round(completed_s - OUTAGE_S, 1),
-        connection_errors=_metric(metrics, "docstream_endpoint_requests_total", outcome="connection"),
-        consumer_pauses=_metric(metrics, "docstream_consumer_pauses_total"), dlq=0,
+        connection_errors=metric_value(metrics, "docstream_endpoint_requests_total", outcome="connection"),
+        consumer_pauses=metric_value(metrics, "docstream_consumer_pauses_total"), dlq=0,
     )

@@ -11,31 +11,37 @@
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from docstream.avro.serde import AvroSerde
 from docstream.embedding import Embedder, load_embedder
 from docstream.kafka.admin import ensure_topics
 from docstream.models import resolve_model_path
 from docstream.records import ChunkCreated, ChunkEmbedded
-from docstream.settings import CassandraSettings, InferenceSettings, Settings
-from docstream.store import ResultStore, SqliteStore
+from docstream.settings import CassandraSettings, InferenceSettings
+from docstream.store import ResultStore
 from docstream.store.base import ChunkRow
-from docstream.tasks.embed import EmbedTask
 from docstream.topics import Topics, dlq_topic
-from docstream_inference.faults import CRASH_EXIT_CODE, with_faults
+from docstream_inference.faults import CRASH_EXIT_CODE
 from docstream_inference.pipeline import InferencePipeline, group_id
+from tests.fixtures.inference import (
+    Produced,
+    committed_offsets,
+    end_offsets,
+    make_chunks,
+    partitions_of,
+    pipeline_settings,
+    produce_chunks,
+    produce_values,
+    running_pipeline,
+)
 from tests.fixtures.kafka import FirstConsumerOutsideGroup, kafka_settings, read_topic, wait_until
 from tests.fixtures.services import Pipeline, service_env
 
@@ -43,82 +49,8 @@ pytestmark = pytest.mark.integration
 
 MODEL_ID = "all-MiniLM-L6-v2"
 DIMENSION = 384
-WORDS = ("kafka", "cassandra", "offsets", "batches", "vectors", "commits", "brokers", "replicas", "tokens",
-         "latency", "throughput", "partitions", "consumers", "schemas", "embeddings", "documents")
-
 
 # --- data -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Produced:
-    chunk: ChunkCreated
-    partition: int
-    offset: int
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.chunk.doc_id, self.chunk.chunk_index)
-
-
-def _chunks(run: str, docs: int, per_doc: int) -> list[ChunkCreated]:
-    at = datetime.now(UTC).replace(microsecond=0)
-    out = []
-    for d in range(docs):
-        for i in range(per_doc):
-            text = f"doc {d} part {i} {WORDS[(d * 7 + i) % 16]} {WORDS[(d + i * 3) % 16]}"  # unique, ~10 tokens
-            out.append(ChunkCreated(
-                job_id=f"job-{run}", doc_id=f"{run}-doc-{d}", chunk_id=f"{run}-{d}-{i}", chunk_index=i,
-                chunk_count=per_doc, content_sha256="ab" * 32, text=text, page_start=1 + i // 10,
-                page_end=1 + i // 10, char_start=i * 100, char_end=i * 100 + len(text), token_count=12,
-                chunker_settings="test", created_at=at, heading=f"h{d}",
-            ))
-    return out
-
-
-def _produce(bootstrap: str, topic: str, values: list[tuple[str, bytes]]) -> list[tuple[int, int]]:
-    """Produce (key, value) pairs; return (partition, offset) of each, in order."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    where: list[tuple[int, int] | None] = [None] * len(values)
-
-    def report(index: int) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, msg: Any) -> None:
-            assert err is None, err
-            where[index] = (msg.partition(), msg.offset())
-
-        return on_delivery
-
-    for index, (key, value) in enumerate(values):
-        producer.produce(topic, key=key, value=value, on_delivery=report(index))
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert all(w is not None for w in where)
-    return [w for w in where if w is not None]
-
-
-def _produce_chunks(bootstrap: str, topic: str, chunks: list[ChunkCreated], serde: AvroSerde) -> list[Produced]:
-    places = _produce(bootstrap, topic, [(c.doc_id, serde.serialize(c, topic)) for c in chunks])
-    return [Produced(c, p, o) for c, (p, o) in zip(chunks, places, strict=True)]
-
-
-def _partitions(produced: list[Produced]) -> list[int]:
-    return sorted({p.partition for p in produced})
-
-
-def _end_offsets(produced: list[Produced]) -> dict[int, int]:
-    ends: dict[int, int] = {}
-    for p in produced:
-        ends[p.partition] = max(ends.get(p.partition, 0), p.offset + 1)
-    return ends
-
-
-def _committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        parts = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=15)
-    finally:
-        consumer.close()
-    return {tp.partition: max(tp.offset, 0) for tp in parts}
 
 
 def _rows(store: ResultStore, produced: list[Produced]) -> dict[tuple[str, int], list[ChunkRow]]:
@@ -187,8 +119,8 @@ def _service_env(bootstrap: str, prefix: str, cassandra: CassandraSettings, root
 
 
 def _all_committed(bootstrap: str, group: str, topic: str, produced: list[Produced]) -> Callable[[], bool]:
-    ends = _end_offsets(produced)
-    return lambda: _committed(bootstrap, group, topic, sorted(ends)) == ends
+    ends = end_offsets(produced)
+    return lambda: committed_offsets(bootstrap, group, topic, sorted(ends)) == ends
 
 
 # --- tests: processes on real Kafka + Cassandra -----------------------------------------------
@@ -203,9 +135,9 @@ def test_two_processes_share_partitions_and_write_each_chunk_once(
     topics = Topics(prefix)
     create_topics(kafka_bootstrap, topics.chunks, partitions=4)
     serde = AvroSerde(kafka_settings(kafka_bootstrap).kafka)
-    produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 20, 100), serde)
+    produced = produce_chunks(kafka_bootstrap, topics.chunks, make_chunks(prefix[-8:], 20, 100), serde)
     assert len(produced) == 2000
-    assert len(_partitions(produced)) == 4
+    assert len(partitions_of(produced)) == 4
     group = f"{prefix}-inference"
 
     env = _service_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path)
@@ -240,13 +172,13 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
     topics = Topics(prefix)
     create_topics(kafka_bootstrap, topics.chunks, partitions=2)
     serde = AvroSerde(kafka_settings(kafka_bootstrap).kafka)
-    produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 6, 100), serde)
-    partitions = _partitions(produced)
+    produced = produce_chunks(kafka_bootstrap, topics.chunks, make_chunks(prefix[-8:], 6, 100), serde)
+    partitions = partitions_of(produced)
     group = f"{prefix}-inference"
     env = _service_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path)
 
     def check_invariant() -> tuple[dict[int, int], dict[tuple[str, int], list[ChunkRow]]]:
-        committed = _committed(kafka_bootstrap, group, topics.chunks, partitions)  # offsets first, rows second
+        committed = committed_offsets(kafka_bootstrap, group, topics.chunks, partitions)  # offsets first, rows second
         rows = _rows(cassandra_store, produced)
         _assert_nothing_committed_ahead(committed, produced, set(rows))
         return committed, rows
@@ -279,7 +211,7 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
     # 3. start again (here, in this process: a third interpreter would cost ~15 s of imports), to the end
     settings = kafka_settings(kafka_bootstrap, topic_prefix=prefix).with_overrides(
         cassandra=cassandra_settings.model_dump(mode="json"), inference={"runtime": "fp32"})
-    with _pipeline(settings, embedder, store=cassandra_store):
+    with running_pipeline(settings, embedder, store=cassandra_store):
         wait_until(_all_committed(kafka_bootstrap, group, topics.chunks, produced), 180,
                    "every chunk committed after restart", poll_s=0.5)
     committed, rows = check_invariant()
@@ -299,55 +231,16 @@ def embedder() -> Embedder:
     return load_embedder(InferenceSettings(runtime="fp32"))
 
 
-def _settings(bootstrap: str, prefix: str, tmp_path: Path, **sections: dict[str, Any]) -> Settings:
-    settings = kafka_settings(bootstrap, topic_prefix=prefix, partitions=2)
-    return settings.with_overrides(store={"backend": "sqlite", "sqlite_path": str(tmp_path / "store.db")},
-                                   inference={"runtime": "fp32", **sections.pop("inference", {})}, **sections)
-
-
-@contextmanager
-def _pipeline(settings: Settings, embedder: Embedder, store: ResultStore | None = None, *,
-              cls: type[InferencePipeline] = InferencePipeline,
-              **options: Any) -> Iterator[tuple[InferencePipeline, ResultStore]]:
-    ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-    own_store = store is None
-    if store is None:
-        store = SqliteStore(settings.store.sqlite_path)
-        store.migrate()
-    pipeline = cls(settings, task=with_faults(EmbedTask(embedder), settings.faults), store=store,
-                   serde=AvroSerde(settings.kafka), **options)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            pipeline.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="pipeline-under-test")
-    thread.start()
-    try:
-        wait_until(lambda: bool(pipeline.assignment) or not thread.is_alive(), 60, "partition assignment")
-        yield pipeline, store
-    finally:
-        pipeline.stop()
-        thread.join(90)
-        if own_store:
-            store.close()
-    assert not thread.is_alive()
-    assert errors == []
-
-
 def test_a_lone_chunk_leaves_at_once_when_the_model_is_idle(
     broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
     prefix = unique_name("inidle")
-    settings = _settings(broker, prefix, tmp_path, inference={"max_latency_ms": 5000, "max_batch_size": 16})
+    settings = pipeline_settings(broker, prefix, tmp_path, inference={"max_latency_ms": 5000, "max_batch_size": 16})
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    with _pipeline(settings, embedder) as (pipeline, _):
+    with running_pipeline(settings, embedder) as (pipeline, _):
         assert pipeline.batch_history == []  # idle topic
-        [produced] = _produce_chunks(broker, topics.chunks, _chunks(prefix[-8:], 1, 1), serde)
+        [produced] = produce_chunks(broker, topics.chunks, make_chunks(prefix[-8:], 1, 1), serde)
         [record] = read_topic(broker, topics.embedded, expected=1, serde=serde, timeout_s=60).records
         [stats] = pipeline.batch_history
     assert isinstance(record, ChunkEmbedded)
@@ -360,15 +253,15 @@ def test_while_the_model_is_busy_a_chunk_leaves_the_batcher_after_max_latency(
     broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
     prefix = unique_name("inflat")
-    settings = _settings(broker, prefix, tmp_path, inference={"max_latency_ms": 300, "max_batch_size": 16},
-                         faults={"inference_delay_ms": 2500})
+    settings = pipeline_settings(broker, prefix, tmp_path, inference={"max_latency_ms": 300, "max_batch_size": 16},
+                                 faults={"inference_delay_ms": 2500})
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    chunks = _chunks(prefix[-8:], 1, 2)
-    with _pipeline(settings, embedder) as (pipeline, _):
-        _produce_chunks(broker, topics.chunks, chunks[:1], serde)
+    chunks = make_chunks(prefix[-8:], 1, 2)
+    with running_pipeline(settings, embedder) as (pipeline, _):
+        produce_chunks(broker, topics.chunks, chunks[:1], serde)
         wait_until(lambda: len(pipeline.batch_history) == 1, 60, "the first chunk to reach the model")
-        _produce_chunks(broker, topics.chunks, chunks[1:], serde)  # the model is busy with the first for 2.5 s
+        produce_chunks(broker, topics.chunks, chunks[1:], serde)  # the model is busy with the first for 2.5 s
         read_topic(broker, topics.embedded, expected=2, timeout_s=60)
         first, second = pipeline.batch_history
     assert (first.size, first.reason) == (1, "idle")
@@ -380,15 +273,15 @@ def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(
     broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
     prefix = unique_name("inffault")
-    settings = _settings(broker, prefix, tmp_path, faults={"fail_chunk_text": "BREAKS-THE-MODEL"})
+    settings = pipeline_settings(broker, prefix, tmp_path, faults={"fail_chunk_text": "BREAKS-THE-MODEL"})
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    chunks = _chunks(prefix[-8:], 2, 20)
+    chunks = make_chunks(prefix[-8:], 2, 20)
     bad = chunks[7] = ChunkCreated(**{**chunks[7].to_record(), "text": "this BREAKS-THE-MODEL chunk"})
     other = chunks[25] = ChunkCreated(**{**chunks[25].to_record(), "model_id": "some-other-model"})
-    with _pipeline(settings, embedder) as (pipeline, store):
-        _produce_chunks(broker, topics.chunks, chunks, serde)
-        _produce(broker, topics.chunks, [(chunks[0].doc_id, b"\x00not avro at all")])
+    with running_pipeline(settings, embedder) as (pipeline, store):
+        produce_chunks(broker, topics.chunks, chunks, serde)
+        produce_values(broker, topics.chunks, [(chunks[0].doc_id, b"\x00not avro at all")])
         embedded = read_topic(broker, topics.embedded, expected=len(chunks), serde=serde, timeout_s=90).records
         dead = read_topic(broker, dlq_topic(topics.chunks), expected=3, timeout_s=60).messages
         wait_until(lambda: pipeline.ledger.pending_count() == 0, 30, "all records done")
@@ -409,7 +302,7 @@ def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(
     assert codes[:2] == ["model_error", "model_unavailable"]
     assert codes[2].startswith("schema")
     assert {m.value() for m in dead} >= {b"\x00not avro at all"}
-    committed = _committed(broker, group_id(settings), topics.chunks, [0, 1])
+    committed = committed_offsets(broker, group_id(settings), topics.chunks, [0, 1])
     assert sum(committed.values()) == len(chunks) + 1  # everything, poison included, is done and committed
 
 
@@ -419,17 +312,18 @@ def test_chunks_of_jobs_that_did_not_ask_for_the_task_are_committed_past_without
     """A task's service skips the chunks of jobs that asked only for other tasks: nothing written or produced for
     them, and its group commits past them (it is not left behind, lagging)."""
     prefix = unique_name("infskip")
-    settings = _settings(broker, prefix, tmp_path)
+    settings = pipeline_settings(broker, prefix, tmp_path)
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    chunks = _chunks(prefix[-8:], 2, 6)
+    chunks = make_chunks(prefix[-8:], 2, 6)
     for i in range(0, len(chunks), 2):  # every other chunk's job asks for entities only
         chunks[i] = ChunkCreated(**{**chunks[i].to_record(), "tasks": [{"name": "entities", "labels": []}]})
     wanted = [c for c in chunks if not c.tasks]
-    with _pipeline(settings, embedder) as (pipeline, store):
-        _produce_chunks(broker, topics.chunks, chunks, serde)
+    with running_pipeline(settings, embedder) as (pipeline, store):
+        produce_chunks(broker, topics.chunks, chunks, serde)
         embedded = read_topic(broker, topics.embedded, expected=len(wanted), serde=serde, timeout_s=90).records
-        wait_until(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == len(chunks),
+        group = group_id(settings)
+        wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == len(chunks),
                    60, "a commit past every chunk")
         rows = [r for doc_id in sorted({c.doc_id for c in chunks}) for r in store.iter_chunks(doc_id, MODEL_ID)]
     assert sorted((r.doc_id, r.chunk_index) for r in embedded) == sorted((c.doc_id, c.chunk_index) for c in wanted)
@@ -441,18 +335,18 @@ def test_stop_drains_in_flight_batches_and_commits_them(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
     prefix = unique_name("infdrain")
-    settings = _settings(kafka_bootstrap, prefix, tmp_path, faults={"inference_delay_ms": 200},
-                         inference={"max_batch_size": 8, "queue_batches": 2})
+    settings = pipeline_settings(kafka_bootstrap, prefix, tmp_path, faults={"inference_delay_ms": 200},
+                                 inference={"max_batch_size": 8, "queue_batches": 2})
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    with _pipeline(settings, embedder) as (pipeline, store):
-        produced = _produce_chunks(kafka_bootstrap, topics.chunks, _chunks(prefix[-8:], 4, 100), serde)
+    with running_pipeline(settings, embedder) as (pipeline, store):
+        produced = produce_chunks(kafka_bootstrap, topics.chunks, make_chunks(prefix[-8:], 4, 100), serde)
         wait_until(lambda: len(pipeline.batch_history) >= 3, 60, "a few batches")
         in_flight_at_stop = pipeline.ledger.pending_count()
         pipeline.stop()
         wait_until(lambda: not pipeline.ready, 90, "the drain to finish")
         written = set(_rows(store, produced))
-    committed = _committed(kafka_bootstrap, group_id(settings), topics.chunks, _partitions(produced))
+    committed = committed_offsets(kafka_bootstrap, group_id(settings), topics.chunks, partitions_of(produced))
     assert in_flight_at_stop > 0
     assert 0 < sum(committed.values()) < len(produced), "stopped mid-run"
     # drained: everything consumed was finished and committed, nothing beyond was written
@@ -467,17 +361,18 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_every_chunk_is_em
     broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
     prefix = unique_name("infrejoin")
-    settings = _settings(broker, prefix, tmp_path)
+    settings = pipeline_settings(broker, prefix, tmp_path)
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    chunks = _chunks(prefix[-8:], 4, 5)
-    with _pipeline(settings, embedder, cls=_FirstConsumerOutsideGroup, rejoin_timeout_s=3.0) as (pipeline, store):
-        first = _produce_chunks(broker, topics.chunks, chunks[:10], serde)
-        wait_until(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 10, 60,
+    chunks = make_chunks(prefix[-8:], 4, 5)
+    with running_pipeline(settings, embedder, cls=_FirstConsumerOutsideGroup,
+                          rejoin_timeout_s=3.0) as (pipeline, store):
+        first = produce_chunks(broker, topics.chunks, chunks[:10], serde)
+        wait_until(lambda: sum(committed_offsets(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 10, 60,
                    "the first chunks committed", poll_s=0.25)
         wait_until(lambda: pipeline.consumers_replaced == 1, 30, "the consumer outside its group to be replaced")
-        second = _produce_chunks(broker, topics.chunks, chunks[10:], serde)
-        wait_until(lambda: sum(_committed(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 20, 90,
+        second = produce_chunks(broker, topics.chunks, chunks[10:], serde)
+        wait_until(lambda: sum(committed_offsets(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 20, 90,
                    "the new consumer to commit the rest", poll_s=0.25)
         rows = _rows(store, first + second)
     assert pipeline.consumers_replaced == 1, "a consumer in its group is kept"
@@ -490,29 +385,30 @@ def test_static_assignment_takes_every_partition_without_a_group_and_commits_onl
     broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder
 ) -> None:
     prefix = unique_name("infstatic")
-    settings = _settings(broker, prefix, tmp_path)
+    settings = pipeline_settings(broker, prefix, tmp_path)
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    chunks = _chunks(prefix[-8:], 24, 1)  # one chunk per document: the keys spread over both partitions
+    chunks = make_chunks(prefix[-8:], 24, 1)  # one chunk per document: the keys spread over both partitions
     group = group_id(settings)
     fast = lambda: time.monotonic() * 100  # noqa: E731 - the membership watch's 1 s rejoin timeout passes in 10 ms
     ensure_topics(settings.kafka, topics)  # 2 partitions, before anything is produced
-    first = _produce_chunks(broker, topics.chunks, chunks[:12], serde)
-    assert _partitions(first) == [0, 1]
-    with _pipeline(settings, embedder, static_assignment=True, rejoin_timeout_s=1.0, clock=fast) as (pipeline, store):
+    first = produce_chunks(broker, topics.chunks, chunks[:12], serde)
+    assert partitions_of(first) == [0, 1]
+    with running_pipeline(settings, embedder, static_assignment=True, rejoin_timeout_s=1.0,
+                          clock=fast) as (pipeline, store):
         assert sorted(pipeline.assignment) == [(topics.chunks, 0), (topics.chunks, 1)]
-        wait_until(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 12, 60,
+        wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == 12, 60,
                    "the first chunks committed", poll_s=0.25)
-        committed = _committed(broker, group, topics.chunks, [0, 1])
+        committed = committed_offsets(broker, group, topics.chunks, [0, 1])
         _assert_nothing_committed_ahead(committed, first, set(_rows(store, first)))
-        second = _produce_chunks(broker, topics.chunks, chunks[12:18], serde)
-        wait_until(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 18, 60,
+        second = produce_chunks(broker, topics.chunks, chunks[12:18], serde)
+        wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == 18, 60,
                    "the next chunks committed", poll_s=0.25)
         assert pipeline.consumers_replaced == 0, "an assigned consumer has no member id and is not replaced for it"
     # a new process resumes from the group's committed offsets: nothing done is taken again
-    third = _produce_chunks(broker, topics.chunks, chunks[18:], serde)
-    with _pipeline(settings, embedder, static_assignment=True) as (pipeline, store):
-        wait_until(lambda: sum(_committed(broker, group, topics.chunks, [0, 1]).values()) == 24, 60,
+    third = produce_chunks(broker, topics.chunks, chunks[18:], serde)
+    with running_pipeline(settings, embedder, static_assignment=True) as (pipeline, store):
+        wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == 24, 60,
                    "the rest committed after the restart", poll_s=0.25)
         rows = _rows(store, first + second + third)
     assert len(rows) == 24 and all(len(found) == 1 for found in rows.values())

@@ -46,7 +46,7 @@ from docstream.endpoint_protocol import (
     status_verdict,
     usage_tokens,
 )
-from docstream.errors import BackendUnavailable, FatalError, PartialBatchError
+from docstream.errors import BackendUnavailable, ConfigError, FatalError, PartialBatchError
 from docstream.logging import get_logger
 from docstream.runtime import Runtime
 from docstream.settings import EndpointSettings, InferenceSettings
@@ -126,8 +126,6 @@ class EndpointClient:
     def __init__(
         self, settings: EndpointSettings, *, observer: EndpointObserver | None = None, rng: random.Random | None = None
     ) -> None:
-        from docstream.errors import ConfigError
-
         if settings.url is None:
             raise ConfigError("inference.endpoint.url is not set", code="endpoint_unset")
         self._settings = settings
