@@ -33,16 +33,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cassandra.cluster import Cluster
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
 from docstream.chunking import ChunkingConfig
 from docstream.errors import StoreError
 from docstream.extraction import chunk_bytes
+from docstream.kafka.clients import fetch_committed_offsets
 from docstream.records import DocumentCompleted
-from docstream.settings import CassandraSettings, ChunkerSettings, InferenceSettings, KafkaSettings
+from docstream.settings import CassandraSettings, ChunkerSettings, InferenceSettings, KafkaSettings, Settings
 from docstream.store.base import ResultStore
 from docstream.tokenization import ModelTokenCounter, load_token_counter
 from tests.fixtures.documents import (
@@ -242,14 +242,13 @@ def bad_documents(folder: Path, copies: int, *, seed: int, max_pages: int, max_b
 
 
 class KafkaProbe:
-    """Topic ends and consumer-group offsets, with one consumer and one admin client (one thread only)."""
+    """Topic ends and consumer-group offsets (one thread only)."""
 
     def __init__(self, bootstrap: str, *, timeout_s: float = 10.0) -> None:
         self._timeout_s = timeout_s
         self._bootstrap = bootstrap
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, **_QUIET_KAFKA})
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, **_QUIET_KAFKA})
         self._partitions: dict[str, list[int]] = {}
 
     def partitions(self, topic: str) -> list[int]:
@@ -288,22 +287,15 @@ class KafkaProbe:
     def committed(self, group: str, topic: str) -> dict[int, int]:
         """The group's committed offset of each partition (-1001 where none).
 
-        Raises:
-            KafkaException: the broker did not answer.
-            TimeoutError: no answer in time, from the admin client nor from a new one.
-        """
-        try:
-            return self._committed(group, topic)
-        except TimeoutError:
-            # once the group's coordinator restarted, librdkafka's admin client kept timing out on every
-            # later offsets request (seen on the 3-broker cluster); a new client asks the cluster afresh
-            self._admin = AdminClient({"bootstrap.servers": self._bootstrap, **_QUIET_KAFKA})
-            return self._committed(group, topic)
+        Through a consumer of the group (docstream.kafka.clients.fetch_committed_offsets), not the
+        admin client: librdkafka's ``list_consumer_group_offsets`` crashed this test process with
+        SIGSEGV when the group's coordinator had moved (a broker killed on the cluster).
 
-    def _committed(self, group: str, topic: str) -> dict[int, int]:
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in self.partitions(topic)])]
-        result = self._admin.list_consumer_group_offsets(request, request_timeout=self._timeout_s)[group]
-        return {int(tp.partition): int(tp.offset) for tp in result.result(self._timeout_s).topic_partitions}
+        Raises:
+            RetryableError | FatalError: no answer in time, or a refusal.
+        """
+        settings = Settings().with_overrides(kafka={"bootstrap_servers": self._bootstrap}).kafka
+        return fetch_committed_offsets(settings, group, topic, self.partitions(topic), timeout_s=self._timeout_s)
 
     def caught_up(self, group: str, topic: str) -> bool:
         """Whether ``group`` committed every partition of ``topic`` up to its end."""

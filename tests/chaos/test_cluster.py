@@ -31,7 +31,7 @@ from cassandra.policies import WhiteListRoundRobinPolicy
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from docstream.errors import StoreError
+from docstream.errors import DocstreamError, StoreError
 from docstream.settings import CassandraSettings
 from docstream.store.base import ResultStore
 from tests.chaos.harness import (
@@ -183,7 +183,7 @@ def _in_every_isr(bootstrap: str, broker: int) -> bool:
 def _committed(probe: KafkaProbe, group: str, topic: str) -> dict[int, int] | None:
     try:
         return probe.committed(group, topic)
-    except (KafkaException, TimeoutError):
+    except (KafkaException, DocstreamError):
         return None  # the group coordinator fails over (or restarts): ask again
 
 

@@ -298,6 +298,10 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     for doc in docs[::7]:
         result = cassandra_store.get_document_result(doc.doc_id, _MODEL)
         assert result is not None and result.embedding == pytest.approx(doc.expected_embedding(), rel=1e-5)
+    # on the real Kafka every send of the reducer is idempotent, transactional or not (reducer.idempotent_producer)
+    decisions = restarted.events("reducer_producer_idempotence")  # one per run: before the kill and after
+    assert len(decisions) == 2
+    assert all(d["idempotent"] is True and d["transactions"] is transactions for d in decisions)
     restarted.stop_cleanly(_STOP_S)
 
 

@@ -1,4 +1,5 @@
-"""The reducer creates Faust's internal topics before its worker starts (real Kafka)."""
+"""The reducer creates Faust's internal topics before its worker starts (real Kafka); it asks the broker whether its
+at-least-once producer can be idempotent (real Kafka and the embedded tansu)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from docstream.kafka.admin import create_topics
-from docstream_reducer.app import TABLES, by_job_topic, internal_topic_specs
+from docstream_reducer.app import TABLES, by_job_topic, internal_topic_specs, resolve_producer_idempotence
 from tests.fixtures.kafka import kafka_settings
 
 pytestmark = pytest.mark.integration
@@ -31,3 +32,15 @@ def test_internal_topics_exist_before_faust_starts_with_faust_s_names_and_config
     for name in changelogs:
         [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values()
         assert future.result(timeout=10)["cleanup.policy"].value == "compact"
+
+
+def test_the_at_least_once_producer_is_idempotent_on_kafka_and_not_on_the_embedded_tansu(
+    kafka_bootstrap: str, tansu_bootstrap: str,
+) -> None:
+    # tansu 0.6.0 answers aiokafka's InitProducerId with an unknown error: auto turns idempotence off there only
+    assert resolve_producer_idempotence(kafka_settings(kafka_bootstrap)) is True
+    assert resolve_producer_idempotence(kafka_settings(tansu_bootstrap)) is False
+    forced = kafka_settings(tansu_bootstrap).with_overrides(reducer={"idempotent_producer": "on"})
+    assert resolve_producer_idempotence(forced) is True
+    off = kafka_settings(kafka_bootstrap).with_overrides(reducer={"idempotent_producer": "off"})
+    assert resolve_producer_idempotence(off) is False

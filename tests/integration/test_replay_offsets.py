@@ -163,3 +163,22 @@ def test_the_command_line_prints_the_plan_and_exits_by_outcome(replayable: tuple
     assert declined.returncode == 1 and "nothing changed" in declined.stdout
     group = f"{settings.kafka.topic_prefix}-inference"
     assert _committed(settings.kafka.bootstrap_servers, group, topic) == [4, 4, 4]
+
+
+def test_committed_offsets_are_read_without_joining_the_group(replayable: tuple[Settings, str, int]) -> None:
+    # fetch_committed_offsets asks through a consumer of the group, not the AdminClient (whose OffsetFetch
+    # crashes librdkafka 2.16 on NOT_COORDINATOR, issue #5040): the group must not gain a member or move
+    from docstream.kafka.clients import fetch_committed_offsets
+
+    settings, topic, _ = replayable
+    group = f"{settings.kafka.topic_prefix}-inference"
+    admin = GroupAdmin(settings.kafka)
+    before = admin.describe_group(group)
+    found = fetch_committed_offsets(settings.kafka, group, topic, [0, 1, 2], timeout_s=10)
+    assert found == {0: 4, 1: 4, 2: 4}
+    unknown = fetch_committed_offsets(settings.kafka, f"{group}-never-committed", topic, [0, 2], timeout_s=10)
+    assert set(unknown) == {0, 2} and all(offset < 0 for offset in unknown.values())
+    assert fetch_committed_offsets(settings.kafka, group, topic, [], timeout_s=10) == {}
+    after = admin.describe_group(group)
+    assert after.members == before.members == 0
+    assert admin.committed(group, topic, [0, 1, 2]) == {0: 4, 1: 4, 2: 4}

@@ -49,10 +49,11 @@ def shimmed() -> Iterator[Callable[..., faust.App]]:
     before = _class_state()
     shims: list[faust_shim.Shim] = []
 
-    def _make(name: str = "shim-test", *, exactly_once: bool = False, timeout_s: float = 300.0) -> faust.App:
+    def _make(name: str = "shim-test", *, exactly_once: bool = False, timeout_s: float = 300.0,
+              idempotent: bool = False) -> faust.App:
         app = _app(name, exactly_once=exactly_once)
         app.in_worker = exactly_once  # in_transaction needs both (set by faust's Worker)
-        shims.append(faust_shim.apply(app, transaction_timeout_s=timeout_s))
+        shims.append(faust_shim.apply(app, transaction_timeout_s=timeout_s, idempotent=idempotent))
         return app
 
     yield _make
@@ -193,9 +194,46 @@ def test_transactional_producers_get_their_own_apps_transaction_timeout(shimmed:
                                                 "transaction_timeout_ms": 300_000}
     assert second.producer._settings_extra()["transaction_timeout_ms"] == 450_000
     assert plain.producer._settings_extra() == {}
-    # at-least-once: acks=all (Faust's producer_acks -1) but not idempotent: tansu 0.6.0 answers aiokafka's
-    # InitProducerId with an unknown error (docs/operations.md "A replicated deployment")
-    assert plain.conf.producer_acks == -1
+    assert plain.conf.producer_acks == -1  # acks=all (Faust's producer_acks -1)
+
+
+def test_at_least_once_producers_are_idempotent_when_the_transport_says_so(shimmed: Callable[..., faust.App]) -> None:
+    # reducer.idempotent_producer (auto: on, but not on the embedded tansu, which answers aiokafka's
+    # InitProducerId with an unknown error; docs/operations.md "A replicated deployment")
+    idempotent = shimmed("shim-idempotent", idempotent=True)
+    assert idempotent.producer._settings_extra() == {"acks": "all", "enable_idempotence": True}
+    assert shimmed("shim-not-idempotent").producer._settings_extra() == {}
+    # exactly-once producers are transactional: idempotent already, with their timeout
+    both = shimmed("shim-txn-idempotent", exactly_once=True, idempotent=True)
+    assert both.producer._settings_extra() == {"acks": "all", "enable_idempotence": True,
+                                               "transaction_timeout_ms": 300_000}
+
+    async def _new() -> Any:
+        producer = idempotent.producer._new_producer()
+        try:
+            return producer._txn_manager
+        finally:
+            await producer.stop()
+
+    manager = asyncio.run(_new())  # aiokafka keeps a transaction manager for the producer id and sequences
+    gc.collect()
+    assert manager is not None and manager.transactional_id is None
+
+
+@pytest.mark.parametrize(("mode", "cluster_id", "idempotent"), [
+    ("auto", "Va2ePYwOZQqSuHG6hiCedA", True),
+    ("auto", None, True),
+    ("auto", "docstream-embedded", False),
+    ("on", "docstream-embedded", True),
+    ("off", "Va2ePYwOZQqSuHG6hiCedA", False),
+])
+def test_the_reducers_producer_idempotence_by_mode_and_broker(mode: str, cluster_id: str | None,
+                                                              idempotent: bool) -> None:
+    from docstream.kafka.embedded import EMBEDDED_CLUSTER_ID
+    from docstream_reducer.app import producer_idempotence
+
+    assert EMBEDDED_CLUSTER_ID == "docstream-embedded"
+    assert producer_idempotence(mode, cluster_id) is idempotent
 
 
 def test_the_apps_aiokafka_producers_retry_find_coordinator(shimmed: Callable[..., faust.App]) -> None:

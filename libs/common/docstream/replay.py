@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from docstream.errors import DocstreamError, InputError, RetryableError
-from docstream.kafka.clients import admin_config, kafka_error
+from docstream.kafka.clients import admin_config, fetch_committed_offsets, kafka_error
 from docstream.logging import get_logger
 from docstream.settings import KafkaSettings, Settings
 from docstream.tasks.base import check_task_name
@@ -424,6 +424,7 @@ class GroupAdmin:
         # a metadata request must never create the topic it asks about (brokers with auto.create.topics.enable)
         conf = {**admin_config(kafka, client_id="docstream-replay"), "allow.auto.create.topics": False}
         self._admin = client if client is not None else AdminClient(conf)
+        self._kafka = kafka
         self._timeout_s = timeout_s
 
     def describe_group(self, group_id: str) -> GroupState:
@@ -479,12 +480,9 @@ class GroupAdmin:
         Raises:
             RetryableError | FatalError: the broker did not answer or refused.
         """
-        if not partitions:
-            return {}
-        request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, p) for p in partitions])]
-        future = self._admin.list_consumer_group_offsets(request, request_timeout=self._timeout_s)[group_id]
-        result = self._result(future, f"offsets of group {group_id}")
-        return {int(tp.partition): int(tp.offset) for tp in result.topic_partitions or [] if tp.offset >= 0}
+        # not the AdminClient's list_consumer_group_offsets: it can crash the process (fetch_committed_offsets)
+        offsets = fetch_committed_offsets(self._kafka, group_id, topic, partitions, timeout_s=self._timeout_s)
+        return {p: offset for p, offset in offsets.items() if offset >= 0}
 
     def alter_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Commit ``offsets`` (partition → offset) for ``group_id``; creates the group when new.

@@ -480,6 +480,13 @@ class ReducerSettings(BaseModel):
                     "(and fences the reducer). Longer than the store retries inside it; at most the broker's "
                     "transaction.max.timeout.ms (15 min by default).",
     )
+    idempotent_producer: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="At-least-once only (exactly-once producers are always idempotent): the reducer's aiokafka "
+                    "producer sends with enable_idempotence and acks=all, so a send retried across a leader change "
+                    "is not written twice. auto: on, unless the broker is docstream's embedded tansu (cluster id "
+                    "docstream-embedded), which refuses aiokafka's InitProducerId; off for another broker that does.",
+    )
     stall_timeout_s: float = Field(
         20.0, ge=1, le=3600,
         description="A source partition with records waiting and no progress for this long is re-fetched; "

@@ -18,6 +18,7 @@ from docstream.avro import AvroSerde
 from docstream.errors import ConfigError, DocstreamError, RetryableError
 from docstream.kafka.admin import TopicSpec
 from docstream.kafka.clients import admin_config
+from docstream.kafka.embedded import EMBEDDED_CLUSTER_ID
 from docstream.kafka.probe import spans_with_records
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -41,6 +42,8 @@ __all__ = [
     "exit_watchdog",
     "faust_settings",
     "internal_topic_specs",
+    "producer_idempotence",
+    "resolve_producer_idempotence",
 ]
 
 _log = get_logger(__name__)
@@ -114,6 +117,41 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
     if credentials is not None:
         conf["broker_credentials"] = credentials
     return conf
+
+
+def producer_idempotence(mode: str, cluster_id: str | None) -> bool:
+    """Whether the reducer's at-least-once producer is idempotent (``reducer.idempotent_producer``).
+
+    ``auto`` is on unless the broker is the embedded tansu, which answers aiokafka's
+    InitProducerId with an unknown error (tansu 0.6.0, measured).
+    """
+    if mode == "on":
+        return True
+    if mode == "off":
+        return False
+    return cluster_id != EMBEDDED_CLUSTER_ID
+
+
+def resolve_producer_idempotence(settings: Settings, *, timeout_s: float = 15.0) -> bool:
+    """``producer_idempotence`` for these settings; ``auto`` asks the broker for its cluster id.
+
+    Exactly-once producers are transactional, hence idempotent, whatever this says.
+
+    Raises:
+        RetryableError: ``auto`` and the broker did not answer.
+    """
+    mode = settings.reducer.idempotent_producer
+    cluster_id = None
+    if mode == "auto" and not settings.kafka.transactions:
+        admin = AdminClient(admin_config(settings.kafka))
+        try:
+            cluster_id = admin.list_topics(timeout=timeout_s).cluster_id
+        except KafkaException as exc:
+            raise RetryableError(f"no cluster metadata: {exc}", code="kafka_timeout") from exc
+    idempotent = settings.kafka.transactions or producer_idempotence(mode, cluster_id)
+    _log.info("reducer_producer_idempotence", idempotent=idempotent, mode=mode, cluster_id=cluster_id,
+              transactions=settings.kafka.transactions)
+    return idempotent
 
 
 def check_partitions(settings: Settings, *, timeout_s: float = 15.0) -> None:
@@ -273,6 +311,7 @@ class Reducer:
     documents: DocumentReducer
     jobs: JobReducer
     ready: Callable[[], bool]
+    idempotent_producer: bool
 
 
 def build_reducer(
@@ -285,6 +324,7 @@ def build_reducer(
     clock: Callable[[], float],
     on_stuck: Callable[[Stall], None] | None = None,
     stall_fault_partition: int | None = None,
+    idempotent_producer: bool,
 ) -> Reducer:
     """Build the Faust app: three agents, three tables, the status timer and the partition watch.
 
@@ -293,10 +333,12 @@ def build_reducer(
             process restarts itself: main.py); None keeps re-fetching.
         stall_fault_partition: fault injection (tests): keep this partition of the embedded
             topic paused, as faust was seen to do (``faults.reducer_stall_partition``).
+        idempotent_producer: at-least-once sends are idempotent (``resolve_producer_idempotence``).
     """
     topics = Topics(settings.kafka.topic_prefix)
     app = faust.App(settings.reducer.app_id, **faust_settings(settings))
-    faust_shim.apply(app, transaction_timeout_s=settings.reducer.transaction_timeout_s)
+    faust_shim.apply(app, transaction_timeout_s=settings.reducer.transaction_timeout_s,
+                     idempotent=idempotent_producer)
     partitions = settings.kafka.partitions
     table_args: dict[str, Any] = {
         "partitions": partitions,
@@ -405,4 +447,5 @@ def build_reducer(
             consumer.resume_partitions({tp})
 
     app.timer(stall_s / 4, name="partition-watch")(_watch_partitions)
-    return Reducer(app=app, documents=documents, jobs=jobs, ready=lambda: started["ready"])
+    return Reducer(app=app, documents=documents, jobs=jobs, ready=lambda: started["ready"],
+                   idempotent_producer=idempotent_producer)

@@ -190,12 +190,14 @@ class Shim:
         self.app._transport = self.previous
 
 
-def apply(app: faust.App, *, transaction_timeout_s: float) -> Shim:
+def apply(app: faust.App, *, transaction_timeout_s: float, idempotent: bool = False) -> Shim:
     """Check the libraries, then give ``app`` the patched transport. Call it before the app starts.
 
     Args:
         app: the reducer's Faust app (broker ``kafka://``: the aiokafka driver).
         transaction_timeout_s: ``transaction_timeout_ms`` of its transactional producers.
+        idempotent: its producers outside a transaction send with ``enable_idempotence`` and
+            ``acks=all`` too (faust-streaming 0.15.3 has no setting for it).
 
     Raises:
         LibraryMismatchError: see ``check_versions`` and ``check_signatures``.
@@ -203,7 +205,8 @@ def apply(app: faust.App, *, transaction_timeout_s: float) -> Shim:
     check_versions()
     check_signatures()
     previous = app._transport
-    transport = _Transport(app.conf.broker_consumer, app, transaction_timeout_ms=int(transaction_timeout_s * 1000))
+    transport = _Transport(app.conf.broker_consumer, app, transaction_timeout_ms=int(transaction_timeout_s * 1000),
+                           idempotent=idempotent)
     app.transport = transport
     return Shim(app=app, transport=transport, previous=previous)
 
@@ -344,7 +347,8 @@ class _TransactionalProducer(aiokafka.AIOKafkaProducer):  # aiokafka is untyped:
 
 
 class _Producer(faust_aiokafka.Producer):
-    """Faust's producer; transactional producers get their transport's ``transaction_timeout_ms``.
+    """Faust's producer; transactional producers get their transport's ``transaction_timeout_ms``, others
+    idempotence when the transport says so.
 
     faust-streaming 0.15.3 has no setting for it, so aiokafka's 60 s default applies: a store
     outage that keeps an agent retrying inside a transaction for longer (Cassandra restarting) made
@@ -354,8 +358,12 @@ class _Producer(faust_aiokafka.Producer):
 
     def _settings_extra(self) -> Mapping[str, Any]:
         extra = dict(super()._settings_extra())
+        transport = cast(_Transport, self.transport)
         if self.app.in_transaction:
-            extra["transaction_timeout_ms"] = cast(_Transport, self.transport).transaction_timeout_ms
+            extra["transaction_timeout_ms"] = transport.transaction_timeout_ms
+        elif transport.idempotent:
+            # at-least-once: a send retried across a leader change is not written twice
+            extra.update(acks="all", enable_idempotence=True)
         return extra
 
     @property
@@ -369,9 +377,10 @@ class _Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
     Producer = _Producer
 
-    def __init__(self, url: Any, app: faust.App, *, transaction_timeout_ms: int) -> None:
+    def __init__(self, url: Any, app: faust.App, *, transaction_timeout_ms: int, idempotent: bool = False) -> None:
         super().__init__(url, app)
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.idempotent = idempotent
 
 
 def exit_watchdog(seconds: float, code: int) -> threading.Timer:

@@ -22,6 +22,7 @@ from docstream_reducer.app import (
     check_partitions,
     exit_watchdog,
     internal_topic_specs,
+    resolve_producer_idempotence,
 )
 from docstream_reducer.webhook import WebhookNotifier
 
@@ -50,6 +51,7 @@ def main(settings: Settings) -> int:
             webhooks=WebhookNotifier(settings.reducer, settings.retry), metrics=host.metrics, clock=time.monotonic,
             on_stuck=lambda stall: restart_process(stall, restarts),
             stall_fault_partition=settings.faults.reducer_stall_partition if restarts == 0 else None,
+            idempotent_producer=resolve_producer_idempotence(settings),
         )
         host.serve(lambda: _run_worker(settings, reducer, restarts), ready=reducer.ready)
 

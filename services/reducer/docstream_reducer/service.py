@@ -19,7 +19,7 @@ from docstream.metrics import Metrics
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream_reducer.agents import StoreCalls
-from docstream_reducer.app import build_reducer, internal_topic_specs
+from docstream_reducer.app import build_reducer, internal_topic_specs, resolve_producer_idempotence
 from docstream_reducer.faust_shim import ThreadWorker
 from docstream_reducer.webhook import WebhookNotifier
 
@@ -50,7 +50,7 @@ class ReducerService:
         reducer = build_reducer(
             settings, store=StoreCalls(self._store, settings.retry, self._executor),
             serde=AvroSerde(settings.kafka), webhooks=WebhookNotifier(settings.reducer, settings.retry),
-            metrics=self._metrics, clock=time.monotonic,
+            metrics=self._metrics, clock=time.monotonic, idempotent_producer=resolve_producer_idempotence(settings),
         )
         self._worker = ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
                                     redirect_stdouts=False, loop=self._loop)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from docstream.errors import DocstreamError, FatalError, PoisonRecord, RetryableError
 from docstream.logging import get_logger
@@ -27,6 +27,7 @@ __all__ = [
     "consumer_config",
     "consumer_error",
     "create_consumer",
+    "fetch_committed_offsets",
     "kafka_error",
     "producer_config",
     "raise_for_message",
@@ -209,6 +210,33 @@ def create_consumer(
         conf["on_commit"] = on_commit
     _log.debug("kafka_consumer_created", config=redact_config(conf))
     return Consumer(conf)
+
+
+def fetch_committed_offsets(
+    kafka: KafkaSettings, group_id: str, topic: str, partitions: Sequence[int], *, timeout_s: float,
+) -> dict[int, int]:
+    """``group_id``'s committed offset of each of ``topic``'s ``partitions`` (negative where it has none).
+
+    Asked through a consumer of the group that never joins it (no subscribe, no assign, no commit),
+    not through ``AdminClient.list_consumer_group_offsets``: librdkafka 2.16 crashes the whole
+    process (SIGSEGV in ``rd_kafka_cgrp_op``, librdkafka issue #5040) when the admin request's
+    OffsetFetch is answered NOT_COORDINATOR, as it is right after the group's coordinator moved to
+    another broker (a broker killed or restarted on a cluster). A consumer has the group handle
+    that error path needs: it asks the new coordinator and tries again within ``timeout_s``.
+
+    Raises:
+        RetryableError | FatalError: the broker did not answer in time, or refused.
+    """
+    if not partitions:
+        return {}
+    consumer = Consumer(consumer_config(kafka, group_id=group_id, client_id="docstream-offsets"))
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    except KafkaException as exc:
+        raise kafka_error(exc.args[0], f"offsets of group {group_id}") from exc
+    finally:
+        consumer.close()
+    return {int(tp.partition): int(tp.offset) for tp in found}
 
 
 def topic_partitions(consumer: Consumer, topic: str) -> list[int]:

@@ -25,9 +25,12 @@ from confluent_kafka.admin import AdminClient
 from docstream.errors import ConfigError, FatalError
 from docstream.logging import get_logger
 
-__all__ = ["EmbeddedBroker", "tansu_binary"]
+__all__ = ["EMBEDDED_CLUSTER_ID", "EmbeddedBroker", "tansu_binary"]
 
 _log = get_logger(__name__)
+
+EMBEDDED_CLUSTER_ID = "docstream-embedded"
+"""The cluster id the embedded tansu reports in its metadata (the reducer tells it by this)."""
 _PR_SET_PDEATHSIG = 1
 _START_ATTEMPTS = 3
 
@@ -154,7 +157,7 @@ class EmbeddedBroker:
             "--listener-url", url,
             "--advertised-listener-url", url,
             "--storage-engine", "memory://tansu/",
-            "--cluster-id", "docstream-embedded",
+            "--cluster-id", EMBEDDED_CLUSTER_ID,
         ]
         self._log_file = open(self.log_path, "ab")  # closed in stop()
         self._proc = subprocess.Popen(
