@@ -212,6 +212,15 @@ def _job(tmp_path: Path, scenario: str, seed: int) -> JobExpectations:
                                                                 seed=SCALE.seed + seed, pages=SCALE.pages))
 
 
+def _submit_and_wait(pipeline: Pipeline, probe: KafkaProbe, exp: JobExpectations, tmp_path: Path, fraction: float,
+                     alive: Sequence[str]) -> tuple[float, float]:
+    """Submit the job's documents; wait until ``fraction`` of its chunks are embedded: (started, fraction reached)."""
+    base = probe.total(pipeline.topics.embedded)
+    started = time.monotonic()
+    pipeline.submit([tmp_path / "docs"], exp.job_id)
+    return started, _under_way(pipeline, probe, exp, base, fraction, alive)
+
+
 def _under_way(pipeline: Pipeline, probe: KafkaProbe, exp: JobExpectations, base: int, fraction: float,
                alive: Sequence[str]) -> float:
     """Wait until ``fraction`` of the job's chunks are embedded; the fraction there is."""
@@ -264,10 +273,7 @@ def test_kill_9_the_leader_of_a_busy_chunks_partition_and_restart_it_loses_and_d
     alive = _alive(pipeline)
     probe = KafkaProbe(kafka_bootstrap, timeout_s=_PROBE_TIMEOUT_S)
     try:
-        base = probe.total(topics.embedded)
-        started = time.monotonic()
-        pipeline.submit([tmp_path / "docs"], exp.job_id)
-        progress = _under_way(pipeline, probe, exp, base, 0.2, alive)
+        started, progress = _submit_and_wait(pipeline, probe, exp, tmp_path, 0.2, alive)
         ends, committed = probe.ends(topics.chunks), probe.committed(group, topics.chunks)
         busy = max(ends, key=lambda p: (ends[p] - committed[p], ends[p]))  # most records waiting, then most records
         leader = _leaders(kafka_bootstrap, topics.chunks)[busy]
@@ -322,10 +328,7 @@ def test_kill_9_one_cassandra_node_writes_go_on_at_quorum_and_it_rejoins(
     alive = _alive(pipeline)
     probe = KafkaProbe(kafka_bootstrap, timeout_s=_PROBE_TIMEOUT_S)
     try:
-        base = probe.total(topics.embedded)
-        started = time.monotonic()
-        pipeline.submit([tmp_path / "docs"], exp.job_id)
-        progress = _under_way(pipeline, probe, exp, base, 0.2, alive)
+        started, progress = _submit_and_wait(pipeline, probe, exp, tmp_path, 0.2, alive)
         committed = probe.committed(group, topics.chunks)
         cluster.kill("cassandra", node)
         killed_at = time.monotonic()
@@ -371,10 +374,7 @@ def test_a_rolling_restart_of_every_broker_during_a_job_loses_and_doubles_nothin
     steps = []
     probe = KafkaProbe(kafka_bootstrap, timeout_s=_PROBE_TIMEOUT_S)
     try:
-        base = probe.total(topics.embedded)
-        started = time.monotonic()
-        pipeline.submit([tmp_path / "docs"], exp.job_id)
-        progress = _under_way(pipeline, probe, exp, base, 0.1, alive)
+        started, progress = _submit_and_wait(pipeline, probe, exp, tmp_path, 0.1, alive)
         for node in cluster.nodes("kafka"):
             committed = pipeline.until(lambda: _committed(probe, group, topics.chunks), "the group's offsets",
                                        SCALE.job_timeout_s, alive=alive, poll_s=0.2)
@@ -430,10 +430,7 @@ def test_two_inference_processes_share_the_chunks_and_one_killed_leaves_its_part
                        "the two inference processes to share the chunks partitions", 180, alive=_alive(pipeline))
         shared = {first.name: sorted(_held(first)), second.name: sorted(_held(second))}
         victim, survivor = random.Random(SCALE.seed + 194).sample([first, second], 2)
-        base = probe.total(topics.embedded)
-        started = time.monotonic()
-        pipeline.submit([tmp_path / "docs"], exp.job_id)
-        progress = _under_way(pipeline, probe, exp, base, 0.25, _alive(pipeline))
+        started, progress = _submit_and_wait(pipeline, probe, exp, tmp_path, 0.25, _alive(pipeline))
         taken = {int(name.rpartition("[")[2].rstrip("]")) for name in _held(victim)}
         committed = probe.committed(group, topics.chunks)
         victim.kill9()

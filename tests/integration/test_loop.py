@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import pytest
 
 from docstream.avro import AvroSerde
 from docstream.errors import FatalError, RetryableError
 from docstream.kafka.clients import ReliableProducer
-from docstream.kafka.loop import ConsumeLoop, Envelope, Output
+from docstream.kafka.loop import ConsumeLoop, Envelope
 from docstream.metrics import Metrics
-from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.topics import dlq_topic
 from tests.fixtures.kafka import (
@@ -25,25 +21,9 @@ from tests.fixtures.kafka import (
     read_topic,
     wait_until,
 )
+from tests.fixtures.loop import Echo, loop_chunk, loop_settings, running_loop
 
 pytestmark = pytest.mark.integration
-
-_AT = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def _chunk(doc_id: str, index: int = 0) -> ChunkCreated:
-    return ChunkCreated(
-        job_id="job", doc_id=doc_id, chunk_id=f"{doc_id}-{index}", chunk_index=index, chunk_count=3,
-        content_sha256="0" * 64, text="text", page_start=1, page_end=1, char_start=0, char_end=4, token_count=1,
-        chunker_settings="s", created_at=_AT,
-    )
-
-
-def _settings(bootstrap: str) -> Settings:
-    return kafka_settings(bootstrap).with_overrides(
-        retry={"base_delay_ms": 5, "max_delay_ms": 20, "max_attempts": 3, "handler_attempts": 3}
-    )
-
 
 def _produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> None:
     producer = ReliableProducer(kafka_settings(bootstrap).kafka)
@@ -60,45 +40,10 @@ def _chunks_in(
     """New input, DLQ and output topics, ``count`` chunks of doc "d" on the input: (src, out, settings, serde)."""
     src, out = unique_name("in"), unique_name("out")
     create_topics(broker, src, dlq_topic(src), out, partitions=partitions)
-    settings = _settings(broker)
+    settings = loop_settings(broker)
     serde = AvroSerde(settings.kafka)
-    _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(count)])
+    _produce(broker, src, [serde.serialize(replace(loop_chunk("d"), chunk_index=i), src) for i in range(count)])
     return src, out, settings, serde
-
-
-class _Echo:
-    """Handler: every input record goes to ``out`` unchanged; records what it saw."""
-
-    def __init__(self, out: str, fail: Callable[[Envelope, int], None] | None = None) -> None:
-        self.out = out
-        self.fail = fail
-        self.calls: list[Envelope] = []
-
-    def __call__(self, envelope: Envelope) -> list[Output]:
-        self.calls.append(envelope)
-        if self.fail is not None:
-            self.fail(envelope, sum(1 for e in self.calls if e.offset == envelope.offset))
-        return [Output(self.out, envelope.value.key, envelope.value)]
-
-
-@contextmanager
-def _running(loop: ConsumeLoop) -> Iterator[list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            loop.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="consume-loop")
-    thread.start()
-    try:
-        yield errors
-    finally:
-        loop.stop()
-        thread.join(60)
-        assert not thread.is_alive(), "the loop stops when asked"
 
 
 def test_poison_bytes_go_to_the_dlq_and_the_loop_commits_past_them(
@@ -106,16 +51,16 @@ def test_poison_bytes_go_to_the_dlq_and_the_loop_commits_past_them(
 ) -> None:
     src, out = unique_name("in"), unique_name("out")
     create_topics(broker, src, dlq_topic(src), out, partitions=1)
-    serde = AvroSerde(_settings(broker).kafka)
+    serde = AvroSerde(loop_settings(broker).kafka)
     garbage = b"\xde\xad\xbe\xef not avro"
-    _produce(broker, src, [serde.serialize(_chunk("d1"), src), garbage, serde.serialize(_chunk("d2"), src)])
+    _produce(broker, src, [serde.serialize(loop_chunk("d1"), src), garbage, serde.serialize(loop_chunk("d2"), src)])
     group = unique_name("group")
     metrics = Metrics()
-    handler = _Echo(out)
-    loop = ConsumeLoop(_settings(broker), group_id=group, topics=[src], handler=handler, serde=serde,
+    handler = Echo(out)
+    loop = ConsumeLoop(loop_settings(broker), group_id=group, topics=[src], handler=handler, serde=serde,
                        service="test-svc", metrics=metrics, commit_interval_s=0.1)
 
-    with _running(loop) as errors:
+    with running_loop(loop) as errors:
         outputs = read_topic(broker, out, expected=2).messages
         dead = read_topic(broker, dlq_topic(src), expected=1).messages
         wait_until(lambda: committed_offset(broker, group, src) == 3, 30, "a commit past all three records")
@@ -140,17 +85,17 @@ def test_offsets_are_committed_only_after_the_outputs_are_delivered(
 ) -> None:
     src, out = unique_name("in"), unique_name("out")
     create_topics(broker, src, dlq_topic(src), out, partitions=1)
-    settings = _settings(broker)
+    settings = loop_settings(broker)
     serde = AvroSerde(settings.kafka)
-    _produce(broker, src, [serde.serialize(_chunk("d1"), src)])
+    _produce(broker, src, [serde.serialize(loop_chunk("d1"), src)])
     group = unique_name("group")
     # outputs wait in the producer (long linger) until the test flushes them
     producer = ReliableProducer(settings.kafka, overrides={"linger.ms": 60_000})
-    handler = _Echo(out)
+    handler = Echo(out)
     loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
                        producer=producer, commit_interval_s=0.05)
 
-    with _running(loop) as errors:
+    with running_loop(loop) as errors:
         wait_until(lambda: handler.calls, 30, "the handler to run")
         seen_before = [committed_offset(broker, group, src) for _ in range(10)]  # ~10 commit intervals or more
         assert len(producer) == 1, "the output is still in flight"
@@ -168,9 +113,9 @@ def test_failing_handlers_are_retried_then_dead_lettered(
 ) -> None:
     src, out = unique_name("in"), unique_name("out")
     create_topics(broker, src, dlq_topic(src), out, partitions=1)
-    settings = _settings(broker)
+    settings = loop_settings(broker)
     serde = AvroSerde(settings.kafka)
-    _produce(broker, src, [serde.serialize(_chunk(d), src) for d in ("flaky", "broken", "fine")])
+    _produce(broker, src, [serde.serialize(loop_chunk(d), src) for d in ("flaky", "broken", "fine")])
 
     def fail(envelope: Envelope, attempt: int) -> None:
         doc = envelope.value.doc_id  # type: ignore[union-attr]
@@ -180,10 +125,10 @@ def test_failing_handlers_are_retried_then_dead_lettered(
             raise ValueError("handler bug")
 
     group = unique_name("group")
-    handler = _Echo(out, fail)
+    handler = Echo(out, fail)
     loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
                        commit_interval_s=0.1)
-    with _running(loop) as errors:
+    with running_loop(loop) as errors:
         outputs = read_topic(broker, out, expected=2).messages
         dead = read_topic(broker, dlq_topic(src), expected=1).messages
         wait_until(lambda: committed_offset(broker, group, src) == 3, 30, "a commit past all three records")
@@ -201,16 +146,16 @@ def test_a_transient_fault_past_the_retry_budget_is_fatal_and_commits_nothing_pa
 ) -> None:
     src, out = unique_name("in"), unique_name("out")
     create_topics(broker, src, dlq_topic(src), out, partitions=1)
-    settings = _settings(broker)
+    settings = loop_settings(broker)
     serde = AvroSerde(settings.kafka)
-    _produce(broker, src, [serde.serialize(_chunk(d), src) for d in ("ok", "down", "never")])
+    _produce(broker, src, [serde.serialize(loop_chunk(d), src) for d in ("ok", "down", "never")])
 
     def fail(envelope: Envelope, attempt: int) -> None:
         if envelope.value.doc_id == "down":  # type: ignore[union-attr]
             raise RetryableError("store unavailable")
 
     group = unique_name("group")
-    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=_Echo(out, fail), serde=serde,
+    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=Echo(out, fail), serde=serde,
                        service="test", commit_interval_s=0.1)
 
     with pytest.raises(FatalError) as info:
@@ -226,7 +171,7 @@ def test_static_assignment_consumes_without_a_group_join(
 ) -> None:
     src, out, settings, serde = _chunks_in(broker, unique_name, create_topics, 4, partitions=2)
     group = unique_name("group")
-    handler = _Echo(out)
+    handler = Echo(out)
     loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
                        static_assignment=True)
 
@@ -245,15 +190,15 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_nothing_is_lost_o
 ) -> None:
     src, out, settings, serde = _chunks_in(broker, unique_name, create_topics, 4, partitions=1)
     group = unique_name("group")
-    handler = _Echo(out)
+    handler = Echo(out)
     metrics = Metrics()
     loop = _FirstConsumerOutsideGroup(settings, group_id=group, topics=[src], handler=handler, serde=serde,
                                       service="test", metrics=metrics, commit_interval_s=0.1, rejoin_timeout_s=3.0)
 
-    with _running(loop) as errors:
+    with running_loop(loop) as errors:
         wait_until(lambda: committed_offset(broker, group, src) == 4, 60, "the first records committed")
         wait_until(lambda: loop.consumers_replaced == 1, 30, "the consumer outside its group to be replaced")
-        _produce(broker, src, [serde.serialize(replace(_chunk("d"), chunk_index=i), src) for i in range(4, 8)])
+        _produce(broker, src, [serde.serialize(replace(loop_chunk("d"), chunk_index=i), src) for i in range(4, 8)])
         wait_until(lambda: committed_offset(broker, group, src) == 8, 60, "the new consumer to commit the rest")
 
     assert errors == []

@@ -12,7 +12,7 @@ from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.loop import ConsumeLoop
 from docstream.topics import dlq_topic
 from tests.fixtures.kafka import committed_offset, kafka_settings, read_topic, wait_until
-from tests.integration.test_loop import _chunk, _Echo, _running, _settings
+from tests.fixtures.loop import Echo, loop_chunk, loop_settings, running_loop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -22,7 +22,7 @@ _PARTITIONS = 4
 def _produce_wave(bootstrap: str, topic: str, serde: AvroSerde, wave: int) -> None:
     producer = ReliableProducer(kafka_settings(bootstrap).kafka)
     for i in range(20):
-        chunk = _chunk(f"doc-{i}", wave)
+        chunk = loop_chunk(f"doc-{i}", wave)
         producer.produce(topic, chunk.key, serde.serialize(chunk, topic))
     producer.flush(30)
     producer.close()
@@ -37,7 +37,7 @@ def _poll_for(predicate: Callable[[], bool], seconds: float) -> bool:
     return True
 
 
-def _seen(*handlers: _Echo) -> set[tuple[str, int]]:
+def _seen(*handlers: Echo) -> set[tuple[str, int]]:
     return {(e.value.doc_id, e.value.chunk_index) for h in handlers for e in h.calls}  # type: ignore[union-attr]
 
 
@@ -46,19 +46,19 @@ def test_a_second_member_takes_over_partitions_without_losing_records(
 ) -> None:
     src, out = unique_name("in"), unique_name("out")
     create_topics(broker, src, dlq_topic(src), out, partitions=_PARTITIONS)
-    settings = _settings(broker)
+    settings = loop_settings(broker)
     serde = AvroSerde(settings.kafka)
     group = unique_name("group")
-    first, second = _Echo(out), _Echo(out)
+    first, second = Echo(out), Echo(out)
 
-    def loop(handler: _Echo, name: str) -> ConsumeLoop:
+    def loop(handler: Echo, name: str) -> ConsumeLoop:
         return ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service=name,
                            commit_interval_s=0.1)
 
     _produce_wave(broker, src, serde, 0)
-    with _running(loop(first, "first")) as errors_first:
+    with running_loop(loop(first, "first")) as errors_first:
         wait_until(lambda: len(first.calls) == 20, 60, "the first member to take the first wave")
-        with _running(loop(second, "second")) as errors_second:
+        with running_loop(loop(second, "second")) as errors_second:
             waves = 1
             deadline = time.monotonic() + 90
             while not second.calls:  # the second member only sees records produced after it got partitions
