@@ -42,7 +42,7 @@ from docstream.errors import StoreError
 from docstream.extraction import chunk_bytes
 from docstream.kafka.clients import fetch_committed_offsets
 from docstream.records import DocumentCompleted
-from docstream.settings import CassandraSettings, ChunkerSettings, InferenceSettings, KafkaSettings, Settings
+from docstream.settings import CassandraSettings, ChunkerSettings, InferenceSettings, KafkaSettings
 from docstream.store.base import ResultStore
 from docstream.tokenization import ModelTokenCounter, load_token_counter
 from tests.fixtures.documents import (
@@ -54,8 +54,8 @@ from tests.fixtures.documents import (
     make_pdf,
     make_truncated_pdf,
 )
+from tests.fixtures.kafka import kafka_settings, wait_until
 from tests.fixtures.kafka import read_topic as read_to_end
-from tests.fixtures.kafka import wait_until
 from tests.fixtures.services import ROOT, Pipeline
 
 __all__ = [
@@ -246,7 +246,7 @@ class KafkaProbe:
 
     def __init__(self, bootstrap: str, *, timeout_s: float = 10.0) -> None:
         self._timeout_s = timeout_s
-        self._bootstrap = bootstrap
+        self._kafka = kafka_settings(bootstrap).kafka
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, **_QUIET_KAFKA})
         self._partitions: dict[str, list[int]] = {}
@@ -294,8 +294,7 @@ class KafkaProbe:
         Raises:
             RetryableError | FatalError: no answer in time, or a refusal.
         """
-        settings = Settings().with_overrides(kafka={"bootstrap_servers": self._bootstrap}).kafka
-        return fetch_committed_offsets(settings, group, topic, self.partitions(topic), timeout_s=self._timeout_s)
+        return fetch_committed_offsets(self._kafka, group, topic, self.partitions(topic), timeout_s=self._timeout_s)
 
     def caught_up(self, group: str, topic: str) -> bool:
         """Whether ``group`` committed every partition of ``topic`` up to its end."""

@@ -119,6 +119,18 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
     return conf
 
 
+def _cluster_metadata(kafka: KafkaSettings, timeout_s: float) -> Any:
+    """The broker's metadata (topics, cluster id) through a short-lived admin client.
+
+    Raises:
+        RetryableError: the broker did not answer.
+    """
+    try:
+        return AdminClient(admin_config(kafka)).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise RetryableError(f"no cluster metadata: {exc}", code="kafka_timeout") from exc
+
+
 def producer_idempotence(mode: str, cluster_id: str | None) -> bool:
     """Whether the reducer's at-least-once producer is idempotent (``reducer.idempotent_producer``).
 
@@ -143,11 +155,7 @@ def resolve_producer_idempotence(settings: Settings, *, timeout_s: float = 15.0)
     mode = settings.reducer.idempotent_producer
     cluster_id = None
     if mode == "auto" and not settings.kafka.transactions:
-        admin = AdminClient(admin_config(settings.kafka))
-        try:
-            cluster_id = admin.list_topics(timeout=timeout_s).cluster_id
-        except KafkaException as exc:
-            raise RetryableError(f"no cluster metadata: {exc}", code="kafka_timeout") from exc
+        cluster_id = _cluster_metadata(settings.kafka, timeout_s).cluster_id
     idempotent = settings.kafka.transactions or producer_idempotence(mode, cluster_id)
     _log.info("reducer_producer_idempotence", idempotent=idempotent, mode=mode, cluster_id=cluster_id,
               transactions=settings.kafka.transactions)
@@ -167,11 +175,7 @@ def check_partitions(settings: Settings, *, timeout_s: float = 15.0) -> None:
     if not settings.kafka.transactions:
         return
     topics = Topics(settings.kafka.topic_prefix)
-    admin = AdminClient(admin_config(settings.kafka))
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise RetryableError(f"no topic metadata: {exc}", code="kafka_timeout") from exc
+    metadata = _cluster_metadata(settings.kafka, timeout_s)
     counts = {name: len(metadata.topics[name].partitions) if name in metadata.topics else 0
               for name in (topics.embedded, topics.completed)}
     if len(set(counts.values())) != 1:
@@ -311,7 +315,6 @@ class Reducer:
     documents: DocumentReducer
     jobs: JobReducer
     ready: Callable[[], bool]
-    idempotent_producer: bool
 
 
 def build_reducer(
@@ -447,5 +450,4 @@ def build_reducer(
             consumer.resume_partitions({tp})
 
     app.timer(stall_s / 4, name="partition-watch")(_watch_partitions)
-    return Reducer(app=app, documents=documents, jobs=jobs, ready=lambda: started["ready"],
-                   idempotent_producer=idempotent_producer)
+    return Reducer(app=app, documents=documents, jobs=jobs, ready=lambda: started["ready"])

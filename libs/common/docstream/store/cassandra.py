@@ -182,7 +182,6 @@ class CassandraStore(TableStore):
         self._session: Session | None = None
         self._prepared: dict[str, PreparedStatement] = {}
         self._vector_tables: set[int] = set()
-        self._lease_owner: str | None = None
         self._closed = False
 
     @property
@@ -331,16 +330,15 @@ class CassandraStore(TableStore):
         deadline = time.monotonic() + _SCHEMA_TIMEOUT_S
         attempt = 0
         while True:
-            try:
-                with self._errors("migrate"):
+            with self._errors("migrate"):
+                try:
                     return list(self._connect().execute(cql, params, timeout=_SCHEMA_TIMEOUT_S))
-            except FatalError as exc:
-                cause = exc.__cause__
-                if not isinstance(cause, InvalidRequest) or not schema_not_visible(str(cause)):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise StoreError(f"Cassandra schema not visible after {_SCHEMA_TIMEOUT_S:.0f} s: {cause}",
-                                     code="store_schema_disagreement") from exc
+                except InvalidRequest as exc:
+                    if not schema_not_visible(str(exc)):
+                        raise  # a refusal: FatalError store_invalid_request
+                    if time.monotonic() >= deadline:
+                        raise StoreError(f"Cassandra schema not visible after {_SCHEMA_TIMEOUT_S:.0f} s: {exc}",
+                                         code="store_schema_disagreement") from exc
             attempt += 1
             self._agree()
             time.sleep(backoff_delay(attempt, base_s=0.1, max_s=2.0))
@@ -363,15 +361,24 @@ class CassandraStore(TableStore):
         """
         self._connect()
         self._bootstrap()
-        if not self._pending():
-            self._remember_vector_tables()
-            return
-        with self._migration_lease():
+        if self._pending():
+            self._apply_pending()
+        with self._lock:
+            self._vector_tables.update(self._dimensions_to_migrate())
+
+    def _apply_pending(self, *, also: Sequence[int] = ()) -> list[str]:
+        """Under the lease, apply what is still pending once the schema agrees (another process may have); the versions.
+
+        ``also``: embedding dimensions to give vector tables besides the configured and existing ones.
+        """
+        applied = []
+        with self._migration_lease() as owner:
             self._agree()
-            for migration, dimension in self._pending():
+            for migration, dimension in self._pending(also):
                 self._apply(migration, dimension)
-                self._renew_lease()
-        self._remember_vector_tables()
+                self._renew_lease(owner)
+                applied.append(migration.applied_version(dimension))
+        return applied
 
     def _bootstrap(self) -> None:
         metadata = self._cluster.metadata if self._cluster is not None else None
@@ -389,21 +396,18 @@ class CassandraStore(TableStore):
         )
         self._agree()
 
-    def _pending(self) -> list[tuple[Migration, int | None]]:
+    def _pending(self, also: Sequence[int] = ()) -> list[tuple[Migration, int | None]]:
         applied = {row["version"] for row in self._once_visible(f"SELECT version FROM {self._ks}.schema_migrations")}
+        dimensions = self._dimensions_to_migrate(also)
         return [
             (migration, dimension)
             for migration in load_migrations("cql")
-            for dimension in (self._dimensions_to_migrate() if migration.per_dimension else [None])
+            for dimension in (dimensions if migration.per_dimension else [None])
             if migration.applied_version(dimension) not in applied
         ]
 
-    def _dimensions_to_migrate(self) -> list[int]:
-        return sorted(set(self._dimensions) | self._existing_vector_tables())
-
-    def _remember_vector_tables(self) -> None:
-        with self._lock:
-            self._vector_tables.update(self._dimensions_to_migrate())
+    def _dimensions_to_migrate(self, also: Sequence[int] = ()) -> list[int]:
+        return sorted(set(self._dimensions) | self._existing_vector_tables() | set(also))
 
     def _cas(self, cql: str, params: Sequence[Any]) -> dict[str, Any]:
         """One lightweight transaction of the lease, repeated while Cassandra fails transiently.
@@ -425,8 +429,10 @@ class CassandraStore(TableStore):
                 time.sleep(backoff_delay(attempt, base_s=0.25, max_s=4.0))
 
     @contextmanager
-    def _migration_lease(self) -> Iterator[None]:
+    def _migration_lease(self) -> Iterator[str]:
         """Hold ``schema_lock``'s row while the block changes the schema; wait while another process holds it.
+
+        Yields the owner id the block renews the lease with (``_renew_lease``).
 
         Raises:
             StoreError: another process held it for more than ``_LEASE_WAIT_S``, or Cassandra failed.
@@ -452,17 +458,12 @@ class CassandraStore(TableStore):
                 _log.info("store_migration_waiting", keyspace=self._ks, holder=holder)
             attempt += 1
             time.sleep(backoff_delay(attempt, base_s=0.25, max_s=2.0))
-        self._lease_owner = owner
         try:
-            yield
+            yield owner
         finally:
-            self._lease_owner = None
             self._release_lease(owner)
 
-    def _renew_lease(self) -> None:
-        owner = self._lease_owner
-        if owner is None:
-            return
+    def _renew_lease(self, owner: str) -> None:
         row = self._cas(
             f"UPDATE {self._ks}.schema_lock USING TTL {_LEASE_TTL_S} SET taken_at = %s WHERE name = %s IF owner = %s",
             (_ts(datetime.now(UTC)), _LEASE_NAME, owner),
@@ -514,16 +515,9 @@ class CassandraStore(TableStore):
             if dimension in self._vector_tables:
                 return
             self._connect()
-            if dimension not in self._existing_vector_tables():
-                # a model of a new dimension: one schema change, once, under the migration lease, then plain upserts
-                with self._migration_lease():
-                    self._agree()
-                    if dimension not in self._existing_vector_tables():
-                        for migration in load_migrations("cql"):
-                            if migration.per_dimension:
-                                self._apply(migration, dimension)
-                                self._renew_lease()
-                        _log.info("store_vector_table_created", keyspace=self._ks, dimension=dimension)
+            # a model of a new dimension: one schema change, once, under the migration lease, then plain upserts
+            if dimension not in self._existing_vector_tables() and self._apply_pending(also=(dimension,)):
+                _log.info("store_vector_table_created", keyspace=self._ks, dimension=dimension)
             self._vector_tables.add(dimension)
 
     def ping(self) -> None:
