@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 from typing import Any
 
 import pytest
@@ -135,11 +136,101 @@ def test_a_cut_mention_is_dropped_for_any_whole_mention_it_overlaps_whatever_the
     cut, whole = _m(30, 36, "PERSON", cut=True), _m(30, 50, "ORG")
     assert merge_mentions([cut, whole]) == (whole,)
     lone = _m(60, 66, "PERSON", cut=True)
-    assert merge_mentions([lone]) == (_m(60, 66, "PERSON"),)  # nothing holds it whole: kept, no longer cut
+    assert merge_mentions([lone]) == (lone,)  # nothing holds it whole nor joins it: kept, and still cut
 
 
-def test_two_cut_fragments_of_one_entity_keep_the_longer() -> None:
-    assert merge_mentions([_m(10, 16, cut=True), _m(10, 23, cut=True)]) == (_m(10, 23),)
+def test_two_cut_fragments_one_inside_the_other_keep_the_longer_still_cut() -> None:
+    # the same start: nothing shows that one is cut at its end and the other at its start
+    assert merge_mentions([_m(10, 16, cut=True), _m(10, 23, cut=True)]) == (_m(10, 23, cut=True),)
+    assert merge_mentions([_m(12, 16, cut=True), _m(10, 23, cut=True)]) == (_m(10, 23, cut=True),)
+
+
+# "Angela Merkel" (6..19) is longer than the overlap of the chunks around it: no chunk holds it whole.
+SHORT = "Later Angela Merkel spoke in Berlin."
+ANGELA = (SHORT.index("Angela Merkel"), SHORT.index("Angela Merkel") + len("Angela Merkel"))
+
+
+def _short_fold(chunks: tuple[tuple[int, int], ...], needles: tuple[str, ...],
+                order: tuple[int, ...] | None = None) -> DocumentOutput:
+    """``needles`` (PERSON, one per chunk, "" for none) found in ``SHORT`` cut into ``chunks``, folded."""
+    inputs = []
+    for i, ((start, end), needle) in enumerate(zip(chunks, needles, strict=True)):
+        text = SHORT[start:end]
+        spans = [_span(text, needle, "PERSON")] if needle else []
+        if "Berlin" in text:
+            spans.append(_span(text, "Berlin", "GPE"))
+        mentions = place_spans(text, spans, char_start=start, page_start=1, page_breaks=(), first=i == 0,
+                               last=i == len(chunks) - 1)
+        inputs.append(FoldInput(index=i, token_count=5, page_start=1, page_end=1, mentions=mentions))
+    return _fold([inputs[i] for i in order] if order else inputs)
+
+
+def test_two_overlapping_cut_pieces_of_one_mention_are_joined_into_one_whole_mention() -> None:
+    # chunk 0 "Later Angela Mer", chunk 1 "ela Merkel spoke in Berlin.": the pieces share "ela Mer"
+    chunks = ((0, 16), (9, len(SHORT)))
+    out = _short_fold(chunks, ("Angela Mer", "ela Merkel"))
+    assert _mentions(out) == [("Angela Merkel", "PERSON", *ANGELA),
+                              ("Berlin", "GPE", SHORT.index("Berlin"), SHORT.index("Berlin") + 6)]
+    assert all(SHORT[m.start:m.end] == m.text and not m.cut for m in out.mentions)
+    assert [(e.label, e.text) for e in out.entities] == [("GPE", "berlin"), ("PERSON", "angela merkel")]
+    assert _short_fold(chunks, ("Angela Mer", "ela Merkel"), order=(1, 0)) == out
+
+
+def test_two_cut_pieces_that_touch_are_joined() -> None:
+    # no overlap, the cut inside the word: "Later Angela Mer" | "kel spoke in Berlin."
+    out = _short_fold(((0, 16), (16, len(SHORT))), ("Angela Mer", "kel"))
+    assert [(m.text, m.start, m.end, m.cut) for m in out.mentions if m.label == "PERSON"] == [
+        ("Angela Merkel", *ANGELA, False)]
+
+
+def test_the_pieces_of_a_mention_longer_than_a_chunk_are_joined_in_a_chain() -> None:
+    # the middle chunk "la Mer" is all inside the mention: cut at both ends
+    chunks = ((0, 12), (10, 16), (14, len(SHORT)))
+    needles = ("Angela", "la Mer", "erkel")
+    out = _short_fold(chunks, needles)
+    assert [(m.text, m.start, m.end, m.cut) for m in out.mentions if m.label == "PERSON"] == [
+        ("Angela Merkel", *ANGELA, False)]
+    for order in itertools.permutations(range(3)):
+        assert _short_fold(chunks, needles, order=order) == out
+
+
+def test_a_joined_mention_has_the_first_pieces_page_and_the_lowest_score() -> None:
+    first = _m(10, 20, score=0.9, page=2, cut=True, text="abcdefghij")
+    second = _m(15, 25, score=0.6, page=3, cut=True, text="fghijklmno")
+    assert merge_mentions([second, first]) == (_m(10, 25, score=0.6, page=2, text="abcdefghijklmno"),)
+
+
+def test_cut_pieces_that_are_not_one_mention_are_not_joined_and_stay_cut() -> None:
+    a = _m(10, 20, cut=True, text="abcdefghij")
+    gap = _m(21, 30, cut=True)  # a character between them: neither overlaps nor touches
+    assert merge_mentions([a, gap]) == (a, gap)
+    other_label = _m(15, 25, "ORG", cut=True, text="fghijklmno")
+    assert merge_mentions([a, other_label]) == (a, other_label)
+    disagrees = _m(15, 25, cut=True, text="XXXXXklmno")  # not the same characters where they overlap
+    assert merge_mentions([a, disagrees]) == (a,)  # one entity seen twice: the lower start is kept
+
+
+def test_a_piece_that_overlaps_a_whole_mention_is_dropped_before_pieces_are_joined() -> None:
+    a, b = _m(10, 20, cut=True, text="abcdefghij"), _m(15, 25, cut=True, text="fghijklmno")
+    whole = _m(22, 30, "ORG")
+    assert merge_mentions([a, b, whole]) == (a, whole)
+
+
+def test_joining_does_not_depend_on_the_order_of_the_mentions() -> None:
+    text = "abcdefghijklmnopqrstuvwxyz0123456789"
+    # a chain of three pieces, one inside it, a piece seen twice and once with a lower score, a piece of
+    # another label, and a piece that a whole mention overlaps
+    piece = {(s, e): _m(s, e, cut=True, text=text[s:e]) for s, e in ((2, 9), (6, 14), (3, 8), (25, 30))}
+    mentions = [*piece.values(), piece[(6, 14)], _m(6, 14, score=0.3, cut=True, text=text[6:14]),
+                _m(12, 20, score=0.8, cut=True, text=text[12:20]), _m(12, 18, "ORG", cut=True),
+                _m(28, 33, "ORG"), _m(0, 2, "ORG")]
+    expected = merge_mentions(mentions)
+    assert expected == (_m(0, 2, "ORG"), _m(2, 20, score=0.8, text=text[2:20]), _m(12, 18, "ORG", cut=True),
+                        _m(28, 33, "ORG"))
+    shuffle = random.Random(7)
+    for _ in range(200):
+        shuffle.shuffle(mentions)
+        assert merge_mentions(mentions) == expected
 
 
 def test_any_order_and_any_permutation_of_the_chunks_gives_the_same_result() -> None:

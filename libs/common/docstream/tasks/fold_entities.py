@@ -9,7 +9,14 @@ arrive in) and bounded by ``MAX_DOCUMENT_MENTIONS``: past it the mentions with t
 
 1. a ``cut`` mention that overlaps any mention that is not cut (any label) is dropped: an entity cut
    at a chunk boundary is taken from the chunk that holds it whole;
-2. of mentions with the same label whose spans overlap (the same entity seen by two overlapping
+2. the cut fragments left of one label are joined where the chunk overlap shows them to be one
+   entity longer than the overlap: in order of start, a fragment that starts after the joined span
+   starts, no later than it ends (overlapping or touching) and ends after it, and whose text agrees
+   with it where they overlap, extends it. A joined mention spans its pieces, its text is the first
+   piece's followed by each later piece past the overlap (so it is the document's text of the span),
+   its page the first piece's, its score the lowest of its pieces', and it is not ``cut``; a
+   fragment joined to nothing stays ``cut``;
+3. of mentions with the same label whose spans overlap (the same entity seen by two overlapping
    chunks) one is kept: the longer span, then the higher score, then the lower start, then the text.
 """
 
@@ -61,9 +68,8 @@ def _order(row: _Row) -> tuple[Any, ...]:
     return (row[0], row[1], row[2], row[3], row[4], row[5], row[6])
 
 
-def _mention(row: Sequence[Any], *, cut: bool | None = None) -> Mention:
-    return Mention(str(row[3]), str(row[2]), int(row[0]), int(row[1]), int(row[4]), float(row[5]),
-                   bool(row[6]) if cut is None else cut)
+def _mention(row: Sequence[Any]) -> Mention:
+    return Mention(str(row[3]), str(row[2]), int(row[0]), int(row[1]), int(row[4]), float(row[5]), bool(row[6]))
 
 
 class _Intervals:
@@ -89,11 +95,43 @@ def _overlaps_any(starts: Sequence[int], reach: Sequence[int], start: int, end: 
     return i >= 0 and reach[i] > start
 
 
+def _agrees(joined: _Row, piece: _Row) -> bool:
+    # both are the document's text, so where they overlap they are the same characters
+    overlap = joined[1] - piece[0]
+    return str(joined[3])[len(joined[3]) - overlap:] == str(piece[3])[:overlap]
+
+
+def _join_fragments(fragments: Iterable[_Row]) -> list[_Row]:
+    """``fragments`` (cut rows) with the pieces of one entity joined (the module's rule 2)."""
+    # a total order on the rows (label, start, the longest first, the highest score first), so the
+    # joins do not depend on the order the fragments came in
+    ordered = sorted(fragments, key=lambda r: (r[2], r[0], -r[1], -r[5], r[3], r[4]))
+    out: list[_Row] = []
+    span: _Row | None = None
+    for r in ordered:
+        if span is not None and r[2] == span[2] and span[0] < r[0] <= span[1] < r[1] and _agrees(span, r):
+            span = [span[0], r[1], span[2], str(span[3]) + str(r[3])[span[1] - r[0]:], span[4],
+                    min(span[5], r[5]), False]
+        elif span is not None and r[2] == span[2] and span[0] <= r[0] and r[1] <= span[1]:
+            out.append(r)  # inside the span: seen again by another chunk, rule 3 keeps the span
+        else:
+            if span is not None:
+                out.append(span)
+            span = r
+    if span is not None:
+        out.append(span)
+    return out
+
+
 def merge_mentions(mentions: Iterable[Mention]) -> tuple[Mention, ...]:
-    """Every mention once: cut fragments and overlap duplicates removed (the module's rules 1 and 2).
+    """Every mention once: cut fragments joined or removed, overlap duplicates removed (the module's rules).
 
     The result does not depend on the order of ``mentions``; it is in document order
-    ``(start, end, label)`` and no mention in it is ``cut``.
+    ``(start, end, label)``. A mention in it is ``cut`` only when it is a fragment that no whole
+    mention overlaps and no other fragment joins (an entity whose other pieces were not found).
+
+    Raises:
+        TaskOutputError: a malformed mention.
     """
     rows = [_row(m, "mention") for m in mentions]
     whole = sorted((r for r in rows if not r[6]), key=_order)
@@ -101,7 +139,7 @@ def merge_mentions(mentions: Iterable[Mention]) -> tuple[Mention, ...]:
     reach: list[int] = []
     for r in whole:
         reach.append(max(r[1], reach[-1]) if reach else r[1])
-    candidates = whole + [r for r in rows if r[6] and not _overlaps_any(starts, reach, r[0], r[1])]
+    candidates = whole + _join_fragments(r for r in rows if r[6] and not _overlaps_any(starts, reach, r[0], r[1]))
     # longest first, then highest score, lower start, text; the rest of the row makes the order total
     candidates.sort(key=lambda r: (r[0] - r[1], -r[5], r[0], r[3], r[1], r[2], r[4], r[6]))
     kept: dict[str, _Intervals] = {}
@@ -112,7 +150,7 @@ def merge_mentions(mentions: Iterable[Mention]) -> tuple[Mention, ...]:
             taken.add(r[0], r[1])
             out.append(r)
     out.sort(key=_order)
-    return tuple(_mention(r, cut=False) for r in out)
+    return tuple(_mention(r) for r in out)
 
 
 def summarize_entities(mentions: Iterable[Mention]) -> tuple[EntitySummary, ...]:
@@ -128,7 +166,7 @@ def summarize_entities(mentions: Iterable[Mention]) -> tuple[EntitySummary, ...]
 
 
 class EntitiesFold:
-    """Document mentions in document offsets, chunk-overlap duplicates and cut fragments merged, and their index."""
+    """Document mentions in document offsets, overlap duplicates merged, cut fragments joined, and their index."""
 
     def empty(self) -> dict[str, Any]:
         """No chunk yet."""
