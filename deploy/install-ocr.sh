@@ -3,14 +3,21 @@
 # `make setup` and the Dockerfile. Idempotent and quick when installed: it only looks for the files.
 # PyMuPDF's wheel has Tesseract built in; it needs <lang>.traineddata (tesseract-ocr-<lang>), and the
 # `tesseract` binary tells it where they are. Extra languages: deploy/install-ocr.sh deu fra ...
-# fonts-dejavu-core: the TTFs the OCR accuracy test draws its Cyrillic scans in.
+# The languages cover the scripts users bring (docs/chunking.md "OCR in the page's script"): Latin,
+# Cyrillic, Greek, Arabic, Hebrew, Devanagari, Han simplified and traditional, Japanese, Korean; about
+# 16 MB of language data (32 MB with osd, which tesseract-ocr brings for script detection).
+# Fonts: fonts-dejavu-core (Latin, Cyrillic, Greek, Arabic, Hebrew), fonts-freefont-ttf and
+# fonts-lohit-deva (Devanagari): what the tests' generated documents are written in (tests/fixtures/scripts.py).
 set -euo pipefail
-languages=(eng rus chi_sim "$@")
+languages=(eng rus ell ara heb hin chi_sim chi_tra jpn kor "$@")
 tessdata=${TESSDATA_PREFIX:-/usr/share/tesseract-ocr/5/tessdata}
-packages=(tesseract-ocr fonts-dejavu-core)
+packages=(tesseract-ocr fonts-dejavu-core fonts-freefont-ttf fonts-lohit-deva)
 missing=0
 command -v tesseract >/dev/null || missing=1
+[ -f "$tessdata/osd.traineddata" ] || missing=1
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing=1
+[ -f /usr/share/fonts/truetype/freefont/FreeSerif.ttf ] || missing=1
+[ -f /usr/share/fonts/truetype/lohit-devanagari/Lohit-Devanagari.ttf ] || missing=1
 for lang in "${languages[@]}"; do
   case "$lang" in *[!a-z_]*|"") echo "install-ocr: $lang is not a Tesseract language code (eng, chi_sim)" >&2; exit 2;; esac
   packages+=("tesseract-ocr-${lang//_/-}")

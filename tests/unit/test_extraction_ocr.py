@@ -18,7 +18,7 @@ from docstream.extraction import ChunkedDocument, PageOcr, chunk_bytes
 from docstream.ocr import OcrEngine, OcrResult
 from docstream.settings import OcrSettings
 from docstream.tokenization import ModelTokenCounter, load_token_counter
-from tests.fixtures.documents import make_pdf, make_scanned_copy
+from tests.fixtures.documents import make_pdf, make_scanned_copy, russian_paragraphs
 
 CONFIG = ChunkingConfig(max_tokens=128, overlap_tokens=16)
 
@@ -33,12 +33,22 @@ class FakeEngine:
 
     name = "fake"
 
-    def __init__(self, texts: Sequence[str]) -> None:
+    def __init__(self, texts: Sequence[str], *, installed: Sequence[str] = ("eng", "rus", "chi_sim"),
+                 script: str | None = None) -> None:
         self.texts = texts
         self.pages: list[int] = []
+        self.languages: list[tuple[str, ...]] = []
+        self.installed = frozenset(installed)
+        self.script = script
+        self.detections = 0
+
+    def detect_script(self, page: pymupdf.Page, *, dpi: int) -> str | None:
+        self.detections += 1
+        return self.script
 
     def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
         self.pages.append(page.number + 1)
+        self.languages.append(tuple(languages))
         return OcrResult(self.texts[page.number], self.name, 0.9)
 
 
@@ -130,3 +140,80 @@ def test_ocr_text_that_reads_no_better_than_nothing_is_not_kept(counter: ModelTo
 def test_without_ocr_pages_still_get_verdicts(counter: ModelTokenCounter) -> None:
     result = _chunk(make_pdf(2).data, counter, None)
     assert result.sources.by_verdict == {"ok": 2} and result.sources.ocr_pages == 0
+
+
+ARABIC = "السنة الدراسية ثانوية المدينة امتحان مادة اللغة العربية للصف الثالث اقرأ النص التالي ثم أجب عن الأسئلة"
+LATIN_NOISE = "doeuly all Aduull Bqy seal ygiSall digs rosa bal ladle aio poly smart tue lop"
+
+
+class ScriptEngine(FakeEngine):
+    """Reads a page as ``readings[languages]``: what Tesseract gives in each language."""
+
+    def __init__(self, readings: dict[tuple[str, ...], str], **kw: object) -> None:
+        super().__init__((), **kw)  # type: ignore[arg-type]
+        self.readings = readings
+
+    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
+        self.pages.append(page.number + 1)
+        self.languages.append(tuple(languages))
+        return OcrResult(self.readings.get(tuple(languages), ""), self.name)
+
+
+def test_a_scan_is_read_in_the_script_the_engine_detects_once_per_document(counter: ModelTokenCounter) -> None:
+    engine = ScriptEngine({("ara",): ARABIC, ("eng",): LATIN_NOISE}, installed=("eng", "ara"), script="Arabic")
+    result = _chunk(make_scanned_copy(2, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
+
+    assert engine.languages == [("ara",), ("ara",)]
+    assert engine.detections == 1, "the document's first OCR page names its script for the others"
+    assert result.sources.by_reason == {"ocr_reads_better": 2}
+    assert result.sources.by_verdict == {"no_text_layer": 2}, "the verdict is the text layer's"
+    assert ARABIC.split()[0] in result.chunks[0].text
+    assert {r for s in result.chunk_sources for r in s.page_reasons} == {"ocr_reads_better"}
+
+
+def test_latin_noise_from_a_page_in_another_script_is_never_kept(counter: ModelTokenCounter) -> None:
+    # the engine detects Arabic, but the Arabic data reads nothing: English noise must not stand in for it
+    engine = ScriptEngine({("eng",): LATIN_NOISE}, installed=("eng", "ara"), script="Arabic")
+    with pytest.raises(DocumentError) as err:
+        _chunk(make_scanned_copy(1, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
+    assert engine.languages == [("ara",)] and err.value.code == "no_text"
+
+
+def test_a_script_without_language_data_is_not_read_with_another_scripts(counter: ModelTokenCounter) -> None:
+    engine = ScriptEngine({("eng",): LATIN_NOISE}, installed=("eng",), script="Arabic")
+    with pytest.raises(DocumentError) as err:
+        _chunk(make_scanned_copy(2, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
+    assert engine.pages == [], "nothing was read in English"
+    assert err.value.code == "ocr_unavailable_for_script"
+    assert "ara" in err.value.message
+
+
+def test_without_a_script_detection_all_the_configured_languages_read_the_scan(counter: ModelTokenCounter) -> None:
+    russian = " ".join(russian_paragraphs(3, 2))
+    engine = ScriptEngine({("eng", "rus"): russian}, installed=("eng", "rus"), script=None)
+    result = _chunk(make_scanned_copy(1, dpi=72).data, counter,
+                    PageOcr(OcrSettings(languages=["eng", "rus"]), opener=Opener(engine)))
+    assert engine.languages == [("eng", "rus")] and result.sources.by_source == {"ocr": 1}
+    assert result.chunks[0].text.startswith(russian[:20])
+
+
+def test_a_han_page_detected_as_korean_is_read_again_in_the_script_its_reading_claims(
+    counter: ModelTokenCounter,
+) -> None:
+    chinese = "我们今天学习中国历史。孩子们早上去学校，老师教他们历史。我们今天学习中国历史。"
+    engine = ScriptEngine({("kor",): chinese[:20] + "가", ("chi_sim",): chinese},
+                          installed=("eng", "kor", "chi_sim"), script="Korean")
+    result = _chunk(make_scanned_copy(1, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
+    assert engine.languages == [("kor",), ("chi_sim",)]
+    assert result.chunks[0].text.startswith(chinese[:10])
+
+
+def test_a_han_scan_of_unknown_variety_is_read_in_both_once_then_in_the_one_it_claims(
+    counter: ModelTokenCounter,
+) -> None:
+    traditional = "我們今天學習中國歷史。孩子們早上去學校，老師教他們歷史，這是我們的國家。"
+    engine = ScriptEngine({("chi_sim", "chi_tra"): traditional, ("chi_tra",): traditional},
+                          installed=("eng", "chi_sim", "chi_tra"), script="Han")
+    result = _chunk(make_scanned_copy(2, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
+    assert engine.languages == [("chi_sim", "chi_tra"), ("chi_tra",)]
+    assert result.sources.by_source == {"ocr": 2}

@@ -24,13 +24,13 @@ ENGLISH = " ".join(paragraphs(1, 3))
 GERMAN = "Die Größe der Straße in Zürich ist über 40 Meter, sagte der Bürgermeister gestern früh."
 FRENCH = "L'été dernier, à Paris, nous avons mangé une crème brûlée ; c'était délicieux, déjà !"
 RUSSIAN = "Жизнь коротка, искусство вечно. Свобода слова и печати есть основа общества, сказал он в 2020 году."
-CHINESE = "东京是日本的首都，北京是中国的首都。汉字很有意思，我们每天学习新的词语。"  # noqa: RUF001
+CHINESE = "东京是日本的首都，北京是中国的首都。汉字很有意思，我们每天学习新的词语。"
 # Russian through a legacy font: each letter's Windows-1251 byte read as Windows-1252
 CP1251_AS_LATIN1 = RUSSIAN.encode("cp1251").decode("cp1252")
 # Russian as UTF-8 bytes read as Latin-1: the classic double encoding
 UTF8_AS_LATIN1 = RUSSIAN.encode("utf-8").decode("cp1252", errors="replace")
 # Glyph ids read as code points (an Identity-H font without ToUnicode), spaces as U+0001
-GLYPH_IDS = "ŚƊƉƏƞ\x01ƌƐƒƐƔƌƁ\r\x01ƊƓƌƕƓƓƔƃƐ\x01ƃƆƙƏƐ\x0f\x01ťƃƐƂƐƅƁ\x01ƓƍƐƃƁ\x01Ɗ\x01ƑƆƕƁƔƊ"  # noqa: RUF001
+GLYPH_IDS = "ŚƊƉƏƞ\x01ƌƐƒƐƔƌƁ\r\x01ƊƓƌƕƓƓƔƃƐ\x01ƃƆƙƏƐ\x0f\x01ťƃƐƂƐƅƁ\x01ƓƍƐƃƁ\x01Ɗ\x01ƑƆƕƁƔƊ"
 
 
 def facts(text: str, **kw: object) -> PageFacts:

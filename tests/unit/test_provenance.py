@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from docstream.page_quality import PageVerdict
 from docstream.provenance import (
+    REASONS,
     ChunkSource,
     DocumentSources,
+    OcrReading,
     PageSource,
+    Reason,
     chunk_source,
     document_failure,
+    ocr_wins,
     settle_page,
     wants_ocr,
 )
@@ -33,33 +39,66 @@ def test_which_pages_are_ocred(mode: str, verdict: PageVerdict, expected: bool) 
     assert wants_ocr(mode, verdict) is expected  # type: ignore[arg-type]
 
 
+def _reading(text: str, verdict: PageVerdict, languages: tuple[str, ...] = ("eng",),
+             engine: str = "tesseract", page_language: str | None = None) -> OcrReading:
+    return OcrReading(text, engine, languages, verdict, page_language)
+
+
+READ_OK = PageVerdict("ok", 0.95, "a text layer", "eng")
+
+
 def test_a_page_without_ocr_keeps_its_text_layer() -> None:
     settled = settle_page(3, "auto", "Some words here.", OK)
     assert settled.text == "Some words here."
-    assert settled.source == PageSource(3, "ok", "text_layer", None, ocred=False)
+    assert settled.source == PageSource(3, "ok", "text_layer", None, ocred=False, reason="text_layer")
 
 
-def test_auto_keeps_the_ocr_text_when_it_reads_better() -> None:
-    settled = settle_page(1, "auto", "", SCAN, ("Scanned words.", "tesseract", PageVerdict("ok", 0.95, "")))
-    assert settled.text == "Scanned words."
-    assert settled.source == PageSource(1, "ok", "ocr", "tesseract", ocred=True)
+def test_auto_keeps_the_ocr_text_when_it_reads_better_and_records_the_layers_verdict() -> None:
+    settled = settle_page(1, "auto", "", SCAN, _reading("Scanned words of a page.", READ_OK))
+    assert settled.text == "Scanned words of a page."
+    assert settled.source == PageSource(1, "no_text_layer", "ocr", "tesseract", True, "ocr_reads_better", "eng")
 
 
 def test_auto_keeps_the_text_layer_when_the_ocr_reads_no_better() -> None:
     worse = PageVerdict("mojibake", 0.1, "")
-    settled = settle_page(2, "auto", "привет".encode().decode("latin-1"), MOJIBAKE, ("@#! ~~", "tesseract", worse))
-    assert settled.source == PageSource(2, "mojibake", "text_layer", None, ocred=True)
+    settled = settle_page(2, "auto", "привет".encode().decode("latin-1"), MOJIBAKE, _reading("@#! ~~", worse))
+    assert settled.source == PageSource(2, "mojibake", "text_layer", None, True, "ocr_not_better", "eng")
     assert settled.text == "", "a page still unusable gives no text"
 
 
 def test_a_tie_keeps_the_text_layer() -> None:
-    settled = settle_page(1, "auto", "", SCAN, ("", "rapidocr", SCAN))
+    settled = settle_page(1, "auto", "", SCAN, _reading("", SCAN, engine="rapidocr"))
     assert settled.source.text_source == "text_layer" and settled.source.ocred
+    assert settled.source.reason == "ocr_not_better"
+
+
+def test_latin_noise_never_wins_on_a_page_of_another_script() -> None:
+    # what OCR in English read from an Arabic exam (issue 28): word-like, and all in the wrong script
+    noise = "2018-2017 doeuly all Aduull Bqy seal ygiSall digs rosa bal ladle aio poly"
+    broken = PageVerdict("mojibake", 0.3, "quality 0.3 < 0.7", None)
+    in_arabic = _reading(noise, READ_OK, ("ara", "eng"), page_language="ara")
+    assert not ocr_wins("", broken, in_arabic)
+    settled = settle_page(1, "auto", "", broken, in_arabic)
+    assert (settled.text, settled.source.text_source, settled.source.reason) == ("", "text_layer", "ocr_not_better")
+    arabic = "السنة الدراسية ثانوية المدينة امتحان مادة اللغة العربية للصف الثالث"
+    read = _reading(arabic, PageVerdict("ok", 1.0, "", "ara"), ("ara", "eng"), page_language="ara")
+    assert ocr_wins("", broken, read)
+
+
+def test_a_reading_in_the_configured_languages_is_judged_in_the_one_it_claims() -> None:
+    russian = _reading("Жизнь коротка, искусство вечно.", PageVerdict("ok", 1.0, "", "rus"), ("eng", "rus"))
+    assert russian.judged_in == "rus"
+    outside = _reading("Some English words here.", PageVerdict("ok", 1.0, "", "eng"), ("rus",))
+    assert outside.judged_in == "rus", "a claim outside the languages it was read in does not count"
+
+
+def test_ocr_never_replaces_a_usable_layer_in_auto() -> None:
+    assert not ocr_wins("Exact words of the page.", OK, _reading("Exact words of the page.", READ_OK))
 
 
 def test_force_keeps_the_ocr_text_even_when_the_layer_reads_better() -> None:
-    settled = settle_page(1, "force", "Exact words.", OK, ("Exaet words.", "tesseract", PageVerdict("ok", 0.5, "")))
-    assert (settled.text, settled.source.text_source) == ("Exaet words.", "ocr")
+    settled = settle_page(1, "force", "Exact words.", OK, _reading("Exaet words.", PageVerdict("ok", 0.5, "")))
+    assert (settled.text, settled.source.text_source, settled.source.reason) == ("Exaet words.", "ocr", "ocr_forced")
 
 
 def test_an_ocr_layer_page_keeps_its_text() -> None:
@@ -67,15 +106,37 @@ def test_an_ocr_layer_page_keeps_its_text() -> None:
     assert settled.text == "Already OCRed." and settled.source.verdict == "ok_with_ocr_layer"
 
 
+@pytest.mark.parametrize("skipped", ["ocr_unavailable_for_script", "ocr_unavailable", "ocr_failed"])
+def test_a_page_ocr_skipped_keeps_its_layer_and_says_why(skipped: Reason) -> None:
+    settled = settle_page(1, "auto", "", SCAN, skipped=skipped, wanted="tha")
+    assert settled.text == ""
+    assert settled.source == PageSource(1, "no_text_layer", "text_layer", None, False, skipped, "tha")
+
+
+def test_an_unusable_layer_with_ocr_off_says_so() -> None:
+    assert settle_page(1, "off", "", SCAN).source.reason == "ocr_off"
+    assert set(REASONS) == set(get_args(Reason))
+
+
 def test_a_chunk_is_ocr_when_any_of_its_pages_is() -> None:
     pages = {
         1: PageSource(1, "ok"),
-        2: PageSource(2, "ok", "ocr", "tesseract", ocred=True),
-        3: PageSource(3, "ok", "ocr", "rapidocr", ocred=True),
+        2: PageSource(2, "no_text_layer", "ocr", "tesseract", ocred=True, reason="ocr_reads_better"),
+        3: PageSource(3, "no_text_layer", "ocr", "rapidocr", ocred=True, reason="ocr_reads_better"),
     }
-    assert chunk_source(1, 1, pages) == ChunkSource("text_layer", None, ("ok",))
-    assert chunk_source(1, 3, pages) == ChunkSource("ocr", "tesseract", ("ok", "ok", "ok"))
+    assert chunk_source(1, 1, pages) == ChunkSource("text_layer", None, ("ok",), ("text_layer",))
+    assert chunk_source(1, 3, pages) == ChunkSource(
+        "ocr", "tesseract", ("ok", "no_text_layer", "no_text_layer"),
+        ("text_layer", "ocr_reads_better", "ocr_reads_better"),
+    )
     assert chunk_source(3, 3, pages).ocr_engine == "rapidocr"
+
+
+def test_a_document_whose_script_ocr_cannot_read_fails_with_its_own_code() -> None:
+    pages = [PageSource(1, "no_text_layer", reason="ocr_unavailable_for_script", ocr_languages="tha")] * 2
+    failure = document_failure(pages, has_chunks=False)
+    assert failure is not None and failure[0] == "ocr_unavailable_for_script"
+    assert "tha" in failure[1] and "deploy/install-ocr.sh" in failure[1]
 
 
 def test_the_document_counts_pages_by_verdict_and_source() -> None:
@@ -86,6 +147,7 @@ def test_the_document_counts_pages_by_verdict_and_source() -> None:
         PageSource(4, "ok"),
     ]
     sources = DocumentSources.of(pages)
+    assert sources.by_reason == {"text_layer": 4}
     assert sources.by_verdict == {"no_text_layer": 1, "ok": 3}
     assert sources.by_source == {"ocr": 1, "text_layer": 3}
     assert sources.ocr_pages == 2

@@ -98,6 +98,7 @@ CHUNK = ChunkRow(
     page_start=2, page_end=3, char_start=100, char_end=199, token_count=42, embedding=float32_values([0.5, 1 / 3]),
     heading="Introduction", status="failed", error_code="model_error", text_source="ocr", ocr_engine="tesseract",
     page_verdicts=("no_text_layer", "ok"),
+    page_reasons=("ocr_reads_better", "text_layer"),
 )
 TASK_CHUNK = replace(CHUNK, task="classify", embedding=[], label_scores={"a": float32_values([0.1])[0], "b": 0.5},
                      mentions=MENTIONS, output='[1, 2]')
@@ -169,7 +170,7 @@ def test_values_land_in_their_named_columns_and_read_back(mapper: Mapper, encodi
             assert value == encoding.options(expected)
         elif name in ("model_us", "stage_us", "pages_by_verdict", "pages_by_source"):
             assert value == encoding.counts(expected)
-        elif name == "page_verdicts":
+        elif name in ("page_verdicts", "page_reasons"):
             assert value == ",".join(expected)
         elif name in ("label_scores", "top_chunks", "mentions", "entities", "tasks"):
             continue  # a task's structures: their round trip is below
@@ -257,9 +258,9 @@ def test_columns_protocol_takes_plain_mappings() -> None:
 def test_rows_written_before_provenance_read_as_text_layer() -> None:
     """Migration 006 adds the provenance columns: nulls in older rows read as text_layer, no engine, no counts."""
     stored = dict(zip(CHUNKS.columns, _chunk_to_columns(CHUNK, AS_SQLITE), strict=True))
-    stored.update(text_source=None, ocr_engine=None, page_verdicts=None)
+    stored.update(text_source=None, ocr_engine=None, page_verdicts=None, page_reasons=None)
     assert rows.chunk_from_columns(stored, AS_SQLITE) == replace(CHUNK, text_source="text_layer", ocr_engine=None,
-                                                      page_verdicts=())
+                                                      page_verdicts=(), page_reasons=())
     found = dict(zip(DOCUMENTS.columns, rows.document_to_columns(DOCUMENT, AS_SQLITE), strict=True))
     found.update(pages_by_verdict=None, pages_by_source=None)
     assert rows.document_from_columns(found, AS_SQLITE) == replace(DOCUMENT, pages_by_verdict={}, pages_by_source={})

@@ -13,6 +13,10 @@ what to install. docs/chunking.md "OCR engines" compares them (accuracy, pages/s
   chi_sim, ...). ``make setup`` installs them (deploy/install-ocr.sh).
 * ``rapidocr``: RapidOCR 1.4.4 on ONNX Runtime, models inside its wheel; Chinese and English only.
 
+Each engine says which languages it has (``installed``) and, where it can, which script a
+page's image is written in (``detect_script``: Tesseract's OSD), so the chunker reads each page
+in its own script's language and never in another script's.
+
 Both render the page at the configured dpi (less where a huge page would pass
 ``MAX_OCR_PIXELS``), one page at a time, and free the image before returning. Their text is
 laid out by ``docstream.text_layout.page_text``: paragraphs in reading order, blank lines
@@ -24,12 +28,16 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from docstream.errors import ConfigError
+from docstream.logging import get_logger
 from docstream.text_layout import OcrLine, page_text
 
 if TYPE_CHECKING:
@@ -40,11 +48,13 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_OCR_PIXELS",
     "RAPIDOCR_LANGUAGES",
+    "RTL_LANGUAGES",
     "OcrEngine",
     "OcrResult",
     "RapidOcrEngine",
     "TesseractEngine",
     "open_engine",
+    "osd_script",
     "render_dpi",
 ]
 
@@ -54,6 +64,11 @@ RAPIDOCR_LANGUAGES = frozenset({"eng", "chi_sim"})
 """What the models in RapidOCR's wheel read (PP-OCRv4: simplified Chinese, with Latin letters and digits)."""
 _RAPIDOCR_MAX_SIDE = 8192
 """RapidOCR shrinks images past this side; MAX_OCR_PIXELS keeps pages below it."""
+_log = get_logger(__name__)
+_NOT_LANGUAGES = frozenset({"osd", "equ"})
+_COMMAND_TIMEOUT_S = 60.0
+RTL_LANGUAGES = frozenset({"ara", "fas", "urd", "pus", "heb", "yid"})
+"""Languages written right to left, which Tesseract's command reads instead of MuPDF's OCR text page."""
 _TESSERACT_PACKAGES = "apt-get install tesseract-ocr tesseract-ocr-{package} (or run deploy/install-ocr.sh)"
 
 
@@ -70,6 +85,13 @@ class OcrEngine(Protocol):
     """Reads the text of one page."""
 
     name: str
+    installed: frozenset[str]
+    """The languages the engine has data for."""
+
+    def detect_script(self, page: pymupdf.Page, *, dpi: int) -> str | None:
+        """The script the page's image is written in (Tesseract OSD names: ``Arabic``, ``Han``,
+        ``Japanese``...), or None when the engine cannot tell."""
+        ...
 
     def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
         """The text of ``page`` rendered at ``dpi``, in reading order, paragraphs separated by blank lines."""
@@ -123,6 +145,51 @@ class TesseractEngine:
         self._tessdata = str(folder)
         self._checked: set[str] = set()
         self._check(languages)
+        self.installed = frozenset(
+            path.stem for path in Path(self._tessdata).glob("*.traineddata") if path.stem not in _NOT_LANGUAGES
+        )
+
+    def detect_script(self, page: pymupdf.Page, *, dpi: int) -> str | None:
+        """Tesseract's orientation and script detection (``--psm 0``) over the page rendered grey at ``dpi``.
+
+        Runs Debian's ``tesseract`` command (package tesseract-ocr, which deploy/install-ocr.sh
+        installs beside the language data), since MuPDF's built-in Tesseract does not expose
+        it; about 0.6 s a page on one core. None when the command or ``osd.traineddata`` is
+        missing, it fails, or it finds too little text.
+        """
+        if not (Path(self._tessdata) / "osd.traineddata").is_file():
+            return None
+        output = self._command(page, dpi, ["--psm", "0"])
+        return osd_script(output) if output is not None else None
+
+    def _command(self, page: pymupdf.Page, dpi: int, options: Sequence[str]) -> str | None:
+        """Debian's ``tesseract`` over the page rendered grey at ``dpi``: its standard output, None without it.
+
+        One thread (``OMP_THREAD_LIMIT=1``): OCR beside the model must not take its cores.
+        """
+        import pymupdf
+
+        binary = shutil.which("tesseract")
+        if binary is None:
+            return None
+        rect = page.rect
+        used = render_dpi(rect.width, rect.height, dpi)
+        image = page.get_pixmap(dpi=used, colorspace=pymupdf.csGRAY).tobytes("png")
+        env = {"OMP_THREAD_LIMIT": "1", "PATH": os.environ.get("PATH", "")}
+        try:
+            done = subprocess.run(
+                [binary, "-", "-", "--tessdata-dir", self._tessdata, "--dpi", str(used), *options],
+                input=image, capture_output=True, timeout=_COMMAND_TIMEOUT_S, check=False, env=env,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _log.warning("tesseract_command_failed", error=str(exc)[:300])
+            return None
+        if done.returncode != 0:
+            error = done.stderr[-300:].decode("utf-8", "replace")
+            _log.warning("tesseract_command_failed", exit_code=done.returncode, error=error)
+            return None
+        output: str = done.stdout.decode("utf-8", "replace")
+        return output
 
     def _check(self, languages: Sequence[str]) -> None:
         missing = [
@@ -144,6 +211,12 @@ class TesseractEngine:
             ConfigError: ``ocr_unavailable``: a language without its file.
         """
         self._check(languages)
+        if any(lang in RTL_LANGUAGES for lang in languages):
+            # MuPDF's OCR text page puts some lines of Arabic in visual order (reversed; 43 % CER on
+            # a generated page that the command reads at 1 %): Tesseract's own text output instead
+            output = self._command(page, dpi, ["-l", "+".join(languages)])
+            if output is not None:
+                return OcrResult(_paragraphs(output), self.name)
         rect = page.rect
         textpage = page.get_textpage_ocr(
             flags=0,
@@ -157,6 +230,21 @@ class TesseractEngine:
         finally:
             del textpage
         return OcrResult(page_text(_dict_lines(layout), rect.width), self.name)
+
+
+def _paragraphs(output: str) -> str:
+    """Tesseract's plain text (lines, blank lines between blocks): each block's lines joined by spaces."""
+    blocks = (" ".join(line.strip() for line in block.splitlines() if line.strip()) for block in output.split("\n\n"))
+    return "\n\n".join(block for block in blocks if block)
+
+
+def osd_script(output: str) -> str | None:
+    """The ``Script:`` line of Tesseract's ``--psm 0`` output, or None."""
+    for line in output.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "Script" and value.strip():
+            return value.strip()
+    return None
 
 
 def _has_traineddata(folder: str, language: str) -> bool:
@@ -204,6 +292,11 @@ class RapidOcrEngine:
         # a 12 pt page, 0 % without). No shrinking past RapidOCR's default 2,000 px: at the configured
         # dpi English 10 pt pages read at 0.5 % CER instead of 4 %, in no more time (docs/chunking.md).
         self._ocr = RapidOCR(use_cls=False, max_side_len=_RAPIDOCR_MAX_SIDE)
+        self.installed = RAPIDOCR_LANGUAGES
+
+    def detect_script(self, page: pymupdf.Page, *, dpi: int) -> str | None:
+        """RapidOCR has no script detection: None (the document's languages are used)."""
+        return None
 
     def _check(self, languages: Sequence[str]) -> None:
         unsupported = sorted(set(languages) - RAPIDOCR_LANGUAGES)

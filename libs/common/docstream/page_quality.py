@@ -42,11 +42,21 @@ pay the measure on every page, and it must stay a few percent of extracting the 
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import filterfalse, repeat
 from typing import Literal
+
+from docstream.scripts import (
+    BLOCK_TABLE,
+    LANGUAGE_SCRIPTS,
+    SCRIPT_IDS,
+    claimed_language,
+    judged_text,
+    language_scripts,
+)
 
 __all__ = [
     "LANGUAGE_SCRIPTS",
@@ -67,6 +77,7 @@ __all__ = [
     "assess_page",
     "expected_scripts",
     "needs_ocr",
+    "script_quality",
     "text_quality",
 ]
 
@@ -96,47 +107,7 @@ QUALITY_SAMPLE_CHARS = 400
 """``text_quality`` reads at most this many characters: a longer text is sampled in evenly spaced windows."""
 _SAMPLE_WINDOWS = 4
 
-_LATIN = ("Latin",)
-_CYRILLIC = ("Cyrillic",)
-LANGUAGE_SCRIPTS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(
-        "afr cat ces cym dan deu eng est eus fin fra gle glg hrv hun ind isl ita lat lav lit msa nld nor pol por "
-        "ron slk slv spa sqi swa swe tgl tur vie".split(),
-        _LATIN,
-    ),
-    **dict.fromkeys("bel bul kaz kir mkd mon rus srp tat tgk ukr uzb_cyrl".split(), _CYRILLIC),
-    "ell": ("Greek",),
-    "chi_sim": ("Han",),
-    "chi_tra": ("Han",),
-    "jpn": ("Han", "Kana"),
-    "kor": ("Hangul", "Han"),
-    **dict.fromkeys("ara fas urd pus".split(), ("Arabic",)),
-    **dict.fromkeys("heb yid".split(), ("Hebrew",)),
-    **dict.fromkeys("hin mar nep san".split(), ("Devanagari",)),
-    "tha": ("Thai",),
-}
-"""Tesseract language code → the scripts its text is written in (unknown codes: Latin)."""
-
-# A character's script by its 256-code-point block (the high byte of its UTF-16 code unit):
-# coarse at a few shared blocks (0x05: Cyrillic Supplement and Armenian count as Hebrew), exact
-# enough to tell a page's scripts apart. Block 0 beyond ASCII, 0x01 and 0x02 are the non-ASCII
-# Latin letters of legacy 8-bit fonts and of glyph ids read as code points.
-_SCRIPT_BLOCKS: dict[str, tuple[int, ...]] = {
-    "Latin": (0x00, 0x01, 0x02, 0x1E, 0x2C, 0xA7),
-    "Greek": (0x03, 0x1F),
-    "Cyrillic": (0x04,),
-    "Hebrew": (0x05,),
-    "Arabic": (0x06, 0x07, 0x08, 0xFB, 0xFC, 0xFD, 0xFE),
-    "Devanagari": (0x09,),
-    "Thai": (0x0E,),
-    "Hangul": (0x11, 0x31, *range(0xAC, 0xD8)),
-    "Kana": (0x30,),
-    "Han": (*range(0x34, 0xA0), 0xF9, 0xFA, 0xFF),
-}
-_SCRIPT_IDS = {script: bytes([i + 1]) for i, script in enumerate(_SCRIPT_BLOCKS)}
-_BLOCK_TABLE = bytes(
-    next((i + 1 for i, blocks in enumerate(_SCRIPT_BLOCKS.values()) if block in blocks), 0) for block in range(256)
-)
+_LATIN_ID = SCRIPT_IDS["Latin"]
 _EDGE = (
     "\"'([{<*\u2022\u00b7\u2013\u2014\u00ab\u00bb\u201c\u201d\u201e\u2018\u2019\u201a\u00bf\u00a1-.,;:!?)]}>%"
     "\u2026\u2030\u00b0\u2020\u2021\u00b9\u00b2\u00b3#$\u20ac\u00a3\u00a5\u00a7\u00a9\u00ae\u2122+=/\\|~^@`&"
@@ -146,6 +117,17 @@ _JOINERS = dict.fromkeys(
     map(ord, "-'\u2019.,:/&\u00b7\u2010\u2011\u3001\u3002\uff0c\uff1a\uff1b\uff01\uff1f\u30fb"
              "\u300c\u300d\u300e\u300f\uff08\uff09")
 )
+# Punctuation of every script (Arabic comma, Hebrew maqaf, Devanagari danda, CJK brackets), and
+# symbols past U+2000 (arrows, maths, boxes), are edges, and punctuation joins inside a token as
+# ASCII's does; Latin-1's own symbols are left as they were: mixed into letters they are the
+# mojibake of UTF-8 read as Latin-1 (``Ã©``, ``â€™``).
+_SCRIPT_PUNCTUATION = "".join(
+    c for lo, hi in ((0x0370, 0x1000), (0x2000, 0x2C00), (0x3000, 0x3040), (0xFE10, 0xFE70), (0xFF00, 0xFF66))
+    for c in map(chr, range(lo, hi))
+    if unicodedata.category(c)[0] == "P" or (unicodedata.category(c)[0] == "S" and ord(c) >= 0x2000)
+)
+_EDGE += _SCRIPT_PUNCTUATION
+_JOINERS.update(dict.fromkeys(ord(c) for c in _SCRIPT_PUNCTUATION if unicodedata.category(c)[0] == "P"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,25 +158,71 @@ class PageFacts:
 
 @dataclass(frozen=True, slots=True)
 class PageVerdict:
-    """A page's verdict, the quality of its text (``text_quality``) and why, for logs and docs."""
+    """A page's verdict, the quality of its text (``text_quality``) and why, for logs and docs.
+
+    Attributes:
+        verdict: the verdict.
+        quality: ``text_quality`` of the text in the document's languages and the script it claims.
+        reason: why, in words.
+        language: the Tesseract language of the script the text claims (``docstream.scripts.
+            claimed_language``), None when it claims none (no text, garbage).
+    """
 
     verdict: Verdict
     quality: float
     reason: str
+    language: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Measure:
-    """Characters of a text by kind: the parts of ``text_quality``."""
+    """Characters of a text by kind, one pass: the parts of every quality figure of this module.
 
-    words: float  # weighted characters of word-like tokens
-    letter_bearing: int  # characters of tokens that are not neutral (numbers, symbols)
+    Attributes:
+        letter_bearing: characters of tokens that are not neutral (numbers, punctuation).
+        nbsp: NBSPs (each stands for a glyph that should have been a character).
+        joined: joiner characters inside word-like tokens (``well-known``, a line of Chinese).
+        ascii: ASCII characters of word-like tokens.
+        scripts: characters of word-like tokens per script (``docstream.scripts.letters_by_script``;
+            Latin includes the ASCII ones).
+        mismatch: characters of all-non-ASCII-Latin words of ``MISMATCH_MIN_LETTERS`` letters or more.
+        mismatch_any: the same for words of any length.
+        language: the language of the script the text claims.
+    """
+
+    letter_bearing: int
     nbsp: int
+    joined: int
+    ascii: int
+    scripts: dict[str, int]
+    mismatch: int = 0
+    mismatch_any: int = 0
+    language: str | None = None
 
-    @property
-    def quality(self) -> float:
+    def quality(
+        self, scripts: frozenset[str], *, ascii_counts: bool = True, unexpected: float = UNEXPECTED_SCRIPT_WEIGHT
+    ) -> float:
+        """The share of letter-bearing characters that read as words of ``scripts``.
+
+        Args:
+            scripts: the scripts expected.
+            ascii_counts: ASCII words count as expected whatever the scripts (names, terms, code).
+            unexpected: what a word of a real script not expected counts.
+        """
         total = self.letter_bearing + self.nbsp
-        return min(1.0, self.words / total) if total else 0.0
+        if not total:
+            return 0.0
+        words = sum(self.scripts.values()) + self.joined
+        latin = "Latin" in scripts
+        expected = self.joined + sum(self.scripts.get(s, 0) for s in scripts)
+        if ascii_counts and not latin:
+            expected += self.ascii
+        other = words - expected
+        if latin:
+            expected -= self.mismatch
+        else:
+            other -= self.mismatch_any
+        return min(1.0, (expected + unexpected * max(0, other)) / total)
 
 
 def expected_scripts(languages: Sequence[str]) -> frozenset[str]:
@@ -204,8 +232,7 @@ def expected_scripts(languages: Sequence[str]) -> frozenset[str]:
 
 @lru_cache(maxsize=64)
 def _scripts(languages: tuple[str, ...]) -> frozenset[str]:
-    scripts = {script for code in languages for script in LANGUAGE_SCRIPTS.get(code.strip().lower(), ())}
-    return frozenset(scripts or _LATIN)
+    return language_scripts(languages)
 
 
 def _mismatch(words: list[str], least: int) -> int:
@@ -229,12 +256,13 @@ def _sample(text: str) -> str:
     return " ".join(text[start : start + width] for start in range(0, step * _SAMPLE_WINDOWS, step))
 
 
-def _measure(text: str, scripts: frozenset[str]) -> _Measure:
+def _measure(text: str) -> _Measure:
     # Every step is a C loop (split, map/filter over str methods, bytes.translate/count), over a
     # bounded sample: normal PDFs pay this on every page, so it must cost a few percent of
     # extracting the page. Only tokens that fail the first word test get a Python-level second look.
     text = _sample(text)
-    nbsp = 0 if text.isascii() else text.count("\xa0")
+    nbsp = 0 if text.isascii() else text.count("\xa0")  # before NFKC, which makes them spaces
+    text = judged_text(text)
     tokens = text.split()
     plain = list(filter(str.isidentifier, tokens))  # most words: nothing to strip
     cores = list(filter(None, map(str.strip, filterfalse(str.isidentifier, tokens), repeat(_EDGE))))
@@ -250,48 +278,72 @@ def _measure(text: str, scripts: frozenset[str]) -> _Measure:
             joined += len(token) - len(core)
     letter_bearing = sum(map(len, plain)) + sum(map(len, cores)) - neutral
     letters = "".join(words)
-    total = len(letters)
     if letters.isascii():  # ASCII words count in every language: names, terms, code
-        return _Measure(float(total + joined), letter_bearing, nbsp)
+        scripts = {"Latin": len(letters)} if letters else {}
+        language = claimed_language(scripts, letter_bearing) if letter_bearing >= MIN_TEXT_CHARS else None
+        return _Measure(letter_bearing, nbsp, joined, len(letters), scripts, language=language)
     ascii_chars = len(letters.encode("ascii", "ignore"))
-    blocks = letters.encode("utf-16-le")[1::2].translate(_BLOCK_TABLE)
-    expected = ascii_chars + joined + sum(blocks.count(_SCRIPT_IDS[s]) for s in scripts)
-    if "Latin" in scripts:
-        expected -= ascii_chars  # block 0 counted them once already
-    unexpected = total + joined - expected
-    if blocks.count(_SCRIPT_IDS["Latin"]) > ascii_chars:  # non-ASCII Latin letters: look for a script mismatch
-        latin = "Latin" in scripts
-        mismatch = _mismatch(words, MISMATCH_MIN_LETTERS if latin else 1)
-        if latin:
-            expected -= mismatch
-        else:
-            unexpected -= mismatch
-    return _Measure(expected + UNEXPECTED_SCRIPT_WEIGHT * max(0, unexpected), letter_bearing, nbsp)
+    ids = letters.encode("utf-16-le")[1::2].translate(BLOCK_TABLE)
+    scripts = {script: n for script, i in SCRIPT_IDS.items() if (n := ids.count(i))}
+    mismatch = mismatch_any = 0
+    if scripts.get("Latin", 0) > ascii_chars:  # non-ASCII Latin letters: look for a script mismatch
+        mismatch = _mismatch(words, MISMATCH_MIN_LETTERS)
+        mismatch_any = _mismatch(words, 1)
+    claims = dict(scripts)
+    if mismatch:
+        claims["Latin"] -= mismatch
+    language = claimed_language(claims, letter_bearing, han_text=text) if letter_bearing >= MIN_TEXT_CHARS else None
+    return _Measure(letter_bearing, nbsp, joined, ascii_chars, scripts, mismatch, mismatch_any, language)
 
 
 def text_quality(text: str, *, languages: Sequence[str] = ("eng",)) -> float:
     """How much of ``text`` reads as words of ``languages``' scripts, 0 (garbage) to 1.
 
-    The one measure that ranks two texts of one page (text layer against OCR): the weighted
-    characters of word-like tokens over the characters of letter-bearing tokens plus NBSPs
-    (the module docstring has the rules). Empty text, or text of numbers only, is 0.
+    The characters of word-like tokens over the characters of letter-bearing tokens plus NBSPs
+    (the module docstring has the rules), words of other real scripts counting
+    ``UNEXPECTED_SCRIPT_WEIGHT``. Empty text, or text of numbers only, is 0.
 
     Args:
         text: a page's text.
         languages: Tesseract language codes of the document (``eng``, ``rus``, ``chi_sim``...).
     """
-    return round(_measure(text, expected_scripts(languages)).quality, 4)
+    return round(_measure(text).quality(expected_scripts(languages)), 4)
+
+
+def script_quality(text: str, language: str) -> float:
+    """How much of ``text`` reads as words of ``language``'s own script, 0 to 1: the measure that ranks OCR.
+
+    Unlike ``text_quality``, no other script counts at all, and ASCII counts only where the
+    script is Latin: Latin-looking noise that OCR in the wrong script reads from an Arabic page
+    scores 0 for Arabic, however word-like it looks.
+
+    Args:
+        text: a page's text (its layer, or an OCR reading).
+        language: a Tesseract language code (``ara``, ``jpn``, ``eng``).
+    """
+    return round(_measure(text).quality(expected_scripts((language,)), ascii_counts=False, unexpected=0.0), 4)
 
 
 def assess_page(facts: PageFacts, *, languages: Sequence[str] = ("eng",)) -> PageVerdict:
     """The verdict of one page, by the rules and thresholds of the module docstring.
 
+    The text is judged in the document's languages and in the script it claims itself
+    (``docstream.scripts.claimed_language``): a correct Arabic or Japanese layer of a document
+    configured for ``eng`` reads as the words it is. Garbage claims no script.
+
     Args:
         facts: what the extraction edge read of the page.
         languages: Tesseract language codes of the document.
     """
-    measure = _measure(facts.text, expected_scripts(languages))
-    quality = round(measure.quality, 4)
+    measure = _measure(facts.text)
+    scripts = expected_scripts(languages)
+    if measure.language is not None:
+        scripts = scripts | expected_scripts((measure.language,))
+    verdict = _verdict(facts, measure, round(measure.quality(scripts), 4))
+    return PageVerdict(verdict.verdict, verdict.quality, verdict.reason, measure.language)
+
+
+def _verdict(facts: PageFacts, measure: _Measure, quality: float) -> PageVerdict:
     glyphs = facts.glyphs
     scan = facts.image_area >= SCAN_IMAGE_AREA
     if scan and glyphs >= MIN_GLYPHS and facts.invisible_glyphs >= OCR_LAYER_SHARE * glyphs:

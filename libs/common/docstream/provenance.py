@@ -3,18 +3,23 @@
 Per page, the extraction edge (``docstream.extraction``) reads the text layer, asks
 ``docstream.page_quality.assess_page`` for a verdict, and asks this module what to do:
 
-* ``wants_ocr(mode, verdict)``: ``off`` never OCRs, ``force`` OCRs every page, ``auto`` the
-  pages whose verdict is not usable (``page_quality.needs_ocr``);
-* ``settle_page(...)``: which text the page keeps. ``force`` keeps the OCR text; ``auto`` keeps
-  the OCR text only when ``text_quality`` ranks it above the text layer's (a tie keeps the text
-  layer: exact, and free), with the verdict of the text it kept. A page whose final verdict is
-  still not usable contributes no text (garbage is never embedded); its verdict is recorded.
+* ``wants_ocr(mode, verdict)``: ``off`` never OCRs, ``force`` OCRs every page, ``auto`` only
+  the pages whose text layer is measurably unusable (``no_text_layer``, ``unmapped``,
+  ``mojibake``: ``page_quality.needs_ocr``). A page whose verdict is ``ok`` is never OCRed in
+  ``auto``;
+* ``settle_page(...)``: which text the page keeps, and why (``PageSource.reason``, one of
+  ``REASONS``). ``force`` keeps the OCR text; ``auto`` keeps it only when it wins in the page's
+  own script (``ocr_wins``: ``page_quality.script_quality`` in the language OCR read it in,
+  where Latin-looking noise from an Arabic page scores 0), else the text layer stays. A page
+  whose kept text is not usable contributes no text (garbage is never embedded).
 
-Then per chunk (``chunk_source``): ``text_source`` is ``ocr`` when any of its pages' text came
-from OCR, with the first such page's engine, and the verdicts of its pages in page order; per
-document (``DocumentSources``): pages counted by verdict and by source, and the failure of a
-document with no usable page (``document_failure``: ``unreadable_text`` when some page held
-text that its verdict calls garbage, else ``no_text``).
+A page's ``verdict`` is always its text layer's; ``text_source`` and ``reason`` say which text it
+kept. Then per chunk (``chunk_source``): ``text_source`` is ``ocr`` when any of its pages' text
+came from OCR, with the first such page's engine, and the verdicts and reasons of its pages in
+page order; per document (``DocumentSources``): pages counted by verdict, by source and by
+reason, and the failure of a document with no usable page (``document_failure``:
+``ocr_unavailable_for_script`` when OCR could not read a page's script, ``unreadable_text``
+when some page held text that its verdict calls garbage, else ``no_text``).
 """
 
 from __future__ import annotations
@@ -24,20 +29,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from docstream.page_quality import USABLE, PageVerdict, Verdict, needs_ocr
+from docstream.page_quality import MOJIBAKE_QUALITY, USABLE, PageVerdict, Verdict, needs_ocr, script_quality
+from docstream.scripts import language_scripts, script_of_language
 
 __all__ = [
     "GARBAGE_VERDICTS",
     "OCR",
+    "REASONS",
     "TEXT_LAYER",
     "ChunkSource",
     "DocumentSources",
     "OcrMode",
+    "OcrReading",
     "PageSource",
+    "Reason",
     "SettledPage",
     "TextSource",
     "chunk_source",
     "document_failure",
+    "ocr_wins",
     "settle_page",
     "wants_ocr",
 ]
@@ -48,6 +58,21 @@ TEXT_LAYER: TextSource = "text_layer"
 OCR: TextSource = "ocr"
 GARBAGE_VERDICTS: frozenset[str] = frozenset({"unmapped", "mojibake"})
 """Verdicts of a page that holds text, but text that does not read: ``unreadable_text``."""
+Reason = Literal[
+    "text_layer", "ocr_reads_better", "ocr_forced", "ocr_not_better", "ocr_unavailable_for_script",
+    "ocr_unavailable", "ocr_failed", "ocr_off",
+]
+REASONS: dict[str, str] = {
+    "text_layer": "the text layer is usable: kept, no OCR",
+    "ocr_reads_better": "the text layer is unusable and OCR in the page's script reads better: OCR text kept",
+    "ocr_forced": "chunker.ocr.mode = force: OCR text kept",
+    "ocr_not_better": "OCR ran but did not read better in the page's script: the text layer kept",
+    "ocr_unavailable_for_script": "no OCR language data for the page's script is installed: the text layer kept",
+    "ocr_unavailable": "the OCR engine is not installed: the text layer kept",
+    "ocr_failed": "the OCR engine failed on the page: the text layer kept",
+    "ocr_off": "the text layer is unusable and chunker.ocr.mode = off: the text layer kept",
+}
+"""Why a page kept the text it kept (``PageSource.reason``), in words (docs/chunking.md "Provenance")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +81,12 @@ class PageSource:
 
     Attributes:
         number: 1-based page number.
-        verdict: the verdict of the text the page kept.
-        text_source: ``text_layer`` or ``ocr``.
+        verdict: the verdict of the page's text layer.
+        text_source: ``text_layer`` or ``ocr``: the text the page kept.
         ocr_engine: the engine that read the page, when ``text_source`` is ``ocr``.
         ocred: whether OCR ran on the page (its text may still be the text layer's).
+        reason: why the page kept that text (``REASONS``).
+        ocr_languages: the languages OCR read the page in (``ara+eng``), when it ran.
     """
 
     number: int
@@ -67,23 +94,58 @@ class PageSource:
     text_source: TextSource = TEXT_LAYER
     ocr_engine: str | None = None
     ocred: bool = False
+    reason: Reason = "text_layer"
+    ocr_languages: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SettledPage:
-    """What a page keeps: its text ("" when its verdict is not usable) and its provenance."""
+    """What a page keeps: its text ("" when that text is not usable) and its provenance."""
 
     text: str
     source: PageSource
 
 
 @dataclass(frozen=True, slots=True)
+class OcrReading:
+    """What OCR read of a page.
+
+    Attributes:
+        text: the OCR text.
+        engine: the engine's name.
+        languages: the languages it read in, the page's own first (``("ara", "eng")``).
+        verdict: the verdict of that text on its own.
+        page_language: the language of the page's script, when something named it (its text
+            layer, the document's other pages, the engine's script detection); None when the
+            page was read in the configured languages for want of anything better.
+    """
+
+    text: str
+    engine: str
+    languages: tuple[str, ...]
+    verdict: PageVerdict
+    page_language: str | None = None
+
+    @property
+    def judged_in(self) -> str:
+        """The language whose script the reading is measured in: the page's, else the one it claims of those it
+        was read in."""
+        if self.page_language is not None:
+            return self.page_language
+        claim = self.verdict.language
+        if claim is not None and script_of_language(claim) in language_scripts(self.languages):
+            return claim
+        return self.languages[0]
+
+
+@dataclass(frozen=True, slots=True)
 class ChunkSource:
-    """A chunk's provenance: where its text came from and its pages' verdicts, in page order."""
+    """A chunk's provenance: where its text came from and its pages' verdicts and reasons, in page order."""
 
     text_source: TextSource
     ocr_engine: str | None
     page_verdicts: tuple[Verdict, ...]
+    page_reasons: tuple[Reason, ...] = ()
 
 
 def wants_ocr(mode: OcrMode, verdict: PageVerdict) -> bool:
@@ -93,12 +155,30 @@ def wants_ocr(mode: OcrMode, verdict: PageVerdict) -> bool:
     return mode == "auto" and needs_ocr(verdict)
 
 
+def ocr_wins(layer_text: str, layer: PageVerdict, reading: OcrReading) -> bool:
+    """Whether an OCR reading replaces an unusable text layer (``auto``).
+
+    Only when the layer is unusable, the reading is usable on its own, and, measured in the
+    page's own script (``OcrReading.judged_in``) by ``script_quality``, the reading reads at
+    least ``MOJIBAKE_QUALITY`` and better than the layer. A measure in the page's script cannot
+    reward the wrong script: OCR noise in Latin letters scores 0 for an Arabic page.
+    """
+    if layer.verdict in USABLE or reading.verdict.verdict not in USABLE or not reading.languages:
+        return False
+    script = reading.judged_in
+    ours = script_quality(reading.text, script)
+    return ours >= MOJIBAKE_QUALITY and ours > script_quality(layer_text, script)
+
+
 def settle_page(
     number: int,
     mode: OcrMode,
     layer_text: str,
     layer: PageVerdict,
-    ocr: tuple[str, str, PageVerdict] | None = None,
+    reading: OcrReading | None = None,
+    *,
+    skipped: Reason | None = None,
+    wanted: str | None = None,
 ) -> SettledPage:
     """The text a page keeps and why.
 
@@ -107,15 +187,26 @@ def settle_page(
         mode: ``chunker.ocr.mode``.
         layer_text: the text layer's text.
         layer: its verdict.
-        ocr: when OCR ran: its text, the engine's name, and the verdict of that text.
+        reading: what OCR read, when it ran.
+        skipped: why OCR did not run on a page that wanted it (``ocr_unavailable_for_script``,
+            ``ocr_unavailable``, ``ocr_failed``).
+        wanted: the language OCR was to read the page in, when it was skipped.
     """
-    text, verdict, source, engine = layer_text, layer, TEXT_LAYER, None
-    if ocr is not None:
-        ocr_text, ocr_engine, ocr_verdict = ocr
-        if mode == "force" or ocr_verdict.quality > layer.quality:
-            text, verdict, source, engine = ocr_text, ocr_verdict, OCR, ocr_engine
-    kept = text if verdict.verdict in USABLE else ""
-    return SettledPage(kept, PageSource(number, verdict.verdict, source, engine, ocred=ocr is not None))
+    languages = "+".join(reading.languages) if reading is not None else wanted
+    if reading is not None and (mode == "force" or ocr_wins(layer_text, layer, reading)):
+        kept = reading.text if reading.verdict.verdict in USABLE else ""
+        reason: Reason = "ocr_forced" if mode == "force" else "ocr_reads_better"
+        source = PageSource(number, layer.verdict, OCR, reading.engine, True, reason, languages)
+        return SettledPage(kept, source)
+    if reading is not None:
+        reason = "ocr_not_better"
+    elif skipped is not None:
+        reason = skipped
+    else:
+        reason = "text_layer" if layer.verdict in USABLE or mode != "off" else "ocr_off"
+    kept = layer_text if layer.verdict in USABLE else ""
+    source = PageSource(number, layer.verdict, TEXT_LAYER, None, reading is not None, reason, languages)
+    return SettledPage(kept, source)
 
 
 def chunk_source(page_start: int, page_end: int, pages: Mapping[int, PageSource]) -> ChunkSource:
@@ -126,6 +217,7 @@ def chunk_source(page_start: int, page_end: int, pages: Mapping[int, PageSource]
         text_source=OCR if ocred else TEXT_LAYER,
         ocr_engine=ocred[0].ocr_engine if ocred else None,
         page_verdicts=tuple(p.verdict for p in spanned),
+        page_reasons=tuple(p.reason for p in spanned),
     )
 
 
@@ -134,26 +226,30 @@ class DocumentSources:
     """A document's pages counted by verdict and by text source.
 
     Attributes:
-        by_verdict: pages per final verdict.
+        by_verdict: pages per text-layer verdict.
         by_source: pages per text source (``text_layer``, ``ocr``).
         ocr_pages: pages OCR ran on (whichever text they kept).
+        by_reason: pages per reason for the text they kept (``REASONS``).
     """
 
     by_verdict: Mapping[str, int] = field(default_factory=dict)
     by_source: Mapping[str, int] = field(default_factory=dict)
     ocr_pages: int = 0
+    by_reason: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, pages: Iterable[PageSource]) -> DocumentSources:
         """Count the pages."""
         verdicts: Counter[str] = Counter()
         sources: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
         ocred = 0
         for page in pages:
             verdicts[page.verdict] += 1
             sources[page.text_source] += 1
+            reasons[page.reason] += 1
             ocred += page.ocred
-        return cls(dict(sorted(verdicts.items())), dict(sorted(sources.items())), ocred)
+        return cls(dict(sorted(verdicts.items())), dict(sorted(sources.items())), ocred, dict(sorted(reasons.items())))
 
 
 def document_failure(pages: Sequence[PageSource], *, has_chunks: bool) -> tuple[str, str] | None:
@@ -165,6 +261,13 @@ def document_failure(pages: Sequence[PageSource], *, has_chunks: bool) -> tuple[
     """
     if has_chunks:
         return None
+    unreadable = [p for p in pages if p.reason == "ocr_unavailable_for_script"]
+    if unreadable:
+        languages = sorted({p.ocr_languages or "?" for p in unreadable})
+        return "ocr_unavailable_for_script", (
+            f"no page of {len(pages)} holds readable text, and {len(unreadable)} could not be OCRed: no "
+            f"Tesseract language data for their script ({', '.join(languages)}; deploy/install-ocr.sh installs it)"
+        )
     garbage = sum(1 for p in pages if p.verdict in GARBAGE_VERDICTS)
     ocred = sum(1 for p in pages if p.ocred)
     after = f" (after OCR of {ocred})" if ocred else ""

@@ -121,6 +121,8 @@ class ChunkCreated(_Record):
     tasks: list[dict[str, Any]] = field(default_factory=list)
     """TaskRequest dicts of the job's tasks (``docstream.tasks.TaskRequest``); empty: embed only."""
     page_breaks: list[int] = field(default_factory=list)
+    page_reasons: list[str] = field(default_factory=list)
+    """Why each page kept its text (``docstream.provenance.REASONS``), page_start to page_end."""
 
 
 @dataclass(frozen=True, slots=True)

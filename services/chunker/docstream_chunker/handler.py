@@ -192,6 +192,7 @@ class ChunkerHandler:
                     text_source=source.text_source,
                     ocr_engine=source.ocr_engine,
                     page_verdicts=list(source.page_verdicts),
+                    page_reasons=list(source.page_reasons),
                     tasks=list(submitted.tasks),
                     page_breaks=list(chunk.page_breaks),
                 ),

@@ -182,6 +182,7 @@ def chunk_row(result: ChunkResult) -> ChunkRow:
         text_source=chunk.text_source,
         ocr_engine=chunk.ocr_engine,
         page_verdicts=tuple(chunk.page_verdicts),
+        page_reasons=tuple(chunk.page_reasons),
         task=result.task,
         label_scores=dict(result.label_scores),
         mentions=result.mentions,

@@ -154,7 +154,9 @@ class ChunkRow:
     ocr_engine: str | None = None
     """The OCR engine, when ``text_source`` is ``ocr``."""
     page_verdicts: tuple[str, ...] = ()
-    """The quality verdicts of the chunk's pages, page_start to page_end."""
+    """The quality verdicts of the chunk's pages' text layers, page_start to page_end."""
+    page_reasons: tuple[str, ...] = ()
+    """Why each of those pages kept its text (``docstream.provenance.REASONS``)."""
     task: str = "embed"
     """The task of the result (docs/tasks.md); ``embedding`` is embed's, the fields below the other tasks'."""
     label_scores: dict[str, float] = field(default_factory=dict)

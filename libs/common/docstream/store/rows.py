@@ -140,7 +140,7 @@ CHUNKS = Table(
     "chunks",
     ("doc_id", "model_id", "chunk_index", "chunk_id", "job_id", "text", "page_start", "page_end", "char_start",
      "char_end", "token_count", "embedding", "heading", "status", "error_code", "text_source", "ocr_engine",
-     "page_verdicts", "task", "label_scores", "mentions", "output"),
+     "page_verdicts", "page_reasons", "task", "label_scores", "mentions", "output"),
     key=("doc_id", "model_id", "chunk_index"),
 )
 API_KEYS = Table("api_keys", ("key_id", "tenant", "key_hash", "created_at", "name", "revoked_at"), key=("key_id",))
@@ -457,6 +457,7 @@ def chunk_to_columns(row: ChunkRow, embedding: bytes, encoding: ColumnEncoding) 
         row.text_source,
         encoding.text(row.ocr_engine),
         ",".join(row.page_verdicts),
+        ",".join(row.page_reasons),
         row.task,
         encoding.structure(_float32_scores(row.label_scores)),
         encoding.structure(_mention_values(row.mentions)),
@@ -489,6 +490,7 @@ def chunk_from_columns(found: Columns, encoding: ColumnEncoding) -> ChunkRow:
         text_source=found["text_source"] or "text_layer",
         ocr_engine=none_if_empty(found["ocr_engine"]),
         page_verdicts=tuple(found["page_verdicts"].split(",")) if found["page_verdicts"] else (),
+        page_reasons=tuple(found["page_reasons"].split(",")) if found["page_reasons"] else (),
         task=found["task"] or "embed",
         label_scores=_scores(encoding.read_structure(found["label_scores"])),
         mentions=_mentions(encoding.read_structure(found["mentions"])),

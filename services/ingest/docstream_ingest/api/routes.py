@@ -216,6 +216,7 @@ def _chunk_out(chunk: ChunkRow) -> ChunkOut:
         text_source="ocr" if chunk.text_source == "ocr" else "text_layer",
         ocr_engine=chunk.ocr_engine,
         page_verdicts=list(chunk.page_verdicts),
+        page_reasons=list(chunk.page_reasons),
         text_start=chunk.text[:_TEXT_START_CHARS],
         text_chars=len(chunk.text),
     )

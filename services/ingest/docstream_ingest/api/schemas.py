@@ -291,7 +291,11 @@ class ChunkOut(BaseModel):
         "text_layer", description="Where the text came from: the document's text layer, or OCR of any of its pages.")
     ocr_engine: str | None = Field(None, description="The OCR engine (tesseract, rapidocr) when text_source is ocr.")
     page_verdicts: list[str] = Field(
-        default_factory=list, description="The quality verdict of each of the chunk's pages, page_start to page_end.")
+        default_factory=list, description="The quality verdict of each of the chunk's pages' text layers, page_start "
+        "to page_end.")
+    page_reasons: list[str] = Field(
+        default_factory=list, description="Why each of those pages kept the text it kept (text_layer, "
+        "ocr_reads_better, ocr_not_better, ocr_unavailable_for_script, ...: docs/chunking.md \"Provenance\").")
     text_start: str = Field(..., description="The first characters of the chunk's text.")
     text_chars: int = Field(..., description="Characters in the whole text.")
 
