@@ -1,6 +1,6 @@
 """`docstream run` over a folder of scans and normal PDFs: the scans are OCRed, the normal PDFs never are.
 
-Runs the real OCR engine (``chunker.ocr``'s default); skipped where it is not installed (``make setup``
+Runs the real OCR engine (``chunker.ocr``'s default); its absence fails the test (``make setup``
 installs it). OCR calls are counted from the extraction child's ``page_ocred`` log lines, one per
 OCRed page, each naming its document.
 """
@@ -45,7 +45,7 @@ def _ocred_pages(output: str) -> Counter[str]:
 def test_run_ocrs_the_scans_and_never_the_normal_pdfs(tmp_path: Path) -> None:
     missing = _engine_missing()
     if missing is not None:
-        pytest.skip(f"no OCR engine: {missing}")
+        pytest.fail(f"no OCR engine (`make setup` installs it: deploy/install-ocr.sh): {missing}")
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     scans = {"scan-0.pdf": make_scanned_copy(2, seed=10), "scan-1.pdf": make_scanned_copy(1, seed=11),

@@ -23,7 +23,14 @@ from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler, chunk_request, max_poll_interval_ms
 from docstream_chunker.worker import ChunkRequest, InlineExtractor, ProcessExtractor
-from tests.fixtures.documents import failure_documents, make_corrupt_pdf, make_epub, make_pdf, page_marker
+from tests.fixtures.documents import (
+    failure_documents,
+    make_corrupt_pdf,
+    make_epub,
+    make_pdf,
+    make_scanned_copy,
+    page_marker,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -243,8 +250,8 @@ def test_other_formats_through_the_handler(env: Env) -> None:
 
 
 def test_the_consumer_poll_interval_covers_the_time_limit(env: Env) -> None:
-    assert max_poll_interval_ms(env.settings) >= env.settings.chunker.timeout_s * 1000
-    assert max_poll_interval_ms(Settings()) > Settings().chunker.timeout_s * 1000
+    assert max_poll_interval_ms(env.settings) >= env.settings.chunker.max_timeout_s * 1000
+    assert max_poll_interval_ms(Settings()) > Settings().chunker.max_timeout_s * 1000 > Settings().chunker.timeout_s
 
 
 def make_fifo(env: Env) -> str:
@@ -271,6 +278,23 @@ def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: E
         assert err.value.code == "timeout"
         assert extractor.extract(good).chunks
         assert extractor.pid != first_pid
+
+
+def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: Env) -> None:
+    # 3 pages of OCR take several seconds: past a 1 s limit alone, within 1 s + 60 s per OCRed page
+    settings = env.settings.with_overrides(chunker={"timeout_s": 1.0, "ocr": {"page_timeout_s": 60.0}})
+    scan = chunk_request(env.submit(make_scanned_copy(3, seed=41).data), settings.chunker)
+    with ProcessExtractor(settings) as extractor:
+        started = time.monotonic()
+        result = extractor.extract(scan)
+        elapsed = time.monotonic() - started
+    assert result.sources.by_source == {"ocr": 3} and result.sources.ocr_pages == 3
+    assert elapsed > 1.0 + 2.0, "the OCR ran past the base limit and its kill grace"
+    print(f"3 OCR pages in {elapsed:.1f} s ({elapsed / 3:.1f} s a page)")
+    unbudgeted = settings.with_overrides(chunker={"timeout_s": 1.0, "ocr": {"page_timeout_s": 0.01}})
+    with ProcessExtractor(unbudgeted) as extractor, pytest.raises(DocumentError) as err:
+        extractor.extract(scan)
+    assert err.value.code == "timeout" and "pages OCRed" in err.value.message
 
 
 def _is_zombie(pid: int | None) -> bool:

@@ -1,7 +1,7 @@
 """OCR on the real stack: a scan and a normal PDF through `docstream chunker` → `inference` → `reducer`.
 
 Real Kafka and Cassandra (deploy/local), the services as separate processes under this test's own
-topic prefix, the real OCR engine (skipped where it is not installed: ``make setup`` installs it).
+topic prefix, the real OCR engine (its absence fails the test: ``make setup`` installs it).
 Checked where a downstream user looks: the chunks rows in Cassandra carry ``text_source=ocr`` and
 the engine for the scan, ``text_layer`` for the normal PDF; the documents rows and the
 DocumentCompleted records count the pages by verdict and by source.
@@ -36,7 +36,7 @@ def test_a_scans_chunks_carry_text_source_ocr_in_cassandra(
     try:
         open_engine(OcrSettings())
     except ConfigError as exc:
-        pytest.skip(f"no OCR engine: {exc.message}")
+        pytest.fail(f"no OCR engine (`make setup` installs it: deploy/install-ocr.sh): {exc.message}")
     folder = tmp_path / "docs"
     folder.mkdir()
     scan, normal = make_scanned_copy(2, seed=31), make_pdf(2, seed=32).data

@@ -18,6 +18,7 @@ from docstream.provenance import (
     document_failure,
     ocr_wins,
     settle_page,
+    time_limit,
     wants_ocr,
 )
 
@@ -171,3 +172,11 @@ def test_a_document_of_garbage_fails_with_unreadable_text() -> None:
 def test_a_blank_document_fails_with_no_text() -> None:
     assert document_failure([PageSource(1, "ok")], has_chunks=False) == (
         "no_text", "none of the 1 pages holds extractable text")
+
+
+def test_the_time_limit_grows_per_ocr_page_up_to_its_ceiling() -> None:
+    assert time_limit(300.0, 0, 60.0, 3600.0) == 300.0, "a document without OCR never pays for it"
+    assert time_limit(300.0, 10, 60.0, 3600.0) == 900.0
+    assert time_limit(300.0, 150, 60.0, 3600.0) == 3600.0
+    assert time_limit(300.0, 5, 60.0, None) == 600.0
+    assert time_limit(300.0, 5, 60.0, 100.0) == 300.0, "a ceiling below the base never shrinks it"

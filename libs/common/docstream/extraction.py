@@ -65,6 +65,7 @@ from docstream.provenance import (
     chunk_source,
     document_failure,
     settle_page,
+    time_limit,
     wants_ocr,
 )
 from docstream.scripts import CJK_LANGUAGES, ocr_languages, osd_language
@@ -330,6 +331,9 @@ class PageOcr:
         self._opener = opener
         self._engine: OcrEngine | None = None
         self._document: Counter[str] = Counter()
+        self._on_page: Callable[[int], None] | None = None
+        self.pages_started = 0
+        """Pages of this document OCR started on."""
         self.unavailable: str | None = None
         """Why the engine could not be opened, once that was tried and failed."""
 
@@ -345,9 +349,16 @@ class PageOcr:
             _log.info("ocr_engine_opened", engine=self._engine.name)
         return self._engine
 
-    def begin_document(self) -> None:
-        """Forget the previous document's script."""
+    def begin_document(self, *, on_page: Callable[[int], None] | None = None) -> None:
+        """Forget the previous document's script and OCR count; ``on_page(n)`` is told when OCR starts on its nth page."""
         self._document.clear()
+        self.pages_started = 0
+        self._on_page = on_page
+
+    def _starting(self) -> None:
+        self.pages_started += 1
+        if self._on_page is not None:
+            self._on_page(self.pages_started)
 
     def note(self, language: str | None) -> None:
         """A page of this document is written in ``language`` (its usable layer claims it, or OCR read it so)."""
@@ -368,6 +379,7 @@ class PageOcr:
         engine = self.engine()
         if engine is None:
             return None, "ocr_unavailable", self.languages[0]
+        self._starting()
         language = layer.language or self.document_language()
         detected = None
         if language is None:
@@ -419,6 +431,7 @@ def extract_pages(
     check: Callable[[], None] | None = None,
     ocr: PageOcr | None = None,
     sources: list[PageSource] | None = None,
+    on_ocr_page: Callable[[int], None] | None = None,
 ) -> Iterator[PageText]:
     """Pages of text in reading order, with headings, one page in memory at a time.
 
@@ -431,6 +444,7 @@ def extract_pages(
         check: called before each page and before each OCR; raises to stop (the time limit).
         ocr: OCR settings and engine; None: no OCR.
         sources: when given, each page's provenance is appended to it.
+        on_ocr_page: called with n when OCR starts on the document's nth page.
 
     Raises:
         DocumentError: whatever ``check`` raises (``timeout``).
@@ -439,7 +453,7 @@ def extract_pages(
 
     flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES  # image blocks: page_facts' image area
     if ocr is not None:
-        ocr.begin_document()
+        ocr.begin_document(on_page=on_ocr_page)
     outline = _outline(doc)
     body = _BodyLineHeight()
     for number in range(1, doc.page_count + 1):
@@ -714,6 +728,9 @@ def chunk_bytes(
     timeout_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     ocr: PageOcr | None = None,
+    ocr_page_s: float = 0.0,
+    max_timeout_s: float | None = None,
+    on_ocr_page: Callable[[int], None] | None = None,
 ) -> ChunkedDocument:
     """Open, extract and chunk one document.
 
@@ -728,25 +745,33 @@ def chunk_bytes(
         timeout_s: the time limit, checked between pages (and before each page's OCR).
         clock: monotonic seconds.
         ocr: OCR (``chunker.ocr`` and its engine); None: none, pages keep their text layer.
+        ocr_page_s: what each page OCR starts on adds to the time limit (``provenance.time_limit``).
+        max_timeout_s: the most the time limit grows to (None: no ceiling).
+        on_ocr_page: called with n when OCR starts on the nth page (the extraction child tells its parent).
 
     Raises:
         DocumentError: see the module docstring; ``no_text`` when no page holds a word,
             ``unreadable_text`` when the only text there is reads as garbage by its verdict.
         InputError: ``invalid_options`` for an impossible chunk size or overlap.
     """
-    deadline = None if timeout_s is None else clock() + timeout_s
+    started = clock()
     if len(data) > max_bytes:
         raise DocumentError(f"the document is larger than {max_bytes} bytes", code="too_large")
     fmt = detect_format(data, filename=filename, media_type=media_type)
     doc = open_document(data, fmt, max_pages=max_pages)
 
     def check() -> None:
-        if deadline is not None and clock() > deadline:
-            raise DocumentError(f"extraction took longer than {timeout_s} s", code="timeout")
+        if timeout_s is None:
+            return
+        ocred = ocr.pages_started if ocr is not None else 0
+        limit = time_limit(timeout_s, ocred, ocr_page_s, max_timeout_s)
+        if clock() - started > limit:
+            raise DocumentError(f"extraction took longer than {limit:g} s ({ocred} pages OCRed)", code="timeout")
 
     pages: list[PageSource] = []
     try:
-        chunks = chunk_document(extract_pages(doc, check=check, ocr=ocr, sources=pages), config, counter)
+        extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page)
+        chunks = chunk_document(extracted, config, counter)
         page_count = doc.page_count
     finally:
         doc.close()

@@ -49,6 +49,7 @@ __all__ = [
     "document_failure",
     "ocr_wins",
     "settle_page",
+    "time_limit",
     "wants_ocr",
 ]
 
@@ -276,3 +277,14 @@ def document_failure(pages: Sequence[PageSource], *, has_chunks: bool) -> tuple[
         found = ", ".join(f"{verdict} {n}" for verdict, n in counts.items())
         return "unreadable_text", f"no page of {len(pages)} holds readable text{after}: {found}"
     return "no_text", f"none of the {len(pages)} pages holds extractable text{after}"
+
+
+def time_limit(base_s: float, ocr_pages: int, per_ocr_page_s: float, most_s: float | None) -> float:
+    """A document's extraction time limit: ``base_s``, plus ``per_ocr_page_s`` for each page OCR started on,
+    never past ``most_s`` (None: no ceiling).
+
+    A document that needs OCR on every page gets the time its OCR takes; one that needs none
+    never pays for it (docs/chunking.md "Time limits").
+    """
+    limit = base_s + max(0, ocr_pages) * per_ocr_page_s
+    return limit if most_s is None else min(limit, max(base_s, most_s))

@@ -247,6 +247,10 @@ class OcrSettings(BaseModel):
         default_factory=lambda: ["eng"], min_length=1, max_length=8,
         description="Languages of the documents, as Tesseract codes (eng, rus, deu, chi_sim).")
     dpi: int = Field(200, ge=72, le=600, description="Resolution pages are rendered at for OCR.")
+    page_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="Each page OCR starts on adds this to the document's time limit "
+        "(chunker.timeout_s), up to chunker.max_timeout_s: Tesseract reads a page in 1-17 s on one core "
+        "(docs/chunking.md \"Time limits\").")
     tessdata: str | None = Field(
         None, description="Folder of Tesseract's <lang>.traineddata files; unset: TESSDATA_PREFIX, else the "
         "installed tesseract's own (Debian: /usr/share/tesseract-ocr/5/tessdata).")
@@ -269,7 +273,13 @@ class ChunkerSettings(BaseModel):
     overlap_tokens: int = Field(32, ge=0, le=4096, description="Tokens shared by consecutive chunks.")
     max_pages: int = Field(5000, ge=1, description="Documents with more pages fail with too_many_pages.")
     max_document_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Larger documents fail with too_large.")
-    timeout_s: float = Field(300.0, gt=0, description="Per-document time limit; past it: error_code timeout.")
+    timeout_s: float = Field(
+        300.0, gt=0, description="Per-document time limit, before OCR (each OCRed page adds "
+        "chunker.ocr.page_timeout_s); past it: error_code timeout.")
+    max_timeout_s: float = Field(
+        3600.0, gt=0, le=40000, description="The most a document's time limit grows to with OCR (a 150-page "
+        "scan at the measured 2-17 s a page fits); the chunker's max.poll.interval.ms is twice it, and "
+        "librdkafka allows at most 24 h.")
     ocr: OcrSettings = Field(default_factory=OcrSettings, description="OCR.")  # type: ignore[arg-type]
     group_id: str | None = Field(
         None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-chunker."
@@ -279,6 +289,8 @@ class ChunkerSettings(BaseModel):
     def _overlap_below_size(self) -> ChunkerSettings:
         if self.overlap_tokens >= self.max_tokens:
             raise ValueError("chunker.overlap_tokens must be smaller than chunker.max_tokens")
+        if self.max_timeout_s < self.timeout_s:
+            raise ValueError("chunker.max_timeout_s must be at least chunker.timeout_s")
         return self
 
 

@@ -36,8 +36,12 @@ _TEXT_LAYER = ChunkSource("text_layer", None, ())
 
 
 def max_poll_interval_ms(settings: Settings) -> int:
-    """A consumer max.poll.interval.ms long enough for one document at the time limit (and retries)."""
-    needed = int((settings.chunker.timeout_s + 30.0) * 1000) * 2
+    """A consumer max.poll.interval.ms long enough for one document at its longest time limit (and retries).
+
+    The longest is ``chunker.max_timeout_s``, which a document OCRed on many pages grows to
+    (``docstream.provenance.time_limit``): the poll loop waits for the document that long.
+    """
+    needed = int((settings.chunker.max_timeout_s + 30.0) * 1000) * 2
     return max(int(settings.kafka.max_poll_interval_ms), needed)
 
 

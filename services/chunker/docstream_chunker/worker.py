@@ -9,7 +9,9 @@ calling process (tests, benchmarks), with the between-page check only.
 OCR (``chunker.ocr``) runs where the extraction runs: in the child, so the time limit (the
 between-page check, then the kill) and the memory bound (the child is replaced past
 ``recycle_rss_bytes``) cover it. The engine is opened once per child, on the first page
-that needs it.
+that needs it. Each page OCR starts on adds ``chunker.ocr.page_timeout_s`` to the limit, up to
+``chunker.max_timeout_s`` (``docstream.provenance.time_limit``): the child says so over the pipe
+before the page's OCR (``("ocr_page", n)``), and the parent's kill deadline grows with it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -32,6 +35,7 @@ from docstream.extraction import ChunkedDocument, PageOcr, chunk_bytes
 from docstream.ids import content_sha256
 from docstream.logging import configure_logging, get_logger
 from docstream.objectstore import ObjectStore
+from docstream.provenance import time_limit
 from docstream.settings import Settings
 from docstream.tokenization import ModelTokenCounter, load_token_counter
 
@@ -41,6 +45,7 @@ _log = get_logger(__name__)
 _FETCH_CODES = frozenset({"source_not_found", "source_unreadable", "source_not_allowed"})
 _START_TIMEOUT_S = 120.0
 _KILL_GRACE_S = 2.0
+_OCR_PROGRESS_EVERY = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +88,12 @@ class DocumentProcessor:
         self._ocr = PageOcr(settings.chunker.ocr)
         self.counter: ModelTokenCounter = load_token_counter(settings.inference.model_path, settings.inference.model_id)
 
-    def process(self, request: ChunkRequest) -> ChunkedDocument:
-        """One document; the time limit covers the fetch too.
+    def process(self, request: ChunkRequest, *, on_ocr_page: Callable[[int], None] | None = None) -> ChunkedDocument:
+        """One document; the time limit covers the fetch too, and grows by ``chunker.ocr.page_timeout_s`` per OCR page.
+
+        Args:
+            request: the document.
+            on_ocr_page: called with n when OCR starts on the document's nth page.
 
         Raises:
             DocumentError: the document fails (its code says why; fetch problems are ``fetch_failed``).
@@ -96,6 +105,7 @@ class DocumentProcessor:
         data = self._fetch(request.source_uri)
         if request.content_sha256 and content_sha256(data) != request.content_sha256:
             raise DocumentError("the bytes at source_uri do not hash to content_sha256", code="content_mismatch")
+        fetched = time.monotonic() - started
         return chunk_bytes(
             data,
             config=config,
@@ -104,8 +114,11 @@ class DocumentProcessor:
             max_bytes=self._chunker.max_document_bytes,
             filename=request.filename,
             media_type=request.media_type,
-            timeout_s=max(0.0, self._chunker.timeout_s - (time.monotonic() - started)),
+            timeout_s=max(0.0, self._chunker.timeout_s - fetched),
             ocr=self._ocr,
+            ocr_page_s=self._chunker.ocr.page_timeout_s,
+            max_timeout_s=max(0.0, self._chunker.max_timeout_s - fetched),
+            on_ocr_page=on_ocr_page,
         )
 
     def _fetch(self, source_uri: str) -> bytes:
@@ -150,15 +163,19 @@ def _serve(conn: Connection, settings: Settings) -> None:
             return
         if request is None:
             return
-        conn.send(_answer(processor, request))
+        conn.send(_answer(processor, request, conn))
 
 
-def _answer(processor: DocumentProcessor, request: ChunkRequest) -> tuple[Any, ...]:
+def _answer(processor: DocumentProcessor, request: ChunkRequest, conn: Connection) -> tuple[Any, ...]:
     # the child's log lines (page_ocred, ocr_unavailable) name the document, as the parent's do
     # (bound over the previous request's; the service name bound at start stays)
     structlog.contextvars.bind_contextvars(job_id=request.job_id, doc_id=request.doc_id)
+
+    def ocr_page(pages: int) -> None:  # before the page's OCR: the parent's kill deadline grows first
+        conn.send(("ocr_page", pages))
+
     try:
-        return ("ok", processor.process(request))
+        return ("ok", processor.process(request, on_ocr_page=ocr_page))
     except (DocumentError, InputError) as exc:
         return ("document_error", exc.code, exc.message)
     except RetryableError as exc:
@@ -263,19 +280,26 @@ class ProcessExtractor:
             self._kill()
             self._start()
         assert self._conn is not None
-        limit = self._settings.chunker.timeout_s + _KILL_GRACE_S
+        chunker = self._settings.chunker
+        sent = time.monotonic()
+        ocr_pages = 0
         try:
             self._conn.send(request)
-            ready = self._conn.poll(limit)
-            reply = self._conn.recv() if ready else None
+            while True:
+                limit = time_limit(chunker.timeout_s, ocr_pages, chunker.ocr.page_timeout_s, chunker.max_timeout_s)
+                ready = self._conn.poll(max(0.0, sent + limit + _KILL_GRACE_S - time.monotonic()))
+                reply = self._conn.recv() if ready else None
+                if reply is None or reply[0] != "ocr_page":
+                    break
+                ocr_pages = int(reply[1])
+                if ocr_pages % _OCR_PROGRESS_EVERY == 0:
+                    _log.info("document_ocr_progress", pages=ocr_pages, limit_s=round(limit, 1))
         except (EOFError, OSError) as exc:
             raise _ChildDiedError(self._reap()) from exc
         if reply is None:
             self._kill()
-            _log.warning("extractor_killed", limit_s=limit)
-            raise DocumentError(
-                f"extraction took longer than {self._settings.chunker.timeout_s} s", code="timeout"
-            )
+            _log.warning("extractor_killed", limit_s=limit, ocr_pages=ocr_pages)
+            raise DocumentError(f"extraction took longer than {limit:g} s ({ocr_pages} pages OCRed)", code="timeout")
         self._recycle_if_big()
         return _result(reply)
 
