@@ -142,7 +142,7 @@ class InMemoryTableStore(TableStore):
         return self._sorted(JOB_DOCUMENTS, lambda r: r["job_id"] == job_id, "doc_id", after, limit)
 
     def _chunks_page(self, doc_id: str, model_id: str, after: int, limit: int) -> list[dict[str, Any]]:
-        match = lambda r: (r["doc_id"], r["model_id"]) == (doc_id, model_id)
+        match = lambda r: (r["doc_id"], r["model_id"]) == (doc_id, model_id)  # noqa: E731
         return self._sorted(CHUNKS, match, "chunk_index", after, limit)
 
 

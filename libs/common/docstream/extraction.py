@@ -350,7 +350,11 @@ class PageOcr:
         return self._engine
 
     def begin_document(self, *, on_page: Callable[[int], None] | None = None) -> None:
-        """Forget the previous document's script and OCR count; ``on_page(n)`` is told when OCR starts on its nth page."""
+        """Forget the previous document's script and OCR count.
+
+        Args:
+            on_page: told ``n`` when OCR starts on the new document's nth page.
+        """
         self._document.clear()
         self.pages_started = 0
         self._on_page = on_page
