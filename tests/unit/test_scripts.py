@@ -18,6 +18,8 @@ from docstream.scripts import (
 
 # what PyMuPDF gives for a born-digital Arabic exam: presentation forms (U+FExx), as in issue 28
 ARABIC_FORMS = "2018-2017 :ﺍﻟﺴﻨﺔﺍﻟﺪﺭﺍﺳﻴﺔ ﺛﺎﻧﻮﻳﺔ ﺍﻟﻤﺪﻳﻨﺔ ﺍﻣﺘﺤﺎﻥ ﻣﺎﺩﺓ ﺍﻟﻠﻐﺔ ﺍﻟﻌﺮﺑﻴﺔ ﻟﻠﺼﻒ ﺍﻟﺜﺎﻟﺚ؟ ﺍﻗﺮﺃ ﺍﻟﻨﺺ ﺍﻟﺘﺎﻟﻲ، ﺛﻢ ﺃﺟﺐ"
+# full-width punctuation inside a line: NFKC makes it ASCII, which must still join the line's words
+JAPANESE_LINE = "家族コーヒー駅まで働きます先生が！ニュース休みの日学生の犬話します食べます？パソコン話します（机の上に）"
 JAPANESE = "pLATEX2ε チートシート 日本語の文書を作成するためのコマンド一覧です。※ 子供たちは朝〜学校へ行きます → ①"
 KOREAN = "한국어 설명서입니다. 아이들은 아침에 학교에 갑니다. 선생님은 역사를 가르칩니다. 설정(옵션)을 확인하세요!"
 HEBREW = "שלום עולם. זהו מסמך בדיקה בעברית עם כמה משפטים־קצרים. הילדים הלכו לבית הספר בבוקר, והמורה"
@@ -36,7 +38,7 @@ def _layer(text: str) -> PageFacts:
 
 @pytest.mark.parametrize(
     ("text", "language"),
-    [(ARABIC_FORMS, "ara"), (JAPANESE, "jpn"), (KOREAN, "kor"), (HEBREW, "heb"), (HINDI, "hin"),
+    [(ARABIC_FORMS, "ara"), (JAPANESE, "jpn"), (JAPANESE_LINE, "jpn"), (KOREAN, "kor"), (HEBREW, "heb"), (HINDI, "hin"),
      (TRADITIONAL, "chi_tra"), (SIMPLIFIED, "chi_sim")],
 )
 def test_a_correct_layer_in_any_script_is_ok_for_a_document_configured_for_english(text: str, language: str) -> None:

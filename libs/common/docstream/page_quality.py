@@ -115,7 +115,9 @@ _EDGE = (
 )
 _JOINERS = dict.fromkeys(
     map(ord, "-'\u2019.,:/&\u00b7\u2010\u2011\u3001\u3002\uff0c\uff1a\uff1b\uff01\uff1f\u30fb"
-             "\u300c\u300d\u300e\u300f\uff08\uff09")
+             "\u300c\u300d\u300e\u300f\uff08\uff09"
+             # what NFKC makes of the full-width forms above, inside a line of Japanese or Chinese
+             "!?;()[]\"")
 )
 # Punctuation of every script (Arabic comma, Hebrew maqaf, Devanagari danda, CJK brackets), and
 # symbols past U+2000 (arrows, maths, boxes), are edges, and punctuation joins inside a token as
