@@ -276,6 +276,9 @@ class ChunkerSettings(BaseModel):
     timeout_s: float = Field(
         300.0, gt=0, description="Per-document time limit, before OCR (each OCRed page adds "
         "chunker.ocr.page_timeout_s); past it: error_code timeout.")
+    extraction_nice: int = Field(
+        10, ge=0, le=19, description="Niceness of the extraction child process (and the OCR in it): the model's "
+        "process keeps its cores while OCR runs (docs/chunking.md \"OCR beside the model\"); 0: as the chunker.")
     max_timeout_s: float = Field(
         3600.0, gt=0, le=40000, description="The most a document's time limit grows to with OCR (a 150-page "
         "scan at the measured 2-17 s a page fits); the chunker's max.poll.interval.ms is twice it, and "

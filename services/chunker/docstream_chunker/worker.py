@@ -9,7 +9,8 @@ calling process (tests, benchmarks), with the between-page check only.
 OCR (``chunker.ocr``) runs where the extraction runs: in the child, so the time limit (the
 between-page check, then the kill) and the memory bound (the child is replaced past
 ``recycle_rss_bytes``) cover it. The engine is opened once per child, on the first page
-that needs it. Each page OCR starts on adds ``chunker.ocr.page_timeout_s`` to the limit, up to
+that needs it. The child runs ``chunker.extraction_nice`` steps nicer than its parent, so
+extraction and OCR take the cores the model leaves. Each page OCR starts on adds ``chunker.ocr.page_timeout_s`` to the limit, up to
 ``chunker.max_timeout_s`` (``docstream.provenance.time_limit``): the child says so over the pipe
 before the page's OCR (``("ocr_page", n)``), and the parent's kill deadline grows with it.
 """
@@ -17,6 +18,7 @@ before the page's OCR (``("ocr_page", n)``), and the parent's kill deadline grow
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -39,7 +41,7 @@ from docstream.provenance import time_limit
 from docstream.settings import Settings
 from docstream.tokenization import ModelTokenCounter, load_token_counter
 
-__all__ = ["ChunkRequest", "DocumentProcessor", "Extractor", "InlineExtractor", "ProcessExtractor"]
+__all__ = ["ChunkRequest", "DocumentProcessor", "Extractor", "InlineExtractor", "ProcessExtractor", "lower_priority"]
 
 _log = get_logger(__name__)
 _FETCH_CODES = frozenset({"source_not_found", "source_unreadable", "source_not_allowed"})
@@ -145,11 +147,23 @@ class InlineExtractor:
         """Nothing to release."""
 
 
+def lower_priority(nice: int) -> None:
+    """Make this process ``nice`` steps nicer than it is (never less nice): extraction and OCR yield the
+    cores to the model (docs/chunking.md "OCR beside the model").
+    """
+    if nice > 0:
+        try:
+            os.nice(nice)
+        except OSError as exc:  # not allowed here: run at the parent's priority
+            _log.warning("extractor_nice_failed", nice=nice, error=str(exc))
+
+
 def _serve(conn: Connection, settings: Settings) -> None:
     """The child: answer requests until told to stop or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the child ends
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(level=settings.log.level, fmt="json", service="chunker-extractor")
+    lower_priority(settings.chunker.extraction_nice)
     try:
         processor = DocumentProcessor(settings)
     except DocstreamError as exc:
