@@ -10,9 +10,10 @@ OCR (``chunker.ocr``) runs where the extraction runs: in the child, so the time 
 between-page check, then the kill) and the memory bound (the child is replaced past
 ``recycle_rss_bytes``) cover it. The engine is opened once per child, on the first page
 that needs it. The child runs ``chunker.extraction_nice`` steps nicer than its parent, so
-extraction and OCR take the cores the model leaves. Each page OCR starts on adds ``chunker.ocr.page_timeout_s`` to the limit, up to
-``chunker.max_timeout_s`` (``docstream.provenance.time_limit``): the child says so over the pipe
-before the page's OCR (``("ocr_page", n)``), and the parent's kill deadline grows with it.
+extraction and OCR take the cores the model leaves. Each page OCR starts on adds
+``chunker.ocr.page_timeout_s`` to the limit, up to ``chunker.max_timeout_s``
+(``docstream.provenance.time_limit``): the child says so over the pipe before the page's OCR
+(``("ocr_page", n)``), and the parent's kill deadline grows with it.
 """
 
 from __future__ import annotations
