@@ -7,6 +7,8 @@ count on a machine shared with other work):
 * (b) plain under ``torch.autocast("cpu", bfloat16)`` (emulated, slower, where the CPU lacks avx512_bf16/AMX);
 * (c) Ray Data (skipped unless ``ray`` is installed: ``pip install '.[bench]'``);
 * (d) ``docstream run`` (tansu + SQLite, one process), fresh state dir;
+* (f) ``docstream run`` with ``chunker.ocr.mode = off``: against (d), what `auto` OCR costs on
+  born-digital PDFs (nothing, when no page's layer is unusable);
 * (e) the real stack: ``docstream chunker|inference|reducer`` as separate processes on Kafka +
   Cassandra (deploy/local), driven by ``docstream submit --wait`` (skipped when
   ``deploy/local/stack status`` does not show both running).
@@ -21,6 +23,10 @@ embedding stored. Peak RSS is the sum over the variant's process tree, sampled e
     .venv/bin/python benchmarks/compare.py --pages 100 --only a,d
     .venv/bin/python benchmarks/compare.py --scale 10      # also 10x the documents: time(10x)/(10*time(1x))
     .venv/bin/python benchmarks/compare.py --sweep 4,8,16,32,64   # raw-model batch-size sweep only
+    .venv/bin/python benchmarks/compare.py --corpus scripts --fp32 --only a,d,f
+        # born-digital PDFs in ten scripts (tests/fixtures/scripts.py) and examples/*.pdf; the
+        # runtime forced to fp32 in docstream run, as in the plain script (a CPU where bf16 pays
+        # must not hide a slower pipeline)
 """
 
 from __future__ import annotations
@@ -117,15 +123,40 @@ def _timed(command: list[str], env: dict[str, str], cwd: Path, timeout: float) -
     return seconds, peak, out
 
 
-def make_folder(folder: Path, pages: int) -> None:
-    """``pages`` pages of generated PDFs, ``PAGES_PER_DOC`` pages each."""
+def make_folder(folder: Path, pages: int, corpus: str = "latin") -> None:
+    """``pages`` pages of generated PDFs, ``PAGES_PER_DOC`` pages each.
+
+    ``corpus="scripts"``: born-digital PDFs in the ten scripts of tests/fixtures/scripts.py, in
+    turn, and the PDFs of examples/ (English), until ``pages`` pages.
+    """
     from tests.fixtures.documents import make_pdf
 
     folder.mkdir(parents=True, exist_ok=True)
+    if corpus == "scripts":
+        _scripts_folder(folder, pages)
+        return
     index = 0
     while pages > 0:
         count = min(PAGES_PER_DOC, pages)
         (folder / f"doc-{index:04d}.pdf").write_bytes(make_pdf(count, seed=index).data)
+        pages -= count
+        index += 1
+
+
+def _scripts_folder(folder: Path, pages: int) -> None:
+    import pymupdf
+
+    from tests.fixtures.scripts import SCRIPTS, make_script_pdf
+
+    for example in sorted((ROOT / "examples").glob("*.pdf")):
+        shutil.copy(example, folder / example.name)
+        with pymupdf.open(example) as doc:
+            pages -= doc.page_count
+    index = 0
+    while pages > 0:
+        count = min(PAGES_PER_DOC // 2, pages)
+        script = SCRIPTS[index % len(SCRIPTS)]
+        (folder / f"{script}-{index:04d}.pdf").write_bytes(make_script_pdf(script, count, seed=index).data)
         pages -= count
         index += 1
 
@@ -141,16 +172,21 @@ def run_plain(folder: Path, *, bf16: bool, work: Path) -> Result:
     return Result("b plain bf16 autocast" if bf16 else "a plain fp32 script", info["chunks"], seconds, peak, note)
 
 
-def run_docstream(folder: Path, *, work: Path) -> Result:
+FP32: dict[str, str] = {}
+"""Extra settings of every docstream variant (``--fp32``: ``DOCSTREAM_INFERENCE__RUNTIME=fp32``)."""
+
+
+def run_docstream(folder: Path, *, work: Path, ocr: str = "auto") -> Result:
     state = Path(tempfile.mkdtemp(prefix="state-", dir=work))
     out_file = state / "out.jsonl"
-    env = _clean_env()
+    env = _clean_env(DOCSTREAM_CHUNKER__OCR__MODE=ocr, **FP32)
     command = [DOCSTREAM, "run", str(folder), "--out", str(out_file), "--state-dir", str(state), "--timeout", "1800"]
     seconds, peak, _ = _timed(command, env, work, 1900)
     with sqlite3.connect(state / "docstream.db") as db:
         chunks = int(db.execute("SELECT count(*) FROM chunks WHERE status = 'ok'").fetchone()[0])
     shutil.rmtree(state, ignore_errors=True)
-    return Result("d docstream run", chunks, seconds, peak)
+    name = "d docstream run" if ocr == "auto" else f"f docstream run, ocr {ocr}"
+    return Result(name + (" (fp32)" if FP32 else ""), chunks, seconds, peak)
 
 
 def _stack_running() -> str | None:
@@ -286,17 +322,23 @@ def print_table(results: list[Result], pages: int) -> None:
         ratio = f"{rate / (base.chunks / base.seconds):.2f}" if base and base.chunks else "-"
         print(f"{r.name:<34}{r.chunks if r.chunks is not None else '?':>8}{r.seconds:>10.1f}{rate:>10.1f}{ratio:>8}"
               f"{_fmt_rss(r.peak_rss):>12}  {r.note}")
+    auto = next((r for r in results if r.name.startswith("d ") and r.seconds), None)
+    off = next((r for r in results if r.name.startswith("f ") and r.seconds), None)
+    if auto and off and auto.seconds and off.seconds:
+        print(f"OCR auto against off: {auto.seconds / off.seconds:.3f}x the time "
+              f"({auto.seconds:.1f} s / {off.seconds:.1f} s)")
 
 
-def run_all(pages: int, only: set[str], work: Path) -> list[Result]:
+def run_all(pages: int, only: set[str], work: Path, corpus: str = "latin") -> list[Result]:
     folder = work / f"pdfs-{pages}"
-    make_folder(folder, pages)
+    make_folder(folder, pages, corpus)
     results: list[Result] = []
     steps = [
         ("a", lambda: run_plain(folder, bf16=False, work=work)),
         ("b", lambda: run_plain(folder, bf16=True, work=work)),
         ("c", lambda: run_ray(folder, work=work)),
         ("d", lambda: run_docstream(folder, work=work)),
+        ("f", lambda: run_docstream(folder, work=work, ocr="off")),
         ("e", lambda: run_stack(folder, work=work)),
     ]
     for key, step in steps:
@@ -349,7 +391,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=300, help="total pages of the folder (20-page PDFs)")
     parser.add_argument("--scale", type=int, default=0, help="also run N x the pages and print time(Nx)/(N*time(1x))")
-    parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated variants to run")
+    parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated variants to run (f: d with OCR off)")
+    parser.add_argument("--corpus", choices=("latin", "scripts"), default="latin",
+                        help="latin: generated English PDFs; scripts: ten scripts' PDFs and examples/")
+    parser.add_argument("--fp32", action="store_true", help="force docstream's runtime to fp32, as the plain script")
     parser.add_argument("--sweep", default="", help="only the raw-model batch sweep, e.g. 4,8,16,32,64")
     parser.add_argument("--sweep-chunks", type=int, default=128, help="chunks per batch size in the sweep")
     args = parser.parse_args()
@@ -357,12 +402,17 @@ def main() -> None:
         batch_sweep([int(x) for x in args.sweep.split(",")], args.sweep_chunks)
         return
     only = set(args.only.split(","))
+    if args.fp32:
+        FP32["DOCSTREAM_INFERENCE__RUNTIME"] = "fp32"
+    from machine import cpu_line
+
+    print(cpu_line(), f"corpus {args.corpus}, docstream runtime {'fp32 (forced)' if args.fp32 else 'auto'}")
     with tempfile.TemporaryDirectory(prefix="docstream-bench-") as tmp:
         work = Path(tmp)
-        results = run_all(args.pages, only, work)
+        results = run_all(args.pages, only, work, args.corpus)
         print_table(results, args.pages)
         if args.scale > 1:
-            scaled = run_all(args.pages * args.scale, only, work)
+            scaled = run_all(args.pages * args.scale, only, work, args.corpus)
             print_table(scaled, args.pages * args.scale)
             print(f"\nscaling {args.scale}x: time({args.scale}x) / ({args.scale} x time(1x))")
             small = {r.name: r for r in results}

@@ -373,8 +373,16 @@ class PageOcr:
         """The language most of this document's pages so far are in, None before any."""
         return self._document.most_common(1)[0][0] if self._document else None
 
-    def read(self, page: pymupdf.Page, number: int, layer: PageVerdict) -> tuple[OcrReading | None, Reason | None, str]:
+    def read(
+        self, page: pymupdf.Page, number: int, layer: PageVerdict, *, image_area: float = 0.0
+    ) -> tuple[OcrReading | None, Reason | None, str]:
         """OCR ``page`` in its own script's language.
+
+        Args:
+            page: the page.
+            number: its 1-based number.
+            layer: its text layer's verdict (the script that layer claims).
+            image_area: the page's image area (a reading is judged as the text of that page).
 
         Returns:
             The reading (None when OCR did not run), why it did not run (``ocr_unavailable``,
@@ -390,7 +398,7 @@ class PageOcr:
             detected = _detect_script(engine, page, self.dpi)
             language = (osd_language(detected) or detected) if detected else None
         if language is None:  # nothing names the page's script: the document's languages, all of them
-            reading = _recognize(engine, page, number, self.languages, self.dpi, None)
+            reading = _recognize(engine, page, number, self.languages, self.dpi, None, image_area)
             return reading, None if reading is not None else "ocr_failed", self.languages[0]
         languages = ocr_languages(language, self.languages, engine.installed)
         if languages is None:
@@ -402,14 +410,14 @@ class PageOcr:
             # OSD's Han is either: both read it (CER 0.07 on either, 1.8x the time of one), and the
             # reading's own characters say which (its claim), for the document's other pages
             languages, page_language = ("chi_sim", "chi_tra"), None
-        reading = _recognize(engine, page, number, languages, self.dpi, page_language)
+        reading = _recognize(engine, page, number, languages, self.dpi, page_language, image_area)
         if reading is None:
             return None, "ocr_failed", language
         claim = reading.verdict.language
         if page_language in CJK_LANGUAGES and claim in CJK_LANGUAGES and claim != page_language:
             # OSD tells Han, Japanese and Korean apart least well: the reading's own script settles it
             other = ocr_languages(claim, self.languages, engine.installed)
-            again = _recognize(engine, page, number, other, self.dpi, claim) if other else None
+            again = _recognize(engine, page, number, other, self.dpi, claim, image_area) if other else None
             if again is not None and script_quality(again.text, claim) > script_quality(reading.text, page_language):
                 reading = again
         return reading, None, reading.judged_in
@@ -504,7 +512,7 @@ def _settle(
     if ocr is not None and wants_ocr(mode, verdict):
         if check is not None:
             check()
-        reading, skipped, wanted = ocr.read(page, layer.number, verdict)
+        reading, skipped, wanted = ocr.read(page, layer.number, verdict, image_area=facts.image_area)
     elif ocr is not None and verdict.verdict in USABLE:
         ocr.note(verdict.language)
     settled = settle_page(layer.number, mode, layer.text, verdict, reading, skipped=skipped, wanted=wanted)
@@ -522,7 +530,13 @@ def _settle(
 
 
 def _recognize(
-    engine: OcrEngine, page: pymupdf.Page, number: int, languages: tuple[str, ...], dpi: int, page_language: str | None
+    engine: OcrEngine,
+    page: pymupdf.Page,
+    number: int,
+    languages: tuple[str, ...],
+    dpi: int,
+    page_language: str | None,
+    image_area: float,
 ) -> OcrReading | None:
     failures: tuple[type[Exception], ...] = (*mupdf_errors(), OSError, ConfigError)
     try:
@@ -531,7 +545,7 @@ def _recognize(
         _log.warning("page_ocr_failed", page=number, engine=engine.name, error=str(exc)[:500])
         return None
     # the OCR text is judged on its own: the fonts and the glyph trace are the text layer's, not its
-    after = assess_page(_text_facts(result.text, 0.0), languages=languages)
+    after = assess_page(_text_facts(result.text, image_area), languages=languages)
     return OcrReading(result.text, result.engine, languages, after, page_language)
 
 
