@@ -217,3 +217,35 @@ def test_a_han_scan_of_unknown_variety_is_read_in_both_once_then_in_the_one_it_c
     result = _chunk(make_scanned_copy(2, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
     assert engine.languages == [("chi_sim", "chi_tra"), ("chi_tra",)]
     assert result.sources.by_source == {"ocr": 2}
+
+
+class SureEngine(ScriptEngine):
+    """Like ScriptEngine, with the confidence Tesseract's command gives each language's reading."""
+
+    def __init__(self, readings: dict[tuple[str, ...], tuple[str, float]], **kw: object) -> None:
+        super().__init__({k: v[0] for k, v in readings.items()}, **kw)
+        self.confidences = {k: v[1] for k, v in readings.items()}
+
+    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
+        result = super().recognize(page, languages=languages, dpi=dpi)
+        return OcrResult(result.text, self.name, self.confidences.get(tuple(languages), 0.1))
+
+
+def test_a_cjk_reading_the_engine_is_unsure_of_is_tried_in_the_other_cjk_languages(
+    counter: ModelTokenCounter,
+) -> None:
+    traditional = "我們今天學習中國歷史。孩子們早上去學校，老師教他們歷史，這是我們的國家。"
+    noise = "갈갈갈 갈갈 갈갈갈갈 갈갈갈 갈갈 갈갈갈 갈갈"
+    engine = SureEngine({("kor",): (noise, 0.27), ("chi_tra",): (traditional, 0.91), ("chi_sim",): (traditional, 0.5),
+                         ("jpn",): (traditional, 0.4)},
+                        installed=("eng", "kor", "chi_sim", "chi_tra", "jpn"), script="Korean")
+    result = _chunk(make_scanned_copy(1, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
+    assert engine.languages[0] == ("kor",) and set(engine.languages[1:]) == {("chi_sim",), ("chi_tra",), ("jpn",)}
+    assert result.chunks[0].text.startswith(traditional[:10])
+
+
+def test_a_sure_cjk_reading_is_kept_without_more_reads(counter: ModelTokenCounter) -> None:
+    korean = "한국어 설명서입니다 아이들은 아침에 학교에 갑니다 선생님은 역사를 가르칩니다"
+    engine = SureEngine({("kor",): (korean, 0.93)}, installed=("eng", "kor", "chi_tra"), script="Korean")
+    _chunk(make_scanned_copy(1, dpi=72).data, counter, PageOcr(OcrSettings(), opener=Opener(engine)))
+    assert engine.languages == [("kor",)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docstream.ocr import osd_script
+from docstream.ocr import osd_script, tesseract_text, tsv_confidence
 from docstream.page_quality import PageFacts, assess_page, script_quality, text_quality
 from docstream.scripts import (
     OSD_LANGUAGES,
@@ -19,7 +19,7 @@ from docstream.scripts import (
 # what PyMuPDF gives for a born-digital Arabic exam: presentation forms (U+FExx), as in issue 28
 ARABIC_FORMS = "2018-2017 :ﺍﻟﺴﻨﺔﺍﻟﺪﺭﺍﺳﻴﺔ ﺛﺎﻧﻮﻳﺔ ﺍﻟﻤﺪﻳﻨﺔ ﺍﻣﺘﺤﺎﻥ ﻣﺎﺩﺓ ﺍﻟﻠﻐﺔ ﺍﻟﻌﺮﺑﻴﺔ ﻟﻠﺼﻒ ﺍﻟﺜﺎﻟﺚ؟ ﺍﻗﺮﺃ ﺍﻟﻨﺺ ﺍﻟﺘﺎﻟﻲ، ﺛﻢ ﺃﺟﺐ"
 # full-width punctuation inside a line: NFKC makes it ASCII, which must still join the line's words
-JAPANESE_LINE = "家族コーヒー駅まで働きます先生が！ニュース休みの日学生の犬話します食べます？パソコン話します（机の上に）"
+JAPANESE_LINE = "家族コーヒー駅まで働きます先生が！ニュース休みの日学生の犬話します食べます？パソコン話します（机）"
 JAPANESE = "pLATEX2ε チートシート 日本語の文書を作成するためのコマンド一覧です。※ 子供たちは朝〜学校へ行きます → ①"
 KOREAN = "한국어 설명서입니다. 아이들은 아침에 학교에 갑니다. 선생님은 역사를 가르칩니다. 설정(옵션)을 확인하세요!"
 HEBREW = "שלום עולם. זהו מסמך בדיקה בעברית עם כמה משפטים־קצרים. הילדים הלכו לבית הספר בבוקר, והמורה"
@@ -110,3 +110,16 @@ def test_osd_names_map_to_languages() -> None:
     assert {osd_language(name) for name in ("Japanese", "Korean", "Han", "Latin")} == {"jpn", "kor", "chi_sim", "eng"}
     assert osd_language("Tamil") is None
     assert set(OSD_LANGUAGES.values()) <= set(SCRIPT_LANGUAGE.values()) | {"chi_tra"}
+
+
+def test_tesseracts_text_output_becomes_paragraphs_and_cjk_lines_join_without_spaces() -> None:
+    output = "First line of a\nparagraph here.\n\nSecond paragraph.\n\n我们今天学习\n中国历史。\n\n\f"
+    assert tesseract_text(output) == "First line of a paragraph here.\n\nSecond paragraph.\n\n我们今天学习中国历史。"
+
+
+def test_the_confidence_of_a_reading_is_its_words_mean_weighted_by_length() -> None:
+    header = "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext"
+    rows = ["1\t1\t0\t0\t0\t0\t0\t0\t100\t100\t-1\t", "5\t1\t1\t1\t1\t1\t0\t0\t10\t10\t90\tabcd",
+            "5\t1\t1\t1\t1\t2\t0\t0\t10\t10\t30\tab", "5\t1\t1\t1\t1\t3\t0\t0\t10\t10\t95\t "]
+    assert tsv_confidence("\n".join([header, *rows])) == round((90 * 4 + 30 * 2) / 6 / 100, 4)
+    assert tsv_confidence(header) is None

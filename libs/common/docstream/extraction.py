@@ -413,17 +413,43 @@ class PageOcr:
         reading = _recognize(engine, page, number, languages, self.dpi, page_language, image_area)
         if reading is None:
             return None, "ocr_failed", language
-        claim = reading.verdict.language
-        if page_language in CJK_LANGUAGES and claim in CJK_LANGUAGES and claim != page_language:
-            # OSD tells Han, Japanese and Korean apart least well: the reading's own script settles it
+        if detected is not None and page_language in CJK_LANGUAGES:  # not after both Han varieties read it
+            reading = self._settle_cjk(engine, page, number, reading, language, image_area)
+        return reading, None, reading.judged_in
+
+    def _settle_cjk(
+        self, engine: OcrEngine, page: pymupdf.Page, number: int, reading: OcrReading, language: str,
+        image_area: float,
+    ) -> OcrReading:
+        """OSD tells Han, Japanese and Korean apart least well (it read a traditional Chinese page as
+        Korean): a reading it chose that the engine is unsure of is tried in the other CJK languages,
+        and the surest kept; without confidences, the reading's own script settles it."""
+        if reading.confidence is None:
+            claim = reading.verdict.language
+            if claim not in CJK_LANGUAGES or claim == language:
+                return reading
             other = ocr_languages(claim, self.languages, engine.installed)
             again = _recognize(engine, page, number, other, self.dpi, claim, image_area) if other else None
-            if again is not None and script_quality(again.text, claim) > script_quality(reading.text, page_language):
-                reading = again
-        return reading, None, reading.judged_in
+            if again is not None and script_quality(again.text, claim) > script_quality(reading.text, language):
+                return again
+            return reading
+        if reading.confidence >= CJK_SURE:
+            return reading
+        best = reading
+        for candidate in sorted(CJK_LANGUAGES - {language}):
+            languages = ocr_languages(candidate, self.languages, engine.installed)
+            again = _recognize(engine, page, number, languages, self.dpi, candidate, image_area) if languages else None
+            if again is not None and (again.confidence or 0.0) > (best.confidence or 0.0):
+                best = again
+        _log.info("ocr_cjk_settled", page=number, detected=language, kept="+".join(best.languages),
+                  confidence=best.confidence)
+        return best
 
 
 _HAN = frozenset({"Han", "HanS", "HanT"})
+CJK_SURE = 0.6
+"""A CJK reading chosen by OSD with a mean word confidence below this is tried in the other CJK
+languages (measured: 0.91-0.93 in the right language, 0.27-0.31 in a wrong one)."""
 
 
 def _detect_script(engine: OcrEngine, page: pymupdf.Page, dpi: int) -> str | None:
@@ -546,7 +572,7 @@ def _recognize(
         return None
     # the OCR text is judged on its own: the fonts and the glyph trace are the text layer's, not its
     after = assess_page(_text_facts(result.text, image_area), languages=languages)
-    return OcrReading(result.text, result.engine, languages, after, page_language)
+    return OcrReading(result.text, result.engine, languages, after, page_language, result.confidence)
 
 
 def _text_facts(text: str, image_area: float) -> PageFacts:

@@ -126,6 +126,8 @@ class OcrReading:
     languages: tuple[str, ...]
     verdict: PageVerdict
     page_language: str | None = None
+    confidence: float | None = None
+    """The engine's mean confidence in its words, 0-1 (None where the engine gives none)."""
 
     @property
     def judged_in(self) -> str:

@@ -18,7 +18,7 @@ docs/chunking.md "Extraction".
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "PARAGRAPH_GAP",
     "OcrLine",
     "character_error_rate",
+    "join_lines",
     "levenshtein",
     "page_text",
     "reading_order",
@@ -184,3 +185,20 @@ def character_error_rate(recognized: str, reference: str, *, spaces: bool = True
     if not truth:
         raise ValueError("the reference text is empty")
     return levenshtein(hypothesis, truth) / len(truth)
+
+
+def join_lines(lines: Iterable[str]) -> str:
+    """The lines of one paragraph as one line: joined by a space, except between two characters of
+    scripts written without spaces (Han, Kana), where a line break is no word boundary."""
+    out = ""
+    for line in (line.strip() for line in lines):
+        if not line:
+            continue
+        if out and not (_unspaced(out[-1]) and _unspaced(line[0])):
+            out += " "
+        out += line
+    return out
+
+
+def _unspaced(char: str) -> bool:
+    return "\u3000" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or "\uff00" <= char <= "\uffef"
