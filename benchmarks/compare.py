@@ -329,6 +329,16 @@ def print_table(results: list[Result], pages: int) -> None:
               f"({auto.seconds:.1f} s / {off.seconds:.1f} s)")
 
 
+def _medians(rounds: list[list[Result]]) -> list[Result]:
+    """Each variant's result of median time over the rounds (the first round's failures as they were)."""
+    out = []
+    for first in rounds[0]:
+        runs = sorted((r for run in rounds for r in run if r.name == first.name and r.seconds),
+                      key=lambda r: r.seconds or 0.0)
+        out.append(runs[len(runs) // 2] if runs else first)
+    return out
+
+
 def run_all(pages: int, only: set[str], work: Path, corpus: str = "latin") -> list[Result]:
     folder = work / f"pdfs-{pages}"
     make_folder(folder, pages, corpus)
@@ -395,6 +405,9 @@ def main() -> None:
     parser.add_argument("--corpus", choices=("latin", "scripts"), default="latin",
                         help="latin: generated English PDFs; scripts: ten scripts' PDFs and examples/")
     parser.add_argument("--fp32", action="store_true", help="force docstream's runtime to fp32, as the plain script")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the variants this many times in turn (a, d, f, a, d, f, ...) and report each one's "
+                             "median: drift on a shared machine then hits every variant alike")
     parser.add_argument("--sweep", default="", help="only the raw-model batch sweep, e.g. 4,8,16,32,64")
     parser.add_argument("--sweep-chunks", type=int, default=128, help="chunks per batch size in the sweep")
     args = parser.parse_args()
@@ -409,7 +422,12 @@ def main() -> None:
     print(cpu_line(), f"corpus {args.corpus}, docstream runtime {'fp32 (forced)' if args.fp32 else 'auto'}")
     with tempfile.TemporaryDirectory(prefix="docstream-bench-") as tmp:
         work = Path(tmp)
-        results = run_all(args.pages, only, work, args.corpus)
+        rounds = [run_all(args.pages, only, work, args.corpus) for _ in range(max(1, args.rounds))]
+        results = _medians(rounds)
+        if len(rounds) > 1:
+            for name in (r.name for r in results):
+                times = [r.seconds for run in rounds for r in run if r.name == name and r.seconds]
+                print(f"  {name}: {', '.join(f'{t:.1f}' for t in times)} s")
         print_table(results, args.pages)
         if args.scale > 1:
             scaled = run_all(args.pages * args.scale, only, work, args.corpus)
