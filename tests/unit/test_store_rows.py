@@ -32,6 +32,7 @@ from docstream.store.rows import (
     Columns,
     Table,
 )
+from docstream.tables import TableCell, TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 
@@ -99,6 +100,15 @@ CHUNK = ChunkRow(
     heading="Introduction", status="failed", error_code="model_error", text_source="ocr", ocr_engine="tesseract",
     page_verdicts=("no_text_layer", "ok"),
     page_reasons=("ocr_reads_better", "text_layer"),
+)
+TABLE_CHUNK = replace(
+    CHUNK, kind="table", text="| Name | Город |\n|---|---|\n| a | b |",
+    table_part=TablePart(
+        page=2, bbox=(54.0, 128.25, 309.5, 236.0), caption="Table 1: Ünïcode", header=("Name", "Город"), rows=3,
+        columns=2, row_start=1, row_end=3, part=0, parts=2,
+        cells=(TableCell(0, 0, text="Name"), TableCell(0, 1, text="Город"), TableCell(1, 0, 2, 1, "a"),
+               TableCell(1, 1, text="b"), TableCell(2, 1, text="")),
+    ),
 )
 TASK_CHUNK = replace(CHUNK, task="classify", embedding=[], label_scores={"a": float32_values([0.1])[0], "b": 0.5},
                      mentions=MENTIONS, output='[1, 2]')
@@ -176,6 +186,8 @@ def test_values_land_in_their_named_columns_and_read_back(mapper: Mapper, encodi
             continue  # a task's structures: their round trip is below
         elif name in ("top_label", "output"):
             assert value == encoding.text(expected)
+        elif name == "table_part":
+            assert value == encoding.text(rows.table_part_to_json(expected))
         else:
             assert value == expected, name
     assert from_columns(stored, encoding) == row
@@ -253,6 +265,33 @@ def test_sqlite_rows_are_read_by_name_whatever_the_select_order() -> None:
 def test_columns_protocol_takes_plain_mappings() -> None:
     found: Mapping[str, Any] = _stored(MAPPERS[5], API_KEY, AS_CASSANDRA)
     assert rows.api_key_from_columns(found, AS_CASSANDRA) == API_KEY
+
+
+@ENCODINGS
+def test_a_table_chunk_round_trips_with_its_cells(encoding: ColumnEncoding) -> None:
+    stored = _stored(MAPPERS[4], TABLE_CHUNK, encoding)
+    assert stored["kind"] == "table"
+    assert json.loads(stored["table_part"])["cells"][2] == {"row": 1, "col": 0, "row_span": 2, "col_span": 1,
+                                                            "text": "a"}
+    assert "Город" in stored["table_part"]  # JSON kept readable, not \u-escaped
+    assert rows.chunk_from_columns(stored, encoding) == TABLE_CHUNK
+
+
+def test_a_text_chunk_stores_no_table_and_rows_before_009_read_as_text() -> None:
+    """Migration 009 adds kind and table_part: nulls in older rows read as a text chunk without a table."""
+    stored = _stored(MAPPERS[4], CHUNK, AS_SQLITE)
+    assert stored["kind"] == "text" and stored["table_part"] is None
+    stored.update(kind=None, table_part=None)
+    assert rows.chunk_from_columns(stored, AS_SQLITE) == CHUNK
+    as_cassandra = _stored(MAPPERS[4], CHUNK, AS_CASSANDRA)
+    assert as_cassandra["table_part"] == ""
+    assert rows.chunk_from_columns(as_cassandra, AS_CASSANDRA) == CHUNK
+
+
+def test_a_table_part_that_is_not_its_json_is_refused() -> None:
+    stored = _stored(MAPPERS[4], CHUNK, AS_SQLITE) | {"table_part": '{"page": 1}'}
+    with pytest.raises(ValueError, match="not a table part"):
+        rows.chunk_from_columns(stored, AS_SQLITE)
 
 
 def test_rows_written_before_provenance_read_as_text_layer() -> None:

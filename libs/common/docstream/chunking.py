@@ -12,6 +12,13 @@ chunk starts ``overlap_tokens`` back: on whole trailing sentences when they give
 half the overlap, else on trailing words. A single word longer than the budget (a long URL,
 a run of CJK text without spaces) is the one case cut inside a word, at token boundaries.
 
+Tables (``PageText.tables``, found by extraction) are chunks of their own, ``kind`` ``table``:
+each is split by ``docstream.tables.split_table`` into Markdown parts of whole rows, the header
+row repeated, and the parts stand in the document's text where the table sits (each a paragraph
+of its own), so ``text[char_start:char_end]`` holds for them too. Text chunks never take a
+table's text, and no overlap crosses a table: the text before it and the text after it are
+packed apart. A document without tables is chunked as it always was.
+
 Tokens are counted once per word and summed. That is exact for tokenizers whose
 pre-tokenizer splits on whitespace (BERT WordPiece, the default model): ``TokenCounter.additive``.
 For other tokenizers every chunk is counted again and the packing repeats with a smaller
@@ -24,16 +31,18 @@ import re
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate, pairwise
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from docstream.errors import InputError
+from docstream.tables import TABLES_VERSION, PageTable, TablePart, split_table
 
 __all__ = [
     "CHUNKER_VERSION",
     "PAGE_SEPARATOR",
     "Chunk",
+    "ChunkKind",
     "ChunkingConfig",
     "Heading",
     "PageText",
@@ -45,6 +54,7 @@ __all__ = [
 
 CHUNKER_VERSION = "1"
 PAGE_SEPARATOR = "\n\n"
+ChunkKind = Literal["text", "table"]
 
 # Characters Python's str.split() treats as whitespace but BERT's normalizer does not; they
 # become spaces (same length, so offsets hold) and per-word counts stay additive.
@@ -105,13 +115,15 @@ class PageText:
 
     Attributes:
         number: 1-based page number.
-        text: the page's text.
+        text: the page's text (its tables' text left out).
         headings: headings that start on this page, by offset.
+        tables: the page's tables, each placed by its ``offset`` into ``text``.
     """
 
     number: int
     text: str
     headings: tuple[Heading, ...] = ()
+    tables: tuple[PageTable, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +143,8 @@ class Chunk:
             ``page_start`` begin (one per page, ``page_start + 1`` to ``page_end``; a page number
             missing from the pages begins where the next one does); empty for a one-page chunk. The
             page of an offset ``o`` in the chunk is ``page_start + bisect_right(page_breaks, o)``.
+        kind: ``text``, or ``table``: the chunk is one part of a table, its text the part's Markdown.
+        table: the table part (``kind`` ``table``), else None.
     """
 
     index: int
@@ -142,6 +156,8 @@ class Chunk:
     token_count: int
     heading: str | None = None
     page_breaks: tuple[int, ...] = ()
+    kind: ChunkKind = "text"
+    table: TablePart | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +194,35 @@ def effective_budget(config: ChunkingConfig, counter: TokenCounter) -> int:
     return config.max_tokens if cap is None else max(1, min(config.max_tokens, cap))
 
 
-def chunker_settings(config: ChunkingConfig, counter: TokenCounter) -> str:
-    """The canonical settings string that goes into every chunk_id."""
+def chunker_settings(config: ChunkingConfig, counter: TokenCounter, *, tables: bool = False) -> str:
+    """The canonical settings string that goes into every chunk_id.
+
+    Args:
+        config: chunk size and overlap.
+        counter: the model tokenizer's counter.
+        tables: the document has table chunks: ``;tables=v<TABLES_VERSION>`` is added, so its chunk
+            ids differ from those its text alone had (documents without tables keep theirs).
+    """
+    marker = f";tables=v{TABLES_VERSION}" if tables else ""
     return (
         f"chunker=v{CHUNKER_VERSION};max_tokens={config.max_tokens};overlap={config.overlap_tokens};"
-        f"budget={effective_budget(config, counter)};tokenizer={counter.name}"
+        f"budget={effective_budget(config, counter)};tokenizer={counter.name}{marker}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _TableSpan:
+    """One table part in the document's text: its span, tokens, record, and the text words before it."""
+
+    start: int
+    end: int
+    tokens: int
+    part: TablePart
+    word: int
+
+
+_Segment = tuple[int, int, str] | _TableSpan
+"""A page's text piece (its offset in the page's text, in the document's text, the piece) or a table part."""
 
 
 @dataclass
@@ -205,13 +244,14 @@ class _Index:
     para_end: array[int] = field(default_factory=lambda: array("q"))
     heading_offsets: list[int] = field(default_factory=list)
     heading_titles: list[str] = field(default_factory=list)
+    tables: list[_TableSpan] = field(default_factory=list)
     _details: dict[int, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
 
     @property
     def words(self) -> int:
         return len(self.cum) - 1
 
-    def add_page(self, page: PageText, counter: TokenCounter) -> None:
+    def add_page(self, page: PageText, counter: TokenCounter, budget: int) -> None:
         if self.page_offsets:
             self.parts.append(PAGE_SEPARATOR)
             self.length += len(PAGE_SEPARATOR)
@@ -219,24 +259,65 @@ class _Index:
         text = page.text
         if _ODD_SPACE.search(text):
             text = text.translate(_ODD_SPACES)
-        self.parts.append(text)
-        self.length += len(text)
         self.page_offsets.append(base)
         self.page_numbers.append(page.number)
+        segments: list[_Segment]
+        if page.tables:
+            segments = self._place_tables(text, page.tables, counter, budget, base)
+        else:
+            self.parts.append(text)
+            self.length += len(text)
+            segments = [(0, base, text)]
         for heading in sorted(page.headings, key=lambda h: h.offset):
-            self.heading_offsets.append(base + min(max(heading.offset, 0), len(text)))
+            self.heading_offsets.append(_moved(segments, min(max(heading.offset, 0), len(text)), base))
             self.heading_titles.append(heading.title)
         words: list[str] = []
         first_word = self.words
-        for match in _PARAGRAPH.finditer(text):
-            self.para_word.append(first_word + len(words))
-            self.para_start.append(base + match.start())
-            self.para_end.append(base + match.end())
-            words.extend(match.group().split())
+        for segment in segments:
+            if isinstance(segment, _TableSpan):
+                self.tables.append(replace(segment, word=first_word + len(words)))
+                continue
+            dst, piece = segment[1], segment[2]
+            for match in _PARAGRAPH.finditer(piece):
+                self.para_word.append(first_word + len(words))
+                self.para_start.append(dst + match.start())
+                self.para_end.append(dst + match.end())
+                words.extend(match.group().split())
         if words:
             running = accumulate(counter.count(words), initial=self.cum[-1])
             next(running)
             self.cum.extend(running)
+
+    def _place_tables(
+        self, text: str, tables: Sequence[PageTable], counter: TokenCounter, budget: int, base: int
+    ) -> list[_Segment]:
+        """Append the page's text with its tables' parts where they sit; the segments, in order."""
+        segments: list[_Segment] = []
+        pos = 0
+        for table in sorted(tables, key=lambda t: t.offset):
+            cut = min(max(table.offset, pos), len(text))
+            self._append_text(segments, text, pos, cut, base)
+            for markdown, tokens, part in split_table(table, budget, counter.count):
+                start = self._append(markdown, base)
+                segments.append(_TableSpan(start, self.length, tokens, part, 0))
+            pos = cut
+        self._append_text(segments, text, pos, len(text), base)
+        return segments
+
+    def _append_text(self, segments: list[_Segment], text: str, start: int, end: int, base: int) -> None:
+        piece = text[start:end]
+        if piece.strip():
+            segments.append((start, self._append(piece, base), piece))
+
+    def _append(self, piece: str, base: int) -> int:
+        """Append a piece of the page starting at ``base``, after a blank line unless the page so far ends in one."""
+        if self.length > base and not self.parts[-1].endswith("\n\n"):
+            self.parts.append("\n\n")
+            self.length += 2
+        start = self.length
+        self.parts.append(piece)
+        self.length += len(piece)
+        return start
 
     def finish(self) -> None:
         self.text = "".join(self.parts)
@@ -296,6 +377,18 @@ class _Index:
         return self.detail(self.paragraph_of(word))[0]
 
 
+def _moved(segments: Sequence[_Segment], offset: int, base: int) -> int:
+    """Where ``offset`` of the page's text lies in the document's text (the page starts at ``base``)."""
+    moved = base
+    for segment in segments:
+        if isinstance(segment, _TableSpan):
+            continue
+        if segment[0] > offset:
+            break
+        moved = segment[1] + min(offset - segment[0], len(segment[2]))
+    return moved
+
+
 def _nth_word(text: str, start: int, end: int, n: int) -> re.Match[str]:
     for i, match in enumerate(_WORD.finditer(text, start, end)):
         if i == n:
@@ -325,28 +418,45 @@ def chunk_document(pages: Iterable[PageText], config: ChunkingConfig, counter: T
         )
     index = _Index()
     for page in pages:
-        index.add_page(page, counter)
-    if index.words == 0:
+        index.add_page(page, counter, budget)
+    if index.words == 0 and not index.tables:
         return []
     index.finish()
     limit = budget
     for _ in range(_MAX_REPACKS):
-        spans = _pack(index, limit, config.overlap_tokens, counter)
+        spans = _pack_runs(index, limit, config.overlap_tokens, counter)
         if counter.additive:
             return _chunks(index, spans)
-        exact = counter.count([index.text[a:b] for a, b, _ in spans])
-        over = max(n - budget for n in exact)
+        exact = counter.count([index.text[a:b] for a, b, _ in spans]) if spans else []
+        over = max((n - budget for n in exact), default=0)
         if over <= 0:
             return _chunks(index, [(a, b, n) for (a, b, _), n in zip(spans, exact, strict=True)])
         limit = max(1, limit - over)
     raise InputError(f"tokenizer {counter.name} gives no packing within {budget} tokens", code="invalid_options")
 
 
-def _pack(index: _Index, budget: int, overlap: int, counter: TokenCounter) -> list[tuple[int, int, int]]:
-    """Char spans and token counts of the chunks, in order."""
-    cum, words = index.cum, index.words
+def _pack_runs(index: _Index, budget: int, overlap: int, counter: TokenCounter) -> list[tuple[int, int, int]]:
+    """The text chunks' spans: the words between two tables are packed on their own (no overlap crosses a table)."""
+    if not index.tables:
+        return _pack(index, budget, overlap, counter)
     spans: list[tuple[int, int, int]] = []
-    start = fresh = 0
+    lo = 0
+    for table in index.tables:
+        if table.word > lo:
+            spans.extend(_pack(index, budget, overlap, counter, lo, table.word))
+            lo = table.word
+    spans.extend(_pack(index, budget, overlap, counter, lo, index.words))
+    return spans
+
+
+def _pack(
+    index: _Index, budget: int, overlap: int, counter: TokenCounter, lo: int = 0, hi: int | None = None
+) -> list[tuple[int, int, int]]:
+    """Char spans and token counts of the chunks of words ``lo`` to ``hi`` (None: all), in order."""
+    cum = index.cum
+    words = index.words if hi is None else hi
+    spans: list[tuple[int, int, int]] = []
+    start = fresh = lo
     while fresh < words:
         end_max = bisect_right(cum, cum[start] + budget, lo=start) - 1
         if end_max <= fresh:
@@ -420,9 +530,14 @@ def _page_breaks(index: _Index, first: int, last: int) -> tuple[int, ...]:
 
 
 def _chunks(index: _Index, spans: list[tuple[int, int, int]]) -> list[Chunk]:
+    """The chunks of the text spans and the table parts, in document order."""
+    placed: list[tuple[int, int, int, TablePart | None]] = [(a, b, n, None) for a, b, n in spans]
+    if index.tables:
+        placed.extend((t.start, t.end, t.tokens, t.part) for t in index.tables)
+        placed.sort(key=lambda span: span[0])
     chunks = []
     offsets = index.page_offsets
-    for i, (start, end, tokens) in enumerate(spans):
+    for i, (start, end, tokens, part) in enumerate(placed):
         h = bisect_right(index.heading_offsets, start) - 1
         first, last = bisect_right(offsets, start) - 1, bisect_right(offsets, end - 1) - 1
         chunks.append(
@@ -436,6 +551,8 @@ def _chunks(index: _Index, spans: list[tuple[int, int, int]]) -> list[Chunk]:
                 token_count=tokens,
                 heading=index.heading_titles[h] if h >= 0 else None,
                 page_breaks=_page_breaks(index, first, last),
+                kind="text" if part is None else "table",
+                table=part,
             )
         )
     return chunks

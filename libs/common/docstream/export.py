@@ -39,6 +39,8 @@ __all__ = [
     "DOCUMENT_SCHEMA",
     "ENTITY_TYPE",
     "MENTION_TYPE",
+    "TABLE_CELL_TYPE",
+    "TABLE_TYPE",
     "TASK_CHUNK_SCHEMA",
     "TASK_DOCUMENT_SCHEMA",
     "ExportFormat",
@@ -77,6 +79,30 @@ DOCUMENT_SCHEMA = pa.schema([
 ])
 """Columns of the documents Parquet file (and keys of a JSON Lines document record)."""
 
+TABLE_CELL_TYPE = pa.struct([
+    ("row", pa.int32()),
+    ("col", pa.int32()),
+    ("row_span", pa.int32()),
+    ("col_span", pa.int32()),
+    ("text", pa.string()),
+])
+"""A table cell (the Avro ``TableCell``)."""
+
+TABLE_TYPE = pa.struct([
+    ("page", pa.int32()),
+    ("bbox", pa.list_(pa.float64())),
+    ("caption", pa.string()),
+    ("header", pa.list_(pa.string())),
+    ("rows", pa.int32()),
+    ("columns", pa.int32()),
+    ("row_start", pa.int32()),
+    ("row_end", pa.int32()),
+    ("part", pa.int32()),
+    ("parts", pa.int32()),
+    ("cells", pa.list_(TABLE_CELL_TYPE)),
+])
+"""A table chunk's part of its table (the Avro ``ChunkTable``; docs/chunking.md "Tables")."""
+
 CHUNK_SCHEMA = pa.schema([
     ("job_id", pa.string()),
     ("doc_id", pa.string()),
@@ -93,6 +119,8 @@ CHUNK_SCHEMA = pa.schema([
     ("ocr_engine", pa.string()),
     ("page_verdicts", pa.list_(pa.string())),
     ("page_reasons", pa.list_(pa.string())),
+    ("kind", pa.string()),
+    ("table", TABLE_TYPE),
     ("char_start", pa.int64()),
     ("char_end", pa.int64()),
     ("token_count", pa.int32()),
@@ -251,6 +279,8 @@ def chunk_record(chunk: ChunkRow) -> dict[str, Any]:
         "ocr_engine": chunk.ocr_engine,
         "page_verdicts": list(chunk.page_verdicts),
         "page_reasons": list(chunk.page_reasons),
+        "kind": chunk.kind,
+        "table": chunk.table_part.to_record() if chunk.table_part is not None else None,
         "char_start": chunk.char_start,
         "char_end": chunk.char_end,
         "token_count": chunk.token_count,

@@ -19,19 +19,26 @@ blocks' geometry: a short block of at most two lines whose line height is 1.25 t
 body's. (Font sizes from ``get_text("dict")`` cost a third of the extraction speed;
 line height is the same signal for free.)
 
+With ``tables`` ``auto`` (``chunker.tables``), ruled tables on PDF pages that keep their text
+layer are found with PyMuPDF's finder where two cheap checks see one (``find_page_tables``), taken
+out of the page's paragraphs and handed on beside them (``PageText.tables``): chunking makes them
+table chunks (docs/chunking.md "Tables").
+
 PyMuPDF is imported on first use: a process that only hands chunks on (the chunker's parent,
 whose extraction runs in a child process) does not pay its import, ~0.5 s of CPU.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from docstream.chunking import (
     Chunk,
@@ -56,6 +63,7 @@ from docstream.page_quality import (
 )
 from docstream.provenance import (
     OCR,
+    TEXT_LAYER,
     ChunkSource,
     DocumentSources,
     OcrMode,
@@ -69,6 +77,16 @@ from docstream.provenance import (
     wants_ocr,
 )
 from docstream.scripts import CJK_LANGUAGES, ocr_languages, osd_language
+from docstream.tables import (
+    Box,
+    PageTable,
+    caption_index,
+    content_paths,
+    grid_cells,
+    inside,
+    looks_tabular,
+    ruled_grid,
+)
 from docstream.text_layout import reading_order
 
 if TYPE_CHECKING:
@@ -79,16 +97,22 @@ if TYPE_CHECKING:
 __all__ = [
     "ChunkedDocument",
     "DocumentFormat",
+    "FoundTable",
     "PageOcr",
+    "TableMode",
     "chunk_bytes",
     "detect_format",
     "extract_pages",
+    "find_page_tables",
     "mupdf_errors",
     "open_document",
     "page_facts",
 ]
 
 _log = get_logger(__name__)
+
+TableMode = Literal["auto", "off"]
+"""``chunker.tables``: ``auto`` finds ruled tables on pages that keep their text layer; ``off`` never looks."""
 
 _HEADING_RATIO = 1.25
 _HEADING_MAX_CHARS = 150
@@ -470,12 +494,15 @@ def extract_pages(
     ocr: PageOcr | None = None,
     sources: list[PageSource] | None = None,
     on_ocr_page: Callable[[int], None] | None = None,
+    tables: TableMode = "auto",
 ) -> Iterator[PageText]:
     """Pages of text in reading order, with headings, one page in memory at a time.
 
     Every page gets a verdict (``page_quality.assess_page``); with ``ocr``, pages are OCRed as
     its mode says and keep the text ``provenance.settle_page`` chooses. A page whose verdict is
-    still not usable yields no text.
+    still not usable yields no text. With ``tables`` ``auto``, a PDF page that keeps its text
+    layer is looked at for ruled tables (``find_page_tables``): each table found leaves the
+    page's paragraphs (its caption too) and comes beside them, in ``PageText.tables``.
 
     Args:
         doc: an open document.
@@ -483,6 +510,7 @@ def extract_pages(
         ocr: OCR settings and engine; None: no OCR.
         sources: when given, each page's provenance is appended to it.
         on_ocr_page: called with n when OCR starts on the document's nth page.
+        tables: ``chunker.tables``.
 
     Raises:
         DocumentError: whatever ``check`` raises (``timeout``).
@@ -494,6 +522,7 @@ def extract_pages(
         ocr.begin_document(on_page=on_ocr_page)
     outline = _outline(doc)
     body = _BodyLineHeight()
+    find_tables = tables == "auto" and doc.is_pdf
     for number in range(1, doc.page_count + 1):
         if check is not None:
             check()
@@ -502,18 +531,158 @@ def extract_pages(
         try:
             page = doc.load_page(number - 1)
             blocks = page.get_text("blocks", sort=True, flags=flags)
-            width = page.rect.width
+            rect = page.rect
         except mupdf_errors():  # one damaged page: the others still count
             if sources is not None:
                 sources.append(PageSource(number, "no_text_layer"))
             yield PageText(number, "", ())
             continue
         titles = outline.get(number)
-        layer = _page_text(number, blocks, width, titles, body)
-        settled = _settle(page, blocks, layer, titles, ocr, check)
+        learnt = body.value
+        layer = _page_text(number, blocks, rect.width, titles, body)
+        settled, source = _settle(page, blocks, layer, titles, ocr, check)
         if sources is not None:
-            sources.append(settled[1])
-        yield settled[0]
+            sources.append(source)
+        if find_tables and settled is layer and layer.text and source.text_source == TEXT_LAYER:
+            settled = _with_tables(page, rect, layer, blocks, titles, body, learnt)
+        yield settled
+
+
+def _with_tables(
+    page: pymupdf.Page, rect: pymupdf.Rect, layer: PageText, blocks: Sequence[tuple[Any, ...]],
+    titles: list[str] | None, body: _BodyLineHeight, learnt: float | None,
+) -> PageText:
+    """The page with its tables beside its text, or ``layer`` itself when it has none.
+
+    The body line height is learnt again without the tables' blocks (a row's cells, side by side
+    in one block, look like lines a few points high), from what it was before this page.
+    """
+    found = find_page_tables(page, layer.number, blocks, height=rect.height)
+    if not found:
+        return layer
+    body.value = learnt
+    return _page_text(layer.number, blocks, rect.width, titles, body, found)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundTable:
+    """A table found on a page and the text blocks it takes from the page's paragraphs.
+
+    Attributes:
+        table: the table (``offset`` 0: ``extract_pages`` places it in the page's text).
+        blocks: block numbers (``get_text("blocks")``'s sixth item) of its cells' blocks and its caption's.
+    """
+
+    table: PageTable
+    blocks: frozenset[int]
+
+
+def find_page_tables(
+    page: pymupdf.Page,
+    number: int,
+    blocks: Sequence[tuple[Any, ...]],
+    *,
+    height: float | None = None,
+    gated: bool = True,
+    layout: bool = False,
+) -> list[FoundTable]:
+    """Ruled tables on a PDF page, with their cells, spans and caption (``docstream.tables``).
+
+    Three steps, each only when the one before says a table may be there: ``tables.looks_tabular``
+    on the text blocks extraction already has (free); ``tables.ruled_grid`` on the lines and
+    rectangles its content streams draw (a scan of the streams, ~0.1 ms); then PyMuPDF's finder,
+    ``page.find_tables()`` with its ``lines`` strategy (20-190 ms a page), without the layout model
+    PyMuPDF 2 consults first when ``pymupdf_layout`` is installed (ten times that; it finds unruled
+    tables too, but a page needs it run to know: docs/chunking.md "Tables"). A table keeps at least
+    two rows, two columns and two cells with text. Other formats than PDF are not looked at.
+
+    Args:
+        page: a loaded page.
+        number: its 1-based number.
+        blocks: its ``get_text("blocks")``.
+        height: its height (None: read from the page).
+        gated: False: run the finder whatever the two checks say (the benchmark measures what they miss).
+        layout: let PyMuPDF's layout model gate and complete the finder (the benchmark's comparison).
+
+    Returns:
+        The tables, in the finder's order; empty when there are none or the page is damaged (logged).
+    """
+    text_blocks = [b for b in blocks if b[6] == 0]
+    if gated and not looks_tabular((b[:5] for b in text_blocks), page.rect.height if height is None else height):
+        return []
+    if not page.parent.is_pdf:
+        return []
+    try:
+        if gated and not ruled_grid(_drawn_paths(page)):
+            return []
+        finder = page.find_tables(**_finder_options(layout))
+        if finder is None or not finder.tables:
+            return []
+        found = [_laid_out(number, tuple(tab.bbox), [c for c in tab.cells if c is not None], _chars(page, tab.bbox))
+                 for tab in finder]
+    except mupdf_errors() as exc:  # a damaged page: its text stays as it is
+        _log.warning("page_tables_failed", page=number, error=str(exc)[:300])
+        return []
+    return _claim_blocks([t for t in found if t is not None], text_blocks)
+
+
+@functools.cache
+def _finder_options(layout: bool) -> dict[str, Any]:
+    """``find_tables`` keywords: ``use_layout`` where this PyMuPDF has it (2.0 and later)."""
+    import pymupdf.table
+
+    return {"use_layout": layout} if "use_layout" in inspect.signature(pymupdf.table.find_tables).parameters else {}
+
+
+def _drawn_paths(page: pymupdf.Page) -> Iterator[tuple[str, Box]]:
+    """The lines and rectangles of a PDF page's content streams and of the form XObjects they show.
+
+    Read from the streams (``tables.content_paths``): a third or less of what ``get_cdrawings()``
+    costs, which runs the page's text through MuPDF again.
+    """
+    doc = page.parent
+    shows_forms = False
+    for xref in page.get_contents():
+        stream = doc.xref_stream(xref) or b""
+        shows_forms = shows_forms or b"Do" in stream
+        yield from content_paths(stream)
+    if shows_forms:
+        for xobject in page.get_xobjects():
+            yield from content_paths(doc.xref_stream(xobject[0]) or b"")
+
+
+def _chars(page: pymupdf.Page, bbox: Box) -> Iterator[tuple[float, float, float, float, str]]:
+    """The characters inside ``bbox`` in MuPDF's order, a newline after each line (``rawdict``)."""
+    for block in page.get_text("rawdict", clip=bbox)["blocks"]:
+        for line in block.get("lines", ()):
+            for span in line["spans"]:
+                for char in span["chars"]:
+                    yield (*char["bbox"], char["c"])
+            yield (0.0, 0.0, 0.0, 0.0, "\n")
+
+
+def _laid_out(number: int, bbox: Box, boxes: list[Box], chars: Iterable[tuple[float, float, float, float, str]]
+              ) -> PageTable | None:
+    rows, columns, cells = grid_cells(boxes, chars)
+    if rows < 2 or columns < 2 or sum(1 for c in cells if c.text) < 2:
+        return None
+    return PageTable(number, bbox, rows, columns, cells)
+
+
+def _claim_blocks(tables: list[PageTable], text_blocks: Sequence[tuple[Any, ...]]) -> list[FoundTable]:
+    """Each table with the blocks inside it, and its caption: the block ``tables.caption_index`` picks."""
+    claimed = [frozenset(b[5] for b in text_blocks if inside(b[:4], t.bbox)) for t in tables]
+    taken = frozenset().union(*claimed)
+    free = [b for b in text_blocks if b[5] not in taken]
+    found = []
+    for table, members in zip(tables, claimed, strict=True):
+        i = caption_index(table.bbox, [b[:5] for b in free])
+        if i is None:
+            found.append(FoundTable(table, members))
+            continue
+        caption = free.pop(i)
+        found.append(FoundTable(replace(table, caption=" ".join(caption[4].split())), members | {caption[5]}))
+    return found
 
 
 def _settle(
@@ -730,16 +899,31 @@ def _font_has_unicode(doc: pymupdf.Document, font: tuple[Any, ...]) -> bool:
 
 
 def _page_text(
-    number: int, blocks: Sequence[tuple[Any, ...]], width: float, titles: list[str] | None, body: _BodyLineHeight
+    number: int,
+    blocks: Sequence[tuple[Any, ...]],
+    width: float,
+    titles: list[str] | None,
+    body: _BodyLineHeight,
+    tables: Sequence[FoundTable] = (),
 ) -> PageText:
+    """The page's paragraphs and headings; with ``tables``, their blocks left out and each table placed.
+
+    A table sits where its first block comes in reading order (the start of the next paragraph).
+    """
     ordered = reading_order([b for b in blocks if b[6] == 0], width)
     use_geometry = titles is None
+    owners = {block: i for i, table in enumerate(tables) for block in table.blocks}
     if use_geometry:
-        body.update(ordered)
+        body.update([b for b in ordered if b[5] not in owners] if owners else ordered)
+    placed: dict[int, int] = {}
     paragraphs: list[str] = []
     headings: list[Heading] = []
     offset = 0
     for block in ordered:
+        owner = owners.get(block[5])
+        if owner is not None:
+            placed.setdefault(owner, offset)
+            continue
         text = block[4].replace("\n", " ").strip()
         if not text:
             continue
@@ -750,7 +934,8 @@ def _page_text(
     page = "\n\n".join(paragraphs)
     for title in titles or ():
         headings.append(Heading(_find(page, title), title))
-    return PageText(number, page, tuple(headings))
+    found = tuple(replace(t.table, offset=min(placed.get(i, len(page)), len(page))) for i, t in enumerate(tables))
+    return PageText(number, page, tuple(headings), found)
 
 
 def _find(page: str, title: str) -> int:
@@ -775,6 +960,7 @@ def chunk_bytes(
     ocr_page_s: float = 0.0,
     max_timeout_s: float | None = None,
     on_ocr_page: Callable[[int], None] | None = None,
+    tables: TableMode = "auto",
 ) -> ChunkedDocument:
     """Open, extract and chunk one document.
 
@@ -792,6 +978,8 @@ def chunk_bytes(
         ocr_page_s: what each page OCR starts on adds to the time limit (``provenance.time_limit``).
         max_timeout_s: the most the time limit grows to (None: no ceiling).
         on_ocr_page: called with n when OCR starts on the nth page (the extraction child tells its parent).
+        tables: ``chunker.tables``: ``auto`` makes the ruled tables of pages that keep their text
+            layer chunks of their own (docs/chunking.md "Tables"); ``off`` leaves them in the text.
 
     Raises:
         DocumentError: see the module docstring; ``no_text`` when no page holds a word,
@@ -814,7 +1002,7 @@ def chunk_bytes(
 
     pages: list[PageSource] = []
     try:
-        extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page)
+        extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page, tables=tables)
         chunks = chunk_document(extracted, config, counter)
         page_count = doc.page_count
     finally:
@@ -829,7 +1017,7 @@ def chunk_bytes(
     return ChunkedDocument(
         page_count=page_count,
         media_type=fmt.media_type,
-        chunker_settings=chunker_settings(config, counter),
+        chunker_settings=chunker_settings(config, counter, tables=any(c.kind == "table" for c in chunks)),
         chunks=tuple(chunks),
         chunk_sources=tuple(chunk_source(c.page_start, c.page_end, by_number) for c in chunks),
         sources=DocumentSources.of(pages),

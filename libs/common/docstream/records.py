@@ -123,6 +123,10 @@ class ChunkCreated(_Record):
     page_breaks: list[int] = field(default_factory=list)
     page_reasons: list[str] = field(default_factory=list)
     """Why each page kept its text (``docstream.provenance.REASONS``), page_start to page_end."""
+    kind: str = "text"
+    """``text``, or ``table``: the chunk is one part of a table (docs/chunking.md "Tables")."""
+    table: dict[str, Any] | None = None
+    """The ``ChunkTable`` dict of a table chunk (``docstream.tables.TablePart.to_record``), else None."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,6 +284,10 @@ class ChunkerSettings(BaseModel):
         "scan at the measured 2-17 s a page fits); the chunker's max.poll.interval.ms is twice it, and "
         "librdkafka allows at most 24 h.")
     ocr: OcrSettings = Field(default_factory=OcrSettings, description="OCR.")  # type: ignore[arg-type]
+    tables: Literal["auto", "off"] = Field(
+        "auto", description="auto: ruled tables on PDF pages that keep their text layer become table chunks "
+        "(Markdown text, cells in the record, the header repeated on each part; docs/chunking.md \"Tables\"), "
+        "looked for only where two cheap checks see a ruled grid; off: never looked for, tables stay in the text.")
     group_id: str | None = Field(
         None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-chunker."
     )

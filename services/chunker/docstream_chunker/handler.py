@@ -199,6 +199,8 @@ class ChunkerHandler:
                     page_reasons=list(source.page_reasons),
                     tasks=list(submitted.tasks),
                     page_breaks=list(chunk.page_breaks),
+                    kind=chunk.kind,
+                    table=chunk.table.to_record() if chunk.table is not None else None,
                 ),
             )
             for chunk, share, source in zip(result.chunks, shares, sources, strict=True)

@@ -122,6 +122,7 @@ class DocumentProcessor:
             ocr_page_s=self._chunker.ocr.page_timeout_s,
             max_timeout_s=max(0.0, self._chunker.max_timeout_s - fetched),
             on_ocr_page=on_ocr_page,
+            tables=self._chunker.tables,
         )
 
     def _fetch(self, source_uri: str) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any
 from docstream.errors import InputError
 from docstream.records import ChunkCreated, ChunkEmbedded
 from docstream.store.base import ChunkRow
+from docstream.tables import TablePart
 from docstream.tasks.base import (
     EMBED,
     MAX_LABELS,
@@ -183,11 +184,22 @@ def chunk_row(result: ChunkResult) -> ChunkRow:
         ocr_engine=chunk.ocr_engine,
         page_verdicts=tuple(chunk.page_verdicts),
         page_reasons=tuple(chunk.page_reasons),
+        kind=chunk.kind,
+        table_part=_table_part(chunk),
         task=result.task,
         label_scores=dict(result.label_scores),
         mentions=result.mentions,
         output=result.output,
     )
+
+
+def _table_part(chunk: ChunkCreated) -> TablePart | None:
+    if chunk.table is None:
+        return None
+    try:
+        return TablePart.from_record(chunk.table)
+    except (KeyError, TypeError, ValueError):  # a foreign writer's record: the chunk keeps its text
+        return None
 
 
 def embedded_record(result: ChunkResult, embedded_at: datetime, inference_us: int = 0) -> ChunkEmbedded:

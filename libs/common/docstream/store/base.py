@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
+from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 
@@ -157,6 +158,10 @@ class ChunkRow:
     """The quality verdicts of the chunk's pages' text layers, page_start to page_end."""
     page_reasons: tuple[str, ...] = ()
     """Why each of those pages kept its text (``docstream.provenance.REASONS``)."""
+    kind: str = "text"
+    """``text``, or ``table``: the chunk is one part of a table (docs/chunking.md "Tables")."""
+    table_part: TablePart | None = None
+    """The table part of a ``table`` chunk (``ChunkCreated.table``): page, bbox, caption, header, cells."""
     task: str = "embed"
     """The task of the result (docs/tasks.md); ``embedding`` is embed's, the fields below the other tasks'."""
     label_scores: dict[str, float] = field(default_factory=dict)

@@ -20,6 +20,9 @@ supplies; everything else is written and read the same way (docs/storage.md):
   fields' order (Cassandra's UDTs, SQLite JSON arrays), written whole; float32 where Cassandra stores a
   ``float`` (chunk label scores, mention scores), so both backends read back the same values; a mention's
   ``cut`` is not stored; nulls (rows written before) read as task ``embed`` and empty values;
+* a chunk's table (migration 009): ``kind`` null reads as ``text``; ``table_part`` is the JSON text of
+  its Avro ``ChunkTable`` record on both backends (read whole, never queried by a field), null for a
+  text chunk;
 * a job document's ``tasks`` map is read with its row but never written by the row upsert: each entry
   (:func:`task_tally_to_json`) is written on its own by ``upsert_job_document_task``; a row it created
   holds no status and reads as ``submitted``.
@@ -44,6 +47,7 @@ from docstream.store.base import (
     TaskTally,
 )
 from docstream.store.codec import decode_embedding, encode_embedding, float32_values, none_if_empty
+from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 
@@ -70,6 +74,8 @@ __all__ = [
     "job_document_to_columns",
     "job_from_columns",
     "job_to_columns",
+    "table_part_from_json",
+    "table_part_to_json",
     "task_tally_from_json",
     "task_tally_to_json",
     "usage_from_columns",
@@ -140,7 +146,7 @@ CHUNKS = Table(
     "chunks",
     ("doc_id", "model_id", "chunk_index", "chunk_id", "job_id", "text", "page_start", "page_end", "char_start",
      "char_end", "token_count", "embedding", "heading", "status", "error_code", "text_source", "ocr_engine",
-     "page_verdicts", "page_reasons", "task", "label_scores", "mentions", "output"),
+     "page_verdicts", "page_reasons", "kind", "table_part", "task", "label_scores", "mentions", "output"),
     key=("doc_id", "model_id", "chunk_index"),
 )
 API_KEYS = Table("api_keys", ("key_id", "tenant", "key_hash", "created_at", "name", "revoked_at"), key=("key_id",))
@@ -458,6 +464,8 @@ def chunk_to_columns(row: ChunkRow, embedding: bytes, encoding: ColumnEncoding) 
         encoding.text(row.ocr_engine),
         ",".join(row.page_verdicts),
         ",".join(row.page_reasons),
+        row.kind,
+        encoding.text(table_part_to_json(row.table_part)),
         row.task,
         encoding.structure(_float32_scores(row.label_scores)),
         encoding.structure(_mention_values(row.mentions)),
@@ -469,7 +477,7 @@ def chunk_from_columns(found: Columns, encoding: ColumnEncoding) -> ChunkRow:
     """A chunks row from its fetched columns (mentions without ``cut``: it is not stored).
 
     Raises:
-        ValueError: the stored embedding is not float32 bytes.
+        ValueError: the stored embedding is not float32 bytes, or the table part is not its JSON.
     """
     return ChunkRow(
         doc_id=found["doc_id"],
@@ -491,11 +499,34 @@ def chunk_from_columns(found: Columns, encoding: ColumnEncoding) -> ChunkRow:
         ocr_engine=none_if_empty(found["ocr_engine"]),
         page_verdicts=tuple(found["page_verdicts"].split(",")) if found["page_verdicts"] else (),
         page_reasons=tuple(found["page_reasons"].split(",")) if found["page_reasons"] else (),
+        kind=found["kind"] or "text",
+        table_part=table_part_from_json(none_if_empty(found["table_part"])),
         task=found["task"] or "embed",
         label_scores=_scores(encoding.read_structure(found["label_scores"])),
         mentions=_mentions(encoding.read_structure(found["mentions"])),
         output=none_if_empty(found["output"]),
     )
+
+
+def table_part_to_json(part: TablePart | None) -> str | None:
+    """A chunk's table part as the JSON text its column holds (its Avro ``ChunkTable`` record); None: none."""
+    if part is None:
+        return None
+    return json.dumps(part.to_record(), ensure_ascii=False, separators=(",", ":"))
+
+
+def table_part_from_json(text: str | None) -> TablePart | None:
+    """The table part of a ``table_part`` column written by :func:`table_part_to_json` (None: none).
+
+    Raises:
+        ValueError: not a table part's JSON.
+    """
+    if text is None:
+        return None
+    try:
+        return TablePart.from_record(json.loads(text))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a table part: {text[:200]!r}") from exc
 
 
 def api_key_to_columns(row: ApiKeyRow, encoding: ColumnEncoding) -> tuple[Any, ...]:

@@ -33,6 +33,7 @@ from docstream_ingest.api.schemas import (
     MULTIPART_SCHEMA,
     AcceptedDocument,
     ChunkOut,
+    ChunkTableOut,
     DocumentDetail,
     DocumentErrorOut,
     DocumentList,
@@ -217,6 +218,8 @@ def _chunk_out(chunk: ChunkRow) -> ChunkOut:
         ocr_engine=chunk.ocr_engine,
         page_verdicts=list(chunk.page_verdicts),
         page_reasons=list(chunk.page_reasons),
+        kind="table" if chunk.kind == "table" else "text",
+        table=ChunkTableOut.model_validate(chunk.table_part.to_record()) if chunk.table_part is not None else None,
         text_start=chunk.text[:_TEXT_START_CHARS],
         text_chars=len(chunk.text),
     )

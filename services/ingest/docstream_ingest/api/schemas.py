@@ -15,6 +15,7 @@ __all__ = [
     "MULTIPART_SCHEMA",
     "AcceptedDocument",
     "ChunkOut",
+    "ChunkTableOut",
     "DocumentDetail",
     "DocumentErrorOut",
     "DocumentList",
@@ -31,6 +32,7 @@ __all__ = [
     "LabelSpec",
     "Readiness",
     "RefusalOut",
+    "TableCellOut",
     "TaskSpec",
     "TenantUsage",
     "UsageOut",
@@ -276,6 +278,33 @@ class DocumentList(BaseModel):
     next_cursor: str | None = Field(..., description="Pass as after for the next page; null on the last page.")
 
 
+class TableCellOut(BaseModel):
+    """One cell of a table, in the whole table's rows and columns."""
+
+    row: int = Field(..., description="Its first row (0: the header).")
+    col: int = Field(..., description="Its first column.")
+    row_span: int = Field(1, description="Rows it covers.")
+    col_span: int = Field(1, description="Columns it covers.")
+    text: str = Field(..., description="Its words, joined by spaces.")
+
+
+class ChunkTableOut(BaseModel):
+    """The part of a table a table chunk holds (docs/chunking.md "Tables")."""
+
+    page: int = Field(..., description="1-based page of the table.")
+    bbox: list[float] = Field(..., description="The whole table's box: x0, y0, x1, y1 in PDF points, origin top left.")
+    caption: str | None = Field(None, description="The table's caption, on the first part only.")
+    header: list[str] = Field(..., description="The header row's text, one per column; the same on every part.")
+    rows: int = Field(..., description="Rows of the whole table, the header row included.")
+    columns: int = Field(..., description="Columns of the whole table.")
+    row_start: int = Field(..., description="The part's first body row (1: the row under the header).")
+    row_end: int = Field(..., description="One past the part's last row.")
+    part: int = Field(..., description="0-based index of this part.")
+    parts: int = Field(..., description="How many parts the table was split into.")
+    cells: list[TableCellOut] = Field(
+        ..., description="The header row's cells, then the cells of rows row_start to row_end.")
+
+
 class ChunkOut(BaseModel):
     """A chunk of a document, with the start of its text (the whole text is in the results export)."""
 
@@ -296,6 +325,10 @@ class ChunkOut(BaseModel):
     page_reasons: list[str] = Field(
         default_factory=list, description="Why each of those pages kept the text it kept (text_layer, "
         "ocr_reads_better, ocr_not_better, ocr_unavailable_for_script, ...: docs/chunking.md \"Provenance\").")
+    kind: Literal["text", "table"] = Field(
+        "text", description="What the chunk holds: text, or table (one part of a table; its text is the part's "
+        "Markdown).")
+    table: ChunkTableOut | None = Field(None, description="The table part, when kind is table.")
     text_start: str = Field(..., description="The first characters of the chunk's text.")
     text_chars: int = Field(..., description="Characters in the whole text.")
 

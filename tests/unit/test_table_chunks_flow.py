@@ -1,0 +1,115 @@
+"""A table chunk's kind and cells, from the chunker's ChunkCreated through Avro, the chunks row, the export, the API."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from docstream.avro import AvroSerde
+from docstream.chunking import Chunk
+from docstream.export import chunks_path, export_results
+from docstream.extraction import ChunkedDocument
+from docstream.records import ChunkCreated, DocumentSubmitted
+from docstream.settings import KafkaSettings, Settings
+from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.sqlite import SqliteStore
+from docstream.tables import TableCell, TablePart
+from docstream_chunker.handler import ChunkerHandler
+from docstream_chunker.worker import ChunkRequest
+from docstream_inference.handler import chunk_row, ok_result
+from docstream_ingest.api.routes import _chunk_out
+from tests.unit.test_export import FakeStore
+
+AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
+PART = TablePart(
+    page=2, bbox=(54.0, 128.2, 309.1, 236.2), caption="Table 1: Cities", header=("Name", "Город"), rows=3, columns=2,
+    row_start=1, row_end=3, part=0, parts=1,
+    cells=(TableCell(0, 0, text="Name"), TableCell(0, 1, text="Город"), TableCell(1, 0, 2, 1, "Kyiv"),
+           TableCell(1, 1, text="a"), TableCell(2, 1, text="b")),
+)
+MARKDOWN = "Table 1: Cities\n\n| Name | Город |\n|---|---|\n| Kyiv | a |\n|  | b |"
+
+
+class _Extractor:
+    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+        return ChunkedDocument(
+            page_count=2, media_type="application/pdf", chunker_settings="cs;tables=v1",
+            chunks=(Chunk(0, "before", 1, 1, 0, 6, 1), Chunk(1, MARKDOWN, 2, 2, 8, 8 + len(MARKDOWN), 20,
+                                                           kind="table", table=PART)),
+        )
+
+    def close(self) -> None:
+        return None
+
+
+def _chunk_created(tmp_path: Path) -> list[ChunkCreated]:
+    store = SqliteStore(tmp_path / "s.db")
+    store.migrate()
+    submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="file:///x", content_sha256="ab" * 32,
+                                  size_bytes=10, submitted_at=AT)
+    try:
+        outputs = ChunkerHandler(Settings(), store, _Extractor()).handle(submitted)
+    finally:
+        store.close()
+    return [o.value for o in outputs]  # type: ignore[misc]
+
+
+def test_the_chunker_says_which_chunk_is_a_table_and_hands_its_cells_on(tmp_path: Path) -> None:
+    text, table = _chunk_created(tmp_path)
+    assert (text.kind, text.table) == ("text", None)
+    assert table.kind == "table" and table.table == PART.to_record()
+    serde = AvroSerde(KafkaSettings())
+    assert serde.deserialize(serde.serialize(table, "t"), "t") == table
+
+
+def test_the_chunks_row_keeps_the_table_and_the_store_reads_it_back(tmp_path: Path) -> None:
+    _, created = _chunk_created(tmp_path)
+    row = chunk_row(ok_result(created, "m", [0.25, 0.5]))
+    assert row.kind == "table" and row.table_part == PART
+    store = SqliteStore(tmp_path / "rows.db")
+    store.migrate()
+    try:
+        store.upsert_chunks([row])
+        (back,) = list(store.iter_chunks("doc-1", "m"))
+    finally:
+        store.close()
+    assert back.kind == "table" and back.table_part == PART and back.text == MARKDOWN
+    assert chunk_row(ok_result(ChunkCreated.from_record({**created.to_record(), "table": {"page": 1}}), "m",
+                               [])).table_part is None, "a foreign writer's bad table: the chunk keeps its text"
+
+
+def _store_with(created: ChunkCreated) -> FakeStore:
+    store = FakeStore()
+    store.jobs["job-1"] = JobRow("job-1", "acme", AT, "completed", 1, options={"model_id": "m"})
+    store.entries.append(JobDocumentRow("job-1", "doc-1", "completed", AT, filename="t.pdf"))
+    store.documents["doc-1"] = DocumentRow("doc-1", "job-1", "file:///t.pdf", "ab" * 32, "completed", AT)
+    store.results[("doc-1", "m")] = DocumentResultRow("doc-1", "m", "job-1", "completed", 1, 0, 20, [0.5], "cs", AT)
+    store.chunks[("doc-1", "m")] = [chunk_row(ok_result(created, "m", [0.25, 0.5]))]
+    return store
+
+
+def test_the_export_writes_kind_and_table_in_json_lines_and_parquet(tmp_path: Path) -> None:
+    _, created = _chunk_created(tmp_path)
+    out = io.BytesIO()
+    export_results(_store_with(created), "job-1", out, chunks=True)  # type: ignore[arg-type]
+    chunk = [json.loads(line) for line in out.getvalue().splitlines()][1]
+    assert chunk["record"] == "chunk" and chunk["kind"] == "table"
+    assert chunk["table"]["header"] == ["Name", "Город"] and chunk["table"]["cells"][2]["row_span"] == 2
+    target = tmp_path / "r.parquet"
+    export_results(_store_with(created), "job-1", target, fmt="parquet", chunks=True)  # type: ignore[arg-type]
+    (row,) = pq.read_table(chunks_path(target)).to_pylist()
+    assert row["kind"] == "table" and row["table"]["caption"] == "Table 1: Cities"
+    assert row["table"]["cells"][2] == {"row": 1, "col": 0, "row_span": 2, "col_span": 1, "text": "Kyiv"}
+
+
+def test_the_api_shows_a_chunks_kind_and_table(tmp_path: Path) -> None:
+    text, created = _chunk_created(tmp_path)
+    shown = _chunk_out(chunk_row(ok_result(created, "m", [])))
+    assert shown.kind == "table" and shown.table is not None
+    assert shown.table.header == ["Name", "Город"] and shown.table.cells[2].row_span == 2
+    plain = _chunk_out(chunk_row(ok_result(text, "m", [])))
+    assert plain.kind == "text" and plain.table is None
