@@ -50,12 +50,11 @@ from itertools import filterfalse, repeat
 from typing import Literal
 
 from docstream.scripts import (
-    BLOCK_TABLE,
     LANGUAGE_SCRIPTS,
-    SCRIPT_IDS,
     claimed_language,
     judged_text,
     language_scripts,
+    letters_by_script,
 )
 
 __all__ = [
@@ -107,7 +106,6 @@ QUALITY_SAMPLE_CHARS = 400
 """``text_quality`` reads at most this many characters: a longer text is sampled in evenly spaced windows."""
 _SAMPLE_WINDOWS = 4
 
-_LATIN_ID = SCRIPT_IDS["Latin"]
 _EDGE = (
     "\"'([{<*\u2022\u00b7\u2013\u2014\u00ab\u00bb\u201c\u201d\u201e\u2018\u2019\u201a\u00bf\u00a1-.,;:!?)]}>%"
     "\u2026\u2030\u00b0\u2020\u2021\u00b9\u00b2\u00b3#$\u20ac\u00a3\u00a5\u00a7\u00a9\u00ae\u2122+=/\\|~^@`&"
@@ -285,8 +283,7 @@ def _measure(text: str) -> _Measure:
         language = claimed_language(scripts, letter_bearing) if letter_bearing >= MIN_TEXT_CHARS else None
         return _Measure(letter_bearing, nbsp, joined, len(letters), scripts, language=language)
     ascii_chars = len(letters.encode("ascii", "ignore"))
-    ids = letters.encode("utf-16-le")[1::2].translate(BLOCK_TABLE)
-    scripts = {script: n for script, i in SCRIPT_IDS.items() if (n := ids.count(i))}
+    scripts = letters_by_script(letters)
     mismatch = mismatch_any = 0
     if scripts.get("Latin", 0) > ascii_chars:  # non-ASCII Latin letters: look for a script mismatch
         mismatch = _mismatch(words, MISMATCH_MIN_LETTERS)
