@@ -67,7 +67,6 @@ RAPIDOCR_LANGUAGES = frozenset({"eng", "chi_sim"})
 _RAPIDOCR_MAX_SIDE = 8192
 """RapidOCR shrinks images past this side; MAX_OCR_PIXELS keeps pages below it."""
 _log = get_logger(__name__)
-_NOT_LANGUAGES = frozenset({"osd", "equ"})
 _COMMAND_TIMEOUT_S = 60.0
 
 _TESSERACT_PACKAGES = "apt-get install tesseract-ocr tesseract-ocr-{package} (or run deploy/install-ocr.sh)"
@@ -144,11 +143,8 @@ class TesseractEngine:
                 code="ocr_unavailable",
             ) from exc
         self._tessdata = str(folder)
-        self._checked: set[str] = set()
+        self.installed = frozenset(path.stem for path in Path(self._tessdata).glob("*.traineddata"))
         self._check(languages)
-        self.installed = frozenset(
-            path.stem for path in Path(self._tessdata).glob("*.traineddata") if path.stem not in _NOT_LANGUAGES
-        )
         self._binary = shutil.which("tesseract")
 
     def detect_script(self, page: pymupdf.Page, *, dpi: int) -> str | None:
@@ -161,25 +157,24 @@ class TesseractEngine:
         """
         if self._binary is None or not (Path(self._tessdata) / "osd.traineddata").is_file():
             return None
-        with tempfile.TemporaryDirectory(prefix="docstream-osd-") as folder:
-            found = self._run(page, dpi, ["--psm", "0"], Path(folder), ())
+        found = self._run(page, dpi, ["--psm", "0"], ())
         return osd_script(found[""]) if found is not None else None
 
     def _read_command(self, page: pymupdf.Page, languages: Sequence[str], dpi: int) -> OcrResult | None:
         """The page as Debian's ``tesseract`` command reads it: its text, and the mean confidence of its words."""
-        with tempfile.TemporaryDirectory(prefix="docstream-ocr-") as folder:
-            found = self._run(page, dpi, ["-l", "+".join(languages)], Path(folder), ("txt", "tsv"))
+        found = self._run(page, dpi, ["-l", "+".join(languages)], ("txt", "tsv"))
         if found is None:
             return None
         return OcrResult(tesseract_text(found["txt"]), self.name, tsv_confidence(found["tsv"]))
 
     def _run(
-        self, page: pymupdf.Page, dpi: int, options: Sequence[str], folder: Path, outputs: Sequence[str]
+        self, page: pymupdf.Page, dpi: int, options: Sequence[str], outputs: Sequence[str]
     ) -> dict[str, str] | None:
         """Runs the command over the page rendered grey at ``dpi``; its outputs by extension ("" for stdout).
 
-        One thread (``OMP_THREAD_LIMIT=1``): OCR beside the model must not take its cores. None
-        when the command fails (logged).
+        ``outputs`` (``txt``, ``tsv``) are written to a temporary folder and read back; without
+        them the command writes to its standard output. One thread (``OMP_THREAD_LIMIT=1``): OCR
+        beside the model must not take its cores. None when the command fails (logged).
         """
         import pymupdf
 
@@ -187,34 +182,30 @@ class TesseractEngine:
         rect = page.rect
         used = render_dpi(rect.width, rect.height, dpi)
         image = page.get_pixmap(dpi=used, colorspace=pymupdf.csGRAY).tobytes("png")
-        base = folder / "page"
-        target = str(base) if outputs else "-"
         env = {"OMP_THREAD_LIMIT": "1", "PATH": os.environ.get("PATH", "")}
-        try:
-            done = subprocess.run(
-                [self._binary, "-", target, "--tessdata-dir", self._tessdata, "--dpi", str(used), *options, *outputs],
-                input=image, capture_output=True, timeout=_COMMAND_TIMEOUT_S, check=False, env=env,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            _log.warning("tesseract_command_failed", error=str(exc)[:300])
-            return None
-        if done.returncode != 0:
-            error = done.stderr[-300:].decode("utf-8", "replace")
-            _log.warning("tesseract_command_failed", exit_code=done.returncode, error=error)
-            return None
-        found = {"": done.stdout.decode("utf-8", "replace")}
-        try:
-            for ext in outputs:
-                found[ext] = base.with_suffix(f".{ext}").read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            _log.warning("tesseract_command_failed", error=str(exc)[:300])
-            return None
+        with tempfile.TemporaryDirectory(prefix="docstream-ocr-") as folder:
+            base = Path(folder) / "page"
+            target = str(base) if outputs else "-"
+            try:
+                done = subprocess.run(
+                    [self._binary, "-", target, "--tessdata-dir", self._tessdata, "--dpi", str(used), *options,
+                     *outputs],
+                    input=image, capture_output=True, timeout=_COMMAND_TIMEOUT_S, check=False, env=env,
+                )
+                if done.returncode != 0:
+                    error = done.stderr[-300:].decode("utf-8", "replace")
+                    _log.warning("tesseract_command_failed", exit_code=done.returncode, error=error)
+                    return None
+                found = {"": done.stdout.decode("utf-8", "replace")}
+                for ext in outputs:
+                    found[ext] = base.with_suffix(f".{ext}").read_text(encoding="utf-8", errors="replace")
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                _log.warning("tesseract_command_failed", error=str(exc)[:300])
+                return None
         return found
 
     def _check(self, languages: Sequence[str]) -> None:
-        missing = [
-            lang for lang in languages if lang not in self._checked and not _has_traineddata(self._tessdata, lang)
-        ]
+        missing = [lang for lang in languages if lang not in self.installed]
         if missing:
             packages = " ".join(f"tesseract-ocr-{lang.replace('_', '-').lower()}" for lang in missing)
             raise ConfigError(
@@ -222,16 +213,15 @@ class TesseractEngine:
                 f"apt-get install {packages} (or run deploy/install-ocr.sh {' '.join(missing)})",
                 code="ocr_unavailable",
             )
-        self._checked.update(languages)
 
     def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
         """The page's text as Tesseract reads it, with the mean confidence of its words (0-1).
 
         Through Debian's ``tesseract`` command where it is installed (deploy/install-ocr.sh), else
         MuPDF's built-in Tesseract (no confidence). Measured on generated pages of ten scripts
-        (docs/chunking.md "Fidelity"), MuPDF's route loses word spaces in Devanagari and Korean
-        (18.6 % and 40.6 % CER against 0 % and 4.8 % through the command), Han characters (10.7 %
-        against 0.8 %), and puts some lines of Arabic in visual order, reversed.
+        (docs/chunking.md "Fidelity", 200 dpi), MuPDF's route loses word spaces in Devanagari and
+        Korean (18.6 % and 40.6 % CER against 0.0 % and 5.9 % through the command), misreads Han
+        (10.7-13.7 % against 1.0-1.3 %), and puts some lines of Arabic in visual order, reversed.
 
         Raises:
             ConfigError: ``ocr_unavailable``: a language without its file.
@@ -290,11 +280,6 @@ def osd_script(output: str) -> str | None:
         if name.strip() == "Script" and value.strip():
             return value.strip()
     return None
-
-
-def _has_traineddata(folder: str, language: str) -> bool:
-    safe = bool(language) and language.replace("_", "").isalnum()
-    return safe and (Path(folder) / f"{language}.traineddata").is_file()
 
 
 def _dict_lines(layout: dict[str, Any]) -> list[OcrLine]:

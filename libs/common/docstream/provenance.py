@@ -29,8 +29,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from docstream.page_quality import MOJIBAKE_QUALITY, USABLE, PageVerdict, Verdict, needs_ocr, script_quality
-from docstream.scripts import language_scripts, script_of_language
+from docstream.page_quality import (
+    MOJIBAKE_QUALITY,
+    USABLE,
+    PageVerdict,
+    Verdict,
+    expected_scripts,
+    needs_ocr,
+    script_quality,
+)
+from docstream.scripts import script_of_language
 
 __all__ = [
     "GARBAGE_VERDICTS",
@@ -136,7 +144,7 @@ class OcrReading:
         if self.page_language is not None:
             return self.page_language
         claim = self.verdict.language
-        if claim is not None and script_of_language(claim) in language_scripts(self.languages):
+        if claim is not None and script_of_language(claim) in expected_scripts(self.languages):
             return claim
         return self.languages[0]
 
