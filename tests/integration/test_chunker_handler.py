@@ -281,17 +281,19 @@ def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: E
 
 
 def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: Env) -> None:
-    # 3 pages of OCR take several seconds: past a 1 s limit alone, within 1 s + 60 s per OCRed page
-    settings = env.settings.with_overrides(chunker={"timeout_s": 1.0, "ocr": {"page_timeout_s": 60.0}})
-    scan = chunk_request(env.submit(make_scanned_copy(3, seed=41).data), settings.chunker)
+    # 8 pages of OCR take several seconds: past a 3 s limit alone (which covers the child's work
+    # before its first OCR page, under load too), within 3 s + 60 s per OCRed page
+    base = 3.0
+    settings = env.settings.with_overrides(chunker={"timeout_s": base, "ocr": {"page_timeout_s": 60.0}})
+    scan = chunk_request(env.submit(make_scanned_copy(8, seed=41).data), settings.chunker)
     with ProcessExtractor(settings) as extractor:
         started = time.monotonic()
         result = extractor.extract(scan)
         elapsed = time.monotonic() - started
-    assert result.sources.by_source == {"ocr": 3} and result.sources.ocr_pages == 3
-    assert elapsed > 1.0 + 2.0, "the OCR ran past the base limit and its kill grace"
-    print(f"3 OCR pages in {elapsed:.1f} s ({elapsed / 3:.1f} s a page)")
-    unbudgeted = settings.with_overrides(chunker={"timeout_s": 1.0, "ocr": {"page_timeout_s": 0.01}})
+    print(f"8 OCR pages in {elapsed:.1f} s ({elapsed / 8:.1f} s a page)")
+    assert result.sources.by_source == {"ocr": 8} and result.sources.ocr_pages == 8
+    assert elapsed > base + 2.0, "the OCR ran past the base limit and its kill grace"
+    unbudgeted = settings.with_overrides(chunker={"timeout_s": base, "ocr": {"page_timeout_s": 0.01}})
     with ProcessExtractor(unbudgeted) as extractor, pytest.raises(DocumentError) as err:
         extractor.extract(scan)
     assert err.value.code == "timeout" and "pages OCRed" in err.value.message
