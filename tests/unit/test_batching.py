@@ -18,9 +18,11 @@ class FakeClock:
         self.now += seconds
 
 
-def _batcher(size: int = 4, tokens: int = 1000, latency_s: float = 0.2) -> tuple[Batcher[str], FakeClock]:
+def _batcher(
+    size: int = 4, tokens: int = 1000, latency_s: float = 0.2, pool: int = 1
+) -> tuple[Batcher[str], FakeClock]:
     clock = FakeClock()
-    return Batcher(BatchPolicy(size, tokens, latency_s), clock), clock
+    return Batcher(BatchPolicy(size, tokens, latency_s, pool), clock), clock
 
 
 def test_closes_at_max_batch_size() -> None:
@@ -134,11 +136,10 @@ def test_add_never_closes_on_latency_poll_does() -> None:
 
 def test_flush_closes_whatever_is_open() -> None:
     batcher, clock = _batcher()
-    assert batcher.flush() is None
+    assert batcher.flush() == []
     batcher.add("a", 1)
     clock.advance(0.05)
-    batch = batcher.flush()
-    assert batch is not None
+    [batch] = batcher.flush()
     assert batch.reason == "flush"
     assert batch.oldest_wait_s == pytest.approx(0.05)
     assert batcher.pending == 0
@@ -170,12 +171,12 @@ def test_restore_refuses_a_wrong_length() -> None:
 
 
 @pytest.mark.parametrize(
-    ("size", "tokens", "latency"),
-    [(0, 10, 0.1), (1, 0, 0.1), (1, 10, -1.0)],
+    ("size", "tokens", "latency", "pool"),
+    [(0, 10, 0.1, 1), (1, 0, 0.1, 1), (1, 10, -1.0, 1), (1, 10, 0.1, 0)],
 )
-def test_policy_refuses_impossible_limits(size: int, tokens: int, latency: float) -> None:
+def test_policy_refuses_impossible_limits(size: int, tokens: int, latency: float, pool: int) -> None:
     with pytest.raises(ValueError, match="must be"):
-        BatchPolicy(size, tokens, latency)
+        BatchPolicy(size, tokens, latency, pool)
 
 
 def test_negative_tokens_are_refused() -> None:
@@ -193,9 +194,7 @@ def test_many_records_every_batch_respects_every_limit() -> None:
         polled = batcher.poll()
         if polled is not None:
             closed.append(polled)
-    tail = batcher.flush()
-    if tail is not None:
-        closed.append(tail)
+    closed.extend(batcher.flush())
     assert [item for b in closed for item in b.items] == [f"r{i}" for i in range(200)]
     for batch in closed:
         assert len(batch) <= 5
@@ -213,3 +212,92 @@ def test_close_idle_closes_the_open_batch_before_its_deadline() -> None:
     assert batch is not None
     assert (batch.items, batch.reason, batch.oldest_wait_s) == (("a",), "idle", pytest.approx(0.01))
     assert batcher.pending == 0 and batcher.deadline() is None
+
+
+# -- the length pool (pool_batches > 1) ---------------------------------------------------------
+
+
+def _padded(batches: list[Batch[str]]) -> int:
+    return sum(len(b) * max(b.token_counts) for b in batches)
+
+
+def test_a_pool_cuts_batches_of_similar_length() -> None:
+    batcher, _ = _batcher(size=2, pool=2)
+    closed: list[Batch[str]] = []
+    for name, tokens in [("s0", 10), ("l0", 200), ("s1", 12), ("l1", 210)]:
+        closed.extend(batcher.add(name, tokens))
+    # four records fill the pool of two batches: the oldest (s0) goes with its nearest length (s1)
+    assert [(b.items, b.reason) for b in closed] == [(("s0", "s1"), "size")]
+    assert batcher.pending == 2
+    closed.extend(batcher.flush())
+    assert [b.items for b in closed] == [("s0", "s1"), ("l0", "l1")]
+    assert _padded(closed) == 2 * 12 + 2 * 210  # arrival order would pad to 200 and 210: 820
+
+
+def test_every_pooled_batch_takes_the_oldest_record() -> None:
+    batcher, clock = _batcher(size=4, tokens=600, pool=8)
+    lengths = [(i * 37) % 251 + 5 for i in range(400)]
+    order = {f"r{i}": i for i in range(400)}
+    waiting: set[str] = set()
+    closed: list[Batch[str]] = []
+    for i, tokens in enumerate(lengths):
+        clock.advance(0.001)
+        waiting.add(f"r{i}")
+        for batch in batcher.add(f"r{i}", tokens):
+            oldest = min(waiting, key=order.__getitem__)
+            assert oldest in batch.items
+            assert list(batch.items) == sorted(batch.items, key=order.__getitem__)  # arrival order
+            waiting -= set(batch.items)
+            closed.append(batch)
+        assert batcher.pending == len(waiting) < 4 * 8
+    closed.extend(batcher.flush())
+    assert sorted((item for b in closed for item in b.items), key=order.__getitem__) == list(order)
+    for batch in closed:
+        assert len(batch) <= 4
+        assert batch.tokens <= 600 or len(batch) == 1
+    in_arrival = [lengths[i:i + 4] for i in range(0, 400, 4)]
+    assert _padded(closed) < 0.9 * sum(len(b) * max(b) for b in in_arrival)
+
+
+def test_a_pooled_batch_keeps_to_the_token_limit_and_the_oldest() -> None:
+    batcher, _ = _batcher(size=4, tokens=100, pool=4)
+    for name, tokens in [("old", 60), ("a", 50), ("b", 55), ("c", 65), ("d", 70)]:
+        assert batcher.add(name, tokens) == []
+    batch = batcher.flush()[0]
+    assert batch.items[0] == "old"
+    assert batch.tokens <= 100
+
+
+def test_latency_in_a_pool_follows_the_oldest_record_and_closes_one_batch() -> None:
+    batcher, clock = _batcher(size=2, latency_s=0.2, pool=4)
+    batcher.add("first", 100)
+    clock.advance(0.1)
+    batcher.add("short", 5)
+    batcher.add("shorter", 4)
+    assert batcher.deadline() == pytest.approx(clock.now + 0.1)
+    clock.advance(0.11)
+    batch = batcher.poll()
+    assert batch is not None
+    assert (batch.items, batch.reason) == (("first", "short"), "latency")
+    assert batch.oldest_wait_s == pytest.approx(0.21)
+    assert batcher.pending == 1
+    assert batcher.deadline() == pytest.approx(clock.now + 0.09)  # "shorter" arrived 0.11 s ago
+
+
+def test_an_idle_model_takes_one_pooled_batch_at_a_time() -> None:
+    batcher, _ = _batcher(size=2, pool=4)
+    for i in range(5):
+        batcher.add(f"r{i}", 10 + i)
+    batch = batcher.close_idle()
+    assert batch is not None
+    assert (batch.items, batch.reason) == (("r0", "r1"), "idle")
+    assert batcher.pending == 3
+
+
+def test_discard_in_a_pool_keeps_the_others_and_their_tokens() -> None:
+    batcher, _ = _batcher(size=2, pool=4)
+    for name, tokens in [("p0-a", 1), ("p1-b", 2), ("p0-c", 3), ("p1-d", 4)]:
+        batcher.add(name, tokens)
+    assert batcher.discard(lambda item: item.startswith("p0")) == ["p0-a", "p0-c"]
+    assert (batcher.pending, batcher.pending_tokens) == (2, 6)
+    assert [b.items for b in batcher.flush()] == [("p1-b", "p1-d")]

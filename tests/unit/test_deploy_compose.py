@@ -110,7 +110,8 @@ def drain_budget_s(command: str, settings: Settings, pre_stop_s: float = 0.0) ->
     if command == "chunker":
         budget += settings.chunker.timeout_s
     elif command == "inference":
-        budget += settings.inference.max_latency_ms / 1000 + (settings.inference.queue_batches + 1) * WORST_BATCH_S
+        held = settings.inference.queue_batches + settings.inference.length_pool_batches + 1  # Q1, the pool, the model
+        budget += settings.inference.max_latency_ms / 1000 + held * WORST_BATCH_S
     elif command == "reducer":
         budget += settings.reducer.webhook_timeout_s
     return float(budget)

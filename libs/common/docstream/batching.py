@@ -1,8 +1,17 @@
-"""Micro-batching for the model: when a batch closes, and in what order it runs. Pure.
+"""Micro-batching for the model: when a batch closes, what it holds, and in what order it runs. Pure.
 
 A batch closes when it holds ``max_batch_size`` records, or ``max_batch_tokens`` tokens, or
 its oldest record has waited ``max_latency_s`` — whichever comes first (DESIGN.md "Inference
 micro-batching") — or, through ``close_idle``, as soon as the model has nothing to run.
+
+With ``pool_batches`` > 1 up to that many batches' worth of records wait together, and each
+batch is cut from them by length: the oldest waiting record and the records nearest to it in
+token count. A model pads every record of a batch to the batch's longest, so a backlog then
+runs with almost no padding (the plain ``SentenceTransformer.encode`` over a whole list sorts it
+by length for the same reason); every batch takes the oldest record, so none waits behind more
+than ``pool_batches`` batches, and a lone record leaves as before. ``pool_batches=1``: a batch is
+the records in arrival order.
+
 Time comes from an injected clock (seconds, monotonic), so the rules are tested with a fake
 clock; the caller uses ``time_left()`` as its poll timeout and calls ``poll()`` when it
 expires. Every closed ``Batch`` records why it closed and how long its oldest record waited.
@@ -31,11 +40,14 @@ class BatchPolicy:
         max_batch_tokens: tokens in a full batch; a record that would push the batch past it
             starts the next batch (a single record above it forms a batch of its own).
         max_latency_s: the longest the oldest record of a batch waits before the batch closes.
+        pool_batches: how many batches' worth of records (by count and by tokens) may wait
+            together, so that a batch is cut from records of similar length; 1: arrival order.
     """
 
     max_batch_size: int
     max_batch_tokens: int
     max_latency_s: float
+    pool_batches: int = 1
 
     def __post_init__(self) -> None:
         """Refuse impossible limits.
@@ -49,6 +61,8 @@ class BatchPolicy:
             raise ValueError("max_batch_tokens must be at least 1")
         if self.max_latency_s < 0:
             raise ValueError("max_latency_s must be non-negative")
+        if self.pool_batches < 1:
+            raise ValueError("pool_batches must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +134,16 @@ class Batch(Generic[T]):
         return order_by_length(self.token_counts)
 
 
+@dataclass(frozen=True, slots=True)
+class _Waiting(Generic[T]):
+    seq: int
+    item: T
+    tokens: int
+    arrived_at: float
+
+
 class Batcher(Generic[T]):
-    """Collects records into batches by size, tokens and the oldest record's wait.
+    """Collects records into batches by size, tokens, length and the oldest record's wait.
 
     Not thread-safe: one stage owns it.
     """
@@ -129,9 +151,9 @@ class Batcher(Generic[T]):
     def __init__(self, policy: BatchPolicy, clock: Callable[[], float]) -> None:
         self._policy = policy
         self._clock = clock
-        self._items: list[T] = []
-        self._tokens: list[int] = []
-        self._oldest: float | None = None
+        self._waiting: list[_Waiting[T]] = []
+        self._tokens = 0
+        self._seq = 0
 
     @property
     def policy(self) -> BatchPolicy:
@@ -140,19 +162,19 @@ class Batcher(Generic[T]):
 
     @property
     def pending(self) -> int:
-        """Records in the open batch."""
-        return len(self._items)
+        """Records waiting."""
+        return len(self._waiting)
 
     @property
     def pending_tokens(self) -> int:
-        """Tokens in the open batch."""
-        return sum(self._tokens)
+        """Tokens of the records waiting."""
+        return self._tokens
 
     def deadline(self) -> float | None:
-        """Clock time the open batch must close by; None when it is empty."""
-        if self._oldest is None:
+        """Clock time the oldest waiting record's batch must close by; None when none waits."""
+        if not self._waiting:
             return None
-        return self._oldest + self._policy.max_latency_s
+        return min(w.arrived_at for w in self._waiting) + self._policy.max_latency_s
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (0 when due): the caller's poll timeout; None when empty."""
@@ -162,7 +184,7 @@ class Batcher(Generic[T]):
         return max(0.0, deadline - self._clock())
 
     def add(self, item: T, tokens: int, *, arrived_at: float | None = None) -> list[Batch[T]]:
-        """Add a record; return the batches this closes (none, one, or two).
+        """Add a record; return the batches this closes (none, one, or more).
 
         Args:
             item: the record.
@@ -175,60 +197,102 @@ class Batcher(Generic[T]):
         if tokens < 0:
             raise ValueError("tokens must be non-negative")
         now = self._clock()
+        policy = self._policy
+        room_records = policy.max_batch_size * policy.pool_batches
+        room_tokens = policy.max_batch_tokens * policy.pool_batches
         closed: list[Batch[T]] = []
-        if self._items and self.pending_tokens + tokens > self._policy.max_batch_tokens:
+        while self._waiting and self._tokens + tokens > room_tokens:
             closed.append(self._close("tokens", now))
         arrival = now if arrived_at is None else min(arrived_at, now)
-        self._items.append(item)
-        self._tokens.append(tokens)
-        self._oldest = arrival if self._oldest is None else min(self._oldest, arrival)
-        if len(self._items) >= self._policy.max_batch_size:
-            closed.append(self._close("size", now))
-        elif self.pending_tokens >= self._policy.max_batch_tokens:
-            closed.append(self._close("tokens", now))
+        self._waiting.append(_Waiting(self._seq, item, tokens, arrival))
+        self._seq += 1
+        self._tokens += tokens
+        while self._waiting:
+            if len(self._waiting) >= room_records:
+                closed.append(self._close("size", now))
+            elif self._tokens >= room_tokens:
+                closed.append(self._close("tokens", now))
+            else:
+                break
         return closed
 
     def poll(self) -> Batch[T] | None:
-        """Close the open batch if its oldest record reached ``max_latency_s`` (call when no record waits)."""
+        """Close a batch if the oldest record reached ``max_latency_s`` (call when no record waits)."""
         due = self.deadline()
         if due is None:
             return None
         now = self._clock()
         return self._close("latency", now) if now >= due else None
 
-    def flush(self) -> Batch[T] | None:
-        """Close the open batch now, whatever it holds (shutdown); None when empty."""
-        return self._close("flush", self._clock()) if self._items else None
+    def flush(self) -> list[Batch[T]]:
+        """Close every waiting record into batches now (shutdown); empty when none waits."""
+        now = self._clock()
+        closed: list[Batch[T]] = []
+        while self._waiting:
+            closed.append(self._close("flush", now))
+        return closed
 
     def close_idle(self) -> Batch[T] | None:
-        """Close the open batch now because the model has nothing to run; None when empty.
+        """Close a batch now because the model has nothing to run; None when empty.
 
         The caller saw no record arrive for a moment while the model stage sat idle: waiting
         out ``max_latency_s`` would only leave the model idle longer. The latency rule still
         bounds a batch's wait while the model is busy.
         """
-        return self._close("idle", self._clock()) if self._items else None
+        return self._close("idle", self._clock()) if self._waiting else None
 
     def discard(self, predicate: Callable[[T], bool]) -> list[T]:
-        """Remove and return the open batch's records that match (e.g. of revoked partitions)."""
-        kept = [(i, t) for i, t in zip(self._items, self._tokens, strict=True) if not predicate(i)]
-        dropped = [i for i in self._items if predicate(i)]
+        """Remove and return the waiting records that match (e.g. of revoked partitions).
+
+        The kept records' waits are not reset.
+        """
+        dropped = [w.item for w in self._waiting if predicate(w.item)]
         if dropped:
-            # The open batch's opening time stays: the kept records' wait is not reset.
-            self._items = [i for i, _ in kept]
-            self._tokens = [t for _, t in kept]
-            if not self._items:
-                self._oldest = None
+            self._waiting = [w for w in self._waiting if not predicate(w.item)]
+            self._tokens = sum(w.tokens for w in self._waiting)
         return dropped
 
     def _close(self, reason: CloseReason, now: float) -> Batch[T]:
-        opened = now if self._oldest is None else self._oldest
-        batch = Batch(
-            items=tuple(self._items),
-            token_counts=tuple(self._tokens),
+        chosen = _next_batch(self._waiting, self._policy)
+        taken = {w.seq for w in chosen}
+        self._waiting = [w for w in self._waiting if w.seq not in taken]
+        self._tokens -= sum(w.tokens for w in chosen)
+        return Batch(
+            items=tuple(w.item for w in chosen),
+            token_counts=tuple(w.tokens for w in chosen),
             reason=reason,
-            opened_at=opened,
+            opened_at=min(w.arrived_at for w in chosen),
             closed_at=now,
         )
-        self._items, self._tokens, self._oldest = [], [], None
-        return batch
+
+
+def _next_batch(waiting: Sequence[_Waiting[T]], policy: BatchPolicy) -> list[_Waiting[T]]:
+    """The records of the next batch, in arrival order: the oldest waiting one and its length neighbours.
+
+    Of the windows of ``max_batch_size`` consecutive records in token order that hold the oldest
+    record, the one with the least padding (records x its longest, less its tokens); then, while it
+    holds more than ``max_batch_tokens``, its longest record other than the oldest leaves it.
+    When everything waiting fits one batch, that is the batch.
+    """
+    if not waiting:
+        return []
+    fits = len(waiting) <= policy.max_batch_size and sum(w.tokens for w in waiting) <= policy.max_batch_tokens
+    if fits:
+        return list(waiting)
+    oldest = min(waiting, key=lambda w: (w.arrived_at, w.seq))
+    by_length = sorted(waiting, key=lambda w: (w.tokens, w.seq))
+    at = by_length.index(oldest)
+    size = min(policy.max_batch_size, len(by_length))
+    best_start, best_padding = at, -1
+    for start in range(max(0, at - size + 1), min(at, len(by_length) - size) + 1):
+        window = by_length[start:start + size]
+        padding = size * window[-1].tokens - sum(w.tokens for w in window)
+        if best_padding < 0 or padding < best_padding:
+            best_start, best_padding = start, padding
+    window = by_length[best_start:best_start + size]
+    total = sum(w.tokens for w in window)
+    while total > policy.max_batch_tokens and len(window) > 1:
+        leaving = window[-1] if window[-1] is not oldest else window[-2]
+        window.remove(leaving)
+        total -= leaving.tokens
+    return sorted(window, key=lambda w: w.seq)

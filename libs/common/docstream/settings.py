@@ -394,6 +394,12 @@ class InferenceSettings(BaseModel):
     )
     max_batch_size: int = Field(16, ge=1, le=4096, description="A batch closes at this many records.")
     max_batch_tokens: int = Field(8192, ge=16, description="A batch closes at this many tokens.")
+    length_pool_batches: int = Field(
+        8, ge=1, le=64,
+        description="Batches' worth of records that wait together so that each batch is cut from records of "
+        "similar length (less padding; every batch takes the oldest record); 1: batches in arrival order "
+        "(docs/inference.md \"Batching\").",
+    )
     max_latency_ms: int = Field(
         200, ge=1, le=600_000, description="A batch closes when its oldest record waited this long."
     )

@@ -218,7 +218,8 @@ class InferencePipeline:
         inference = settings.inference
         q1: queue.Queue[ModelBatch] = queue.Queue(maxsize=inference.queue_batches)
         q2: queue.Queue[ResultBatch] = queue.Queue(maxsize=inference.queue_batches)
-        policy = BatchPolicy(inference.max_batch_size, inference.max_batch_tokens, inference.max_latency_ms / 1000)
+        policy = BatchPolicy(inference.max_batch_size, inference.max_batch_tokens, inference.max_latency_ms / 1000,
+                             inference.length_pool_batches)
         common: dict[str, Any] = {"metrics": self._metrics, "service": SERVICE, "halt": self._halt,
                                   "on_error": self._fail}
         writer = WriteStage(

@@ -305,7 +305,8 @@ class BatchStage(_StageThread):
 
     def _take(self, item: Any) -> None:
         if item is FLUSH:
-            self._emit(self._batcher.flush())
+            for batch in self._batcher.flush():
+                self._emit(batch)
         elif isinstance(item, Work):
             tokens = max(1, min(item.chunk.token_count, self._task.max_tokens))
             for batch in self._batcher.add(item, tokens, arrived_at=item.received_at):

@@ -41,7 +41,8 @@ def decode_embedding(blob: bytes | None) -> list[float]:
         return []
     if len(blob) % _FLOAT32.itemsize:
         raise ValueError(f"embedding blob of {len(blob)} bytes is not float32")
-    return [float(x) for x in np.frombuffer(blob, dtype=_FLOAT32)]
+    values: list[float] = np.frombuffer(blob, dtype=_FLOAT32).tolist()
+    return values
 
 
 def float32_values(values: Sequence[float]) -> list[float]:
