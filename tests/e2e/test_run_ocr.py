@@ -8,6 +8,7 @@ OCRed page, each naming its document.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -94,3 +95,6 @@ def test_run_ocrs_the_scans_and_never_the_normal_pdfs(tmp_path: Path) -> None:
     sources = {(c["page_start"], c["page_end"], c["text_source"]) for c in chunks[str(mixed["doc_id"])]}
     assert all(source == "ocr" for start, end, source in sources if int(start) <= 2 <= int(end))  # type: ignore[call-overload]
     assert sum(ocred.values()) == 4, "OCR ran on the scans' pages only, once each"
+    # the run's bar counts the OCR pages as they start
+    bar = [line for line in proc.stdout.splitlines() if "pages OCRed" in line]
+    assert bar and re.search(r"\b4/\?", bar[-1]), proc.stdout[-2000:]

@@ -14,6 +14,7 @@ import pytest
 
 from docstream import ids
 from docstream.errors import ConfigError, DocumentError
+from docstream.extraction import OcrPageStarted
 from docstream.kafka.loop import Envelope
 from docstream.objectstore import ObjectStore
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
@@ -286,12 +287,15 @@ def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: E
     base = 3.0
     settings = env.settings.with_overrides(chunker={"timeout_s": base, "ocr": {"page_timeout_s": 60.0}})
     scan = chunk_request(env.submit(make_scanned_copy(8, seed=41).data), settings.chunker)
+    told: list[OcrPageStarted] = []
     with ProcessExtractor(settings) as extractor:
         started = time.monotonic()
-        result = extractor.extract(scan)
+        result = extractor.extract(scan, on_ocr_page=told.append)
         elapsed = time.monotonic() - started
     print(f"8 OCR pages in {elapsed:.1f} s ({elapsed / 8:.1f} s a page)")
     assert result.sources.by_source == {"ocr": 8} and result.sources.ocr_pages == 8
+    # the parent is told of each OCR page as it starts (the progress of docstream status and run)
+    assert told == [OcrPageStarted(n, n, 8) for n in range(1, 9)]
     assert elapsed > base + 2.0, "the OCR ran past the base limit and its kill grace"
     unbudgeted = settings.with_overrides(chunker={"timeout_s": base, "ocr": {"page_timeout_s": 0.01}})
     with ProcessExtractor(unbudgeted) as extractor, pytest.raises(DocumentError) as err:

@@ -34,7 +34,7 @@ class _Extractor:
     def __init__(self, tokens: list[int] | None) -> None:
         self.tokens = tokens
 
-    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+    def extract(self, request: ChunkRequest, **_: object) -> ChunkedDocument:
         if self.tokens is None:
             raise DocumentError("encrypted", code="encrypted")
         chunks = tuple(Chunk(i, f"text {i}", 1, 1, 0, 6, n) for i, n in enumerate(self.tokens))

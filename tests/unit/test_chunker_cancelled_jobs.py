@@ -29,7 +29,7 @@ class FailingExtractor:
     def __init__(self) -> None:
         self.calls = 0
 
-    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+    def extract(self, request: ChunkRequest, **_: object) -> ChunkedDocument:
         self.calls += 1
         raise DocumentError("not a document", code="not_a_document")
 

@@ -19,7 +19,7 @@ AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 
 
 class _Extractor:
-    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+    def extract(self, request: ChunkRequest, **_: object) -> ChunkedDocument:
         return ChunkedDocument(
             page_count=3, media_type="application/pdf", chunker_settings="cs",
             chunks=(Chunk(0, "first", 1, 2, 0, 5, 1), Chunk(1, "second", 3, 3, 7, 13, 1)),

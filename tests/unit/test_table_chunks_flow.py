@@ -35,7 +35,7 @@ MARKDOWN = "Table 1: Cities\n\n| Name | Город |\n|---|---|\n| Kyiv | a |\n|
 
 
 class _Extractor:
-    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+    def extract(self, request: ChunkRequest, **_: object) -> ChunkedDocument:
         return ChunkedDocument(
             page_count=2, media_type="application/pdf", chunker_settings="cs;tables=v1",
             chunks=(Chunk(0, "before", 1, 1, 0, 6, 1), Chunk(1, MARKDOWN, 2, 2, 8, 8 + len(MARKDOWN), 20,

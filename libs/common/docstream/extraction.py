@@ -98,6 +98,7 @@ __all__ = [
     "ChunkedDocument",
     "DocumentFormat",
     "FoundTable",
+    "OcrPageStarted",
     "PageOcr",
     "TableMode",
     "chunk_bytes",
@@ -328,6 +329,21 @@ def _refuse(doc: pymupdf.Document, data: bytes, max_pages: int) -> None:
         raise DocumentError(f"the document has {doc.page_count} pages, more than {max_pages}", code="too_many_pages")
 
 
+@dataclass(frozen=True, slots=True)
+class OcrPageStarted:
+    """OCR starts on a page: what a progress display and the time limit need.
+
+    Attributes:
+        ocr_pages: pages of this document OCR has started on, this one included.
+        page: the page's 1-based number.
+        page_count: the document's pages.
+    """
+
+    ocr_pages: int
+    page: int
+    page_count: int
+
+
 class PageOcr:
     """OCR for ``extract_pages``: the mode, languages and dpi, an engine opened on first use, and the document's script.
 
@@ -355,7 +371,8 @@ class PageOcr:
         self._opener = opener
         self._engine: OcrEngine | None = None
         self._document: Counter[str] = Counter()
-        self._on_page: Callable[[int], None] | None = None
+        self._on_page: Callable[[OcrPageStarted], None] | None = None
+        self._page_count = 0
         self.pages_started = 0
         """Pages of this document OCR started on."""
         self.unavailable: str | None = None
@@ -373,20 +390,23 @@ class PageOcr:
             _log.info("ocr_engine_opened", engine=self._engine.name)
         return self._engine
 
-    def begin_document(self, *, on_page: Callable[[int], None] | None = None) -> None:
+    def begin_document(self, *, on_page: Callable[[OcrPageStarted], None] | None = None,
+                       page_count: int = 0) -> None:
         """Forget the previous document's script and OCR count.
 
         Args:
-            on_page: told ``n`` when OCR starts on the new document's nth page.
+            on_page: told when OCR starts on a page of the new document.
+            page_count: the new document's pages.
         """
         self._document.clear()
         self.pages_started = 0
         self._on_page = on_page
+        self._page_count = page_count
 
-    def _starting(self) -> None:
+    def _starting(self, number: int) -> None:
         self.pages_started += 1
         if self._on_page is not None:
-            self._on_page(self.pages_started)
+            self._on_page(OcrPageStarted(self.pages_started, number, max(self._page_count, number)))
 
     def note(self, language: str | None) -> None:
         """A page of this document is written in ``language`` (its usable layer claims it, or OCR read it so)."""
@@ -415,7 +435,7 @@ class PageOcr:
         engine = self.engine()
         if engine is None:
             return None, "ocr_unavailable", self.languages[0]
-        self._starting()
+        self._starting(number)
         language = layer.language or self.document_language()
         detected = None
         if language is None:
@@ -493,7 +513,7 @@ def extract_pages(
     check: Callable[[], None] | None = None,
     ocr: PageOcr | None = None,
     sources: list[PageSource] | None = None,
-    on_ocr_page: Callable[[int], None] | None = None,
+    on_ocr_page: Callable[[OcrPageStarted], None] | None = None,
     tables: TableMode = "auto",
 ) -> Iterator[PageText]:
     """Pages of text in reading order, with headings, one page in memory at a time.
@@ -509,7 +529,7 @@ def extract_pages(
         check: called before each page and before each OCR; raises to stop (the time limit).
         ocr: OCR settings and engine; None: no OCR.
         sources: when given, each page's provenance is appended to it.
-        on_ocr_page: called with n when OCR starts on the document's nth page.
+        on_ocr_page: told when OCR starts on a page (``OcrPageStarted``).
         tables: ``chunker.tables``.
 
     Raises:
@@ -519,7 +539,7 @@ def extract_pages(
 
     flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES  # image blocks: page_facts' image area
     if ocr is not None:
-        ocr.begin_document(on_page=on_ocr_page)
+        ocr.begin_document(on_page=on_ocr_page, page_count=doc.page_count)
     outline = _outline(doc)
     body = _BodyLineHeight()
     find_tables = tables == "auto" and doc.is_pdf
@@ -959,7 +979,7 @@ def chunk_bytes(
     ocr: PageOcr | None = None,
     ocr_page_s: float = 0.0,
     max_timeout_s: float | None = None,
-    on_ocr_page: Callable[[int], None] | None = None,
+    on_ocr_page: Callable[[OcrPageStarted], None] | None = None,
     tables: TableMode = "auto",
 ) -> ChunkedDocument:
     """Open, extract and chunk one document.
@@ -977,7 +997,7 @@ def chunk_bytes(
         ocr: OCR (``chunker.ocr`` and its engine); None: none, pages keep their text layer.
         ocr_page_s: what each page OCR starts on adds to the time limit (``provenance.time_limit``).
         max_timeout_s: the most the time limit grows to (None: no ceiling).
-        on_ocr_page: called with n when OCR starts on the nth page (the extraction child tells its parent).
+        on_ocr_page: told when OCR starts on a page (``OcrPageStarted``; the extraction child tells its parent).
         tables: ``chunker.tables``: ``auto`` makes the ruled tables of pages that keep their text
             layer chunks of their own (docs/chunking.md "Tables"); ``off`` leaves them in the text.
 

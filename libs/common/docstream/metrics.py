@@ -89,6 +89,10 @@ class Metrics:
 
         # extraction quality, counted by the chunker per chunked document (its extraction child has no registry)
         self.ocr_pages = Counter("docstream_ocr_pages", "Pages OCR ran on.", ["service", "engine"], registry=r)
+        self.ocr_pages_started = Counter(
+            "docstream_ocr_pages_started", "Pages OCR started on, counted as each starts (OCR progress).", ["service"],
+            registry=r,
+        )
         self.page_verdicts = Counter(
             "docstream_page_verdicts", "Pages of chunked documents by quality verdict.", ["service", "verdict"],
             registry=r,

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from docstream.errors import DocumentError, InputError, PoisonRecord
-from docstream.extraction import ChunkedDocument
+from docstream.errors import DocumentError, InputError, PoisonRecord, RetryableError
+from docstream.extraction import ChunkedDocument, OcrPageStarted
 from docstream.ids import chunk_id
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
@@ -31,6 +31,7 @@ _log = get_logger(__name__)
 _MIN_JOB_MAX_TOKENS = 8
 _MAX_JOB_MAX_TOKENS = 8192
 _JOB_STATUS_TTL_S = 2.0
+_OCR_PROGRESS_S = 2.0  # a document in OCR has its rows' progress written at most this often
 _JOB_STATUS_CACHE_SIZE = 10_000
 _TEXT_LAYER = ChunkSource("text_layer", None, ())
 
@@ -89,7 +90,7 @@ class ChunkerHandler:
         job_status_ttl_s: how long a job's cancelled-or-not is reused before its row is read
             again: documents of a job cancelled (``POST /v1/jobs/{id}/cancel``) are skipped
             (rows status skipped, error_code job_cancelled, no chunks) within this time.
-        monotonic: the clock of that cache.
+        monotonic: the clock of that cache and of the OCR progress writes.
     """
 
     def __init__(
@@ -137,7 +138,8 @@ class ChunkerHandler:
             return self._skipped(submitted)
         started = time.perf_counter()
         try:
-            result = self._extractor.extract(chunk_request(submitted, self._chunker))
+            result = self._extractor.extract(chunk_request(submitted, self._chunker),
+                                             on_ocr_page=_OcrProgress(self, submitted))
         except (DocumentError, InputError) as exc:
             return self._failed(submitted, exc.code, exc.message, _micros_since(started))
         busy_us = _micros_since(started)
@@ -279,7 +281,11 @@ class ChunkerHandler:
         error: str | None = None,
         usage: Usage | None = None,
         sources: DocumentSources | None = None,
+        ocr: OcrPageStarted | None = None,
     ) -> None:
+        by_source = dict(sources.by_source) if sources is not None else {}
+        if ocr is not None:  # in OCR: the pages it started on so far, of the document's pages
+            page_count, by_source = ocr.page_count, {"ocr": ocr.ocr_pages}
         self._store.upsert_document(
             DocumentRow(
                 doc_id=submitted.doc_id,
@@ -294,7 +300,7 @@ class ChunkerHandler:
                 error_code=error_code,
                 error=error,
                 pages_by_verdict=dict(sources.by_verdict) if sources is not None else {},
-                pages_by_source=dict(sources.by_source) if sources is not None else {},
+                pages_by_source=by_source,
             )
         )
         self._store.upsert_job_document(
@@ -308,6 +314,39 @@ class ChunkerHandler:
                 usage=usage,
             )
         )
+
+
+class _OcrProgress:
+    """Told when OCR starts on a page of one document: counts it (``docstream_ocr_pages_started``, which
+    ``docstream run``'s bar shows), and writes the progress to its rows.
+
+    The documents and job_documents rows go to ``chunking``, with the document's page count and
+    ``pages_by_source = {"ocr": pages OCR started on}`` (``docstream status`` shows them), at the
+    first OCR page and then at most every ``_OCR_PROGRESS_S``; a document whose rows are already
+    final (a redelivery) keeps them. A write that fails is logged: progress never fails a document.
+    """
+
+    def __init__(self, handler: ChunkerHandler, submitted: DocumentSubmitted) -> None:
+        self._handler = handler
+        self._submitted = submitted
+        self._written_at: float | None = None
+        self._final: bool | None = None
+
+    def __call__(self, started: OcrPageStarted) -> None:
+        handler = self._handler
+        if handler._metrics is not None:
+            handler._metrics.ocr_pages_started.labels("chunker").inc()
+        now = handler._monotonic()
+        if self._written_at is not None and now - self._written_at < _OCR_PROGRESS_S:
+            return
+        self._written_at = now
+        try:
+            if self._final is None:
+                self._final = handler._already_terminal(self._submitted)
+            if not self._final:
+                handler._write_rows(self._submitted, "chunking", handler._clock(), ocr=started)
+        except RetryableError as exc:
+            _log.warning("ocr_progress_not_written", error_code=exc.code, error=exc.message[:200])
 
 
 def _micros_since(started: float) -> int:

@@ -13,7 +13,9 @@ that needs it. The child runs ``chunker.extraction_nice`` steps nicer than its p
 extraction and OCR take the cores the model leaves. Each page OCR starts on adds
 ``chunker.ocr.page_timeout_s`` to the limit, up to ``chunker.max_timeout_s``
 (``docstream.provenance.time_limit``): the child says so over the pipe before the page's OCR
-(``("ocr_page", n)``), and the parent's kill deadline grows with it.
+(``("ocr_page", n, page, page_count)``), and the parent's kill deadline grows with it; the
+extractor's caller is told too (``on_ocr_page``), and the chunker shows the progress
+(docs/chunking.md "OCR progress").
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import structlog
 
 from docstream.chunking import ChunkingConfig
 from docstream.errors import ConfigError, DocstreamError, DocumentError, FatalError, InputError, RetryableError
-from docstream.extraction import ChunkedDocument, PageOcr, chunk_bytes
+from docstream.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
 from docstream.ids import content_sha256
 from docstream.logging import configure_logging, get_logger
 from docstream.objectstore import ObjectStore
@@ -68,8 +70,10 @@ class ChunkRequest:
 class Extractor(Protocol):
     """Turns a request into chunks, or raises DocumentError / InputError / RetryableError."""
 
-    def extract(self, request: ChunkRequest) -> ChunkedDocument:
-        """Fetch, extract and chunk one document."""
+    def extract(
+        self, request: ChunkRequest, *, on_ocr_page: Callable[[OcrPageStarted], None] | None = None
+    ) -> ChunkedDocument:
+        """Fetch, extract and chunk one document; ``on_ocr_page`` is told when OCR starts on a page."""
         ...
 
     def close(self) -> None:
@@ -91,12 +95,14 @@ class DocumentProcessor:
         self._ocr = PageOcr(settings.chunker.ocr)
         self.counter: ModelTokenCounter = load_token_counter(settings.inference.model_path, settings.inference.model_id)
 
-    def process(self, request: ChunkRequest, *, on_ocr_page: Callable[[int], None] | None = None) -> ChunkedDocument:
+    def process(
+        self, request: ChunkRequest, *, on_ocr_page: Callable[[OcrPageStarted], None] | None = None
+    ) -> ChunkedDocument:
         """One document; the time limit covers the fetch too, and grows by ``chunker.ocr.page_timeout_s`` per OCR page.
 
         Args:
             request: the document.
-            on_ocr_page: called with n when OCR starts on the document's nth page.
+            on_ocr_page: told when OCR starts on a page.
 
         Raises:
             DocumentError: the document fails (its code says why; fetch problems are ``fetch_failed``).
@@ -141,9 +147,11 @@ class InlineExtractor:
     def __init__(self, settings: Settings) -> None:
         self._processor = DocumentProcessor(settings)
 
-    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+    def extract(
+        self, request: ChunkRequest, *, on_ocr_page: Callable[[OcrPageStarted], None] | None = None
+    ) -> ChunkedDocument:
         """See ``DocumentProcessor.process``."""
-        return self._processor.process(request)
+        return self._processor.process(request, on_ocr_page=on_ocr_page)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -187,8 +195,8 @@ def _answer(processor: DocumentProcessor, request: ChunkRequest, conn: Connectio
     # (bound over the previous request's; the service name bound at start stays)
     structlog.contextvars.bind_contextvars(job_id=request.job_id, doc_id=request.doc_id)
 
-    def ocr_page(pages: int) -> None:  # before the page's OCR: the parent's kill deadline grows first
-        conn.send(("ocr_page", pages))
+    def ocr_page(started: OcrPageStarted) -> None:  # before the page's OCR: the parent's kill deadline grows first
+        conn.send(("ocr_page", started.ocr_pages, started.page, started.page_count))
 
     try:
         return ("ok", processor.process(request, on_ocr_page=ocr_page))
@@ -232,8 +240,12 @@ class ProcessExtractor:
         """The child's process id (None while none runs)."""
         return self._process.pid if self._process is not None else None
 
-    def extract(self, request: ChunkRequest) -> ChunkedDocument:
+    def extract(
+        self, request: ChunkRequest, *, on_ocr_page: Callable[[OcrPageStarted], None] | None = None
+    ) -> ChunkedDocument:
         """Run one request in the child; a child that died is restarted and tried once more.
+
+        ``on_ocr_page`` is told, in this process, when the child starts OCR on a page.
 
         Raises:
             DocumentError: the document fails; ``timeout`` past the time limit (the child is
@@ -242,11 +254,11 @@ class ProcessExtractor:
             RetryableError: the object store is unavailable.
         """
         try:
-            return self._round_trip(request)
+            return self._round_trip(request, on_ocr_page)
         except _ChildDiedError as first:
             _log.warning("extractor_died", exit_code=first.exit_code)
         try:
-            return self._round_trip(request)
+            return self._round_trip(request, on_ocr_page)
         except _ChildDiedError as again:
             raise DocumentError(
                 f"the extraction process died on this document (exit code {again.exit_code})",
@@ -291,7 +303,9 @@ class ProcessExtractor:
             raise ConfigError(f"the extraction process cannot start: {reply[2]}", code=reply[1])
         _log.info("extractor_started", pid=process.pid)
 
-    def _round_trip(self, request: ChunkRequest) -> ChunkedDocument:
+    def _round_trip(
+        self, request: ChunkRequest, on_ocr_page: Callable[[OcrPageStarted], None] | None = None
+    ) -> ChunkedDocument:
         if self._process is None or self._conn is None or not self._process.is_alive():
             self._kill()
             self._start()
@@ -307,9 +321,12 @@ class ProcessExtractor:
                 reply = self._conn.recv() if ready else None
                 if reply is None or reply[0] != "ocr_page":
                     break
-                ocr_pages = int(reply[1])
+                started = OcrPageStarted(int(reply[1]), int(reply[2]), int(reply[3]))
+                ocr_pages = started.ocr_pages
                 if ocr_pages % _OCR_PROGRESS_EVERY == 0:
                     _log.info("document_ocr_progress", pages=ocr_pages, limit_s=round(limit, 1))
+                if on_ocr_page is not None:
+                    on_ocr_page(started)
         except (EOFError, OSError) as exc:
             raise _ChildDiedError(self._reap()) from exc
         if reply is None:

@@ -481,7 +481,8 @@ def run_job(
                 for task in _await_model(model, services, deadline):
                     services.start("inference" if task.name == EMBED else f"inference-{task.name}",
                                    partial(_start_inference, settings, store, metrics, producers.inference, task))
-                _follow(settings, serde, outcome, expected, console, deadline, phases, services, names)
+                _follow(settings, serde, outcome, expected, console, deadline, phases, services, names,
+                        ocr_pages=partial(ocr_pages_started, metrics))
         finally:
             services.stop()
             phases.mark("services_stopped")
@@ -563,6 +564,12 @@ def _resumed_result(store: ResultStore, doc_id: str, names: Sequence[str]) -> Do
     return rows[names[0]] if set(names) <= set(rows) else None
 
 
+def ocr_pages_started(metrics: Metrics) -> int:
+    """Pages OCR has started on in this process's chunker (``docstream_ocr_pages_started``)."""
+    value = metrics.registry.get_sample_value("docstream_ocr_pages_started_total", {"service": "chunker"})
+    return int(value or 0)
+
+
 def _follow(
     settings: Settings,
     serde: AvroSerde,
@@ -573,8 +580,12 @@ def _follow(
     phases: _Phases,
     services: _Services,
     tasks: Sequence[str] = (EMBED,),
+    ocr_pages: Callable[[], int] = lambda: 0,
 ) -> None:
-    """Show progress until every expected document is completed for every task; then record their statuses."""
+    """Show progress until every expected document is completed for every task; then record their statuses.
+
+    ``ocr_pages``: the pages OCR has started on so far; a row of the bar shows them once there are any.
+    """
     progress_feed = _Progress(settings, serde, outcome.job_id, expected, tasks)
     columns: list[Any] = [
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
@@ -585,6 +596,8 @@ def _follow(
             docs = bar.add_task("documents", total=len(expected), rate="")
             chunks = bar.add_task("chunks embedded" if list(tasks) == [EMBED] else "chunk results", total=None,
                                   rate="")
+            ocr = bar.add_task("pages OCRed", total=None, rate="", visible=False)
+            ocr_started_at: float | None = None
             first_chunk_at: float | None = None
             while not progress_feed.finished:
                 _check(services, deadline)
@@ -597,6 +610,11 @@ def _follow(
                 bar.update(docs, completed=len(progress_feed.done))
                 bar.update(chunks, completed=progress_feed.chunks_embedded,
                            total=progress_feed.chunks_total or None, rate=f"{rate:.1f} chunks/s")
+                read = ocr_pages()
+                if read:
+                    ocr_started_at = ocr_started_at or time.monotonic()
+                    ocr_rate = read / max(time.monotonic() - ocr_started_at, 1.0)
+                    bar.update(ocr, completed=read, visible=True, rate=f"{ocr_rate:.2f} pages/s")
         phases.mark("documents_completed")
     finally:
         progress_feed.close()

@@ -19,7 +19,7 @@ from docstream.export import ExportFormat, export_results
 from docstream.logging import configure_logging
 from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
-from docstream.store import JobRow, open_store
+from docstream.store import DocumentRow, JobRow, ResultStore, open_store
 from docstream.tasks.selection import job_task_names
 from docstream.usage import Usage
 
@@ -28,7 +28,32 @@ __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "results_command", "statu
 EXIT_OK, EXIT_FAILED, EXIT_NOT_FOUND = 0, 1, 4
 
 
-def _status_table(job: JobRow) -> Table:
+_OCR_SHOWN = 5
+"""Documents in OCR that ``docstream status`` names one by one; the rest are counted."""
+
+
+def in_ocr(store: ResultStore, job_id: str) -> list[DocumentRow]:
+    """The job's documents that are being chunked with OCR now (documents rows ``chunking``, ``ocr`` pages)."""
+    found: list[DocumentRow] = []
+    for entry in store.iter_job_documents(job_id):
+        if entry.status != "chunking":
+            continue
+        row = store.get_document(entry.doc_id)
+        if row is not None and row.status == "chunking" and row.pages_by_source.get("ocr"):
+            found.append(row)
+    return found
+
+
+def ocr_rows(documents: Sequence[DocumentRow]) -> list[tuple[str, str]]:
+    """The OCR rows of ``docstream status``: each document in OCR, its pages OCR started on of its pages."""
+    rows = [("in OCR", f"{row.filename or row.doc_id}: OCR started on {row.pages_by_source['ocr']} of its "
+             f"{row.page_count or '?'} pages") for row in documents[:_OCR_SHOWN]]
+    if len(documents) > _OCR_SHOWN:
+        rows.append(("in OCR", f"and {len(documents) - _OCR_SHOWN} more documents"))
+    return rows
+
+
+def _status_table(job: JobRow, ocr: Sequence[DocumentRow] = ()) -> Table:
     progress = job_progress(job, datetime.now(UTC))
     done, rate = progress.done, progress.rate
     table = Table(title=f"job {job.job_id}", title_justify="left", show_header=False)
@@ -52,6 +77,7 @@ def _status_table(job: JobRow) -> Table:
     ]
     if job.webhook_url:
         rows.append(("webhook", "set"))
+    rows += ocr_rows(ocr)
     rows += usage_rows(job.usage)
     for name, value in rows:
         table.add_row(name, str(value))
@@ -79,6 +105,7 @@ def status_command(
         store = open_store(settings or load_settings(config))
         try:
             job = store.get_job(job_id)
+            ocr = in_ocr(store, job_id) if job is not None and job.status == "running" else []
         finally:
             store.close()
     except DocstreamError as exc:
@@ -87,7 +114,7 @@ def status_command(
     if job is None:
         err.print(f"no job {job_id}", highlight=False)
         return EXIT_NOT_FOUND
-    console.print(_status_table(job))
+    console.print(_status_table(job, ocr))
     return EXIT_OK
 
 
