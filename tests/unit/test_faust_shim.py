@@ -388,3 +388,120 @@ def test_partition_state_of_a_consumer_without_an_aiokafka_consumer_has_faust_fi
     state = faust_shim.partition_state(SimpleNamespace(), TP("t", 0))
     assert state == {"read": None, "committed": None, "acked": [0, None, None], "gaps": [], "paused": False,
                      "active": False, "buffered": False}
+
+
+# --- every table change acknowledged before an at-least-once commit -----------------------------------
+
+
+def _slow_sends(buffer: Any, *, delay_s: float, error: Exception | None = None) -> list[Any]:
+    """Make ``buffer`` send each message after ``delay_s`` (acknowledged, or failed with ``error``)."""
+    sent: list[Any] = []
+
+    async def _send_pending(self: Any, fut: asyncio.Future[Any]) -> None:
+        await asyncio.sleep(delay_s)
+        sent.append(fut)
+        if error is None:
+            fut.set_result("acked")
+        else:
+            fut.set_exception(error)
+
+    buffer._send_pending = MethodType(_send_pending, buffer)
+    return sent
+
+
+def test_faust_alone_flushes_its_buffer_with_table_changes_still_waiting() -> None:
+    # the library's behaviour the fix is for: its buffer flush gives up after 0.1 s without a send
+    from faust.transport.producer import ProducerBuffer
+
+    async def _run() -> list[bool]:
+        buffer = ProducerBuffer()
+        buffer.app = SimpleNamespace(conf=SimpleNamespace(producer_threaded=False))
+        _slow_sends(buffer, delay_s=0.3)
+        await buffer.start()
+        futures = [asyncio.get_running_loop().create_future() for _ in range(3)]
+        try:
+            for fut in futures:
+                buffer.put(fut)
+            await buffer.flush()
+            return [f.done() for f in futures]
+        finally:
+            await asyncio.gather(*futures)  # a stop with messages waiting raises in faust
+            await buffer.stop()
+
+    assert asyncio.run(_run()) == [False, False, False]
+
+
+def test_the_apps_producer_flush_returns_only_once_every_table_change_is_acknowledged(
+    shimmed: Callable[..., faust.App],
+) -> None:
+    app = shimmed("shim-flush")
+
+    async def _run() -> tuple[list[bool], int]:
+        producer = app.producer
+        sent = _slow_sends(producer.buffer, delay_s=0.15)
+        await producer.buffer.start()
+        futures = [asyncio.get_running_loop().create_future() for _ in range(4)]
+        try:
+            for fut in futures:
+                producer.send_soon(fut)
+            await producer.flush()
+            return [f.done() for f in futures], len(sent)
+        finally:
+            await producer.buffer.stop()
+
+    assert asyncio.run(_run()) == ([True] * 4, 4)
+
+
+def test_a_failed_table_change_fails_the_flush_so_nothing_is_committed_past_it(
+    shimmed: Callable[..., faust.App],
+) -> None:
+    app = shimmed("shim-flush-failed")
+
+    async def _run() -> None:
+        producer = app.producer
+        _slow_sends(producer.buffer, delay_s=0.05, error=kafka_errors.KafkaTimeoutError("no leader"))
+        await producer.buffer.start()
+        try:
+            producer.send_soon(asyncio.get_running_loop().create_future())
+            await producer.flush()
+        finally:
+            await producer.buffer.stop()
+
+    with pytest.raises(faust_shim.ChangelogNotSentError, match="KafkaTimeoutError") as caught:
+        asyncio.run(_run())
+    assert caught.value.code == "changelog_not_sent"
+
+
+def test_waiting_sends_of_a_stopped_buffer_or_past_the_timeout_fail_the_flush() -> None:
+    async def _run(sending: bool, timeout_s: float) -> None:
+        sends = faust_shim.Sends()
+        sends.add(asyncio.get_running_loop().create_future())
+        await sends.wait(lambda: sending, timeout_s=timeout_s)
+
+    with pytest.raises(faust_shim.ChangelogNotSentError, match="1 table changes were still buffered"):
+        asyncio.run(_run(sending=False, timeout_s=5))
+    with pytest.raises(faust_shim.ChangelogNotSentError, match=r"not acknowledged within 0\.05 s"):
+        asyncio.run(_run(sending=True, timeout_s=0.05))
+
+
+def test_acknowledged_sends_are_forgotten_and_a_failed_one_fails_every_later_flush() -> None:
+    async def _run() -> list[str]:
+        loop = asyncio.get_running_loop()
+        sends = faust_shim.Sends()
+        acked, cancelled = loop.create_future(), loop.create_future()
+        sends.add(acked)
+        acked.set_result("acked")
+        await asyncio.sleep(0)  # done callbacks run on the next loop pass
+        await asyncio.wait_for(sends.wait(lambda: False, timeout_s=0), timeout=1)  # nothing waits: at once
+        assert not sends.unsent
+        sends.add(cancelled)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        errors = []
+        for _ in range(2):
+            with pytest.raises(faust_shim.ChangelogNotSentError) as caught:
+                await sends.wait(lambda: True, timeout_s=5)
+            errors.append(str(caught.value))
+        return errors
+
+    assert asyncio.run(_run()) == ["1 table changes were not written, the first: cancelled"] * 2

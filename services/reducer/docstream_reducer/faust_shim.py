@@ -1,6 +1,6 @@
 """Every touch of faust-streaming's, aiokafka's and mode-streaming's private internals, in one place.
 
-The reducer needs four fixes inside those libraries and two of their private fields
+The reducer needs fixes inside those libraries and some of their private fields
 (docs/reducer.md "Faust shim"). They were written for the exact versions in ``PINNED`` (also
 pinned in pyproject.toml); ``apply()`` refuses to start on any other version, or when a wrapped
 function's signature changed, with a ``LibraryMismatchError`` naming the package, what was
@@ -14,7 +14,9 @@ transport of its own, whose subclasses carry the fixes:
   gap right after offset 0 is recorded and the partition keeps committing (``Consumer._read_offset``,
   read by ``Consumer._drain_messages``: the partition stall, docs/reducer.md);
 * ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
-  the value of this app's transport, and are ``_TransactionalProducer``s;
+  the value of this app's transport, and are ``_TransactionalProducer``s; ``flush()``, awaited before
+  every at-least-once commit, returns only when every table change was acknowledged
+  (``Producer.send_soon``, ``Producer.flush``);
 * ``_TransactionalProducer``: its sender retries a FindCoordinator that lost its connection
   (``Sender._find_coordinator``, wrapped on that sender instance only).
 
@@ -44,6 +46,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.producer.sender import Sender
 from faust.transport import base as transport_base
 from faust.transport import consumer as transport_consumer
+from faust.transport import producer as transport_producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
@@ -53,8 +56,10 @@ from docstream.logging import get_logger
 __all__ = [
     "PINNED",
     "SIGNATURES",
+    "ChangelogNotSentError",
     "LibraryMismatchError",
     "ReducerWorker",
+    "Sends",
     "Shim",
     "ThreadWorker",
     "apply",
@@ -90,6 +95,11 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
     "faust.transport.drivers.aiokafka.Producer._producer_type":
         ("faust-streaming", faust_aiokafka.Producer.__dict__["_producer_type"].fget,
          "(self) -> Type[aiokafka.producer.producer.AIOKafkaProducer]"),
+    "faust.transport.producer.Producer.send_soon":
+        ("faust-streaming", transport_producer.Producer.send_soon,
+         "(self, fut: faust.types.tuples.FutureMessage) -> None"),
+    "faust.transport.drivers.aiokafka.Producer.flush":
+        ("faust-streaming", faust_aiokafka.Producer.flush, "(self) -> None"),
     "faust.transport.base.Transport.__init__":
         ("faust-streaming", transport_base.Transport.__init__,
          "(self, url: List[yarl.URL], app: faust.types.app.AppT,"
@@ -346,15 +356,48 @@ class _TransactionalProducer(aiokafka.AIOKafkaProducer):  # aiokafka is untyped:
         _retry_find_coordinator(sender)
 
 
+class ChangelogNotSentError(FatalError):
+    """A table change the consumer was about to commit past was not acknowledged by the broker.
+
+    Raised by the app's producer ``flush()``, which Faust awaits before every at-least-once offset
+    commit: the commit does not happen, the worker stops, and the input is read again after the
+    restart (nothing is lost).
+    """
+
+    code = "changelog_not_sent"
+
+
 class _Producer(faust_aiokafka.Producer):
     """Faust's producer; transactional producers get their transport's ``transaction_timeout_ms``, others
-    idempotence when the transport says so.
+    idempotence when the transport says so; ``flush()`` waits for every table change.
 
     faust-streaming 0.15.3 has no setting for it, so aiokafka's 60 s default applies: a store
     outage that keeps an agent retrying inside a transaction for longer (Cassandra restarting) made
     the broker abort the transaction and fence the producer, and the reducer crashed with
     ProducerFenced (full Cassandra-outage chaos scenario, docs/reliability.md).
+
+    Table writes reach Kafka through the producer's buffer (``send_soon``), and Faust flushes the
+    producer before each at-least-once offset commit. faust-streaming 0.15.3's buffer flush
+    (``ProducerBuffer.flush_atmost``) gives up as soon as no message left the buffer for 0.1 s, and
+    a message already taken from the buffer but not yet handed to aiokafka is in neither flush; the
+    offsets were then committed past table changes still in memory, and a kill -9 lost them: one
+    document of 50 never completed after the restart (tests/integration/test_reducer.py, a
+    clean-clone CI run). Here every future given to ``send_soon`` is kept until it is done, and
+    ``flush()`` returns only once all of them were acknowledged.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sends = Sends()
+
+    def send_soon(self, fut: Any) -> None:
+        self._sends.add(fut)
+        super().send_soon(fut)
+
+    async def flush(self) -> None:
+        await super().flush()
+        await self._sends.wait(lambda: self.buffer.state == "running",
+                               timeout_s=float(self.app.conf.producer_request_timeout))
 
     def _settings_extra(self) -> Mapping[str, Any]:
         extra = dict(super()._settings_extra())
@@ -369,6 +412,60 @@ class _Producer(faust_aiokafka.Producer):
     @property
     def _producer_type(self) -> type[aiokafka.AIOKafkaProducer]:
         return _TransactionalProducer
+
+
+_WAITING_LOG_S = 10.0
+
+
+class Sends:
+    """The buffered sends of one producer until each is acknowledged; a failed one is kept for good.
+
+    A failed table change means the table in memory holds what its changelog does not: every
+    later ``wait`` raises, the worker stops, and the restart rebuilds the table from the changelog
+    and reads the input again from the committed offsets.
+    """
+
+    def __init__(self) -> None:
+        self.unsent: set[asyncio.Future[Any]] = set()
+        self.failed: list[asyncio.Future[Any]] = []
+
+    def add(self, fut: asyncio.Future[Any]) -> None:
+        """Keep ``fut`` until it is done."""
+        self.unsent.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: asyncio.Future[Any]) -> None:
+        self.unsent.discard(fut)
+        if fut.cancelled() or fut.exception() is not None:
+            self.failed.append(fut)
+
+    async def wait(self, sending: Callable[[], bool], *, timeout_s: float) -> None:
+        """Return once every send so far is acknowledged.
+
+        Args:
+            sending: whether the buffer still sends (false once it stopped: what waits now never leaves).
+            timeout_s: the most to wait, the producer's request timeout (a send fails by then anyway).
+
+        Raises:
+            ChangelogNotSentError: a send failed, the buffer stopped with sends waiting, or the time ran out.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.unsent and not self.failed:
+            if not sending():
+                raise ChangelogNotSentError(f"{len(self.unsent)} table changes were still buffered when the "
+                                            "producer stopped sending; offsets are not committed past them")
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ChangelogNotSentError(f"{len(self.unsent)} table changes not acknowledged within "
+                                            f"{timeout_s:g} s; offsets are not committed past them")
+            _, pending = await asyncio.wait(list(self.unsent), timeout=min(left, _WAITING_LOG_S))
+            if pending and not self.failed:
+                _log.warning("changelog_sends_waiting", waiting=len(pending))
+        if self.failed:
+            first = self.failed[0]
+            cause = "cancelled" if first.cancelled() else repr(first.exception())
+            raise ChangelogNotSentError(f"{len(self.failed)} table changes were not written, the first: {cause}")
 
 
 class _Transport(faust_aiokafka.Transport):
