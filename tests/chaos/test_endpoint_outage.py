@@ -49,13 +49,15 @@ def test_an_endpoint_outage_pauses_consumption_then_completes_with_nothing_lost(
     infinity: Any, fault_proxy: Any, reference_model: Any, chaos_report: ChaosReport,
 ) -> None:
     prefix = unique_name("endout")
-    # small queues, so that a stalled model fills them and the consumer pauses its partitions
+    # small queues, so that a stalled model fills them and the consumer pauses its partitions: the
+    # chunks produced during the outage outnumber what the stages hold before Q0 stays full (Q0 and
+    # Q1 one batch each, the batch in the model, the length pool's 8 batches: 88 records)
     settings = endpoint_settings(pipeline_settings(kafka_bootstrap, prefix, tmp_path,
                                                    inference={"max_batch_size": 8, "queue_batches": 1}),
                                  fault_proxy.url, infinity.api_key, max_attempts=2)
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
-    chunks = make_chunks(prefix[-8:], 4, 20)
+    chunks = make_chunks(prefix[-8:], 4, 40)
     embedder = load_embedder(settings.inference)
     assert isinstance(embedder, EndpointEmbedder)
     metrics = Metrics()
