@@ -47,6 +47,7 @@ from docstream_inference.stages import (
     BatchStage,
     BatchStats,
     EmbedLog,
+    Inbox,
     ModelBatch,
     ModelStage,
     ResultBatch,
@@ -61,7 +62,7 @@ SERVICE = "inference"
 _log = get_logger(__name__)
 _POLL_S = 0.1
 _MAX_FETCH = 500
-_ROOM_SLICE_S = 0.002
+_ROOM_SLICE_S = 0.02  # a wait for room in Q0 looks for a stop this often (a take from Q0 ends it at once)
 _PAUSE_AFTER_S = 0.1  # Q0 full this long: pause the partitions (a shorter stall just stops fetching)
 
 
@@ -125,7 +126,7 @@ class InferencePipeline:
         self._clock = clock
         self._topics = Topics(settings.kafka.topic_prefix)
         inference = settings.inference
-        self._q0: queue.Queue[Any] = queue.Queue(maxsize=inference.queue_batches * inference.max_batch_size)
+        self._q0: Inbox[Any] = Inbox(maxsize=inference.queue_batches * inference.max_batch_size)
         self._held: deque[Work] = deque()
         self._positions: dict[TopicPartitionKey, tuple[int, int]] = {}  # (generation, next offset) taken
         self._ledger = AckLedger()
@@ -309,8 +310,10 @@ class InferencePipeline:
         paused consumer that sleeps a whole poll interval leaves the model idle that long.
         """
         deadline = self._clock() + _POLL_S
-        while self._q0.qsize() + len(self._held) > self._q0.maxsize // 2 and self._clock() < deadline:
-            if self._halt.wait(_ROOM_SLICE_S) or self._stop.is_set():
+        level = self._q0.maxsize // 2 - len(self._held)
+        while not self._halt.is_set() and not self._stop.is_set():
+            left = deadline - self._clock()
+            if left <= 0 or self._q0.wait_at_most(level, min(left, _ROOM_SLICE_S)):
                 return
 
     def _flow_control(self, consumer: Consumer) -> None:

@@ -57,6 +57,7 @@ __all__ = [
     "BatchStage",
     "BatchStats",
     "Halted",
+    "Inbox",
     "ModelBatch",
     "ModelStage",
     "ResultBatch",
@@ -208,6 +209,19 @@ class EmbedLog:
     def __call__(self, chunk_ids: Sequence[str]) -> None:
         with self._lock, self._path.open("a", encoding="utf-8") as out:
             out.writelines(f"{chunk_id}\n" for chunk_id in chunk_ids)
+
+
+class Inbox(queue.Queue[_T]):
+    """Q0: a bounded queue whose producer waits, without polling, until it has drained to a level.
+
+    The consumer thread waits here while the stages are behind, most of a backlog run; waking every
+    few milliseconds to look cost the model's cores a thread that woke 500 times a second.
+    """
+
+    def wait_at_most(self, level: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until at most ``level`` items are queued (each take wakes it); True once so."""
+        with self.not_full:
+            return self.not_full.wait_for(lambda: self._qsize() <= level, timeout_s)
 
 
 def put_until(q: queue.Queue[_T], item: _T, halt: threading.Event) -> None:
