@@ -270,7 +270,9 @@ def test_process_extractor_chunks_like_the_inline_one(env: Env) -> None:
 
 
 def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: Env) -> None:
-    settings = env.settings.with_overrides(chunker={"timeout_s": 1.0})
+    # 3 s: the next document's limit also covers the start of the child that replaces the killed
+    # one (1 s was too short for it beside other test workers on 2 cores)
+    settings = env.settings.with_overrides(chunker={"timeout_s": 3.0})
     good = chunk_request(env.submit(make_pdf(2).data), settings.chunker)
     with ProcessExtractor(settings) as extractor:
         first_pid = extractor.pid
@@ -282,9 +284,10 @@ def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: E
 
 
 def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: Env) -> None:
-    # 8 pages of OCR take several seconds: past a 3 s limit alone (which covers the child's work
-    # before its first OCR page, under load too), within 3 s + 60 s per OCRed page
-    base = 3.0
+    # 8 pages of OCR take well over 10 s here: past a 6 s limit alone (which covers the child's work
+    # before its first OCR page, beside other test workers too; 3 s was seen too short), within
+    # 6 s + 60 s per OCRed page
+    base = 6.0
     settings = env.settings.with_overrides(chunker={"timeout_s": base, "ocr": {"page_timeout_s": 60.0}})
     scan = chunk_request(env.submit(make_scanned_copy(8, seed=41).data), settings.chunker)
     told: list[OcrPageStarted] = []
