@@ -306,8 +306,10 @@ class InferencePipeline:
     def _wait_for_room(self) -> None:
         """Backpressure: wait (at most one poll interval) until Q0 has drained to the resume mark.
 
-        Short slices, not one long poll: the stages drain a full Q0 in milliseconds, and a
-        paused consumer that sleeps a whole poll interval leaves the model idle that long.
+        The wait ends at the take that brings Q0 down to the mark (``Inbox.wait_at_most``), not at
+        the end of a sleep: the stages drain a full Q0 in milliseconds, and a consumer that slept a
+        whole poll interval would leave the model idle that long. It looks for a halt or a stop
+        every ``_ROOM_SLICE_S``.
         """
         deadline = self._clock() + _POLL_S
         level = self._q0.maxsize // 2 - len(self._held)
