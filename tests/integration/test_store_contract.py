@@ -33,13 +33,14 @@ from docstream.store import sqlite as sqlite_module
 from docstream.store.base import TaskTally
 from docstream.store.codec import float32_values
 from docstream.store.rows import (
+    CHUNK_ROWS,
     CHUNKS,
+    DOCUMENT_RESULT_ROWS,
     DOCUMENT_RESULTS,
+    JOB_DOCUMENT_ROWS,
     JOB_DOCUMENTS,
+    MAPPINGS,
     Table,
-    chunk_to_columns,
-    document_result_to_columns,
-    job_document_to_columns,
 )
 from docstream.store.table_store import TableStore
 from docstream.tasks.base import EntitySummary, Mention
@@ -577,10 +578,10 @@ def _write_as_006(store: TableStore, result: DocumentResultRow, chunk: ChunkRow,
     """Rows in the 006 shape, written through the backend's own upsert with the columns 006 had."""
     encoding = store._encoding
     old_results = Table("document_results", _BEFORE_007["document_results"], DOCUMENT_RESULTS.key)
-    store._upsert(old_results, document_result_to_columns(result, encoding)[:12], "test")
+    store._upsert(old_results, DOCUMENT_RESULT_ROWS.to_columns(result, encoding)[:12], "test")
     old_chunks = Table("chunks", _BEFORE_007["chunks"], CHUNKS.key)
-    store._upsert(old_chunks, chunk_to_columns(chunk, b"", encoding)[:18], "test")
-    store._upsert(JOB_DOCUMENTS, job_document_to_columns(entry, encoding), "test")
+    store._upsert(old_chunks, CHUNK_ROWS.to_columns(chunk, encoding, encoded={"embedding": b""})[:18], "test")
+    store._upsert(JOB_DOCUMENTS, JOB_DOCUMENT_ROWS.to_columns(entry, encoding), "test")
 
 
 def _check_upgraded(store: ResultStore, result: DocumentResultRow, chunk: ChunkRow, entry: JobDocumentRow) -> None:
@@ -749,3 +750,29 @@ def test_unreachable_store_raises_store_error(unreachable_store: ResultStore) ->
     assert caught.value.code in {"store_unavailable", "store_timeout"}
     with pytest.raises(StoreError):
         unreachable_store.upsert_chunks(_chunks(_uid("doc"), _uid("model"), _uid("job"), 1))
+
+
+# -- the migrated tables against the row mappings ------------------------------------------------------
+
+
+def test_the_cassandra_migrations_give_every_table_a_column_for_every_field_its_mapping_writes(
+    cassandra_store: ResultStore, cassandra_settings: CassandraSettings
+) -> None:
+    """SQLite's: ``tests/unit/test_schema_ties.py``. jobs_by_tenant holds a copy of every jobs row."""
+    from cassandra.cluster import Cluster
+
+    cluster = Cluster(list(cassandra_settings.contact_points), port=cassandra_settings.port)
+    try:
+        found = cluster.connect().execute(
+            "SELECT table_name, column_name FROM system_schema.columns WHERE keyspace_name = %s",
+            (cassandra_settings.keyspace,), timeout=60)
+        columns: dict[str, set[str]] = {}
+        for row in found:
+            columns.setdefault(row.table_name, set()).add(row.column_name)
+    finally:
+        cluster.shutdown()
+    missing = [f"{table}.{column}" for mapping in MAPPINGS
+               for table in (mapping.table.name, *(("jobs_by_tenant",) if mapping.table.name == "jobs" else ()))
+               for column in mapping.table.columns + mapping.table.element_columns
+               if column not in columns.get(table, set())]
+    assert missing == []

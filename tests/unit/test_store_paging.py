@@ -20,6 +20,7 @@ from docstream.store.base import (
 )
 from docstream.store.paging import at_least_one, keyset_pages, keyset_rows
 from docstream.store.rows import (
+    CHUNK_ROWS,
     CHUNKS,
     DOCUMENT_RESULTS,
     JOB_DOCUMENTS,
@@ -27,7 +28,6 @@ from docstream.store.rows import (
     ColumnEncoding,
     Columns,
     Table,
-    chunk_to_columns,
 )
 from docstream.store.table_store import MAX_RESULTS_PER_DOCUMENT, TableStore
 from docstream.usage import Usage
@@ -154,7 +154,8 @@ def _filled(page_size: int) -> tuple[InMemoryTableStore, list[JobRow], list[JobD
     for job, document, chunk in zip(reversed(jobs), reversed(documents), reversed(chunks), strict=True):
         store.upsert_job(job)
         store.upsert_job_document(document)
-        store._upsert(CHUNKS, chunk_to_columns(chunk, b"", store._encoding), "upsert_chunks")
+        values = CHUNK_ROWS.to_columns(chunk, store._encoding, encoded={"embedding": b""})
+        store._upsert(CHUNKS, values, "upsert_chunks")
     store.queries.clear()
     return store, jobs, documents, chunks
 

@@ -118,20 +118,20 @@ Mapper = tuple[Table, Any, Callable[[Any, ColumnEncoding], tuple[Any, ...]], Cal
 
 
 def _chunk_to_columns(row: ChunkRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
-    return rows.chunk_to_columns(row, encode_embedding(row.embedding), encoding)
+    return rows.CHUNK_ROWS.to_columns(row, encoding, encoded={"embedding": encode_embedding(row.embedding)})
 
 
-def _chunk_from_columns(found: Columns, encoding: ColumnEncoding) -> ChunkRow:
-    return rows.chunk_from_columns(found, encoding)
+def _mapper(mapping: rows.RowMapping[Any], row: Any) -> Mapper:
+    return (mapping.table, row, mapping.to_columns, mapping.from_columns)
 
 
 MAPPERS: list[Mapper] = [
-    (rows.JOBS, JOB, rows.job_to_columns, rows.job_from_columns),
-    (rows.JOB_DOCUMENTS, JOB_DOCUMENT, rows.job_document_to_columns, rows.job_document_from_columns),
-    (rows.DOCUMENTS, DOCUMENT, rows.document_to_columns, rows.document_from_columns),
-    (rows.DOCUMENT_RESULTS, RESULT, rows.document_result_to_columns, rows.document_result_from_columns),
-    (rows.CHUNKS, CHUNK, _chunk_to_columns, _chunk_from_columns),
-    (rows.API_KEYS, API_KEY, rows.api_key_to_columns, rows.api_key_from_columns),
+    _mapper(rows.JOB_ROWS, JOB),
+    _mapper(rows.JOB_DOCUMENT_ROWS, JOB_DOCUMENT),
+    _mapper(rows.DOCUMENT_ROWS, DOCUMENT),
+    _mapper(rows.DOCUMENT_RESULT_ROWS, RESULT),
+    (rows.CHUNKS, CHUNK, _chunk_to_columns, rows.CHUNK_ROWS.from_columns),
+    _mapper(rows.API_KEY_ROWS, API_KEY),
 ]
 BY_TABLE = pytest.mark.parametrize("mapper", MAPPERS, ids=[m[0].name for m in MAPPERS])
 
@@ -224,7 +224,7 @@ def test_job_options_and_timestamps_go_through_the_backend_encoding() -> None:
     as_cassandra = _stored(MAPPERS[0], replace(JOB, options={}), AS_CASSANDRA)
     assert as_cassandra["options"] == {}
     naive = as_cassandra | {"created_at": datetime(2024, 5, 1, 12, 0, 0, 123000), "options": None}
-    found = rows.job_from_columns(naive, AS_CASSANDRA)
+    found = rows.JOB_ROWS.from_columns(naive, AS_CASSANDRA)
     assert found.created_at == T0
     assert found.options == {}
 
@@ -244,7 +244,7 @@ def test_no_usage_is_written_as_zeros_and_reads_back_as_none(mapper: Mapper, enc
 def test_a_bad_embedding_blob_is_refused() -> None:
     stored = _stored(MAPPERS[4], CHUNK, AS_SQLITE) | {"embedding": b"\x00\x01\x02"}
     with pytest.raises(ValueError, match="float32"):
-        rows.chunk_from_columns(stored, AS_SQLITE)
+        rows.CHUNK_ROWS.from_columns(stored, AS_SQLITE)
 
 
 def test_sqlite_rows_are_read_by_name_whatever_the_select_order() -> None:
@@ -259,12 +259,12 @@ def test_sqlite_rows_are_read_by_name_whatever_the_select_order() -> None:
         found = conn.execute("SELECT rowid, * FROM chunks").fetchone()
     finally:
         conn.close()
-    assert rows.chunk_from_columns(found, AS_SQLITE) == CHUNK
+    assert rows.CHUNK_ROWS.from_columns(found, AS_SQLITE) == CHUNK
 
 
 def test_columns_protocol_takes_plain_mappings() -> None:
     found: Mapping[str, Any] = _stored(MAPPERS[5], API_KEY, AS_CASSANDRA)
-    assert rows.api_key_from_columns(found, AS_CASSANDRA) == API_KEY
+    assert rows.API_KEY_ROWS.from_columns(found, AS_CASSANDRA) == API_KEY
 
 
 @ENCODINGS
@@ -274,7 +274,7 @@ def test_a_table_chunk_round_trips_with_its_cells(encoding: ColumnEncoding) -> N
     assert json.loads(stored["table_part"])["cells"][2] == {"row": 1, "col": 0, "row_span": 2, "col_span": 1,
                                                             "text": "a"}
     assert "Город" in stored["table_part"]  # JSON kept readable, not \u-escaped
-    assert rows.chunk_from_columns(stored, encoding) == TABLE_CHUNK
+    assert rows.CHUNK_ROWS.from_columns(stored, encoding) == TABLE_CHUNK
 
 
 def test_a_text_chunk_stores_no_table_and_rows_before_009_read_as_text() -> None:
@@ -282,27 +282,28 @@ def test_a_text_chunk_stores_no_table_and_rows_before_009_read_as_text() -> None
     stored = _stored(MAPPERS[4], CHUNK, AS_SQLITE)
     assert stored["kind"] == "text" and stored["table_part"] is None
     stored.update(kind=None, table_part=None)
-    assert rows.chunk_from_columns(stored, AS_SQLITE) == CHUNK
+    assert rows.CHUNK_ROWS.from_columns(stored, AS_SQLITE) == CHUNK
     as_cassandra = _stored(MAPPERS[4], CHUNK, AS_CASSANDRA)
     assert as_cassandra["table_part"] == ""
-    assert rows.chunk_from_columns(as_cassandra, AS_CASSANDRA) == CHUNK
+    assert rows.CHUNK_ROWS.from_columns(as_cassandra, AS_CASSANDRA) == CHUNK
 
 
 def test_a_table_part_that_is_not_its_json_is_refused() -> None:
     stored = _stored(MAPPERS[4], CHUNK, AS_SQLITE) | {"table_part": '{"page": 1}'}
     with pytest.raises(ValueError, match="not a table part"):
-        rows.chunk_from_columns(stored, AS_SQLITE)
+        rows.CHUNK_ROWS.from_columns(stored, AS_SQLITE)
 
 
 def test_rows_written_before_provenance_read_as_text_layer() -> None:
     """Migration 006 adds the provenance columns: nulls in older rows read as text_layer, no engine, no counts."""
     stored = dict(zip(CHUNKS.columns, _chunk_to_columns(CHUNK, AS_SQLITE), strict=True))
     stored.update(text_source=None, ocr_engine=None, page_verdicts=None, page_reasons=None)
-    assert rows.chunk_from_columns(stored, AS_SQLITE) == replace(CHUNK, text_source="text_layer", ocr_engine=None,
+    assert rows.CHUNK_ROWS.from_columns(stored, AS_SQLITE) == replace(CHUNK, text_source="text_layer", ocr_engine=None,
                                                       page_verdicts=(), page_reasons=())
-    found = dict(zip(DOCUMENTS.columns, rows.document_to_columns(DOCUMENT, AS_SQLITE), strict=True))
+    found = dict(zip(DOCUMENTS.columns, rows.DOCUMENT_ROWS.to_columns(DOCUMENT, AS_SQLITE), strict=True))
     found.update(pages_by_verdict=None, pages_by_source=None)
-    assert rows.document_from_columns(found, AS_SQLITE) == replace(DOCUMENT, pages_by_verdict={}, pages_by_source={})
+    assert rows.DOCUMENT_ROWS.from_columns(found, AS_SQLITE) == replace(DOCUMENT, pages_by_verdict={},
+                                                                        pages_by_source={})
 
 
 TASK_ROWS = [(MAPPERS[3], ENTITY_RESULT), (MAPPERS[4], TASK_CHUNK)]
@@ -329,7 +330,7 @@ def test_task_structures_are_stored_in_the_udts_field_order() -> None:
 @ENCODINGS
 def test_chunk_label_and_mention_scores_are_float32_and_cut_is_not_stored(encoding: ColumnEncoding) -> None:
     row = replace(TASK_CHUNK, label_scores={"a": 0.1}, mentions=(replace(MENTIONS[1], score=0.3, cut=True),))
-    found = rows.chunk_from_columns(_stored(MAPPERS[4], row, encoding), encoding)
+    found = rows.CHUNK_ROWS.from_columns(_stored(MAPPERS[4], row, encoding), encoding)
     assert found.label_scores == {"a": float32_values([0.1])[0]}
     assert found.mentions == (replace(MENTIONS[1], score=float32_values([0.3])[0], cut=False),)
 
@@ -338,17 +339,17 @@ def test_chunk_label_and_mention_scores_are_float32_and_cut_is_not_stored(encodi
 def test_rows_written_before_task_results_read_as_embed(encoding: ColumnEncoding) -> None:
     """Migration 007 adds the task columns: nulls in older rows read as task embed and empty values."""
     result = _stored(MAPPERS[3], RESULT, encoding) | dict.fromkeys(DOCUMENT_RESULTS.columns[12:])
-    assert rows.document_result_from_columns(result, encoding) == RESULT
+    assert rows.DOCUMENT_RESULT_ROWS.from_columns(result, encoding) == RESULT
     chunk = _stored(MAPPERS[4], CHUNK, encoding) | dict.fromkeys(("task", "label_scores", "mentions", "output"))
-    assert rows.chunk_from_columns(chunk, encoding) == CHUNK
-    assert rows.job_document_from_columns(_stored(MAPPERS[1], JOB_DOCUMENT, encoding), encoding).tasks == {}
+    assert rows.CHUNK_ROWS.from_columns(chunk, encoding) == CHUNK
+    assert rows.JOB_DOCUMENT_ROWS.from_columns(_stored(MAPPERS[1], JOB_DOCUMENT, encoding), encoding).tasks == {}
 
 
 @ENCODINGS
 def test_a_job_documents_tasks_map_reads_as_tallies(encoding: ColumnEncoding) -> None:
     entries = {task: rows.task_tally_to_json(tally) for task, tally in TASKS.items()}
     stored = _stored(MAPPERS[1], JOB_DOCUMENT, encoding) | {"tasks": encoding.structure(entries)}
-    found = rows.job_document_from_columns(stored, encoding)
+    found = rows.JOB_DOCUMENT_ROWS.from_columns(stored, encoding)
     assert found == replace(JOB_DOCUMENT, tasks=TASKS)
     assert list(found.tasks) == ["embed", "entities"]  # by name, whatever order the map came in
     assert JOB_DOCUMENTS.element_columns == ("tasks",) and "tasks" not in JOB_DOCUMENTS.columns
@@ -357,7 +358,7 @@ def test_a_job_documents_tasks_map_reads_as_tallies(encoding: ColumnEncoding) ->
 def test_a_job_document_without_status_reads_as_submitted() -> None:
     """``upsert_job_document_task`` on a missing row creates it without a status (Cassandra)."""
     stored = _stored(MAPPERS[1], JOB_DOCUMENT, AS_CASSANDRA) | {"status": None}
-    assert rows.job_document_from_columns(stored, AS_CASSANDRA).status == "submitted"
+    assert rows.JOB_DOCUMENT_ROWS.from_columns(stored, AS_CASSANDRA).status == "submitted"
 
 
 def test_a_task_tally_is_json_with_the_usage_and_refuses_other_text() -> None:

@@ -29,8 +29,11 @@ from typing import IO, Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from docstream.avro.arrow import arrow_schema
+from docstream.avro.schemas import SchemaSet
 from docstream.errors import InputError
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.tables import TablePart
 from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name
 from docstream.tasks.selection import job_task_names
 
@@ -57,117 +60,55 @@ __all__ = [
 
 ExportFormat = Literal["jsonl", "parquet"]
 
-DOCUMENT_SCHEMA = pa.schema([
-    ("job_id", pa.string()),
-    ("doc_id", pa.string()),
-    ("status", pa.string()),
-    ("error_code", pa.string()),
-    ("error", pa.string()),
-    ("filename", pa.string()),
-    ("source_uri", pa.string()),
-    ("content_sha256", pa.string()),
-    ("media_type", pa.string()),
-    ("page_count", pa.int32()),
-    ("pages_by_verdict", pa.map_(pa.string(), pa.int32())),
-    ("pages_by_source", pa.map_(pa.string(), pa.int32())),
-    ("model_id", pa.string()),
-    ("chunk_count", pa.int32()),
-    ("failed_chunks", pa.int32()),
-    ("token_count", pa.int64()),
-    ("completed_at", pa.timestamp("ms", tz="UTC")),
-    ("embedding", pa.list_(pa.float32())),
-])
-"""Columns of the documents Parquet file (and keys of a JSON Lines document record)."""
+_AVRO = SchemaSet.load()
+_DOCUMENT_RECORDS = (_AVRO.get("DocumentCompleted").raw, _AVRO.get("DocumentSubmitted").raw)
+_CHUNK_RECORDS = (_AVRO.get("ChunkEmbedded").raw, _AVRO.get("ChunkCreated").raw)
+_CHUNK_FIELDS = {"table": "table_part"}
+"""Chunk export columns named for users, by the ``ChunkRow`` field they hold (the rest: the field of their name)."""
 
-TABLE_CELL_TYPE = pa.struct([
-    ("row", pa.int32()),
-    ("col", pa.int32()),
-    ("row_span", pa.int32()),
-    ("col_span", pa.int32()),
-    ("text", pa.string()),
-])
-"""A table cell (the Avro ``TableCell``)."""
+DOCUMENT_SCHEMA = arrow_schema(
+    ("job_id", "doc_id", "status", "error_code", "error", "filename", "source_uri", "content_sha256", "media_type",
+     "page_count", "pages_by_verdict", "pages_by_source", "model_id", "chunk_count", "failed_chunks", "token_count",
+     "completed_at", "embedding"),
+    _DOCUMENT_RECORDS,
+)
+"""Columns of the documents Parquet file (and keys of a JSON Lines document record), each typed by the field of its
+name in DocumentCompleted, else DocumentSubmitted (``docstream.avro.arrow``)."""
 
-TABLE_TYPE = pa.struct([
-    ("page", pa.int32()),
-    ("bbox", pa.list_(pa.float64())),
-    ("caption", pa.string()),
-    ("header", pa.list_(pa.string())),
-    ("rows", pa.int32()),
-    ("columns", pa.int32()),
-    ("row_start", pa.int32()),
-    ("row_end", pa.int32()),
-    ("part", pa.int32()),
-    ("parts", pa.int32()),
-    ("cells", pa.list_(TABLE_CELL_TYPE)),
-])
+CHUNK_SCHEMA = arrow_schema(
+    ("job_id", "doc_id", "model_id", "chunk_index", "chunk_id", "status", "error_code", "text", "heading",
+     "page_start", "page_end", "text_source", "ocr_engine", "page_verdicts", "page_reasons", "kind", "table",
+     "char_start", "char_end", "token_count", "embedding"),
+    _CHUNK_RECORDS,
+)
+"""Columns of the chunks Parquet file (and keys of a JSON Lines chunk record), each typed by the field of its name
+in ChunkEmbedded, else ChunkCreated."""
+
+TABLE_TYPE = CHUNK_SCHEMA.field("table").type
 """A table chunk's part of its table (the Avro ``ChunkTable``; docs/chunking.md "Tables")."""
-
-CHUNK_SCHEMA = pa.schema([
-    ("job_id", pa.string()),
-    ("doc_id", pa.string()),
-    ("model_id", pa.string()),
-    ("chunk_index", pa.int32()),
-    ("chunk_id", pa.string()),
-    ("status", pa.string()),
-    ("error_code", pa.string()),
-    ("text", pa.string()),
-    ("heading", pa.string()),
-    ("page_start", pa.int32()),
-    ("page_end", pa.int32()),
-    ("text_source", pa.string()),
-    ("ocr_engine", pa.string()),
-    ("page_verdicts", pa.list_(pa.string())),
-    ("page_reasons", pa.list_(pa.string())),
-    ("kind", pa.string()),
-    ("table", TABLE_TYPE),
-    ("char_start", pa.int64()),
-    ("char_end", pa.int64()),
-    ("token_count", pa.int32()),
-    ("embedding", pa.list_(pa.float32())),
-])
-"""Columns of the chunks Parquet file (and keys of a JSON Lines chunk record)."""
-
-MENTION_TYPE = pa.struct([
-    ("text", pa.string()),
-    ("label", pa.string()),
-    ("start", pa.int64()),
-    ("end", pa.int64()),
-    ("page", pa.int32()),
-    ("score", pa.float32()),
-])
-"""An entity mention in document offsets (the Avro ``EntityMention``; a chunk's ``cut`` is not stored)."""
-
-ENTITY_TYPE = pa.struct([
-    ("label", pa.string()),
-    ("text", pa.string()),
-    ("count", pa.int32()),
-    ("pages", pa.list_(pa.int32())),
-])
-"""A distinct entity of a document (the Avro ``EntitySummary``)."""
+TABLE_CELL_TYPE = TABLE_TYPE.field("cells").type.value_type
+"""A table cell (the Avro ``TableCell``)."""
 
 TASK_DOCUMENT_SCHEMA = pa.schema([
     *DOCUMENT_SCHEMA,
-    pa.field("task", pa.string()),
-    pa.field("label_scores", pa.map_(pa.string(), pa.float64())),
-    pa.field("top_label", pa.string()),
-    pa.field("top_chunks", pa.list_(pa.int32())),
-    pa.field("mentions", pa.list_(MENTION_TYPE)),
-    pa.field("entities", pa.list_(ENTITY_TYPE)),
-    pa.field("mentions_truncated", pa.bool_()),
-    pa.field("output", pa.string()),
+    *arrow_schema(("task", "label_scores", "top_label", "top_chunks", "mentions", "entities", "mentions_truncated",
+                   "output"), _DOCUMENT_RECORDS),
 ])
 """Columns of a documents file of tasks: ``DOCUMENT_SCHEMA``'s, then the task and its fields (``output``: a user
 task's JSON text, as stored: Arrow has no type for any JSON value)."""
 
+MENTION_TYPE = TASK_DOCUMENT_SCHEMA.field("mentions").type.value_type
+"""An entity mention in document offsets (the Avro ``EntityMention``; a chunk's ``cut`` is not stored)."""
+ENTITY_TYPE = TASK_DOCUMENT_SCHEMA.field("entities").type.value_type
+"""A distinct entity of a document (the Avro ``EntitySummary``)."""
+
 TASK_CHUNK_SCHEMA = pa.schema([
     *CHUNK_SCHEMA,
-    pa.field("task", pa.string()),
-    pa.field("label_scores", pa.map_(pa.string(), pa.float32())),
-    pa.field("mentions", pa.list_(MENTION_TYPE)),
-    pa.field("output", pa.string()),
+    *arrow_schema(("task", "label_scores", "mentions", "output"), _CHUNK_RECORDS,
+                  sources={"mentions": _AVRO.get("DocumentCompleted").raw}),
 ])
-"""Columns of a chunks file of tasks: ``CHUNK_SCHEMA``'s, then the task and its fields."""
+"""Columns of a chunks file of tasks: ``CHUNK_SCHEMA``'s, then the task and its fields (mentions typed as a
+document's: a chunk's ``cut`` is not stored)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,39 +202,28 @@ def document_record(
     }
 
 
+def _exported(value: Any) -> Any:
+    """A row value as an export record holds it: sequences as lists, a table part, mention or entity as its record."""
+    if isinstance(value, tuple):
+        return [_exported(item) for item in value]
+    if isinstance(value, Mention):
+        return value.to_record(chunk=False)
+    if isinstance(value, (TablePart, EntitySummary)):
+        return value.to_record()
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _chunk_values(chunk: ChunkRow, columns: Sequence[str]) -> dict[str, Any]:
+    record = {name: _exported(getattr(chunk, _CHUNK_FIELDS.get(name, name))) for name in columns}
+    record["embedding"] = list(chunk.embedding) if chunk.embedding else None
+    return record
+
+
 def chunk_record(chunk: ChunkRow) -> dict[str, Any]:
-    """One chunk's export record (``CHUNK_SCHEMA`` keys)."""
-    return {
-        "job_id": chunk.job_id,
-        "doc_id": chunk.doc_id,
-        "model_id": chunk.model_id,
-        "chunk_index": chunk.chunk_index,
-        "chunk_id": chunk.chunk_id,
-        "status": chunk.status,
-        "error_code": chunk.error_code,
-        "text": chunk.text,
-        "heading": chunk.heading,
-        "page_start": chunk.page_start,
-        "page_end": chunk.page_end,
-        "text_source": chunk.text_source,
-        "ocr_engine": chunk.ocr_engine,
-        "page_verdicts": list(chunk.page_verdicts),
-        "page_reasons": list(chunk.page_reasons),
-        "kind": chunk.kind,
-        "table": chunk.table_part.to_record() if chunk.table_part is not None else None,
-        "char_start": chunk.char_start,
-        "char_end": chunk.char_end,
-        "token_count": chunk.token_count,
-        "embedding": list(chunk.embedding) if chunk.embedding else None,
-    }
-
-
-def _mention(mention: Mention) -> dict[str, Any]:
-    return mention.to_record(chunk=False)
-
-
-def _entity(entity: EntitySummary) -> dict[str, Any]:
-    return entity.to_record()
+    """One chunk's export record (``CHUNK_SCHEMA`` keys: the ``ChunkRow`` fields of their names)."""
+    return _chunk_values(chunk, CHUNK_SCHEMA.names)
 
 
 def task_document_record(
@@ -317,8 +247,8 @@ def task_document_record(
         "label_scores": dict(result.label_scores),
         "top_label": result.top_label,
         "top_chunks": list(result.top_chunks),
-        "mentions": [_mention(m) for m in result.mentions],
-        "entities": [_entity(e) for e in result.entities],
+        "mentions": _exported(result.mentions),
+        "entities": _exported(result.entities),
         "mentions_truncated": result.mentions_truncated,
         "output": result.output,
     }
@@ -326,13 +256,7 @@ def task_document_record(
 
 def task_chunk_record(chunk: ChunkRow) -> dict[str, Any]:
     """One chunk's record of a task export (``TASK_CHUNK_SCHEMA`` keys)."""
-    return {
-        **chunk_record(chunk),
-        "task": chunk.task,
-        "label_scores": dict(chunk.label_scores),
-        "mentions": [_mention(m) for m in chunk.mentions],
-        "output": chunk.output,
-    }
+    return _chunk_values(chunk, TASK_CHUNK_SCHEMA.names)
 
 
 def chunks_path(path: Path) -> Path:

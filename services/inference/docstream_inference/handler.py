@@ -12,6 +12,7 @@ from typing import Any
 from docstream.errors import InputError
 from docstream.records import ChunkCreated, ChunkEmbedded
 from docstream.store.base import ChunkRow
+from docstream.store.rows import carry
 from docstream.tables import TablePart
 from docstream.tasks.base import (
     EMBED,
@@ -163,33 +164,10 @@ def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: st
 
 def chunk_row(result: ChunkResult) -> ChunkRow:
     """The chunks row of a result (a failed chunk keeps its text, no output, and its error_code)."""
-    chunk = result.chunk
-    return ChunkRow(
-        doc_id=chunk.doc_id,
-        model_id=result.model_id,
-        chunk_index=chunk.chunk_index,
-        chunk_id=chunk.chunk_id,
-        job_id=chunk.job_id,
-        text=chunk.text,
-        page_start=chunk.page_start,
-        page_end=chunk.page_end,
-        char_start=chunk.char_start,
-        char_end=chunk.char_end,
-        token_count=chunk.token_count,
-        embedding=result.embedding,
-        heading=chunk.heading,
-        status="ok" if result.ok else "failed",
-        error_code=result.error_code,
-        text_source=chunk.text_source,
-        ocr_engine=chunk.ocr_engine,
-        page_verdicts=tuple(chunk.page_verdicts),
-        page_reasons=tuple(chunk.page_reasons),
-        kind=chunk.kind,
-        table_part=_table_part(chunk),
-        task=result.task,
-        label_scores=dict(result.label_scores),
-        mentions=result.mentions,
-        output=result.output,
+    return carry(
+        ChunkRow, result.chunk, model_id=result.model_id, embedding=result.embedding,
+        status="ok" if result.ok else "failed", error_code=result.error_code, table_part=_table_part(result.chunk),
+        task=result.task, label_scores=dict(result.label_scores), mentions=result.mentions, output=result.output,
     )
 
 

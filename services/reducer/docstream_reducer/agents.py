@@ -48,7 +48,8 @@ from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.base import TaskTally
-from docstream.tasks.base import EMBED, EntitySummary, Mention, TaskFold
+from docstream.store.rows import carry
+from docstream.tasks.base import EMBED, TaskFold
 from docstream.tasks.registry import task_fold
 from docstream.tasks.selection import job_task_names
 from docstream.topics import dlq_topic
@@ -345,17 +346,8 @@ def _terminal_documents(store: ResultStore, job_id: str, required: list[str]) ->
 def result_row(completed: DocumentCompleted) -> DocumentResultRow:
     """The document_results row of a task's DocumentCompleted."""
     assert completed.model_id is not None
-    return DocumentResultRow(
-        doc_id=completed.doc_id, model_id=completed.model_id, job_id=completed.job_id, status=completed.status,
-        chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks,
-        token_count=completed.token_count, embedding=completed.embedding,
-        chunker_settings=completed.chunker_settings or "",
-        completed_at=completed.completed_at, content_sha256=completed.content_sha256, runtime=completed.runtime,
-        task=completed.task or EMBED, label_scores=dict(completed.label_scores), top_label=completed.top_label,
-        top_chunks=tuple(completed.top_chunks), mentions=tuple(Mention.from_record(m) for m in completed.mentions),
-        entities=tuple(EntitySummary.from_record(e) for e in completed.entities),
-        mentions_truncated=completed.mentions_truncated, output=completed.output,
-    )
+    return carry(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
+                 task=completed.task or EMBED)
 
 
 def _emitted(raw: Any) -> tuple[int, int] | None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Final, Literal, Protocol, runtime_checkable
 
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 
 __all__ = [
+    "FLOAT32",
     "ApiKeyRow",
     "ChunkRow",
     "DocumentResultRow",
@@ -27,6 +28,10 @@ __all__ = [
     "SearchHit",
     "TaskTally",
 ]
+
+FLOAT32: Final = "float32"
+"""Marks a row field whose numbers every backend keeps as float32 (``Annotated[dict[str, float], FLOAT32]``:
+what a Cassandra ``float`` holds), so both backends read back the same values (``docstream.store.rows``)."""
 
 JobState = Literal["running", "completed", "cancelled"]
 DocState = Literal["submitted", "chunking", "chunked", "completed", "partial", "failed", "skipped"]
@@ -164,7 +169,7 @@ class ChunkRow:
     """The table part of a ``table`` chunk (``ChunkCreated.table``): page, bbox, caption, header, cells."""
     task: str = "embed"
     """The task of the result (docs/tasks.md); ``embedding`` is embed's, the fields below the other tasks'."""
-    label_scores: dict[str, float] = field(default_factory=dict)
+    label_scores: Annotated[dict[str, float], FLOAT32] = field(default_factory=dict)
     mentions: tuple[Mention, ...] = ()
     output: str | None = None
     """A user task's chunk output, JSON."""

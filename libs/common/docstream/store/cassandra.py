@@ -54,16 +54,15 @@ from docstream.store.codec import embedding_array, utc_millis
 from docstream.store.paging import at_least_one
 from docstream.store.ranking import cosine_scores, search_query
 from docstream.store.rows import (
+    CHUNK_ROWS,
     CHUNKS,
     DOCUMENT_RESULTS,
     JOB_DOCUMENTS,
+    JOB_ROWS,
     JOBS,
     ColumnEncoding,
     Columns,
     Table,
-    chunk_from_columns,
-    chunk_to_columns,
-    job_to_columns,
 )
 from docstream.store.schema import Migration, bootstrap_table_id, load_migrations, schema_not_visible
 from docstream.store.table_store import TableStore
@@ -545,7 +544,7 @@ class CassandraStore(TableStore):
         Raises:
             StoreError: the write failed transiently.
         """
-        params = job_to_columns(row, _ENCODING)
+        params = JOB_ROWS.to_columns(row, _ENCODING)
         # a logged batch: the tenant listing never misses a job the jobs table has
         batch = _batch(BatchType.LOGGED)
         batch.add(self._prepare(_insert(f"{self._ks}.jobs", JOBS.column_list)), params)
@@ -612,7 +611,7 @@ class CassandraStore(TableStore):
             batch = _batch(BatchType.UNLOGGED)
             for row in group:
                 vector = embedding_array(row.embedding)
-                batch.add(chunk_insert, chunk_to_columns(row, vector.tobytes(), _ENCODING))
+                batch.add(chunk_insert, CHUNK_ROWS.to_columns(row, _ENCODING, encoded={"embedding": vector.tobytes()}))
                 if vector.size and _has_cosine(vector):
                     self._ensure_vector_table(vector.size)
                     vector_insert = self._prepare(_insert(f"{self._ks}.chunk_vectors_d{vector.size}", _VECTOR_COLUMNS))
@@ -688,7 +687,7 @@ class CassandraStore(TableStore):
                 concurrency=self._settings.write_concurrency,
                 raise_on_first_error=True,
             )
-        return [chunk_from_columns(row, _ENCODING) for result in results for row in result.result_or_exc]
+        return [CHUNK_ROWS.from_columns(row, _ENCODING) for result in results for row in result.result_or_exc]
 
 
 def _batch(kind: Any) -> BatchStatement:

@@ -1,8 +1,9 @@
 """One mapping between the store's rows and its tables' columns, shared by every backend. Pure.
 
-Each table is a :class:`Table` (name, columns in order, primary key). ``*_to_columns``
-turns a row into its column values, in the table's column order (what a prepared
-statement or a ``?`` placeholder list binds); ``*_from_columns`` builds the row back
+Each table's :class:`RowMapping` is derived from its row's dataclass (``docstream.store.base``): a column per
+field, in field order, stored by the field's type (:class:`ColumnType`, stated once per type in ``_TYPES``).
+``to_columns`` turns a row into its column values, in the table's column order (what a prepared
+statement or a ``?`` placeholder list binds); ``from_columns`` builds the row back
 from a fetched row read by column name (a ``dict`` from the Cassandra driver's
 ``dict_factory``, a ``sqlite3.Row``). What the backends store differently — timestamps,
 the options map, absent optional text — is a :class:`ColumnEncoding` each backend
@@ -31,12 +32,14 @@ supplies; everything else is written and read the same way (docs/storage.md):
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from docstream.store.base import (
+    FLOAT32,
     ApiKeyRow,
     ChunkRow,
     DocState,
@@ -46,34 +49,33 @@ from docstream.store.base import (
     JobRow,
     TaskTally,
 )
-from docstream.store.codec import decode_embedding, encode_embedding, float32_values, none_if_empty
+from docstream.store.codec import decode_embedding, encode_embedding, float32_values
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
 
 __all__ = [
     "API_KEYS",
+    "API_KEY_ROWS",
     "CHUNKS",
+    "CHUNK_ROWS",
     "DOCUMENTS",
     "DOCUMENT_RESULTS",
+    "DOCUMENT_RESULT_ROWS",
+    "DOCUMENT_ROWS",
     "JOBS",
     "JOB_DOCUMENTS",
+    "JOB_DOCUMENT_ROWS",
+    "JOB_ROWS",
+    "MAPPINGS",
     "USAGE_COLUMNS",
     "ColumnEncoding",
+    "ColumnType",
     "Columns",
+    "RowMapping",
     "Table",
-    "api_key_from_columns",
-    "api_key_to_columns",
-    "chunk_from_columns",
-    "chunk_to_columns",
-    "document_from_columns",
-    "document_result_from_columns",
-    "document_result_to_columns",
-    "document_to_columns",
-    "job_document_from_columns",
-    "job_document_to_columns",
-    "job_from_columns",
-    "job_to_columns",
+    "carry",
+    "column_type",
     "table_part_from_json",
     "table_part_to_json",
     "task_tally_from_json",
@@ -82,13 +84,15 @@ __all__ = [
     "usage_to_columns",
 ]
 
+R = TypeVar("R")
+
 USAGE_COLUMNS = ("pages", "chunks", "tokens", "model_us", "stage_us")
 """The columns of a usage, in binding order, in jobs and job_documents."""
 
 
 @dataclass(frozen=True, slots=True)
 class Table:
-    """A table's name, its columns in the order ``*_to_columns`` gives their values, and its key.
+    """A table's name, its columns in the order ``to_columns`` gives their values, and its key.
 
     Attributes:
         name: the table's name (without a keyspace).
@@ -117,39 +121,6 @@ class Table:
     def key_condition(self) -> str:
         """The condition that selects one row by its key: ``a = ? AND b = ?``."""
         return " AND ".join(f"{name} = ?" for name in self.key)
-
-
-JOBS = Table(
-    "jobs",
-    ("job_id", "tenant", "created_at", "status", "document_count", "options", "webhook_url", "completed", "partial",
-     "failed", "updated_at", *USAGE_COLUMNS),
-    key=("job_id",),
-)
-JOB_DOCUMENTS = Table(
-    "job_documents", ("job_id", "doc_id", "status", "updated_at", "filename", "error_code", *USAGE_COLUMNS),
-    key=("job_id", "doc_id"), element_columns=("tasks",),
-)
-DOCUMENTS = Table(
-    "documents",
-    ("doc_id", "job_id", "source_uri", "content_sha256", "status", "updated_at", "media_type", "filename",
-     "page_count", "error_code", "error", "pages_by_verdict", "pages_by_source"),
-    key=("doc_id",),
-)
-DOCUMENT_RESULTS = Table(
-    "document_results",
-    ("doc_id", "model_id", "job_id", "status", "chunk_count", "failed_chunks", "token_count", "embedding",
-     "chunker_settings", "completed_at", "content_sha256", "runtime", "task", "label_scores", "top_label",
-     "top_chunks", "mentions", "entities", "mentions_truncated", "output"),
-    key=("doc_id", "model_id"),
-)
-CHUNKS = Table(
-    "chunks",
-    ("doc_id", "model_id", "chunk_index", "chunk_id", "job_id", "text", "page_start", "page_end", "char_start",
-     "char_end", "token_count", "embedding", "heading", "status", "error_code", "text_source", "ocr_engine",
-     "page_verdicts", "page_reasons", "kind", "table_part", "task", "label_scores", "mentions", "output"),
-    key=("doc_id", "model_id", "chunk_index"),
-)
-API_KEYS = Table("api_keys", ("key_id", "tenant", "key_hash", "created_at", "name", "revoked_at"), key=("key_id",))
 
 
 class Columns(Protocol):
@@ -236,6 +207,7 @@ def task_tally_from_json(text: str) -> TaskTally:
     return TaskTally(status=data["status"], usage=Usage.from_json(data.get("usage")))
 
 
+
 def _tasks(value: Any) -> dict[str, TaskTally]:
     return {str(task): task_tally_from_json(entry) for task, entry in sorted((value or {}).items())}
 
@@ -245,7 +217,7 @@ def _scores(value: Any) -> dict[str, float]:
 
 
 def _float32_scores(scores: Mapping[str, float]) -> dict[str, float]:
-    # chunks.label_scores is map<text, float> in Cassandra: both backends keep the float32 values
+    # a Cassandra map<text, float>: both backends keep the float32 values
     if not scores:  # every embed chunk: no numpy call on the hot path
         return {}
     return dict(zip(scores, float32_values(list(scores.values())), strict=True))
@@ -277,237 +249,6 @@ def _ints(value: Sequence[Any] | None) -> tuple[int, ...]:
     return tuple(int(x) for x in value or ())
 
 
-def job_to_columns(row: JobRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
-    """A jobs row's values in ``JOBS.columns`` order."""
-    return (
-        row.job_id,
-        row.tenant,
-        encoding.timestamp(row.created_at),
-        row.status,
-        row.document_count,
-        encoding.options(row.options),
-        encoding.text(row.webhook_url),
-        row.completed,
-        row.partial,
-        row.failed,
-        encoding.optional_timestamp(row.updated_at),
-        *usage_to_columns(row.usage, encoding),
-    )
-
-
-def job_from_columns(found: Columns, encoding: ColumnEncoding) -> JobRow:
-    """A jobs row from its fetched columns."""
-    return JobRow(
-        job_id=found["job_id"],
-        tenant=found["tenant"],
-        created_at=encoding.read_timestamp(found["created_at"]),
-        status=found["status"],
-        document_count=found["document_count"],
-        options=encoding.read_options(found["options"]),
-        webhook_url=none_if_empty(found["webhook_url"]),
-        completed=found["completed"],
-        partial=found["partial"],
-        failed=found["failed"],
-        updated_at=encoding.read_optional_timestamp(found["updated_at"]),
-        usage=usage_from_columns(found, encoding),
-    )
-
-
-def job_document_to_columns(row: JobDocumentRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
-    """A job_documents row's values in ``JOB_DOCUMENTS.columns`` order."""
-    return (
-        row.job_id,
-        row.doc_id,
-        row.status,
-        encoding.timestamp(row.updated_at),
-        encoding.text(row.filename),
-        encoding.text(row.error_code),
-        *usage_to_columns(row.usage, encoding),
-    )
-
-
-def job_document_from_columns(found: Columns, encoding: ColumnEncoding) -> JobDocumentRow:
-    """A job_documents row from its fetched columns (``tasks`` included: ``JOB_DOCUMENTS.select_list``).
-
-    Raises:
-        ValueError: a ``tasks`` entry is not a task tally.
-    """
-    return JobDocumentRow(
-        job_id=found["job_id"],
-        doc_id=found["doc_id"],
-        status=found["status"] or _NO_STATUS,
-        updated_at=encoding.read_timestamp(found["updated_at"]),
-        filename=none_if_empty(found["filename"]),
-        error_code=none_if_empty(found["error_code"]),
-        usage=usage_from_columns(found, encoding),
-        tasks=_tasks(encoding.read_structure(found["tasks"])),
-    )
-
-
-def document_to_columns(row: DocumentRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
-    """A documents row's values in ``DOCUMENTS.columns`` order."""
-    return (
-        row.doc_id,
-        row.job_id,
-        row.source_uri,
-        row.content_sha256,
-        row.status,
-        encoding.timestamp(row.updated_at),
-        encoding.text(row.media_type),
-        encoding.text(row.filename),
-        row.page_count,
-        encoding.text(row.error_code),
-        encoding.text(row.error),
-        encoding.counts(row.pages_by_verdict),
-        encoding.counts(row.pages_by_source),
-    )
-
-
-def document_from_columns(found: Columns, encoding: ColumnEncoding) -> DocumentRow:
-    """A documents row from its fetched columns."""
-    return DocumentRow(
-        doc_id=found["doc_id"],
-        job_id=found["job_id"],
-        source_uri=found["source_uri"],
-        content_sha256=found["content_sha256"],
-        status=found["status"],
-        updated_at=encoding.read_timestamp(found["updated_at"]),
-        media_type=none_if_empty(found["media_type"]),
-        filename=none_if_empty(found["filename"]),
-        page_count=found["page_count"],
-        error_code=none_if_empty(found["error_code"]),
-        error=none_if_empty(found["error"]),
-        pages_by_verdict=encoding.read_counts(found["pages_by_verdict"]),
-        pages_by_source=encoding.read_counts(found["pages_by_source"]),
-    )
-
-
-def document_result_to_columns(row: DocumentResultRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
-    """A document_results row's values in ``DOCUMENT_RESULTS.columns`` order."""
-    return (
-        row.doc_id,
-        row.model_id,
-        row.job_id,
-        row.status,
-        row.chunk_count,
-        row.failed_chunks,
-        row.token_count,
-        encode_embedding(row.embedding),
-        row.chunker_settings,
-        encoding.timestamp(row.completed_at),
-        encoding.text(row.content_sha256),
-        encoding.text(row.runtime),
-        row.task,
-        encoding.structure(dict(row.label_scores)),
-        encoding.text(row.top_label),
-        encoding.structure(list(row.top_chunks)),
-        encoding.structure(_mention_values(row.mentions)),
-        encoding.structure(_entity_values(row.entities)),
-        row.mentions_truncated,
-        encoding.text(row.output),
-    )
-
-
-def document_result_from_columns(found: Columns, encoding: ColumnEncoding) -> DocumentResultRow:
-    """A document_results row from its fetched columns.
-
-    Raises:
-        ValueError: the stored embedding is not float32 bytes.
-    """
-    return DocumentResultRow(
-        doc_id=found["doc_id"],
-        model_id=found["model_id"],
-        job_id=found["job_id"],
-        status=found["status"],
-        chunk_count=found["chunk_count"],
-        failed_chunks=found["failed_chunks"],
-        token_count=found["token_count"],
-        embedding=decode_embedding(found["embedding"]),
-        chunker_settings=found["chunker_settings"],
-        completed_at=encoding.read_timestamp(found["completed_at"]),
-        content_sha256=none_if_empty(found["content_sha256"]),
-        runtime=none_if_empty(found["runtime"]),
-        task=found["task"] or "embed",
-        label_scores=_scores(encoding.read_structure(found["label_scores"])),
-        top_label=none_if_empty(found["top_label"]),
-        top_chunks=_ints(encoding.read_structure(found["top_chunks"])),
-        mentions=_mentions(encoding.read_structure(found["mentions"])),
-        entities=_entities(encoding.read_structure(found["entities"])),
-        mentions_truncated=bool(found["mentions_truncated"]),
-        output=none_if_empty(found["output"]),
-    )
-
-
-def chunk_to_columns(row: ChunkRow, embedding: bytes, encoding: ColumnEncoding) -> tuple[Any, ...]:
-    """A chunks row's values in ``CHUNKS.columns`` order.
-
-    ``embedding`` is the row's embedding as stored (:func:`~docstream.store.codec.encode_embedding`):
-    the caller encodes it once, for a backend that also binds the vector elsewhere.
-    """
-    return (
-        row.doc_id,
-        row.model_id,
-        row.chunk_index,
-        row.chunk_id,
-        row.job_id,
-        row.text,
-        row.page_start,
-        row.page_end,
-        row.char_start,
-        row.char_end,
-        row.token_count,
-        embedding,
-        encoding.text(row.heading),
-        row.status,
-        encoding.text(row.error_code),
-        row.text_source,
-        encoding.text(row.ocr_engine),
-        ",".join(row.page_verdicts),
-        ",".join(row.page_reasons),
-        row.kind,
-        encoding.text(table_part_to_json(row.table_part)),
-        row.task,
-        encoding.structure(_float32_scores(row.label_scores)),
-        encoding.structure(_mention_values(row.mentions)),
-        encoding.text(row.output),
-    )
-
-
-def chunk_from_columns(found: Columns, encoding: ColumnEncoding) -> ChunkRow:
-    """A chunks row from its fetched columns (mentions without ``cut``: it is not stored).
-
-    Raises:
-        ValueError: the stored embedding is not float32 bytes, or the table part is not its JSON.
-    """
-    return ChunkRow(
-        doc_id=found["doc_id"],
-        model_id=found["model_id"],
-        chunk_index=found["chunk_index"],
-        chunk_id=found["chunk_id"],
-        job_id=found["job_id"],
-        text=found["text"],
-        page_start=found["page_start"],
-        page_end=found["page_end"],
-        char_start=found["char_start"],
-        char_end=found["char_end"],
-        token_count=found["token_count"],
-        embedding=decode_embedding(found["embedding"]),
-        heading=none_if_empty(found["heading"]),
-        status=found["status"],
-        error_code=none_if_empty(found["error_code"]),
-        text_source=found["text_source"] or "text_layer",
-        ocr_engine=none_if_empty(found["ocr_engine"]),
-        page_verdicts=tuple(found["page_verdicts"].split(",")) if found["page_verdicts"] else (),
-        page_reasons=tuple(found["page_reasons"].split(",")) if found["page_reasons"] else (),
-        kind=found["kind"] or "text",
-        table_part=table_part_from_json(none_if_empty(found["table_part"])),
-        task=found["task"] or "embed",
-        label_scores=_scores(encoding.read_structure(found["label_scores"])),
-        mentions=_mentions(encoding.read_structure(found["mentions"])),
-        output=none_if_empty(found["output"]),
-    )
-
-
 def table_part_to_json(part: TablePart | None) -> str | None:
     """A chunk's table part as the JSON text its column holds (its Avro ``ChunkTable`` record); None: none."""
     if part is None:
@@ -529,25 +270,264 @@ def table_part_from_json(text: str | None) -> TablePart | None:
         raise ValueError(f"not a table part: {text[:200]!r}") from exc
 
 
-def api_key_to_columns(row: ApiKeyRow, encoding: ColumnEncoding) -> tuple[Any, ...]:
-    """An api_keys row's values in ``API_KEYS.columns`` order."""
-    return (
-        row.key_id,
-        row.tenant,
-        row.key_hash,
-        encoding.timestamp(row.created_at),
-        encoding.text(row.name),
-        encoding.optional_timestamp(row.revoked_at),
-    )
+# -- column types: how a value of each field type is stored, stated once per type -------------------------
 
 
-def api_key_from_columns(found: Columns, encoding: ColumnEncoding) -> ApiKeyRow:
-    """An api_keys row from its fetched columns."""
-    return ApiKeyRow(
-        key_id=found["key_id"],
-        tenant=found["tenant"],
-        key_hash=found["key_hash"],
-        created_at=encoding.read_timestamp(found["created_at"]),
-        name=none_if_empty(found["name"]),
-        revoked_at=encoding.read_optional_timestamp(found["revoked_at"]),
-    )
+@dataclass(frozen=True, slots=True)
+class ColumnType:
+    """How the values of one field type are stored, on every backend.
+
+    Attributes:
+        name: what the type is called (in errors and docs/architecture.md "Adding a field").
+        write: a field's value as its column binds it, through the backend's encoding.
+        read: a fetched non-null column value back as the field's value.
+        reads_null: ``read`` also reads a null, for a field without a default (an embedding: none); else a
+            null reads as None.
+    """
+
+    name: str
+    write: Callable[[Any, ColumnEncoding], Any]
+    read: Callable[[Any, ColumnEncoding], Any]
+    reads_null: bool = False
+
+
+def _as_is(value: Any, encoding: ColumnEncoding) -> Any:
+    return value
+
+
+_PLAIN = ColumnType("plain", _as_is, _as_is)
+_FLAG = ColumnType("flag", _as_is, lambda value, encoding: bool(value))
+_TEXT = ColumnType("optional text", lambda value, encoding: encoding.text(value), lambda value, encoding: value or None)
+_TIMESTAMP = ColumnType("timestamp", lambda value, encoding: encoding.timestamp(value),
+                        lambda value, encoding: encoding.read_timestamp(value))
+_OPTIONAL_TIMESTAMP = ColumnType("optional timestamp", lambda value, encoding: encoding.optional_timestamp(value),
+                                 lambda value, encoding: encoding.read_timestamp(value))
+_OPTIONS = ColumnType("options map", lambda value, encoding: encoding.options(value),
+                      lambda value, encoding: encoding.read_options(value))
+_COUNTS = ColumnType("count map", lambda value, encoding: encoding.counts(value),
+                     lambda value, encoding: encoding.read_counts(value))
+_WORDS = ColumnType("comma-separated words", lambda value, encoding: ",".join(value),
+                    lambda value, encoding: tuple(value.split(",")) if value else ())
+_EMBEDDING = ColumnType("float32 blob", lambda value, encoding: encode_embedding(value),
+                        lambda value, encoding: decode_embedding(value), reads_null=True)
+_SCORES = ColumnType("score map", lambda value, encoding: encoding.structure(dict(value)),
+                     lambda value, encoding: _scores(encoding.read_structure(value)))
+_FLOAT32_SCORES = ColumnType("float32 score map", lambda value, encoding: encoding.structure(_float32_scores(value)),
+                             lambda value, encoding: _scores(encoding.read_structure(value)))
+_INTS = ColumnType("int list", lambda value, encoding: encoding.structure(list(value)),
+                   lambda value, encoding: _ints(encoding.read_structure(value)))
+_MENTIONS = ColumnType("entity_mention list", lambda value, encoding: encoding.structure(_mention_values(value)),
+                       lambda value, encoding: _mentions(encoding.read_structure(value)))
+_ENTITIES = ColumnType("entity_summary list", lambda value, encoding: encoding.structure(_entity_values(value)),
+                       lambda value, encoding: _entities(encoding.read_structure(value)))
+_TABLE_PART = ColumnType("table part JSON", lambda value, encoding: encoding.text(table_part_to_json(value)),
+                         lambda value, encoding: table_part_from_json(value or None))
+_TALLIES = ColumnType("task tally map", _as_is, lambda value, encoding: _tasks(encoding.read_structure(value)))
+
+_TYPES: dict[Any, ColumnType] = {
+    str: _PLAIN,
+    int: _PLAIN,
+    bool: _FLAG,
+    int | None: _PLAIN,
+    str | None: _TEXT,
+    datetime: _TIMESTAMP,
+    datetime | None: _OPTIONAL_TIMESTAMP,
+    dict[str, str]: _OPTIONS,
+    dict[str, int]: _COUNTS,
+    dict[str, float]: _SCORES,
+    Annotated[dict[str, float], FLOAT32]: _FLOAT32_SCORES,
+    list[float]: _EMBEDDING,
+    tuple[str, ...]: _WORDS,
+    tuple[int, ...]: _INTS,
+    tuple[Mention, ...]: _MENTIONS,
+    tuple[EntitySummary, ...]: _ENTITIES,
+    TablePart | None: _TABLE_PART,
+    dict[str, TaskTally]: _TALLIES,
+}
+"""The column type of each field type a row may have: a field of any other type is refused at import."""
+
+
+def _normal(hint: Any) -> Any:
+    """A field's type as ``_TYPES`` names it: a ``Literal`` of strings is ``str``; ``Optional[X]`` is ``X | None``."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        return str
+    if origin in (Union, types.UnionType):
+        members = tuple(_normal(arg) for arg in get_args(hint))
+        if len(members) == 2 and type(None) in members:
+            inner = next(m for m in members if m is not type(None))
+            return inner | None
+    return hint
+
+
+def column_type(hint: Any) -> ColumnType:
+    """The column type of a row field's type.
+
+    Raises:
+        TypeError: no column type stores it (add one to ``_TYPES``: docs/architecture.md "Adding a field").
+    """
+    try:
+        return _TYPES[_normal(hint)]
+    except (KeyError, TypeError):
+        raise TypeError(f"no column type stores a field of type {hint!r}") from None
+
+
+_USAGE = "usage"
+"""A ``Usage | None`` field: five columns (``USAGE_COLUMNS``), not one."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    kind: ColumnType
+    has_default: bool
+    default: Any
+
+    def read(self, raw: Any, encoding: ColumnEncoding) -> Any:
+        if raw is None:
+            # a row written before the column existed; a field without a default reads null as its type does
+            if self.has_default:
+                return self.default
+            return self.kind.read(None, encoding) if self.kind.reads_null else None
+        return self.kind.read(raw, encoding)
+
+
+class RowMapping(Generic[R]):
+    """A row type and its table: the columns, in the row's field order, each stored by its field's type.
+
+    Derived from the row's dataclass fields and their types (``column_type``), so a field added to a row is a
+    column of its table without another line here; the migrations add the column (docs/architecture.md
+    "Adding a field"; ``tests/unit/test_schema_ties.py`` checks both backends' tables hold every column).
+
+    * a field named ``usage`` (``Usage | None``) is the five ``USAGE_COLUMNS``;
+    * a field of a name in ``element_columns`` is read with the row but never written by the row upsert;
+    * a null column (a row written before its migration) reads as the field's default, or as
+      ``null_reads_as[name]`` for a field without one; an optional field reads null as None.
+
+    Args:
+        row_type: the row's dataclass.
+        name: the table's name.
+        key: the primary key's columns (partition key first).
+        element_columns: fields written element by element by a method of their own.
+        null_reads_as: what a null column reads as, for fields without a default.
+
+    Raises:
+        TypeError: a field's type has no column type.
+    """
+
+    def __init__(self, row_type: type[R], name: str, *, key: tuple[str, ...], element_columns: tuple[str, ...] = (),
+                 null_reads_as: Mapping[str, Any] | None = None) -> None:
+        hints = get_type_hints(row_type, include_extras=True)
+        self.row_type = row_type
+        self._fields: list[_Field] = []
+        columns: list[str] = []
+        reads_as = dict(null_reads_as or {})
+        for f in fields(row_type):  # type: ignore[arg-type]
+            if f.name == _USAGE:
+                columns.extend(USAGE_COLUMNS)
+                continue
+            try:
+                kind = column_type(hints[f.name])
+            except TypeError as exc:
+                raise TypeError(f"{row_type.__name__}.{f.name}: {exc}") from None
+            if f.default is not MISSING:
+                default = f.default
+            elif f.default_factory is not MISSING:
+                default = f.default_factory()
+            else:
+                default = reads_as.get(f.name)
+            self._fields.append(_Field(f.name, kind, f.default is not MISSING or f.default_factory is not MISSING
+                                       or f.name in reads_as, default))
+            if f.name not in element_columns:
+                columns.append(f.name)
+        self._written = [f for f in self._fields if f.name not in element_columns]
+        self._has_usage = USAGE_COLUMNS[0] in columns
+        self._usage_at = columns.index(USAGE_COLUMNS[0]) if self._has_usage else 0
+        self.table = Table(name, tuple(columns), key, element_columns)
+
+    def to_columns(self, row: R, encoding: ColumnEncoding, *,
+                   encoded: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
+        """A row's values in ``table.columns`` order.
+
+        ``encoded``: columns whose stored values the caller already made (a chunk's embedding, encoded once
+        for a backend that also binds the vector elsewhere).
+        """
+        values = [encoded[f.name] if encoded and f.name in encoded else f.kind.write(getattr(row, f.name), encoding)
+                  for f in self._written]
+        if self._has_usage:
+            values[self._usage_at:self._usage_at] = usage_to_columns(getattr(row, _USAGE), encoding)
+        return tuple(values)
+
+    def from_columns(self, found: Columns, encoding: ColumnEncoding) -> R:
+        """A row from its fetched columns (the element columns included: ``table.select_list``).
+
+        Raises:
+            ValueError: a stored value is not what its type writes (an embedding blob, a table part, a tally).
+        """
+        values = {f.name: f.read(found[f.name], encoding) for f in self._fields}
+        if self._has_usage:
+            values[_USAGE] = usage_from_columns(found, encoding)
+        return self.row_type(**values)
+
+
+JOB_ROWS = RowMapping(JobRow, "jobs", key=("job_id",))
+JOB_DOCUMENT_ROWS = RowMapping(JobDocumentRow, "job_documents", key=("job_id", "doc_id"), element_columns=("tasks",),
+                               null_reads_as={"status": "submitted"})
+"""A row ``upsert_job_document_task`` created holds no status: it reads as ``submitted``."""
+DOCUMENT_ROWS = RowMapping(DocumentRow, "documents", key=("doc_id",))
+DOCUMENT_RESULT_ROWS = RowMapping(DocumentResultRow, "document_results", key=("doc_id", "model_id"))
+CHUNK_ROWS = RowMapping(ChunkRow, "chunks", key=("doc_id", "model_id", "chunk_index"))
+API_KEY_ROWS = RowMapping(ApiKeyRow, "api_keys", key=("key_id",))
+
+MAPPINGS: tuple[RowMapping[Any], ...] = (JOB_ROWS, JOB_DOCUMENT_ROWS, DOCUMENT_ROWS, DOCUMENT_RESULT_ROWS, CHUNK_ROWS,
+                                         API_KEY_ROWS)
+"""Every table's mapping (the schema tests walk them)."""
+
+JOBS = JOB_ROWS.table
+JOB_DOCUMENTS = JOB_DOCUMENT_ROWS.table
+DOCUMENTS = DOCUMENT_ROWS.table
+DOCUMENT_RESULTS = DOCUMENT_RESULT_ROWS.table
+CHUNKS = CHUNK_ROWS.table
+API_KEYS = API_KEY_ROWS.table
+
+
+# -- rows from records: a record's fields land in the row fields of their names ----------------------------
+
+
+def _converter(hint: Any) -> Callable[[Any], Any]:
+    """How a record's value becomes a row field of type ``hint``: lists become tuples (of the items' records:
+    ``Mention.from_record``), maps are copied; other values are taken as they are."""
+    hint = _normal(hint)
+    if get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    origin = get_origin(hint)
+    if origin is tuple:
+        item = get_args(hint)[0]
+        from_record = getattr(item, "from_record", None)
+        if from_record is not None:
+            return lambda value: tuple(from_record(v) if isinstance(v, Mapping) else v for v in value)
+        return tuple
+    if origin is dict:
+        return dict
+    return lambda value: value
+
+
+_CARRIED: dict[tuple[type[Any], type[Any]], tuple[tuple[str, Callable[[Any], Any]], ...]] = {}
+
+
+def carry(row_type: type[R], record: Any, **values: Any) -> R:
+    """A ``row_type`` row holding every field of ``record`` that the row has a field of the same name for (as the
+    row's type holds it: a list as a tuple), then ``values`` (what the record does not say, or says otherwise).
+
+    So a field added to a record and to the row of the same name is carried without another line (docs/architecture.md
+    "Adding a field"); ``tests/unit/test_schema_ties.py`` names every record field a row does not hold.
+    """
+    key = (row_type, type(record))
+    carried = _CARRIED.get(key)
+    if carried is None:
+        hints = get_type_hints(row_type, include_extras=True)
+        own = {f.name for f in fields(record)}
+        carried = _CARRIED[key] = tuple((f.name, _converter(hints[f.name])) for f in fields(row_type)  # type: ignore[arg-type]
+                                        if f.name in own)
+    found = {name: convert(getattr(record, name)) for name, convert in carried if name not in values}
+    return row_type(**found, **values)

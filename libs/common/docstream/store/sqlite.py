@@ -29,6 +29,7 @@ from docstream.store.codec import encode_embedding, none_if_empty, utc_millis
 from docstream.store.paging import at_least_one, keyset_pages
 from docstream.store.ranking import TopK, cosine_scores, search_query
 from docstream.store.rows import (
+    CHUNK_ROWS,
     CHUNKS,
     DOCUMENT_RESULTS,
     JOB_DOCUMENTS,
@@ -36,8 +37,6 @@ from docstream.store.rows import (
     ColumnEncoding,
     Columns,
     Table,
-    chunk_from_columns,
-    chunk_to_columns,
 )
 from docstream.store.schema import load_migrations
 from docstream.store.table_store import TableStore
@@ -361,7 +360,8 @@ class SqliteStore(TableStore):
         """
         if not rows:
             return
-        params = [chunk_to_columns(row, encode_embedding(row.embedding), _ENCODING) for row in rows]
+        params = [CHUNK_ROWS.to_columns(row, _ENCODING, encoded={"embedding": encode_embedding(row.embedding)})
+                  for row in rows]
         conn = self._connection()
         with self._errors("upsert_chunks"), self._transaction(conn):
             conn.executemany(_UPSERT_CHUNK, params)
@@ -427,7 +427,7 @@ class SqliteStore(TableStore):
             [rowid for _, rowid in ranked],
             "search",
         )
-        by_rowid = {_rowid(found): chunk_from_columns(found, _ENCODING) for found in rows}
+        by_rowid = {_rowid(found): CHUNK_ROWS.from_columns(found, _ENCODING) for found in rows}
         return [SearchHit(chunk=by_rowid[rowid], score=score) for score, rowid in ranked if rowid in by_rowid]
 
 def _rowid(found: sqlite3.Row) -> int:

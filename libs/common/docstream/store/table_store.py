@@ -28,26 +28,21 @@ from docstream.store.base import (
 )
 from docstream.store.paging import at_least_one, keyset_rows
 from docstream.store.rows import (
+    API_KEY_ROWS,
     API_KEYS,
+    CHUNK_ROWS,
+    DOCUMENT_RESULT_ROWS,
     DOCUMENT_RESULTS,
+    DOCUMENT_ROWS,
     DOCUMENTS,
+    JOB_DOCUMENT_ROWS,
     JOB_DOCUMENTS,
+    JOB_ROWS,
     JOBS,
     USAGE_COLUMNS,
     ColumnEncoding,
     Columns,
     Table,
-    api_key_from_columns,
-    api_key_to_columns,
-    chunk_from_columns,
-    document_from_columns,
-    document_result_from_columns,
-    document_result_to_columns,
-    document_to_columns,
-    job_document_from_columns,
-    job_document_to_columns,
-    job_from_columns,
-    job_to_columns,
     task_tally_to_json,
     usage_to_columns,
 )
@@ -135,7 +130,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(JOBS, job_to_columns(row, self._encoding), "upsert_job")
+        self._upsert(JOBS, JOB_ROWS.to_columns(row, self._encoding), "upsert_job")
 
     def get_job(self, job_id: str) -> JobRow | None:
         """Read a jobs row.
@@ -144,7 +139,7 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         found = self._get(JOBS, (job_id,), "get_job")
-        return None if found is None else job_from_columns(found, self._encoding)
+        return None if found is None else JOB_ROWS.from_columns(found, self._encoding)
 
     def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
         """A tenant's jobs ordered by job_id, strictly after ``after`` (paging).
@@ -154,7 +149,7 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         at_least_one("limit", limit)
-        return [job_from_columns(found, self._encoding) for found in self._jobs_page(tenant, after or "", limit)]
+        return [JOB_ROWS.from_columns(found, self._encoding) for found in self._jobs_page(tenant, after or "", limit)]
 
     # -- documents -------------------------------------------------------------------
 
@@ -164,7 +159,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(JOB_DOCUMENTS, job_document_to_columns(row, self._encoding), "upsert_job_document")
+        self._upsert(JOB_DOCUMENTS, JOB_DOCUMENT_ROWS.to_columns(row, self._encoding), "upsert_job_document")
 
     def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
                                  updated_at: datetime) -> None:
@@ -217,7 +212,7 @@ class TableStore(ABC):
 
     def _job_documents(self, job_id: str, after: str, limit: int) -> list[JobDocumentRow]:
         page = self._job_documents_page(job_id, after, limit)
-        return [job_document_from_columns(found, self._encoding) for found in page]
+        return [JOB_DOCUMENT_ROWS.from_columns(found, self._encoding) for found in page]
 
     def upsert_document(self, row: DocumentRow) -> None:
         """Write a documents row.
@@ -225,7 +220,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(DOCUMENTS, document_to_columns(row, self._encoding), "upsert_document")
+        self._upsert(DOCUMENTS, DOCUMENT_ROWS.to_columns(row, self._encoding), "upsert_document")
 
     def get_document(self, doc_id: str) -> DocumentRow | None:
         """Read a documents row.
@@ -234,7 +229,7 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         found = self._get(DOCUMENTS, (doc_id,), "get_document")
-        return None if found is None else document_from_columns(found, self._encoding)
+        return None if found is None else DOCUMENT_ROWS.from_columns(found, self._encoding)
 
     def upsert_document_result(self, row: DocumentResultRow) -> None:
         """Write a document_results row.
@@ -242,7 +237,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(DOCUMENT_RESULTS, document_result_to_columns(row, self._encoding), "upsert_document_result")
+        self._upsert(DOCUMENT_RESULTS, DOCUMENT_RESULT_ROWS.to_columns(row, self._encoding), "upsert_document_result")
 
     def get_document_result(self, doc_id: str, model_id: str) -> DocumentResultRow | None:
         """Read a document_results row.
@@ -251,7 +246,7 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         found = self._get(DOCUMENT_RESULTS, (doc_id, model_id), "get_document_result")
-        return None if found is None else document_result_from_columns(found, self._encoding)
+        return None if found is None else DOCUMENT_RESULT_ROWS.from_columns(found, self._encoding)
 
     def list_document_results(self, doc_id: str) -> list[DocumentResultRow]:
         """Every document_results row of a document (one per model_id), by model_id.
@@ -262,7 +257,7 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         found = self._document_results_of(doc_id, MAX_RESULTS_PER_DOCUMENT)
-        return [document_result_from_columns(row, self._encoding) for row in found]
+        return [DOCUMENT_RESULT_ROWS.from_columns(row, self._encoding) for row in found]
 
     # -- chunks ----------------------------------------------------------------------
 
@@ -290,7 +285,7 @@ class TableStore(ABC):
 
     def _chunks(self, doc_id: str, model_id: str, after: int, limit: int) -> list[ChunkRow]:
         page = self._chunks_page(doc_id, model_id, after, limit)
-        return [chunk_from_columns(found, self._encoding) for found in page]
+        return [CHUNK_ROWS.from_columns(found, self._encoding) for found in page]
 
     # -- API keys --------------------------------------------------------------------
 
@@ -300,7 +295,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(API_KEYS, api_key_to_columns(row, self._encoding), "upsert_api_key")
+        self._upsert(API_KEYS, API_KEY_ROWS.to_columns(row, self._encoding), "upsert_api_key")
 
     def get_api_key(self, key_id: str) -> ApiKeyRow | None:
         """Read an api_keys row.
@@ -309,4 +304,4 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         found = self._get(API_KEYS, (key_id,), "get_api_key")
-        return None if found is None else api_key_from_columns(found, self._encoding)
+        return None if found is None else API_KEY_ROWS.from_columns(found, self._encoding)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Security
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError
@@ -204,25 +205,21 @@ def _document_out(
     )
 
 
+def _row_fields(model: type[BaseModel], row: Any) -> dict[str, Any]:
+    """The values of ``row``'s fields that the response ``model`` has a field of the same name for."""
+    names = {f.name for f in fields(row)}
+    return {name: getattr(row, name) for name in model.model_fields if name in names}
+
+
 def _chunk_out(chunk: ChunkRow) -> ChunkOut:
-    return ChunkOut(
-        chunk_index=chunk.chunk_index,
-        chunk_id=chunk.chunk_id,
-        page_start=chunk.page_start,
-        page_end=chunk.page_end,
-        token_count=chunk.token_count,
-        status=chunk.status,
-        error_code=chunk.error_code,
-        heading=chunk.heading,
-        text_source="ocr" if chunk.text_source == "ocr" else "text_layer",
-        ocr_engine=chunk.ocr_engine,
-        page_verdicts=list(chunk.page_verdicts),
-        page_reasons=list(chunk.page_reasons),
-        kind="table" if chunk.kind == "table" else "text",
-        table=ChunkTableOut.model_validate(chunk.table_part.to_record()) if chunk.table_part is not None else None,
-        text_start=chunk.text[:_TEXT_START_CHARS],
-        text_chars=len(chunk.text),
-    )
+    """A chunk as the API shows it: its row's fields of ``ChunkOut``'s names, then what the API says its own way."""
+    return ChunkOut(**(_row_fields(ChunkOut, chunk) | {
+        "text_source": "ocr" if chunk.text_source == "ocr" else "text_layer",
+        "kind": "table" if chunk.kind == "table" else "text",
+        "table": ChunkTableOut.model_validate(chunk.table_part.to_record()) if chunk.table_part is not None else None,
+        "text_start": chunk.text[:_TEXT_START_CHARS],
+        "text_chars": len(chunk.text),
+    }))
 
 
 def _document_detail(
