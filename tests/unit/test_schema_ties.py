@@ -23,9 +23,9 @@ import pytest
 
 from docstream.avro.arrow import arrow_schema
 from docstream.export import _CHUNK_FIELDS, CHUNK_SCHEMA, DOCUMENT_SCHEMA, TASK_CHUNK_SCHEMA, TASK_DOCUMENT_SCHEMA
-from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted
+from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted, carry
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow
-from docstream.store.rows import CHUNKS, MAPPINGS, ColumnEncoding, RowMapping, carry
+from docstream.store.rows import CHUNKS, MAPPINGS, ColumnEncoding, RowMapping
 from docstream.store.sqlite import SqliteStore
 from docstream_ingest.api.schemas import ChunkOut, DocumentOut
 

@@ -6,9 +6,11 @@ reads. Timestamps are timezone-aware UTC datetimes.
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 __all__ = [
     "RECORD_TYPES",
@@ -18,6 +20,7 @@ __all__ = [
     "DocumentCompleted",
     "DocumentSubmitted",
     "JobStatus",
+    "carry",
     "utc_now",
 ]
 
@@ -26,6 +29,7 @@ DocumentStatus = Literal["completed", "partial", "failed"]
 JobState = Literal["running", "completed", "cancelled"]
 
 _R = TypeVar("_R", bound="_Record")
+R = TypeVar("R")
 
 
 def utc_now() -> datetime:
@@ -235,3 +239,66 @@ RECORD_TYPES: dict[str, type[_Record]] = {
     cls.schema_name: cls
     for cls in (DocumentSubmitted, ChunkCreated, ChunkEmbedded, DocumentCompleted, JobStatus)
 }
+
+
+# -- carry: a record or a row from other dataclasses, field by field name ----------------------------------
+
+
+def _converter(hint: Any) -> Callable[[Any], Any]:
+    """How a source's value becomes a field of type ``hint``: sequences become the field's tuple (of the items'
+    records: ``Mention.from_record``) or list, maps are copied; other values are taken as they are."""
+    if get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    if get_origin(hint) in (Union, types.UnionType):  # an optional sequence: None stays None
+        inner = _converter(next(arg for arg in get_args(hint) if arg is not type(None)))
+        return lambda value: None if value is None else inner(value)
+    origin = get_origin(hint)
+    if origin is tuple:
+        item = get_args(hint)[0]
+        from_record = getattr(item, "from_record", None)
+        if from_record is not None:
+            return lambda value: tuple(from_record(v) if isinstance(v, Mapping) else v for v in value)
+        return tuple
+    if origin is list:
+        return list
+    if origin is dict:
+        return dict
+    return lambda value: value
+
+
+_Carried = tuple[tuple[int, str, Callable[[Any], Any]], ...]
+_CARRIED: dict[tuple[type[Any], tuple[type[Any], ...], frozenset[str]], _Carried] = {}
+
+
+def _plan(target: type[Any], sources: tuple[type[Any], ...], given: frozenset[str]) -> _Carried:
+    hints = get_type_hints(target, include_extras=True)
+    plan = []
+    for f in fields(target):
+        if f.name in given:
+            continue
+        holders = [i for i, source in enumerate(sources) if f.name in {s.name for s in fields(source)}]
+        if len(holders) > 1:
+            names = ", ".join(sources[i].__name__ for i in holders)
+            raise TypeError(f"{target.__name__}.{f.name}: both {names} have it; give it in values")
+        if holders:
+            plan.append((holders[0], f.name, _converter(hints[f.name])))
+    return tuple(plan)
+
+
+def carry(target: type[R], *sources: Any, **values: Any) -> R:
+    """A ``target`` (a row or a record dataclass) holding every field of ``sources`` that it has a field of the
+    same name for, as its type holds it (a list as a tuple, a tuple as a list), then ``values`` (what the sources
+    do not say, or say otherwise).
+
+    So a field added to a record and to the row of the same name is carried without another line (docs/architecture.md
+    "Adding a field"); ``tests/unit/test_schema_ties.py`` names every record field a row does not hold.
+
+    Raises:
+        TypeError: two sources have a field ``target`` has and ``values`` does not give (say which one wins).
+    """
+    key = (target, tuple(type(s) for s in sources), frozenset(values))
+    plan = _CARRIED.get(key)
+    if plan is None:
+        plan = _CARRIED[key] = _plan(target, key[1], key[2])
+    found = {name: convert(getattr(sources[at], name)) for at, name, convert in plan}
+    return target(**found, **values)

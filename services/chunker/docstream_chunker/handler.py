@@ -18,7 +18,7 @@ from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.provenance import ChunkSource, DocumentSources
-from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
+from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, carry, utc_now
 from docstream.settings import ChunkerSettings, Settings
 from docstream.store.base import TERMINAL_DOC_STATES, DocState, DocumentRow, JobDocumentRow, ResultStore
 from docstream.topics import Topics
@@ -177,31 +177,14 @@ class ChunkerHandler:
             Output(
                 topic=self._topics.chunks,
                 key=submitted.doc_id,
-                value=ChunkCreated(
-                    job_id=submitted.job_id,
-                    doc_id=submitted.doc_id,
+                value=carry(
+                    ChunkCreated, submitted, chunk, source,
                     chunk_id=chunk_id(submitted.content_sha256, result.chunker_settings, chunk.index),
                     chunk_index=chunk.index,
                     chunk_count=count,
-                    content_sha256=submitted.content_sha256,
-                    text=chunk.text,
-                    page_start=chunk.page_start,
-                    page_end=chunk.page_end,
-                    char_start=chunk.char_start,
-                    char_end=chunk.char_end,
-                    token_count=chunk.token_count,
                     chunker_settings=result.chunker_settings,
                     created_at=now,
-                    heading=chunk.heading,
-                    model_id=submitted.model_id,
                     stage_us={STAGE_CHUNKER: share} if share else {},
-                    text_source=source.text_source,
-                    ocr_engine=source.ocr_engine,
-                    page_verdicts=list(source.page_verdicts),
-                    page_reasons=list(source.page_reasons),
-                    tasks=list(submitted.tasks),
-                    page_breaks=list(chunk.page_breaks),
-                    kind=chunk.kind,
                     table=chunk.table.to_record() if chunk.table is not None else None,
                 ),
             )

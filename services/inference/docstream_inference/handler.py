@@ -10,9 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from docstream.errors import InputError
-from docstream.records import ChunkCreated, ChunkEmbedded
+from docstream.records import ChunkCreated, ChunkEmbedded, carry
 from docstream.store.base import ChunkRow
-from docstream.store.rows import carry
 from docstream.tables import TablePart
 from docstream.tasks.base import (
     EMBED,

@@ -43,12 +43,11 @@ from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, 
 from docstream.kafka.dlq import dlq_headers
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.records import ChunkEmbedded, DocumentCompleted, utc_now
+from docstream.records import ChunkEmbedded, DocumentCompleted, carry, utc_now
 from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.base import TaskTally
-from docstream.store.rows import carry
 from docstream.tasks.base import EMBED, TaskFold
 from docstream.tasks.registry import task_fold
 from docstream.tasks.selection import job_task_names

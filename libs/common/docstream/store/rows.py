@@ -74,7 +74,6 @@ __all__ = [
     "Columns",
     "RowMapping",
     "Table",
-    "carry",
     "column_type",
     "table_part_from_json",
     "table_part_to_json",
@@ -490,44 +489,3 @@ DOCUMENT_RESULTS = DOCUMENT_RESULT_ROWS.table
 CHUNKS = CHUNK_ROWS.table
 API_KEYS = API_KEY_ROWS.table
 
-
-# -- rows from records: a record's fields land in the row fields of their names ----------------------------
-
-
-def _converter(hint: Any) -> Callable[[Any], Any]:
-    """How a record's value becomes a row field of type ``hint``: lists become tuples (of the items' records:
-    ``Mention.from_record``), maps are copied; other values are taken as they are."""
-    hint = _normal(hint)
-    if get_origin(hint) is Annotated:
-        hint = get_args(hint)[0]
-    origin = get_origin(hint)
-    if origin is tuple:
-        item = get_args(hint)[0]
-        from_record = getattr(item, "from_record", None)
-        if from_record is not None:
-            return lambda value: tuple(from_record(v) if isinstance(v, Mapping) else v for v in value)
-        return tuple
-    if origin is dict:
-        return dict
-    return lambda value: value
-
-
-_CARRIED: dict[tuple[type[Any], type[Any]], tuple[tuple[str, Callable[[Any], Any]], ...]] = {}
-
-
-def carry(row_type: type[R], record: Any, **values: Any) -> R:
-    """A ``row_type`` row holding every field of ``record`` that the row has a field of the same name for (as the
-    row's type holds it: a list as a tuple), then ``values`` (what the record does not say, or says otherwise).
-
-    So a field added to a record and to the row of the same name is carried without another line (docs/architecture.md
-    "Adding a field"); ``tests/unit/test_schema_ties.py`` names every record field a row does not hold.
-    """
-    key = (row_type, type(record))
-    carried = _CARRIED.get(key)
-    if carried is None:
-        hints = get_type_hints(row_type, include_extras=True)
-        own = {f.name for f in fields(record)}
-        carried = _CARRIED[key] = tuple((f.name, _converter(hints[f.name])) for f in fields(row_type)  # type: ignore[arg-type]
-                                        if f.name in own)
-    found = {name: convert(getattr(record, name)) for name, convert in carried if name not in values}
-    return row_type(**found, **values)
