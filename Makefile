@@ -21,7 +21,7 @@ setup: $(STAMP)
 
 run: setup
 	@$(BIN)/docstream run examples/*.pdf --out .docstream/results.jsonl; rc=$$?; \
-	$(BIN)/python -m docstream.results_preview .docstream/results.jsonl; exit $$rc
+	$(BIN)/python -m docstream_cli.ops.results_preview .docstream/results.jsonl; exit $$rc
 
 # tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed);
 # deploy/local/install-infinity.sh: the Infinity embedding server the endpoint tests run against, in

@@ -15,7 +15,7 @@ The reference is the born-digital copy's text layer as PyMuPDF extracts it. Repo
 * born-digital: the share of pages whose extracted text equals the layer (``normalise_text``:
   NFKC, no zero-width or bidi marks, whitespace runs as one space), the share kept from the
   text layer and the pages OCRed: 100 %, 100 % and 0 where the pipeline leaves good layers alone;
-* image-only: the character error rate (``docstream.text_layout.character_error_rate`` over
+* image-only: the character error rate (``docstream_chunker.text_layout.character_error_rate`` over
   normalised texts; Han and Japanese without spaces), the share of pages whose text came from
   the text layer, and seconds per page (wall time of the whole extraction / pages);
 * each page's provenance (``PageSource``: verdict, text source, engine, and whatever fields it
@@ -43,11 +43,11 @@ sys.path.insert(0, str(ROOT))
 import pymupdf  # noqa: E402
 from machine import cpu_banner, load_average  # noqa: E402
 
-from docstream.extraction import PageOcr, detect_format, extract_pages, open_document  # noqa: E402
 from docstream.logging import configure_logging  # noqa: E402
-from docstream.provenance import PageSource  # noqa: E402
 from docstream.settings import OcrSettings  # noqa: E402
-from docstream.text_layout import character_error_rate  # noqa: E402
+from docstream_chunker.extraction import PageOcr, detect_format, extract_pages, open_document  # noqa: E402
+from docstream_chunker.provenance import PageSource  # noqa: E402
+from docstream_chunker.text_layout import character_error_rate  # noqa: E402
 from tests.fixtures.scripts import (  # noqa: E402
     SCRIPTS,
     ScriptPdf,

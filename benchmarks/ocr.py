@@ -5,8 +5,8 @@
 The scans come from ``tests.fixtures.documents.make_scanned_pdf``: pages of known text drawn in
 several fonts and sizes (English: helv, tiro, cour, DejaVu Sans at 10, 12, 14 pt; Russian: DejaVu
 Sans, Serif, Mono; Chinese: the built-in china-s), rendered grey at 300 dpi and kept as images
-only. Each engine reads every page through ``docstream.ocr`` (``open_engine`` +
-``recognize``) at each OCR resolution; the CER is ``docstream.text_layout.character_error_rate``
+only. Each engine reads every page through ``docstream_chunker.ocr`` (``open_engine`` +
+``recognize``) at each OCR resolution; the CER is ``docstream_chunker.text_layout.character_error_rate``
 against the drawn text (Chinese without spaces). Pages/s by wall clock and by this process's
 CPU time (Tesseract inside MuPDF runs on the calling thread; ONNX Runtime uses every core).
 A language an engine does not read is left out of its rows.
@@ -31,9 +31,9 @@ import pymupdf  # noqa: E402
 from machine import cpu_banner, load_average  # noqa: E402
 
 from docstream.errors import ConfigError  # noqa: E402
-from docstream.ocr import open_engine  # noqa: E402
 from docstream.settings import OcrSettings  # noqa: E402
-from docstream.text_layout import character_error_rate  # noqa: E402
+from docstream_chunker.ocr import open_engine  # noqa: E402
+from docstream_chunker.text_layout import character_error_rate  # noqa: E402
 from tests.fixtures.documents import ScannedPdf, make_scanned_pdf  # noqa: E402
 
 _SCRIPTS = {

@@ -6,7 +6,7 @@ What ``docstream run`` and a chunker beside an inference process do on one machi
 encodes ~230-token chunks with every core (``torch.get_num_threads()``) while the chunker's
 extraction child OCRs scanned pages. The child here is a spawned process that calls
 ``docstream_chunker.worker.lower_priority(nice)`` (what the extraction child does with
-``chunker.extraction_nice``) and then OCRs pages through ``docstream.ocr`` in a loop.
+``chunker.extraction_nice``) and then OCRs pages through ``docstream_chunker.ocr`` in a loop.
 
 Printed per niceness: the model's chunks/s alone and while the OCR runs (alternating windows of
 ``--seconds``, solo first, so drift hits both), their ratio, and the OCR's pages/s meanwhile.
@@ -33,8 +33,8 @@ from machine import cpu_line  # noqa: E402
 def _ocr_loop(conn: Connection, nice: int, scan: bytes) -> None:
     import pymupdf
 
-    from docstream.ocr import open_engine
     from docstream.settings import OcrSettings
+    from docstream_chunker.ocr import open_engine
     from docstream_chunker.worker import lower_priority
 
     lower_priority(nice)

@@ -1,7 +1,7 @@
 """The plain single-process pipeline: PyMuPDF → docstream's chunker → SentenceTransformer.encode, nothing else.
 
 What a script without Kafka, a store or services does with the same documents and the same
-chunker: every PDF in FOLDER is read, extracted and chunked (``docstream.extraction.chunk_bytes``
+chunker: every PDF in FOLDER is read, extracted and chunked (``docstream_chunker.extraction.chunk_bytes``
 with the model tokenizer, 256 tokens, overlap 32), then all chunk texts go through
 ``SentenceTransformer(<bundled model>).encode(texts, batch_size=16)`` in fp32 (or under
 ``torch.autocast("cpu", bfloat16)`` with ``--bf16``). It prints one JSON line:
@@ -23,9 +23,9 @@ from sentence_transformers import SentenceTransformer
 
 from docstream.chunking import ChunkingConfig
 from docstream.embedding import cpu_supports_bf16, read_cpu_flags
-from docstream.extraction import chunk_bytes
 from docstream.models import resolve_model_path
 from docstream.tokenization import load_token_counter
+from docstream_chunker.extraction import chunk_bytes
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """The Ray Data pipeline (compare.py variant (c)): the job of plain_pipeline.py, written as a Ray Data user would.
 
 Same steps and settings as benchmarks/plain_pipeline.py (a): every PDF in FOLDER is extracted
-and chunked with ``docstream.extraction.chunk_bytes`` (model tokenizer, 256 tokens, overlap 32),
+and chunked with ``docstream_chunker.extraction.chunk_bytes`` (model tokenizer, 256 tokens, overlap 32),
 then the chunk texts go through ``SentenceTransformer(<bundled model>).encode(texts,
 batch_size=16)`` in fp32 under ``torch.inference_mode()``. The difference is the plumbing, Ray
 Data with mostly default settings on a local one-node Ray (no dashboard, no usage stats, logs in
@@ -55,8 +55,8 @@ class _ExtractChunks:
 
     def __init__(self) -> None:
         from docstream.chunking import ChunkingConfig
-        from docstream.extraction import chunk_bytes
         from docstream.tokenization import load_token_counter
+        from docstream_chunker.extraction import chunk_bytes
 
         self._chunk_bytes = chunk_bytes
         self._config = ChunkingConfig(256, 32)

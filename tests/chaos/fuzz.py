@@ -33,12 +33,12 @@ from typing import Any
 import pymupdf
 from structlog.testing import capture_logs
 
-from docstream.archives import ARCHIVE_ERROR_CODES, ArchiveKind, ArchiveLimits, expand_archive
 from docstream.errors import DocumentError, InputError
 from docstream.ids import content_sha256
 from docstream.objectstore import ObjectStore
 from docstream.settings import Settings
 from docstream_chunker.worker import ChunkRequest, ProcessExtractor
+from docstream_ingest.archives import ARCHIVE_ERROR_CODES, ArchiveKind, ArchiveLimits, expand_archive
 from tests.chaos.harness import Sampler
 from tests.fixtures.documents import (
     make_encrypted_pdf,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from docstream.errors import ConfigError
-from docstream.ocr import open_engine
 from docstream.settings import OcrSettings
+from docstream_chunker.ocr import open_engine
 from tests.fixtures.documents import make_pdf, make_scanned_copy, page_marker
 from tests.fixtures.services import DOCSTREAM, bare_env
 

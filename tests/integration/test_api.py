@@ -24,7 +24,6 @@ import pytest
 import uvicorn
 
 from docstream import ids
-from docstream.apikeys import generate_api_key
 from docstream.avro.serde import AvroSerde
 from docstream.kafka.admin import ensure_topics
 from docstream.objectstore import ObjectStore
@@ -44,6 +43,7 @@ from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import InlineExtractor
 from docstream_ingest.api import create_app
+from docstream_ingest.apikeys import generate_api_key
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import TopicReader, kafka_settings, wait_until
 

@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from docstream.apikeys import generate_api_key
 from docstream.kafka.admin import ensure_topics
 from docstream.settings import CassandraSettings
 from docstream.store.base import ApiKeyRow, ResultStore
 from docstream.topics import Topics
 from docstream_ingest.api import create_app
+from docstream_ingest.apikeys import generate_api_key
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.kafka import kafka_settings, wait_until
 from tests.fixtures.services import Pipeline, service_env

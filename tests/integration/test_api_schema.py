@@ -29,12 +29,12 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from docstream.apikeys import generate_api_key
 from docstream.kafka.admin import ensure_topics
 from docstream.settings import CassandraSettings
 from docstream.store.base import ApiKeyRow, JobRow, ResultStore
 from docstream.topics import Topics
 from docstream_ingest.api import create_app
+from docstream_ingest.apikeys import generate_api_key
 from tests.fixtures.kafka import kafka_settings
 
 pytestmark = pytest.mark.integration

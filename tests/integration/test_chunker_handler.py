@@ -14,7 +14,6 @@ import pytest
 
 from docstream import ids
 from docstream.errors import ConfigError, DocumentError
-from docstream.extraction import OcrPageStarted
 from docstream.kafka.loop import Envelope
 from docstream.objectstore import ObjectStore
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
@@ -22,6 +21,7 @@ from docstream.settings import Settings
 from docstream.store.base import JobDocumentRow
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
+from docstream_chunker.extraction import OcrPageStarted
 from docstream_chunker.handler import ChunkerHandler, chunk_request, max_poll_interval_ms
 from docstream_chunker.worker import ChunkRequest, InlineExtractor, ProcessExtractor
 from tests.fixtures.documents import (

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from docstream.dlqtools import iter_dlq
 from docstream.models import DEFAULT_MODEL_ID as MODEL
 from docstream.settings import CassandraSettings
 from docstream.store.base import ResultStore
+from docstream_cli.ops.dlq import iter_dlq
 from tests.fixtures.documents import page_marker
 from tests.fixtures.kafka import committed_offset, kafka_settings
 from tests.fixtures.services import job_doc_ids, running_pipeline

@@ -16,12 +16,13 @@ import pytest
 from rich.console import Console
 
 from docstream.avro.serde import AvroSerde
-from docstream.dlqtools import DlqSelection, iter_dlq, run_dlq_list, run_dlq_replay, run_dlq_show
 from docstream.errors import PoisonRecord, SchemaError
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.dlq import DlqRouter
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
+from docstream_cli.ops.dlq import iter_dlq, run_dlq_list, run_dlq_replay, run_dlq_show
+from docstream_cli.ops.dlq_plan import DlqSelection
 from tests.fixtures.kafka import committed_offset, kafka_settings, read_topic
 from tests.fixtures.services import DOCSTREAM, ROOT
 

@@ -19,10 +19,10 @@ import functools
 import pymupdf
 import pytest
 
-from docstream.extraction import PageOcr, detect_format, extract_pages, open_document
-from docstream.provenance import PageSource
 from docstream.settings import OcrSettings
-from docstream.text_layout import character_error_rate
+from docstream_chunker.extraction import PageOcr, detect_format, extract_pages, open_document
+from docstream_chunker.provenance import PageSource
+from docstream_chunker.text_layout import character_error_rate
 from tests.fixtures.scripts import SCRIPT_LANGUAGES, SCRIPTS, ScriptPdf, make_script_pdf, normalise_text, rasterise
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

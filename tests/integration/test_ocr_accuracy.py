@@ -1,8 +1,8 @@
-"""OCR accuracy on generated scans of known text, through docstream.ocr (real Tesseract, real RapidOCR).
+"""OCR accuracy on generated scans of known text, through docstream_chunker.ocr (real Tesseract, real RapidOCR).
 
 The scans (tests.fixtures.documents.make_scanned_pdf) are pages drawn in several fonts and sizes,
 rendered grey and kept as images only. The character error rate of each page is measured against
-the drawn text (docstream.text_layout.character_error_rate); pages/s are printed, never asserted.
+the drawn text (docstream_chunker.text_layout.character_error_rate); pages/s are printed, never asserted.
 Bounds: English ≤ 5 % (the issue's); Russian and Chinese at the bounds of docs/chunking.md
 "OCR engines", a few times the worst page measured there.
 """
@@ -17,9 +17,9 @@ import pymupdf
 import pytest
 
 from docstream.errors import ConfigError
-from docstream.ocr import OcrEngine, open_engine
 from docstream.settings import OcrSettings
-from docstream.text_layout import character_error_rate
+from docstream_chunker.ocr import OcrEngine, open_engine
+from docstream_chunker.text_layout import character_error_rate
 from tests.fixtures.documents import ScannedPdf, make_scanned_pdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -17,10 +17,10 @@ import pytest
 from docstream import ids
 from docstream.avro import AvroSerde
 from docstream.errors import ConfigError
-from docstream.ocr import open_engine
 from docstream.records import DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, OcrSettings, Settings
 from docstream.store import ResultStore
+from docstream_chunker.ocr import open_engine
 from tests.fixtures.documents import make_pdf, make_scanned_copy, page_marker
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import running_pipeline

@@ -18,8 +18,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from rich.console import Console
 
-from docstream.replay import GroupAdmin, ResetTarget, run_replay
 from docstream.settings import Settings
+from docstream_cli.ops.replay import GroupAdmin, run_replay
+from docstream_cli.ops.replay_plan import ResetTarget
 from tests.fixtures.kafka import committed_offset, kafka_settings, wait_until
 from tests.fixtures.services import DOCSTREAM, ROOT
 

@@ -17,9 +17,10 @@ import pytest
 
 from docstream.avro.serde import AvroSerde
 from docstream.records import DocumentCompleted
-from docstream.replay import GroupAdmin, ResetTarget
 from docstream.settings import CassandraSettings, Settings
 from docstream.store.base import ChunkRow, DocumentResultRow, ResultStore
+from docstream_cli.ops.replay import GroupAdmin
+from docstream_cli.ops.replay_plan import ResetTarget
 from tests.fixtures.kafka import kafka_settings, read_topic
 from tests.fixtures.services import job_doc_ids, running_pipeline
 

@@ -16,9 +16,9 @@ import pytest
 from rich.console import Console
 
 from docstream.embedding import Embedder
-from docstream.search import query_embedder, run_search, search_chunks
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ChunkRow, DocumentRow, ResultStore, SqliteStore
+from docstream_cli.ops.search import query_embedder, run_search, search_chunks
 from tests.fixtures.documents import paragraphs
 from tests.fixtures.services import DOCSTREAM, ROOT
 

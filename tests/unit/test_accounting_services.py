@@ -13,12 +13,12 @@ from typing import Any
 
 from docstream.chunking import Chunk
 from docstream.errors import DocumentError
-from docstream.extraction import ChunkedDocument
 from docstream.kafka.dlq import DlqRouter
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted
 from docstream.settings import FaultSettings, RetrySettings, Settings
 from docstream.store.sqlite import SqliteStore
+from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
 from docstream_inference.faults import CrashSwitch

@@ -1,4 +1,4 @@
-"""docstream.aggregation: chunk results into documents, documents into job progress. Pure."""
+"""docstream_reducer.aggregation: chunk results into documents, documents into job progress. Pure."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docstream.aggregation import (
+from docstream.errors import PoisonRecord
+from docstream.records import ChunkEmbedded, DocumentCompleted
+from docstream_reducer.aggregation import (
     ALL_CHUNKS_FAILED,
     ChunkCountMismatchError,
     ChunkIndexError,
@@ -24,8 +26,6 @@ from docstream.aggregation import (
     job_status,
     record_document,
 )
-from docstream.errors import PoisonRecord
-from docstream.records import ChunkEmbedded, DocumentCompleted
 
 T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
 SETTINGS = "chunker=v1;max_tokens=256;overlap=32"

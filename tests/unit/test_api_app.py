@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from docstream.apikeys import generate_api_key
 from docstream.settings import Settings
 from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
@@ -28,6 +27,7 @@ from docstream.tasks.selection import tasks_option
 from docstream.usage import Usage
 from docstream_ingest.api import create_app
 from docstream_ingest.api.dashboard import load_assets
+from docstream_ingest.apikeys import generate_api_key
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 NOW = AT + timedelta(seconds=90)

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from docstream.apikeys import generate_api_key
 from docstream.store.base import ApiKeyRow
 from docstream_ingest.api.auth import ApiKeyAuthenticator, Principal
 from docstream_ingest.api.errors import ApiError
+from docstream_ingest.apikeys import generate_api_key
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""docstream.apikeys: keys are generated from injected randomness, stored hashed, verified in constant time."""
+"""docstream_ingest.apikeys: keys are generated from injected randomness, stored hashed, verified in constant time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from docstream.apikeys import KEY_PREFIX, generate_api_key, hash_api_key, key_id_of, verify_api_key
+from docstream_ingest.apikeys import KEY_PREFIX, generate_api_key, hash_api_key, key_id_of, verify_api_key
 
 
 def _fake_random(seed: int = 1) -> Callable[[int], bytes]:

@@ -34,13 +34,38 @@ def test_the_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "Contracts: 2 kept, 0 broken." in done.stdout
+    assert "Contracts: 3 kept, 0 broken." in done.stdout
 
 
 def test_the_layers_contract_puts_the_composition_root_over_every_service_over_the_library() -> None:
     layers = _CONTRACTS["layers"]["layers"]
     assert layers[0] == "docstream_cli" and layers[-1] == "docstream"
     assert sorted(name.strip() for name in layers[1].split("|")) == sorted(_SERVICES), "siblings: independent"
+
+
+_LOADED_BY_NAME = {"docstream.tasks": {"docstream_inference", "docstream_reducer"}}
+"""Library modules that services load by name: tasks (``docstream.tasks.registry``): inference runs them, the
+reducer folds their results."""
+_LIBRARY_API = {"docstream.client": "the producer for systems outside docstream (docs/intake.md)"}
+"""Library modules for users, not for the services."""
+
+
+def test_the_library_holds_only_what_two_or_more_services_share() -> None:
+    """libs/common is what services share; a module only one service uses lives in that service (issue 29)."""
+    import grimp
+
+    graph = grimp.build_graph("docstream", *_SERVICES, "docstream_cli")
+    lone = {}
+    for module in sorted(m for m in graph.modules if m.startswith("docstream.")):
+        if _module_path(module).with_suffix("").joinpath("__init__.py").is_file() or module in _LIBRARY_API:
+            continue  # a package's __init__ re-exports its modules, which are checked one by one
+        users = {found.split(".")[0] for found in graph.find_downstream_modules(module)} & {*_SERVICES, "docstream_cli"}
+        for prefix, loaders in _LOADED_BY_NAME.items():
+            if module.startswith(prefix) or any(d.startswith(prefix) for d in graph.find_downstream_modules(module)):
+                users |= loaders
+        if len(users) < 2:
+            lone[module] = sorted(users)
+    assert lone == {}
 
 
 @pytest.mark.parametrize("module", _PURE)

@@ -11,14 +11,14 @@ import zipfile
 
 import pytest
 
-from docstream.archives import (
+from docstream.errors import InputError
+from docstream.settings import IngestSettings
+from docstream_ingest.archives import (
     ArchiveLimits,
     archive_kind,
     expand_archive,
     safe_member_name,
 )
-from docstream.errors import InputError
-from docstream.settings import IngestSettings
 
 LIMITS = ArchiveLimits(max_members=100, max_expanded_bytes=64 * 1024 * 1024, max_compression_ratio=200.0)
 

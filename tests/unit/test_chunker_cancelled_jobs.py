@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from docstream.errors import DocumentError
-from docstream.extraction import ChunkedDocument
 from docstream.records import DocumentCompleted, DocumentSubmitted
 from docstream.settings import Settings
 from docstream.store.base import JobRow
 from docstream.store.sqlite import SqliteStore
+from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
 

@@ -9,14 +9,14 @@ from pathlib import Path
 from rich.console import Console
 
 from docstream.chunking import Chunk
-from docstream.extraction import ChunkedDocument, OcrPageStarted
 from docstream.metrics import Metrics
-from docstream.provenance import ChunkSource, DocumentSources
 from docstream.records import DocumentSubmitted
 from docstream.settings import Settings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
+from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
 from docstream_chunker.handler import ChunkerHandler
+from docstream_chunker.provenance import ChunkSource, DocumentSources
 from docstream_chunker.worker import ChunkRequest
 from docstream_cli.runner import ocr_pages_started
 from docstream_reducer.commands import _status_table, in_ocr, ocr_rows

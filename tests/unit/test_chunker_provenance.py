@@ -6,13 +6,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from docstream.chunking import Chunk
-from docstream.extraction import ChunkedDocument
 from docstream.metrics import Metrics
-from docstream.provenance import ChunkSource, DocumentSources
 from docstream.records import ChunkCreated, DocumentSubmitted
 from docstream.settings import Settings
 from docstream.store.sqlite import SqliteStore
+from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
+from docstream_chunker.provenance import ChunkSource, DocumentSources
 from docstream_chunker.worker import ChunkRequest
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""DLQ tools (docstream.dlqtools), pure half: headers read back, summaries, selection, replay marks, previews."""
+"""DLQ tools (docstream_cli.ops.dlq), pure half: headers read back, summaries, selection, replay marks, previews."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import pytest
 from rich.console import Console
 
 from docstream.avro.serde import AvroSerde
-from docstream.dlqtools import (
+from docstream.errors import InputError, SchemaError
+from docstream.kafka.dlq import dlq_headers
+from docstream.records import ChunkCreated
+from docstream.settings import Settings
+from docstream_cli.ops.dlq_plan import (
     REPLAY_HEADERS,
     DlqRecord,
     DlqSelection,
@@ -24,10 +28,6 @@ from docstream.dlqtools import (
     summarize,
     summary_table,
 )
-from docstream.errors import InputError, SchemaError
-from docstream.kafka.dlq import dlq_headers
-from docstream.records import ChunkCreated
-from docstream.settings import Settings
 
 DLQ = "p.chunks.dlq"
 BAD_BYTES = SchemaError("bad")

@@ -192,7 +192,7 @@ def test_unknown_job_and_format_are_refused() -> None:
 def test_the_results_preview_counts_and_shows_documents_not_their_chunks(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from docstream.results_preview import preview
+    from docstream_cli.ops.results_preview import preview
 
     out = tmp_path / "results.jsonl"
     export_results(_store(3, chunks_per_doc=2), "j1", out, chunks=True)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""docstream.extraction on documents generated with PyMuPDF: formats, failures, reading order, headings."""
+"""docstream_chunker.extraction on documents generated with PyMuPDF: formats, failures, reading order, headings."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from docstream.chunking import PAGE_SEPARATOR, ChunkingConfig
 from docstream.errors import DocumentError
-from docstream.extraction import ChunkedDocument, chunk_bytes, detect_format, extract_pages, open_document
 from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.extraction import ChunkedDocument, chunk_bytes, detect_format, extract_pages, open_document
 from tests.fixtures.documents import (
     GeneratedPdf,
     failure_documents,

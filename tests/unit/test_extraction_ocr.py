@@ -14,10 +14,10 @@ import pytest
 
 from docstream.chunking import ChunkingConfig
 from docstream.errors import ConfigError, DocumentError
-from docstream.extraction import ChunkedDocument, PageOcr, chunk_bytes
-from docstream.ocr import OcrEngine, OcrResult
 from docstream.settings import OcrSettings
 from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes
+from docstream_chunker.ocr import OcrEngine, OcrResult
 from tests.fixtures.documents import make_pdf, make_scanned_copy, russian_paragraphs
 
 CONFIG = ChunkingConfig(max_tokens=128, overlap_tokens=16)

@@ -1,4 +1,4 @@
-"""docstream.ocr: which engine, what is missing, how large a page is rendered (no OCR runs here)."""
+"""docstream_chunker.ocr: which engine, what is missing, how large a page is rendered (no OCR runs here)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pydantic
 import pytest
 
 from docstream.errors import ConfigError
-from docstream.ocr import MAX_OCR_PIXELS, open_engine, render_dpi
 from docstream.settings import OcrSettings, Settings
+from docstream_chunker.ocr import MAX_OCR_PIXELS, open_engine, render_dpi
 
 
 def test_importing_ocr_imports_no_engine() -> None:
-    """The chunker's parent process imports docstream.ocr (settings, types); only its child renders pages."""
+    """The chunker's parent process imports docstream_chunker.ocr (settings, types); only its child renders pages."""
     engines = "{'pymupdf', 'numpy', 'rapidocr_onnxruntime', 'cv2'}"
-    code = f"import sys, docstream.ocr; print(sorted({engines} & set(sys.modules)))"
+    code = f"import sys, docstream_chunker.ocr; print(sorted({engines} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 

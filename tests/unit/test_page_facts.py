@@ -1,12 +1,12 @@
-"""docstream.extraction.page_facts on real generated PDFs (PyMuPDF), through to the page verdict."""
+"""docstream_chunker.extraction.page_facts on real generated PDFs (PyMuPDF), through to the page verdict."""
 
 from __future__ import annotations
 
 import pymupdf
 import pytest
 
-from docstream.extraction import extract_pages, page_facts
-from docstream.page_quality import PageFacts, assess_page, needs_ocr
+from docstream_chunker.extraction import extract_pages, page_facts
+from docstream_chunker.page_quality import PageFacts, assess_page, needs_ocr
 from tests.fixtures.documents import VERDICT_KINDS, make_epub, make_pdf, make_png, make_verdict_pdf
 
 EXPECTED = {

@@ -1,10 +1,10 @@
-"""docstream.page_quality: the page verdicts and text_quality, on PageFacts built by hand (pure)."""
+"""docstream_chunker.page_quality: the page verdicts and text_quality, on PageFacts built by hand (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from docstream.page_quality import (
+from docstream_chunker.page_quality import (
     MIN_GLYPHS,
     MIN_TEXT_CHARS,
     MOJIBAKE_QUALITY,

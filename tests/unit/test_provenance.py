@@ -1,4 +1,4 @@
-"""docstream.provenance: which pages are OCRed, which text each keeps, and what chunks and documents record."""
+"""docstream_chunker.provenance: which pages are OCRed, which text each keeps, and what chunks and documents record."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import get_args
 
 import pytest
 
-from docstream.page_quality import PageVerdict
-from docstream.provenance import (
+from docstream_chunker.page_quality import PageVerdict
+from docstream_chunker.provenance import (
     REASONS,
     ChunkSource,
     DocumentSources,

@@ -1,4 +1,4 @@
-"""Replay planning (docstream.replay), pure: targets, sources, per-partition moves, refusal, output, apply retries."""
+"""Replay planning (docstream_cli.ops.replay), pure: targets, sources, partition moves, refusal, output, retries."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 from rich.console import Console
 
 from docstream.errors import FatalError, InputError, RetryableError
-from docstream.replay import (
-    GroupAdmin,
+from docstream.settings import Settings
+from docstream_cli.ops.replay import GroupAdmin, apply_plan, run_replay
+from docstream_cli.ops.replay_plan import (
     GroupState,
     PartitionOffsets,
     ReplayPlan,
     ResetTarget,
-    apply_plan,
     is_live,
     next_steps,
     parse_target,
@@ -26,9 +26,7 @@ from docstream.replay import (
     refusal,
     replay_source,
     resolve_offset,
-    run_replay,
 )
-from docstream.settings import Settings
 
 
 def _settings(**sections: dict[str, Any]) -> Settings:

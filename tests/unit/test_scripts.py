@@ -1,12 +1,12 @@
-"""docstream.scripts and the script-aware parts of docstream.page_quality (pure)."""
+"""docstream_chunker.scripts and the script-aware parts of docstream_chunker.page_quality (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from docstream.ocr import osd_script, tesseract_text, tsv_confidence
-from docstream.page_quality import PageFacts, assess_page, script_quality, text_quality
-from docstream.scripts import (
+from docstream_chunker.ocr import osd_script, tesseract_text, tsv_confidence
+from docstream_chunker.page_quality import PageFacts, assess_page, script_quality, text_quality
+from docstream_chunker.scripts import (
     OSD_LANGUAGES,
     SCRIPT_LANGUAGE,
     claimed_language,

@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 from docstream.avro import AvroSerde
 from docstream.chunking import Chunk
 from docstream.export import chunks_path, export_results
-from docstream.extraction import ChunkedDocument
 from docstream.records import ChunkCreated, DocumentSubmitted
 from docstream.settings import KafkaSettings, Settings
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream.tables import TableCell, TablePart
+from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
 from docstream_inference.handler import chunk_row, ok_result

@@ -1,10 +1,10 @@
-"""docstream.text_layout: OCR pieces into a page's text, the column rule, and the CER."""
+"""docstream_chunker.text_layout: OCR pieces into a page's text, the column rule, and the CER."""
 
 from __future__ import annotations
 
 import pytest
 
-from docstream.text_layout import OcrLine, character_error_rate, levenshtein, page_text, reading_order
+from docstream_chunker.text_layout import OcrLine, character_error_rate, levenshtein, page_text, reading_order
 
 
 def _line(x0: float, y0: float, text: str, *, width: float = 400.0, height: float = 10.0) -> OcrLine:

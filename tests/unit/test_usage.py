@@ -1,4 +1,4 @@
-"""Job accounting, pure: docstream.usage and its folds in docstream.aggregation (docs/operations.md)."""
+"""Job accounting, pure: docstream.usage and its folds in docstream_reducer.aggregation (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docstream.aggregation import (
+from docstream.records import ChunkEmbedded, DocumentCompleted
+from docstream.usage import Usage, add_counts, apportion, document_usage, read_counts, total_usage
+from docstream_reducer.aggregation import (
     CompletionMarker,
     CorruptStateError,
     DocumentState,
@@ -20,8 +22,6 @@ from docstream.aggregation import (
     count_document,
     job_status,
 )
-from docstream.records import ChunkEmbedded, DocumentCompleted
-from docstream.usage import Usage, add_counts, apportion, document_usage, read_counts, total_usage
 
 T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
 

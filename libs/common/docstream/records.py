@@ -126,7 +126,7 @@ class ChunkCreated(_Record):
     """TaskRequest dicts of the job's tasks (``docstream.tasks.TaskRequest``); empty: embed only."""
     page_breaks: list[int] = field(default_factory=list)
     page_reasons: list[str] = field(default_factory=list)
-    """Why each page kept its text (``docstream.provenance.REASONS``), page_start to page_end."""
+    """Why each page kept its text (``docstream_chunker.provenance.REASONS``), page_start to page_end."""
     kind: str = "text"
     """``text``, or ``table``: the chunk is one part of a table (docs/chunking.md "Tables")."""
     table: dict[str, Any] | None = None

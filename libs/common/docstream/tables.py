@@ -1,6 +1,6 @@
 """Tables found on born-digital pages: their cells, their Markdown, and parts that fit a chunk. Pure.
 
-Extraction (``docstream.extraction``) finds tables with PyMuPDF's ``Page.find_tables`` on pages whose
+Extraction (``docstream_chunker.extraction``) finds tables with PyMuPDF's ``Page.find_tables`` on pages whose
 text is kept from the text layer, where two cheap checks say a ruled table may be there
 (``looks_tabular`` on the text blocks it already has, then ``ruled_grid`` on the page's vector
 paths), and lays each out here: ``grid_cells`` gives the cells with their spans from the finder's

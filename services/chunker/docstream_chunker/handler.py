@@ -12,17 +12,17 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from docstream.errors import DocumentError, InputError, PoisonRecord, RetryableError
-from docstream.extraction import ChunkedDocument, OcrPageStarted
 from docstream.ids import chunk_id
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.provenance import ChunkSource, DocumentSources
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, carry, utc_now
 from docstream.settings import ChunkerSettings, Settings
 from docstream.store.base import TERMINAL_DOC_STATES, DocState, DocumentRow, JobDocumentRow, ResultStore
 from docstream.topics import Topics
 from docstream.usage import STAGE_CHUNKER, Usage, apportion
+from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
+from docstream_chunker.provenance import ChunkSource, DocumentSources
 from docstream_chunker.worker import ChunkRequest, Extractor
 
 __all__ = ["ChunkerHandler", "chunk_request", "max_poll_interval_ms"]
@@ -40,7 +40,7 @@ def max_poll_interval_ms(settings: Settings) -> int:
     """A consumer max.poll.interval.ms long enough for one document at its longest time limit (and retries).
 
     The longest is ``chunker.max_timeout_s``, which a document OCRed on many pages grows to
-    (``docstream.provenance.time_limit``): the poll loop waits for the document that long.
+    (``docstream_chunker.provenance.time_limit``): the poll loop waits for the document that long.
     """
     needed = int((settings.chunker.max_timeout_s + 30.0) * 1000) * 2
     return max(int(settings.kafka.max_poll_interval_ms), needed)

@@ -12,7 +12,7 @@ between-page check, then the kill) and the memory bound (the child is replaced p
 that needs it. The child runs ``chunker.extraction_nice`` steps nicer than its parent, so
 extraction and OCR take the cores the model leaves. Each page OCR starts on adds
 ``chunker.ocr.page_timeout_s`` to the limit, up to ``chunker.max_timeout_s``
-(``docstream.provenance.time_limit``): the child says so over the pipe before the page's OCR
+(``docstream_chunker.provenance.time_limit``): the child says so over the pipe before the page's OCR
 (``("ocr_page", n, page, page_count)``), and the parent's kill deadline grows with it; the
 extractor's caller is told too (``on_ocr_page``), and the chunker shows the progress
 (docs/chunking.md "OCR progress").
@@ -36,13 +36,13 @@ import structlog
 
 from docstream.chunking import ChunkingConfig
 from docstream.errors import ConfigError, DocstreamError, DocumentError, FatalError, InputError, RetryableError
-from docstream.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
 from docstream.ids import content_sha256
 from docstream.logging import configure_logging, get_logger
 from docstream.objectstore import ObjectStore
-from docstream.provenance import time_limit
 from docstream.settings import Settings
 from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
+from docstream_chunker.provenance import time_limit
 
 __all__ = ["ChunkRequest", "DocumentProcessor", "Extractor", "InlineExtractor", "ProcessExtractor", "lower_priority"]
 

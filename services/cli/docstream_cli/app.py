@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from importlib import import_module
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -20,12 +20,21 @@ __all__ = ["app", "apply_cli_options"]
 
 app = typer.Typer(name="docstream", help="Inference over large document jobs.", no_args_is_help=True)
 
-_SERVICES = {
-    "ingest": "docstream_ingest.main",
-    "chunker": "docstream_chunker.main",
-    "inference": "docstream_inference.main",
-    "reducer": "docstream_reducer.main",
-}
+
+
+def _service_main(name: str) -> Callable[[Settings], int]:
+    """A service's ``main``, imported only when its command runs (the CLI starts without every service's imports)."""
+    if name == "ingest":
+        from docstream_ingest import main as ingest
+        return ingest.main
+    if name == "chunker":
+        from docstream_chunker import main as chunker
+        return chunker.main
+    if name == "inference":
+        from docstream_inference import main as inference
+        return inference.main
+    from docstream_reducer import main as reducer
+    return reducer.main
 
 
 def apply_cli_options(settings: Settings, **sections: dict[str, Any]) -> Settings:
@@ -63,8 +72,7 @@ def _settings(config: str | None, **sections: dict[str, Any]) -> Settings:
 def _run_service(name: str, config: str | None, metrics_host: str | None, metrics_port: int | None,
                  **sections: dict[str, Any]) -> None:
     settings = _settings(config, metrics={"host": metrics_host, "port": metrics_port}, **sections)
-    module: Any = import_module(_SERVICES[name])
-    code = int(module.main(settings))
+    code = int(_service_main(name)(settings))
     # The service has stopped and closed its clients. A thread some library left behind (a driver's
     # reactor, a worker blocked in a call) must not keep the process alive past its exit status:
     # the reducer was seen idle for a minute after `reducer_stopped` and then exited 1 by watchdog.
@@ -175,7 +183,7 @@ def api(
 ) -> None:
     """Serve the HTTP intake API on api.host:api.port (creates topics and the store schema first; docs/api.md)."""
     settings = _settings(config, api={"host": host, "port": port})
-    module: Any = import_module("docstream_ingest.api.commands")
+    from docstream_ingest.api import commands as module
     raise typer.Exit(module.api_command(settings, dump=dump_openapi))
 
 
@@ -190,7 +198,7 @@ def apikey_create(
     config: str | None = _ConfigOpt,
 ) -> None:
     """Create an API key: prints the key once on stdout; only its hash is stored."""
-    module: Any = import_module("docstream_ingest.api.commands")
+    from docstream_ingest.api import commands as module
     raise typer.Exit(module.apikey_create_command(tenant=tenant, name=name, config=config))
 
 
@@ -200,7 +208,7 @@ def apikey_revoke(
     config: str | None = _ConfigOpt,
 ) -> None:
     """Revoke an API key (effective within api.auth_cache_s)."""
-    module: Any = import_module("docstream_ingest.api.commands")
+    from docstream_ingest.api import commands as module
     raise typer.Exit(module.apikey_revoke_command(key=key, config=config))
 
 
@@ -244,7 +252,7 @@ def submit(
     5 documents failed because the chunker could not read their source: a hint names the settings
     (object_store.url / DOCSTREAM_OBJECT_STORE__URL, object_store.allowed_roots).
     """
-    module: Any = import_module("docstream_ingest.commands")
+    from docstream_ingest import commands as module
     raise typer.Exit(
         module.submit_command(
             paths,
@@ -271,7 +279,7 @@ def status(
 ) -> None:
     """Show a job's progress: state, document counts, docs/s (from the jobs row; docs/reducer.md)."""
     settings = _store_reader(config, state_dir)
-    module: Any = import_module("docstream_reducer.commands")
+    from docstream_reducer import commands as module
     raise typer.Exit(module.status_command(job_id, settings=settings))
 
 
@@ -292,7 +300,7 @@ def results(
 ) -> None:
     """Export a job's documents (and chunks) from the store, streaming (docs/reducer.md "Export")."""
     settings = _store_reader(config, state_dir)
-    module: Any = import_module("docstream_reducer.commands")
+    from docstream_reducer import commands as module
     raise typer.Exit(module.results_command(job_id, fmt=fmt, chunks=chunks, out=out, model_id=model,
                                             tasks=task or None, settings=settings))
 
@@ -352,7 +360,7 @@ def replay(
     state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Reset (or create) a consumer group so a service processes its topic again (docs/replay.md)."""
-    module: Any = import_module("docstream.replay")
+    from docstream_cli.ops import replay as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_replay(
         settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime, to_offset=to_offset,
         new_group=new_group, model_id=model, task=task, force=force, yes=yes, dry_run=dry_run), broker=True))
@@ -368,7 +376,7 @@ def dlq_list(
     topic: Annotated[str, _DlqTopicArg], config: str | None = _ConfigOpt, state_dir: str | None = _StateDirOpt
 ) -> None:
     """Count dead letters per original topic and error code, with their offsets."""
-    module: Any = import_module("docstream.dlqtools")
+    from docstream_cli.ops import dlq as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_list(
         settings, topic, console=console), broker=True))
 
@@ -385,7 +393,7 @@ def dlq_show(
     state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Show records: headers, and the decoded value (or a hex preview); long fields are shortened."""
-    module: Any = import_module("docstream.dlqtools")
+    from docstream_cli.ops import dlq as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_show(
         settings, topic, console=console, count=count, partition=partition, offset=offset, max_bytes=max_bytes,
         as_json=as_json), broker=True))
@@ -407,9 +415,10 @@ def dlq_replay(
     state_dir: str | None = _StateDirOpt,
 ) -> None:
     """Send chosen dead letters back to their original topic (key and partition kept)."""
-    module: Any = import_module("docstream.dlqtools")
-    selection = module.DlqSelection(partition=partition, from_offset=from_offset, to_offset=to_offset,
-                                    error_code=error_code, again=again)
+    from docstream_cli.ops import dlq as module
+    from docstream_cli.ops.dlq_plan import DlqSelection
+    selection = DlqSelection(partition=partition, from_offset=from_offset, to_offset=to_offset,
+                             error_code=error_code, again=again)
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_replay(
         settings, topic, console=console, confirm=_confirm, selection=selection, everything=everything, target=to,
         yes=yes, dry_run=dry_run), broker=True))
@@ -426,7 +435,7 @@ def search(
     state_dir: str | None = _StateDirOpt,
 ) -> None:
     """The chunks nearest to TEXT: the query is embedded with the rows' model (docs/replay.md)."""
-    module: Any = import_module("docstream.search")
+    from docstream_cli.ops import search as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_search(
         settings, text, console=console, k=k, job_id=job, model_id=model, as_json=as_json)))
 

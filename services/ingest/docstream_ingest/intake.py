@@ -37,7 +37,6 @@ from urllib.parse import unquote, urlsplit
 from fsspec.core import url_to_fs
 
 from docstream import ids
-from docstream.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
 from docstream.errors import ConfigError, InputError
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
@@ -48,6 +47,7 @@ from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
 from docstream.tasks.selection import job_tasks, task_records
 from docstream.topics import Topics
+from docstream_ingest.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
 from docstream_ingest.request import JobRequest, validate_job_request
 
 __all__ = [
@@ -578,7 +578,7 @@ def submit_paths(
     """Submit files, folders and archives as one job.
 
     Folders are walked (sorted; hidden entries skipped; links followed only inside the
-    folder); .zip/.tar/.tar.gz/.tgz archives are expanded safely (``docstream.archives``);
+    folder); .zip/.tar/.tar.gz/.tgz archives are expanded safely (``docstream_ingest.archives``);
     every document's bytes go to the object store, its rows to ``clients.store`` and one
     DocumentSubmitted (key doc_id) to the intake topic. The same content twice in a job is
     one document. Files that cannot go are listed in ``refused`` with a code and a reason.

@@ -21,7 +21,22 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeGuard, TypeVar
 
-from docstream.aggregation import (
+from docstream.avro import AvroSerde
+from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError
+from docstream.kafka.dlq import dlq_headers
+from docstream.logging import get_logger
+from docstream.metrics import Metrics
+from docstream.records import ChunkEmbedded, DocumentCompleted, carry, utc_now
+from docstream.retry import backoff_delay, is_retryable
+from docstream.settings import RetrySettings
+from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.base import TaskTally
+from docstream.tasks.base import EMBED, TaskFold
+from docstream.tasks.registry import task_fold
+from docstream.tasks.selection import job_task_names
+from docstream.topics import dlq_topic
+from docstream.usage import Usage, document_usage
+from docstream_reducer.aggregation import (
     ANY_TASK,
     CompletionMarker,
     CorruptStateError,
@@ -38,21 +53,6 @@ from docstream.aggregation import (
     job_document_key,
     job_status,
 )
-from docstream.avro import AvroSerde
-from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError
-from docstream.kafka.dlq import dlq_headers
-from docstream.logging import get_logger
-from docstream.metrics import Metrics
-from docstream.records import ChunkEmbedded, DocumentCompleted, carry, utc_now
-from docstream.retry import backoff_delay, is_retryable
-from docstream.settings import RetrySettings
-from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.store.base import TaskTally
-from docstream.tasks.base import EMBED, TaskFold
-from docstream.tasks.registry import task_fold
-from docstream.tasks.selection import job_task_names
-from docstream.topics import dlq_topic
-from docstream.usage import Usage, document_usage
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = [

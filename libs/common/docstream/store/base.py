@@ -162,7 +162,7 @@ class ChunkRow:
     page_verdicts: tuple[str, ...] = ()
     """The quality verdicts of the chunk's pages' text layers, page_start to page_end."""
     page_reasons: tuple[str, ...] = ()
-    """Why each of those pages kept its text (``docstream.provenance.REASONS``)."""
+    """Why each of those pages kept its text (``docstream_chunker.provenance.REASONS``)."""
     kind: str = "text"
     """``text``, or ``table``: the chunk is one part of a table (docs/chunking.md "Tables")."""
     table_part: TablePart | None = None
@@ -177,7 +177,7 @@ class ChunkRow:
 
 @dataclass(frozen=True, slots=True)
 class ApiKeyRow:
-    """api_keys: (key_id). Holds only a hash of the key (``docstream.apikeys``)."""
+    """api_keys: (key_id). Holds only a hash of the key (``docstream_ingest.apikeys``)."""
 
     key_id: str
     tenant: str

@@ -1,4 +1,4 @@
-"""Bearer API keys → the caller's tenant. Keys are stored hashed (``docstream.apikeys``).
+"""Bearer API keys → the caller's tenant. Keys are stored hashed (``docstream_ingest.apikeys``).
 
 A verified key is trusted for ``api.auth_cache_s`` before its row is read again, which keeps
 the store off every request; revoking a key therefore takes effect within that time.
@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from docstream.apikeys import key_id_of, verify_api_key
 from docstream.store.base import ApiKeyRow, ResultStore
 from docstream_ingest.api.errors import ApiError
+from docstream_ingest.apikeys import key_id_of, verify_api_key
 
 __all__ = ["ApiKeyAuthenticator", "Principal"]
 

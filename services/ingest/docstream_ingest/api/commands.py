@@ -15,7 +15,6 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 
-from docstream.apikeys import generate_api_key, key_id_of
 from docstream.errors import DocstreamError
 from docstream.ids import validate_id
 from docstream.logging import configure_logging, get_logger
@@ -25,6 +24,7 @@ from docstream.settings import Settings, load_settings
 from docstream.store import open_store
 from docstream.store.base import ApiKeyRow
 from docstream_ingest.api.app import create_app, openapi_spec
+from docstream_ingest.apikeys import generate_api_key, key_id_of
 from docstream_ingest.commands import prepare_intake
 
 __all__ = ["api_command", "apikey_create_command", "apikey_revoke_command", "dump_openapi", "serve"]

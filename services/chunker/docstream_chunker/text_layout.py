@@ -1,6 +1,6 @@
 """Pure: the layout of a page's text: blocks in reading order, OCR pieces into paragraphs; the CER.
 
-``reading_order`` is the one column rule, for the text layer's blocks (docstream.extraction)
+``reading_order`` is the one column rule, for the text layer's blocks (docstream_chunker.extraction)
 and for OCR's paragraphs alike.
 
 An OCR engine gives pieces of text with their boxes (Tesseract: one per line; RapidOCR: one per

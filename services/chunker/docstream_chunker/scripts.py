@@ -2,7 +2,7 @@
 
 A character's script is the 256-code-point block it sits in (``SCRIPT_BLOCKS``): coarse at a few
 shared blocks, exact enough to tell a page's scripts apart, and cheap (one ``bytes.translate``
-over the text's UTF-16 high bytes, no per-character Python). ``docstream.page_quality`` counts a
+over the text's UTF-16 high bytes, no per-character Python). ``docstream_chunker.page_quality`` counts a
 page's word letters by script with it, and ``claimed_language`` turns those counts into the
 Tesseract language of the script the text is written in: the page's own script, which the
 chunker OCRs it in (docs/chunking.md "OCR in the page's script").

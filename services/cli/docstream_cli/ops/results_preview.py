@@ -1,6 +1,6 @@
 """Print where a results file is and a short sample of it (used by `make run`).
 
-    python -m docstream.results_preview .docstream/results.jsonl
+    python -m docstream_cli.ops.results_preview .docstream/results.jsonl
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ in its own script's language and never in another script's.
 
 Both render the page at the configured dpi (less where a huge page would pass
 ``MAX_OCR_PIXELS``), one page at a time, and free the image before returning. Their text is
-laid out by ``docstream.text_layout.page_text``: paragraphs in reading order, blank lines
+laid out by ``docstream_chunker.text_layout.page_text``: paragraphs in reading order, blank lines
 between, as the text layer's. PyMuPDF, NumPy and RapidOCR are imported on first use: the
 chunker's parent process never imports them.
 """
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from docstream.errors import ConfigError
 from docstream.logging import get_logger
-from docstream.text_layout import OcrLine, join_lines, page_text
+from docstream_chunker.text_layout import OcrLine, join_lines, page_text
 
 if TYPE_CHECKING:
     import pymupdf
@@ -248,7 +248,7 @@ class TesseractEngine:
 
 def tesseract_text(output: str) -> str:
     """Tesseract's plain text (lines, a blank line after each paragraph) as a page's text: each
-    paragraph's lines joined (``docstream.text_layout.join_lines``), paragraphs separated by blank lines."""
+    paragraph's lines joined (``docstream_chunker.text_layout.join_lines``), paragraphs separated by blank lines."""
     paragraphs = (join_lines(block.splitlines()) for block in output.replace("\f", "").split("\n\n"))
     return "\n\n".join(paragraph for paragraph in paragraphs if paragraph)
 

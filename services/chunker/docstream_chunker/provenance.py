@@ -1,7 +1,7 @@
 """Where each page's text came from, and what that makes of a chunk and a document. Pure.
 
-Per page, the extraction edge (``docstream.extraction``) reads the text layer, asks
-``docstream.page_quality.assess_page`` for a verdict, and asks this module what to do:
+Per page, the extraction edge (``docstream_chunker.extraction``) reads the text layer, asks
+``docstream_chunker.page_quality.assess_page`` for a verdict, and asks this module what to do:
 
 * ``wants_ocr(mode, verdict)``: ``off`` never OCRs, ``force`` OCRs every page, ``auto`` only
   the pages whose text layer is measurably unusable (``no_text_layer``, ``unmapped``,
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from docstream.page_quality import (
+from docstream_chunker.page_quality import (
     MOJIBAKE_QUALITY,
     USABLE,
     PageVerdict,
@@ -38,7 +38,7 @@ from docstream.page_quality import (
     needs_ocr,
     script_quality,
 )
-from docstream.scripts import script_of_language
+from docstream_chunker.scripts import script_of_language
 
 __all__ = [
     "GARBAGE_VERDICTS",

@@ -7,8 +7,8 @@ Failures raise ``DocumentError`` with the codes of docs/chunking.md: ``empty``,
 ``not_a_document``, ``corrupt``, ``encrypted``, ``zero_pages``, ``too_many_pages``,
 ``too_large``, ``no_text``, ``unreadable_text``, ``timeout``.
 
-Every page gets a quality verdict (``docstream.page_quality``); with ``chunker.ocr`` it is
-OCRed where the mode says (``docstream.provenance`` decides which pages, and which text each
+Every page gets a quality verdict (``docstream_chunker.page_quality``); with ``chunker.ocr`` it is
+OCRed where the mode says (``docstream_chunker.provenance`` decides which pages, and which text each
 keeps), and every chunk carries where its text came from.
 
 Per page, text comes from ``page.get_text("blocks", sort=True)``: one paragraph per text
@@ -51,8 +51,18 @@ from docstream.chunking import (
 )
 from docstream.errors import ConfigError, DocumentError
 from docstream.logging import get_logger
-from docstream.ocr import OcrEngine, open_engine
-from docstream.page_quality import (
+from docstream.tables import (
+    Box,
+    PageTable,
+    caption_index,
+    content_paths,
+    grid_cells,
+    inside,
+    looks_tabular,
+    ruled_grid,
+)
+from docstream_chunker.ocr import OcrEngine, open_engine
+from docstream_chunker.page_quality import (
     MIN_GLYPHS,
     SCAN_IMAGE_AREA,
     USABLE,
@@ -61,7 +71,7 @@ from docstream.page_quality import (
     assess_page,
     script_quality,
 )
-from docstream.provenance import (
+from docstream_chunker.provenance import (
     OCR,
     TEXT_LAYER,
     ChunkSource,
@@ -76,18 +86,8 @@ from docstream.provenance import (
     time_limit,
     wants_ocr,
 )
-from docstream.scripts import CJK_LANGUAGES, ocr_languages, osd_language
-from docstream.tables import (
-    Box,
-    PageTable,
-    caption_index,
-    content_paths,
-    grid_cells,
-    inside,
-    looks_tabular,
-    ruled_grid,
-)
-from docstream.text_layout import reading_order
+from docstream_chunker.scripts import CJK_LANGUAGES, ocr_languages, osd_language
+from docstream_chunker.text_layout import reading_order
 
 if TYPE_CHECKING:
     import pymupdf
@@ -360,7 +360,7 @@ class PageOcr:
 
     Args:
         settings: ``chunker.ocr``.
-        opener: opens the engine (``docstream.ocr.open_engine``).
+        opener: opens the engine (``docstream_chunker.ocr.open_engine``).
     """
 
     def __init__(self, settings: OcrSettings, *, opener: Callable[[OcrSettings], OcrEngine] = open_engine) -> None:
@@ -812,7 +812,7 @@ def _outline(doc: pymupdf.Document) -> dict[int, list[str]]:
 def page_facts(
     page: pymupdf.Page, *, text: str | None = None, blocks: Sequence[tuple[Any, ...]] | None = None
 ) -> PageFacts:
-    """What ``docstream.page_quality.assess_page`` needs to know of a page, read in two stages.
+    """What ``docstream_chunker.page_quality.assess_page`` needs to know of a page, read in two stages.
 
     The cheap stage, on every page: the text, a glyph estimate from it (its characters other
     than spaces and newlines), and the image area. When those look suspicious (images over half

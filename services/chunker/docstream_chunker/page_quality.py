@@ -1,6 +1,6 @@
 """Is a page's text usable? One verdict per page, from pure functions over facts about the page.
 
-The extraction edge (``docstream.extraction.page_facts``) reads a page's facts from PyMuPDF;
+The extraction edge (``docstream_chunker.extraction.page_facts``) reads a page's facts from PyMuPDF;
 everything here is pure: the verdict, the text-quality measure that decides between a text
 layer and an OCR text, and whether a page needs OCR. Thresholds are module constants, stated
 and tested (tests/unit/test_page_quality.py); docs/chunking.md "Page verdicts" lists them.
@@ -49,7 +49,7 @@ from functools import lru_cache
 from itertools import filterfalse, repeat
 from typing import Literal
 
-from docstream.scripts import (
+from docstream_chunker.scripts import (
     LANGUAGE_SCRIPTS,
     claimed_language,
     judged_text,
@@ -164,7 +164,7 @@ class PageVerdict:
         verdict: the verdict.
         quality: ``text_quality`` of the text in the document's languages and the script it claims.
         reason: why, in words.
-        language: the Tesseract language of the script the text claims (``docstream.scripts.
+        language: the Tesseract language of the script the text claims (``docstream_chunker.scripts.
             claimed_language``), None when it claims none (no text, garbage).
     """
 
@@ -183,7 +183,7 @@ class _Measure:
         nbsp: NBSPs (each stands for a glyph that should have been a character).
         joined: joiner characters inside word-like tokens (``well-known``, a line of Chinese).
         ascii: ASCII characters of word-like tokens.
-        scripts: characters of word-like tokens per script (``docstream.scripts.letters_by_script``;
+        scripts: characters of word-like tokens per script (``docstream_chunker.scripts.letters_by_script``;
             Latin includes the ASCII ones).
         mismatch: characters of all-non-ASCII-Latin words of ``MISMATCH_MIN_LETTERS`` letters or more.
         mismatch_any: the same for words of any length.
@@ -327,7 +327,7 @@ def assess_page(facts: PageFacts, *, languages: Sequence[str] = ("eng",)) -> Pag
     """The verdict of one page, by the rules and thresholds of the module docstring.
 
     The text is judged in the document's languages and in the script it claims itself
-    (``docstream.scripts.claimed_language``): a correct Arabic or Japanese layer of a document
+    (``docstream_chunker.scripts.claimed_language``): a correct Arabic or Japanese layer of a document
     configured for ``eng`` reads as the words it is. Garbage claims no script.
 
     Args:
