@@ -183,31 +183,10 @@ def embedded_record(result: ChunkResult, embedded_at: datetime, inference_us: in
     """The ChunkEmbedded of a result (key: doc_id); ``inference_us``: its share of the batch's busy time here."""
     chunk = result.chunk
     stage_us = add_counts(chunk.stage_us, {STAGE_INFERENCE: inference_us}) if inference_us else chunk.stage_us
-    return ChunkEmbedded(
-        job_id=chunk.job_id,
-        doc_id=chunk.doc_id,
-        chunk_id=chunk.chunk_id,
-        chunk_index=chunk.chunk_index,
-        chunk_count=chunk.chunk_count,
-        model_id=result.model_id,
-        status="ok" if result.ok else "failed",
-        token_count=chunk.token_count,
-        page_start=chunk.page_start,
-        page_end=chunk.page_end,
-        embedded_at=embedded_at,
-        embedding=result.embedding,
-        error_code=result.error_code,
-        error=result.error,
-        chunker_settings=chunk.chunker_settings,
-        runtime=result.runtime,
-        model_us=result.model_us,
-        device=result.device,
-        stage_us=stage_us,
-        task=result.task,
-        tasks=_task_names(chunk),
-        label_scores=dict(result.label_scores),
+    return carry(
+        ChunkEmbedded, chunk, result, model_id=result.model_id, status="ok" if result.ok else "failed",
+        embedded_at=embedded_at, embedding=result.embedding, stage_us=stage_us, tasks=_task_names(chunk),
         mentions=[m.to_record() for m in result.mentions],
-        output=result.output,
     )
 
 
