@@ -16,12 +16,11 @@ from docstream.errors import DocumentError
 from docstream.kafka.dlq import DlqRouter
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted
-from docstream.settings import FaultSettings, RetrySettings, Settings
+from docstream.settings import RetrySettings, Settings
 from docstream.store.sqlite import SqliteStore
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
-from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import ok_result
 from docstream_inference.ledger import AckLedger
 from docstream_inference.stages import Assignments, ResultBatch, Work, WriteStage
@@ -91,7 +90,7 @@ def test_each_chunk_embedded_carries_its_share_of_the_batch_and_the_model_time()
         inbox=queue.Queue(), store=FakeStore(ledger), producer=producer,  # type: ignore[arg-type]
         dlq=DlqRouter(producer, "inference", clock=lambda: 1.0), serialize=serialize,  # type: ignore[arg-type]
         embedded_topic="t.chunks.embedded", ledger=ledger, assignments=assignments,
-        retry=RetrySettings(max_attempts=3, base_delay_ms=1, max_delay_ms=2), crash=CrashSwitch(FaultSettings()),
+        retry=RetrySettings(max_attempts=3, base_delay_ms=1, max_delay_ms=2),
         metrics=Metrics(), service="inference", halt=threading.Event(), on_error=lambda exc: None,
     )
     works = [Work(tp, i, generation, b"k", b"v", _chunk(i, n), 0.0) for i, n in enumerate([100, 300, 0])]

@@ -20,9 +20,8 @@ from docstream.errors import FatalError, StoreError
 from docstream.kafka.dlq import DlqRouter
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
-from docstream.settings import FaultSettings, RetrySettings
+from docstream.settings import RetrySettings
 from docstream.store.base import ChunkRow
-from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import MODEL_ERROR, failed_result, ok_result
 from docstream_inference.ledger import DLQ, PRODUCE, WRITE, AckLedger
 from docstream_inference.stages import Assignments, ResultBatch, Work, WriteStage
@@ -110,7 +109,7 @@ def _setup(failures: int = 0, max_attempts: int = 5) -> tuple[WriteStage, FakeSt
         dlq=DlqRouter(producer, "inference", clock=lambda: 1.0), serialize=lambda rec, topic: repr(rec).encode(),
         embedded_topic="t.chunks.embedded", ledger=ledger, assignments=assignments,
         retry=RetrySettings(max_attempts=max_attempts, base_delay_ms=1, max_delay_ms=2),
-        crash=CrashSwitch(FaultSettings()), metrics=Metrics(), service="inference", halt=threading.Event(),
+        metrics=Metrics(), service="inference", halt=threading.Event(),
         on_error=lambda exc: None,
     )
     works = [Work(TP, i, generation, b"k", b"v%d" % i, _chunk(i), 0.0) for i in range(4)]

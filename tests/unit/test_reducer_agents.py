@@ -523,7 +523,7 @@ def test_store_calls_do_not_retry_other_errors() -> None:
 
 
 def test_partition_watch_flags_partitions_with_waiting_records_and_no_progress() -> None:
-    from docstream_reducer.app import PartitionWatch, Stall
+    from docstream_reducer.watch import PartitionWatch, Stall
 
     clock = _Clock()
     watch = PartitionWatch(20.0, clock)
@@ -540,7 +540,7 @@ def test_partition_watch_flags_partitions_with_waiting_records_and_no_progress()
 
 
 def test_partition_watch_counts_handled_or_committed_offsets_as_progress() -> None:
-    from docstream_reducer.app import PartitionWatch, Stall
+    from docstream_reducer.watch import PartitionWatch, Stall
 
     clock = _Clock()
     watch = PartitionWatch(20.0, clock)
@@ -558,7 +558,7 @@ def test_partition_watch_counts_handled_or_committed_offsets_as_progress() -> No
 
 
 def test_partition_watch_rests_while_a_handler_runs_long_and_on_partitions_at_their_end() -> None:
-    from docstream_reducer.app import PartitionWatch, Stall
+    from docstream_reducer.watch import PartitionWatch, Stall
 
     clock = _Clock()
     watch = PartitionWatch(20.0, clock)
@@ -581,7 +581,7 @@ def test_partition_watch_rests_while_a_handler_runs_long_and_on_partitions_at_th
 
 
 def test_partition_watch_forgets_spans_without_records() -> None:
-    from docstream_reducer.app import PartitionWatch, Stall
+    from docstream_reducer.watch import PartitionWatch, Stall
 
     clock = _Clock()
     watch = PartitionWatch(20.0, clock)

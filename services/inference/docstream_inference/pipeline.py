@@ -226,7 +226,8 @@ class InferencePipeline:
         writer = WriteStage(
             inbox=q2, store=self._store, producer=producer, dlq=DlqRouter(producer, SERVICE),
             serialize=self._serde.serialize, embedded_topic=self._topics.embedded, ledger=self._ledger,
-            assignments=self._assignments, retry=settings.retry, crash=CrashSwitch(settings.faults), **common,
+            assignments=self._assignments, retry=settings.retry, **common,
+            after_write=CrashSwitch(settings.faults).after_write if settings.faults.crash_after_write else None,
         )
         model = ModelStage(inbox=q1, outbox=q2, task=self._task, attempts=settings.retry.handler_attempts,
                            on_embedded=EmbedLog(settings.faults.embed_log) if settings.faults.embed_log else None,

@@ -36,7 +36,6 @@ from docstream.settings import RetrySettings
 from docstream.store.base import ResultStore
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest
 from docstream.usage import apportion
-from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import (
     MODEL_ERROR,
     MODEL_UNAVAILABLE,
@@ -492,7 +491,11 @@ class _Send:
 
 
 class WriteStage(_StageThread):
-    """Q2 → store write (acknowledged) → produce ChunkEmbedded (+ DLQ for failures) → ledger acks."""
+    """Q2 → store write (acknowledged) → produce ChunkEmbedded (+ DLQ for failures) → ledger acks.
+
+    ``after_write``: called after each batch's rows are written and before its records are produced (the chaos
+    tests' crash switch: ``docstream_inference.faults.CrashSwitch``).
+    """
 
     def __init__(
         self,
@@ -506,11 +509,11 @@ class WriteStage(_StageThread):
         ledger: AckLedger,
         assignments: Assignments,
         retry: RetrySettings,
-        crash: CrashSwitch,
         metrics: Metrics,
         service: str,
         halt: threading.Event,
         on_error: Callable[[BaseException], None],
+        after_write: Callable[[], None] | None = None,
     ) -> None:
         super().__init__("inference-write", halt, on_error)
         self._inbox = inbox
@@ -522,7 +525,7 @@ class WriteStage(_StageThread):
         self._ledger = ledger
         self._assignments = assignments
         self._retry = retry
-        self._crash = crash
+        self._after_write = after_write
         self._metrics = metrics
         self._service = service
         self._failed: deque[_Send] = deque()
@@ -550,7 +553,8 @@ class WriteStage(_StageThread):
         shares = apportion(batch.busy_us + write_us, [r.chunk.token_count for _, r in live])
         for work, _ in live:
             self._ledger.ack(work.tp, work.offset, WRITE)
-        self._crash.after_write()
+        if self._after_write is not None:
+            self._after_write()
         embedded_at = utc_now()
         for (work, result), share in zip(live, shares, strict=True):
             if not result.ok:

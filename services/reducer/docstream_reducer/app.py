@@ -27,6 +27,7 @@ from docstream.topics import Topics
 from docstream_reducer import faust_shim
 from docstream_reducer.agents import SERVICE, CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 from docstream_reducer.faust_shim import ReducerWorker, exit_watchdog  # re-exported: main.py's names
+from docstream_reducer.watch import PartitionWatch, Stall, stall_actions
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = [
@@ -208,99 +209,6 @@ class FaustSink:
         await pending
 
 
-@dataclass(frozen=True, slots=True)
-class Stall:
-    """A source partition with records waiting past its committed offset and no progress.
-
-    Attributes:
-        topic, partition: the partition.
-        committed: the group's committed offset (0 when it has none): where a re-fetch starts.
-        end: its end offset (the last stable offset under exactly-once).
-        periods: stall periods in a row without progress (1 the first time).
-    """
-
-    topic: str
-    partition: int
-    committed: int
-    end: int
-    periods: int
-
-
-class PartitionWatch:
-    """Notices source partitions whose records wait while nothing moves (pure; app.py does the I/O).
-
-    faust-streaming 0.15.3 was seen to stop delivering an assigned partition, after a restart
-    or a rebalance under exactly-once: records fetched but never given to the agent, or handled
-    but never committed (docs/reducer.md "Partition watch"). Progress of a partition is a move
-    of its committed offset or of the next offset the agents handled; records wait while its end
-    is past the committed offset (one more offset is allowed: a transaction marker). A partition
-    with records waiting and no progress for ``stall_s`` is reported, once per period, with the
-    number of periods in a row. While a handler has been running for more than ``busy_s`` (store
-    retries during an outage) nothing counts as stalled.
-
-    Args:
-        stall_s: how long a partition with waiting records may go without progress.
-        clock: monotonic seconds.
-        busy_s: a handler running longer than this pauses the watch.
-    """
-
-    def __init__(self, stall_s: float, clock: Callable[[], float], *, busy_s: float = 1.0) -> None:
-        self._stall_s = stall_s
-        self._clock = clock
-        self._busy_s = busy_s
-        self._next: dict[tuple[str, int], int] = {}
-        self._seen: dict[tuple[str, int], tuple[int, int | None]] = {}
-        self._moved: dict[tuple[str, int], float] = {}
-        self._periods: dict[tuple[str, int], int] = {}
-        self._quiet: dict[tuple[str, int], int] = {}
-        self._running: dict[int, float] = {}
-
-    def started(self, token: int) -> None:
-        """A handler (``token``: any id unique while it runs) started."""
-        self._running[token] = self._clock()
-
-    def finished(self, token: int) -> None:
-        """The handler of ``token`` returned or raised."""
-        self._running.pop(token, None)
-
-    def handled(self, topic: str, partition: int, offset: int) -> None:
-        """Record that ``offset`` of ``topic[partition]`` was handled."""
-        self._next[(topic, partition)] = offset + 1
-
-    def reset(self) -> None:
-        """Start every period anew (the app rebalanced or recovered its tables meanwhile)."""
-        self._seen.clear()
-
-    def quiet(self, topic: str, partition: int, end: int) -> None:
-        """The broker holds no record for us below ``end`` (only markers or aborted records)."""
-        self._quiet[(topic, partition)] = end
-
-    def stalled(self, ends: dict[tuple[str, int], int], committed: dict[tuple[str, int], int]) -> list[Stall]:
-        """The stalled partitions among ``ends`` (end offsets of the assigned source partitions).
-
-        Args:
-            ends: end offsets.
-            committed: the group's committed offsets (a partition without one counts from 0).
-        """
-        now = self._clock()
-        busy = any(now - since > self._busy_s for since in self._running.values())
-        out: list[Stall] = []
-        for key, end in sorted(ends.items()):
-            start = committed.get(key) or 0
-            position = (start, self._next.get(key))
-            waiting = end > max(start + 1, self._quiet.get(key, 0))
-            if busy or not waiting or self._seen.get(key) != position:
-                self._seen[key] = position
-                self._moved[key] = now
-                self._periods[key] = 0
-                continue
-            if now - self._moved.setdefault(key, now) >= self._stall_s:
-                self._moved[key] = now  # once per stall period
-                self._periods[key] = self._periods.get(key, 0) + 1
-                out.append(Stall(key[0], key[1], start, end, self._periods[key]))
-        return out
-
-
 def _incoming(event: Any) -> Incoming:
     message = event.message
     return Incoming(topic=message.topic, partition=message.partition, offset=message.offset,
@@ -326,7 +234,6 @@ def build_reducer(
     metrics: Metrics,
     clock: Callable[[], float],
     on_stuck: Callable[[Stall], None] | None = None,
-    stall_fault_partition: int | None = None,
     idempotent_producer: bool,
 ) -> Reducer:
     """Build the Faust app: three agents, three tables, the status timer and the partition watch.
@@ -334,8 +241,6 @@ def build_reducer(
     Args:
         on_stuck: called when a stalled partition did not move after a re-fetch either (the
             process restarts itself: main.py); None keeps re-fetching.
-        stall_fault_partition: fault injection (tests): keep this partition of the embedded
-            topic paused, as faust was seen to do (``faults.reducer_stall_partition``).
         idempotent_producer: at-least-once sends are idempotent (``resolve_producer_idempotence``).
     """
     topics = Topics(settings.kafka.topic_prefix)
@@ -416,8 +321,6 @@ def build_reducer(
         )
         if stalls:
             await _act_on(consumer, stalls)
-        if stall_fault_partition is not None:
-            consumer.pause_partitions({TP(topics.embedded, stall_fault_partition)})
 
     refetched: dict[tuple[str, int], int] = {}  # partition → the stall period of its last re-fetch
 
@@ -429,23 +332,21 @@ def build_reducer(
         except DocstreamError as exc:
             _log.warning("partition_probe_failed", error_code=exc.code, error=exc.message)
             return
-        for stall in stalls:
-            key = (stall.topic, stall.partition)
-            if key not in holds:
-                continue  # undecided (the broker did not answer in time): the next period asks again
-            if not holds[key]:
-                watch.quiet(stall.topic, stall.partition, stall.end)  # only markers or aborted records
+        for action in stall_actions(stalls, holds, refetched, can_restart=on_stuck is not None):
+            stall = action.stall
+            tp = TP(stall.topic, stall.partition)
+            if action.decision == "quiet":
+                watch.quiet(stall.topic, stall.partition, stall.end)
                 continue
             fields = {"topic": stall.topic, "partition": stall.partition, "committed": stall.committed,
-                      "end": stall.end, "stalled_s": stall.periods * stall_s}
-            if on_stuck is not None and refetched.get(key) == stall.periods - 1:
-                _log.error("partition_stuck", action="restart", **fields,
-                           faust=faust_shim.partition_state(consumer, TP(stall.topic, stall.partition)))
+                      "end": stall.end, "stalled_s": stall.periods * stall_s,
+                      "faust": faust_shim.partition_state(consumer, tp)}
+            if action.decision == "restart" and on_stuck is not None:
+                _log.error("partition_stuck", action="restart", **fields)
                 on_stuck(stall)
                 return
-            tp = TP(stall.topic, stall.partition)
-            _log.warning("partition_stalled_refetching", **fields, faust=faust_shim.partition_state(consumer, tp))
-            refetched[key] = stall.periods
+            _log.warning("partition_stalled_refetching", **fields)
+            refetched[(stall.topic, stall.partition)] = stall.periods
             await consumer.seek(tp, stall.committed)
             consumer.resume_partitions({tp})
 

@@ -17,13 +17,14 @@ from docstream_reducer.agents import SERVICE, StoreCalls
 from docstream_reducer.app import (
     Reducer,
     ReducerWorker,
-    Stall,
     build_reducer,
     check_partitions,
     exit_watchdog,
     internal_topic_specs,
     resolve_producer_idempotence,
 )
+from docstream_reducer.faults import keep_partition_paused
+from docstream_reducer.watch import Stall
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = ["RESTARTS_ENV", "main", "restart_process"]
@@ -50,9 +51,11 @@ def main(settings: Settings) -> int:
             settings, store=StoreCalls(store, settings.retry, executor), serde=AvroSerde(settings.kafka),
             webhooks=WebhookNotifier(settings.reducer, settings.retry), metrics=host.metrics, clock=time.monotonic,
             on_stuck=lambda stall: restart_process(stall, restarts),
-            stall_fault_partition=settings.faults.reducer_stall_partition if restarts == 0 else None,
             idempotent_producer=resolve_producer_idempotence(settings),
         )
+        if settings.faults.reducer_stall_partition is not None and restarts == 0:  # chaos tests only
+            keep_partition_paused(reducer, Topics(settings.kafka.topic_prefix).embedded,
+                                  settings.faults.reducer_stall_partition, settings.reducer.stall_timeout_s / 4)
         host.serve(lambda: _run_worker(settings, reducer, restarts), ready=reducer.ready)
 
     return run_service(settings, SERVICE, serve)
