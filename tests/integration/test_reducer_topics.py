@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from docstream.kafka.admin import create_topics
+from docstream.settings import Settings
 from docstream_reducer.app import TABLES, by_job_topic, internal_topic_specs, resolve_producer_idempotence
 from tests.fixtures.kafka import kafka_settings
 
@@ -21,11 +22,11 @@ def test_internal_topics_exist_before_faust_starts_with_faust_s_names_and_config
     app_id = unique_name("reducer-topics")
     settings = kafka_settings(kafka_bootstrap, partitions=3).with_overrides(reducer={"app_id": app_id})
 
-    created = create_topics(settings.kafka, internal_topic_specs(settings))
-    again = create_topics(settings.kafka, internal_topic_specs(settings))
+    created = create_topics(settings.kafka, internal_topic_specs(settings.kafka, settings.reducer))
+    again = create_topics(settings.kafka, internal_topic_specs(settings.kafka, settings.reducer))
 
     changelogs = [f"{app_id}-{table}-changelog" for table in TABLES]
-    assert sorted(created) == sorted([by_job_topic(settings), *changelogs]) and again == []
+    assert sorted(created) == sorted([by_job_topic(settings.reducer), *changelogs]) and again == []
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     metadata = admin.list_topics(timeout=10)
     assert all(len(metadata.topics[name].partitions) == 3 for name in created)
@@ -34,13 +35,17 @@ def test_internal_topics_exist_before_faust_starts_with_faust_s_names_and_config
         assert future.result(timeout=10)["cleanup.policy"].value == "compact"
 
 
+def _idempotent(settings: Settings) -> bool:
+    return resolve_producer_idempotence(settings.kafka, settings.reducer)
+
+
 def test_the_at_least_once_producer_is_idempotent_on_kafka_and_not_on_the_embedded_tansu(
     kafka_bootstrap: str, tansu_bootstrap: str,
 ) -> None:
     # tansu 0.6.0 answers aiokafka's InitProducerId with an unknown error: auto turns idempotence off there only
-    assert resolve_producer_idempotence(kafka_settings(kafka_bootstrap)) is True
-    assert resolve_producer_idempotence(kafka_settings(tansu_bootstrap)) is False
+    assert _idempotent(kafka_settings(kafka_bootstrap)) is True
+    assert _idempotent(kafka_settings(tansu_bootstrap)) is False
     forced = kafka_settings(tansu_bootstrap).with_overrides(reducer={"idempotent_producer": "on"})
-    assert resolve_producer_idempotence(forced) is True
+    assert _idempotent(forced) is True
     off = kafka_settings(kafka_bootstrap).with_overrides(reducer={"idempotent_producer": "off"})
-    assert resolve_producer_idempotence(off) is False
+    assert _idempotent(off) is False

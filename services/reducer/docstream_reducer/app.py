@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -22,7 +22,7 @@ from docstream.kafka.embedded import EMBEDDED_CLUSTER_ID
 from docstream.kafka.probe import spans_with_records
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.settings import KafkaSettings, Settings
+from docstream.settings import KafkaSettings, ReducerSettings
 from docstream.topics import Topics
 from docstream_reducer import faust_shim
 from docstream_reducer.agents import SERVICE, CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
@@ -50,16 +50,16 @@ __all__ = [
 _log = get_logger(__name__)
 
 
-def by_job_topic(settings: Settings) -> str:
+def by_job_topic(reducer: ReducerSettings) -> str:
     """The reducer's internal topic of terminal documents keyed by job_id."""
-    return f"{settings.reducer.app_id}-documents-by-job-repartition"
+    return f"{reducer.app_id}-documents-by-job-repartition"
 
 
 TABLES = ("documents", "jobs", "job-documents")
 """The reducer's Faust tables; each has a compacted changelog topic ``<app_id>-<table>-changelog``."""
 
 
-def internal_topic_specs(settings: Settings) -> list[TopicSpec]:
+def internal_topic_specs(kafka: KafkaSettings, reducer: ReducerSettings) -> list[TopicSpec]:
     """Faust's own topics of this reducer, created before the worker starts.
 
     Faust creates them itself while it starts, but its partition assignor may run first: a
@@ -67,9 +67,8 @@ def internal_topic_specs(settings: Settings) -> list[TopicSpec]:
     and nothing assigns it later. Seen with the repartition topic: the job agent never got a
     partition, and every job stayed `running` although its documents completed.
     """
-    kafka = settings.kafka
-    app_id = settings.reducer.app_id
-    by_job = TopicSpec(by_job_topic(settings), kafka.partitions, kafka.replication_factor,
+    app_id = reducer.app_id
+    by_job = TopicSpec(by_job_topic(reducer), kafka.partitions, kafka.replication_factor,
                        {"retention.ms": str(kafka.results_retention_ms)})
     changelogs = [TopicSpec(f"{app_id}-{table}-changelog", kafka.partitions, kafka.replication_factor,
                             {"cleanup.policy": "compact"}) for table in TABLES]
@@ -87,18 +86,17 @@ def _credentials(kafka: KafkaSettings) -> Any:
     return None
 
 
-def faust_settings(settings: Settings) -> dict[str, Any]:
+def faust_settings(kafka: KafkaSettings, reducer: ReducerSettings) -> dict[str, Any]:
     """Keyword arguments of ``faust.App`` for these settings.
 
     Exactly-once when ``kafka.transactions`` (real Kafka; tansu does not hide aborted records),
     tables in memory rebuilt from their changelog topics, Faust's own web server off (the
     docstream metrics endpoint serves /metrics, /healthz, /readyz).
     """
-    kafka = settings.kafka
     conf: dict[str, Any] = {
         "broker": [f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(",") if server.strip()],
         "store": "memory://",
-        "datadir": str(settings.reducer.data_dir),
+        "datadir": str(reducer.data_dir),
         "processing_guarantee": "exactly_once" if kafka.transactions else "at_least_once",
         "topic_partitions": kafka.partitions,
         "topic_replication_factor": kafka.replication_factor,
@@ -145,7 +143,7 @@ def producer_idempotence(mode: str, cluster_id: str | None) -> bool:
     return cluster_id != EMBEDDED_CLUSTER_ID
 
 
-def resolve_producer_idempotence(settings: Settings, *, timeout_s: float = 15.0) -> bool:
+def resolve_producer_idempotence(kafka: KafkaSettings, reducer: ReducerSettings, *, timeout_s: float = 15.0) -> bool:
     """``producer_idempotence`` for these settings; ``auto`` asks the broker for its cluster id.
 
     Exactly-once producers are transactional, hence idempotent, whatever this says.
@@ -153,17 +151,17 @@ def resolve_producer_idempotence(settings: Settings, *, timeout_s: float = 15.0)
     Raises:
         RetryableError: ``auto`` and the broker did not answer.
     """
-    mode = settings.reducer.idempotent_producer
+    mode = reducer.idempotent_producer
     cluster_id = None
-    if mode == "auto" and not settings.kafka.transactions:
-        cluster_id = _cluster_metadata(settings.kafka, timeout_s).cluster_id
-    idempotent = settings.kafka.transactions or producer_idempotence(mode, cluster_id)
+    if mode == "auto" and not kafka.transactions:
+        cluster_id = _cluster_metadata(kafka, timeout_s).cluster_id
+    idempotent = kafka.transactions or producer_idempotence(mode, cluster_id)
     _log.info("reducer_producer_idempotence", idempotent=idempotent, mode=mode, cluster_id=cluster_id,
-              transactions=settings.kafka.transactions)
+              transactions=kafka.transactions)
     return idempotent
 
 
-def check_partitions(settings: Settings, *, timeout_s: float = 15.0) -> None:
+def check_partitions(kafka: KafkaSettings, *, timeout_s: float = 15.0) -> None:
     """Refuse exactly-once unless the embedded and completed topics have the same partition count.
 
     A DocumentCompleted goes to its input's partition number so that it joins that partition's
@@ -173,10 +171,10 @@ def check_partitions(settings: Settings, *, timeout_s: float = 15.0) -> None:
         ConfigError: the counts differ while ``kafka.transactions`` is on.
         RetryableError: the broker did not answer.
     """
-    if not settings.kafka.transactions:
+    if not kafka.transactions:
         return
-    topics = Topics(settings.kafka.topic_prefix)
-    metadata = _cluster_metadata(settings.kafka, timeout_s)
+    topics = Topics(kafka.topic_prefix)
+    metadata = _cluster_metadata(kafka, timeout_s)
     counts = {name: len(metadata.topics[name].partitions) if name in metadata.topics else 0
               for name in (topics.embedded, topics.completed)}
     if len(set(counts.values())) != 1:
@@ -226,8 +224,10 @@ class Reducer:
 
 
 def build_reducer(
-    settings: Settings,
+    kafka: KafkaSettings,
+    reducer: ReducerSettings,
     *,
+    custom_tasks: Mapping[str, str],
     store: StoreCalls,
     serde: AvroSerde,
     webhooks: WebhookNotifier | None,
@@ -239,15 +239,18 @@ def build_reducer(
     """Build the Faust app: three agents, three tables, the status timer and the partition watch.
 
     Args:
+        kafka: the brokers, topics and delivery (``transactions``: exactly-once).
+        reducer: the app id, its data folder and timings.
+        custom_tasks: the user tasks by name (``tasks.custom``), whose folds the documents agent loads.
         on_stuck: called when a stalled partition did not move after a re-fetch either (the
             process restarts itself: main.py); None keeps re-fetching.
         idempotent_producer: at-least-once sends are idempotent (``resolve_producer_idempotence``).
     """
-    topics = Topics(settings.kafka.topic_prefix)
-    app = faust.App(settings.reducer.app_id, **faust_settings(settings))
-    faust_shim.apply(app, transaction_timeout_s=settings.reducer.transaction_timeout_s,
+    topics = Topics(kafka.topic_prefix)
+    app = faust.App(reducer.app_id, **faust_settings(kafka, reducer))
+    faust_shim.apply(app, transaction_timeout_s=reducer.transaction_timeout_s,
                      idempotent=idempotent_producer)
-    partitions = settings.kafka.partitions
+    partitions = kafka.partitions
     table_args: dict[str, Any] = {
         "partitions": partitions,
         "schema": faust.Schema(key_serializer="json", value_serializer="json"),
@@ -256,18 +259,18 @@ def build_reducer(
 
     embedded = app.topic(topics.embedded, key_serializer="raw", value_serializer="raw")
     completed = app.topic(topics.completed, key_serializer="raw", value_serializer="raw")
-    by_job = app.topic(by_job_topic(settings), key_serializer="raw", value_serializer="raw", internal=True,
-                       partitions=partitions, retention=settings.kafka.results_retention_ms / 1000)
+    by_job = app.topic(by_job_topic(reducer), key_serializer="raw", value_serializer="raw", internal=True,
+                       partitions=partitions, retention=kafka.results_retention_ms / 1000)
     sink = FaustSink(app)
     documents = DocumentReducer(documents_table, serde, store, sink, topics.completed, metrics=metrics,
-                                exactly_once=settings.kafka.transactions, custom_tasks=dict(settings.tasks.custom))
+                                exactly_once=kafka.transactions, custom_tasks=dict(custom_tasks))
     relay = CompletedRelay(serde, sink, by_job.get_topic_name(), metrics=metrics)
     jobs = JobReducer(jobs_table, job_documents_table, serde, store, sink, topics.jobs,
-                      by_job_topic=by_job.get_topic_name(), throttle_s=settings.reducer.job_status_interval_s,
+                      by_job_topic=by_job.get_topic_name(), throttle_s=reducer.job_status_interval_s,
                       clock=clock, webhooks=webhooks, metrics=metrics)
     started = {"ready": False}
 
-    stall_s = settings.reducer.stall_timeout_s
+    stall_s = reducer.stall_timeout_s
     watch = PartitionWatch(stall_s, clock)
 
     def _agent(handle: Callable[[Incoming], Any], name: str) -> Callable[[Any], Any]:
@@ -304,7 +307,7 @@ def build_reducer(
     async def _flush() -> None:
         await jobs.flush()
 
-    app.timer(settings.reducer.job_status_interval_s, name="job-status-flush")(_flush)
+    app.timer(reducer.job_status_interval_s, name="job-status-flush")(_flush)
     sources = {topics.embedded, topics.completed, by_job.get_topic_name()}
 
     async def _watch_partitions() -> None:
@@ -328,7 +331,7 @@ def build_reducer(
         spans = [(s.topic, s.partition, s.committed, s.end) for s in stalls]
         try:
             holds = await asyncio.get_running_loop().run_in_executor(
-                None, partial(spans_with_records, settings.kafka, spans))
+                None, partial(spans_with_records, kafka, spans))
         except DocstreamError as exc:
             _log.warning("partition_probe_failed", error_code=exc.code, error=exc.message)
             return

@@ -41,17 +41,18 @@ def main(settings: Settings) -> int:
 
     def serve(host: ServiceHost) -> None:
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-        create_topics(settings.kafka, internal_topic_specs(settings))
-        check_partitions(settings)
+        create_topics(settings.kafka, internal_topic_specs(settings.kafka, settings.reducer))
+        check_partitions(settings.kafka)
         store = host.open_store(migrate=True)
         executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
         host.on_exit(lambda: executor.shutdown(wait=False, cancel_futures=True))
         settings.reducer.data_dir.mkdir(parents=True, exist_ok=True)
         reducer = build_reducer(
-            settings, store=StoreCalls(store, settings.retry, executor), serde=AvroSerde(settings.kafka),
+            settings.kafka, settings.reducer, custom_tasks=settings.tasks.custom,
+            store=StoreCalls(store, settings.retry, executor), serde=AvroSerde(settings.kafka),
             webhooks=WebhookNotifier(settings.reducer, settings.retry), metrics=host.metrics, clock=time.monotonic,
             on_stuck=lambda stall: restart_process(stall, restarts),
-            idempotent_producer=resolve_producer_idempotence(settings),
+            idempotent_producer=resolve_producer_idempotence(settings.kafka, settings.reducer),
         )
         if settings.faults.reducer_stall_partition is not None and restarts == 0:  # chaos tests only
             keep_partition_paused(reducer, Topics(settings.kafka.topic_prefix).embedded,

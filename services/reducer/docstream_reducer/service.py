@@ -46,11 +46,13 @@ class ReducerService:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
         settings.reducer.data_dir.mkdir(parents=True, exist_ok=True)
-        create_topics(settings.kafka, internal_topic_specs(settings))
+        create_topics(settings.kafka, internal_topic_specs(settings.kafka, settings.reducer))
         reducer = build_reducer(
-            settings, store=StoreCalls(self._store, settings.retry, self._executor),
+            settings.kafka, settings.reducer, custom_tasks=settings.tasks.custom,
+            store=StoreCalls(self._store, settings.retry, self._executor),
             serde=AvroSerde(settings.kafka), webhooks=WebhookNotifier(settings.reducer, settings.retry),
-            metrics=self._metrics, clock=time.monotonic, idempotent_producer=resolve_producer_idempotence(settings),
+            metrics=self._metrics, clock=time.monotonic,
+            idempotent_producer=resolve_producer_idempotence(settings.kafka, settings.reducer),
         )
         self._worker = ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
                                     redirect_stdouts=False, loop=self._loop)
