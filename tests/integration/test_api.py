@@ -407,7 +407,8 @@ def test_cancel_ends_the_job_cancelled_and_the_chunker_skips_its_documents(stack
     assert stack.store.get_job(job_id).status == "cancelled"  # type: ignore[union-attr]
 
     # the chunker, meeting the job's records after the cancel, skips them: no chunks, rows skipped
-    handler = ChunkerHandler(stack.settings, stack.store, InlineExtractor(stack.settings))
+    handler = ChunkerHandler(stack.settings.chunker, Topics(stack.settings.kafka.topic_prefix), stack.store,
+                             InlineExtractor(stack.settings))
     assert [handler.handle(record) for record in records] == [[], []]
     rows = list(stack.store.iter_job_documents(job_id))
     assert {(row.status, row.error_code) for row in rows} == {("skipped", "job_cancelled")}

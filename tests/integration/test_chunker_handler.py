@@ -76,8 +76,13 @@ def outputs_of(handler: ChunkerHandler, submitted: DocumentSubmitted) -> list[ob
     return [o.value for o in handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))]
 
 
+def _handler(env: Env) -> ChunkerHandler:
+    return ChunkerHandler(env.settings.chunker, Topics(env.settings.kafka.topic_prefix), env.store,
+                          InlineExtractor(env.settings))
+
+
 def test_a_good_document_gives_its_chunks_and_rows(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     submitted = env.submit(make_pdf(12, seed=1, toc=True).data)
     outputs = handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))
     chunks = [o.value for o in outputs]
@@ -102,7 +107,7 @@ TASKS = [{"name": "embed", "labels": []}, {"name": "entities", "labels": []},
 
 
 def test_every_chunk_carries_the_jobs_tasks_and_where_its_later_pages_begin(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     chunks = outputs_of(handler, env.submit(make_pdf(2, seed=4).data, tasks=TASKS))
     assert all(isinstance(c, ChunkCreated) and c.tasks == TASKS for c in chunks)
     spanning = [c for c in chunks if isinstance(c, ChunkCreated) and c.page_end > c.page_start]
@@ -118,13 +123,13 @@ def test_every_chunk_carries_the_jobs_tasks_and_where_its_later_pages_begin(env:
 
 
 def test_a_default_job_gives_chunks_without_tasks(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     chunks = outputs_of(handler, env.submit(make_pdf(1, seed=5).data))
     assert chunks and all(isinstance(c, ChunkCreated) and c.tasks == [] and c.page_breaks == [] for c in chunks)
 
 
 def test_a_document_the_chunker_fails_is_failed_for_every_task_of_its_job(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     [completed] = outputs_of(handler, env.submit(make_corrupt_pdf(), tasks=TASKS))
     assert isinstance(completed, DocumentCompleted)
     assert (completed.status, completed.tasks, completed.task) == ("failed", ["embed", "entities", "classify"], None)
@@ -134,7 +139,7 @@ def test_a_document_the_chunker_fails_is_failed_for_every_task_of_its_job(env: E
 
 @pytest.mark.parametrize("final", ["completed", "partial", "failed"])
 def test_a_redelivered_submission_of_a_finished_document_keeps_its_rows_final(env: Env, final: str) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     submitted = env.submit(make_pdf(3, seed=7).data)
     first = outputs_of(handler, submitted)
     row = env.store.get_document(submitted.doc_id)
@@ -152,7 +157,7 @@ def test_a_redelivered_submission_of_a_finished_document_keeps_its_rows_final(en
 
 
 def test_a_finished_document_of_other_bytes_or_another_job_is_chunked_as_new(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     done = env.submit(make_pdf(2, seed=8).data)
     outputs_of(handler, done)
     row = env.store.get_document(done.doc_id)
@@ -166,7 +171,7 @@ def test_a_finished_document_of_other_bytes_or_another_job_is_chunked_as_new(env
 
 
 def test_same_bytes_same_chunk_ids_in_another_job(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     data = make_pdf(3, seed=2).data
     first = outputs_of(handler, env.submit(data, job_id="job-a"))
     second = outputs_of(handler, env.submit(data, job_id="job-b"))
@@ -175,7 +180,7 @@ def test_same_bytes_same_chunk_ids_in_another_job(env: Env) -> None:
 
 
 def test_per_job_chunk_sizes_apply(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     data = make_pdf(3, seed=3).data
     default = outputs_of(handler, env.submit(data))
     small = outputs_of(handler, env.submit(data, job_id="job-small", chunk_max_tokens=64, chunk_overlap_tokens=8))
@@ -193,7 +198,7 @@ def test_per_job_max_tokens_alone_caps_the_default_overlap(env: Env) -> None:
 
 @pytest.mark.parametrize(("max_tokens", "overlap"), [(4, None), (64, 64), (100_000, None)])
 def test_impossible_per_job_sizes_fail_the_document(env: Env, max_tokens: int, overlap: int | None) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     submitted = env.submit(make_pdf(1).data, chunk_max_tokens=max_tokens, chunk_overlap_tokens=overlap)
     [completed] = outputs_of(handler, submitted)
     assert isinstance(completed, DocumentCompleted)
@@ -208,7 +213,7 @@ def bad_documents() -> dict[str, bytes]:
 
 
 def test_each_bad_document_fails_with_its_code_and_rows(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     for code, data in bad_documents().items():
         submitted = env.submit(data, job_id="job-bad", filename=f"{code}.pdf")
         outputs = handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))
@@ -225,7 +230,7 @@ def test_each_bad_document_fails_with_its_code_and_rows(env: Env) -> None:
 
 
 def test_unreadable_sources_fail_with_fetch_failed(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     good = env.submit(make_pdf(1).data)
     for uri in (good.source_uri + "-missing", "/etc/hostname", "file:///etc/hostname"):
         moved = DocumentSubmitted(**{**good.to_record(), "source_uri": uri})
@@ -234,7 +239,7 @@ def test_unreadable_sources_fail_with_fetch_failed(env: Env) -> None:
 
 
 def test_bytes_that_do_not_match_their_hash_fail(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     good = env.submit(make_pdf(1).data)
     other = DocumentSubmitted(**{**good.to_record(), "content_sha256": "0" * 64})
     [completed] = outputs_of(handler, other)
@@ -242,7 +247,7 @@ def test_bytes_that_do_not_match_their_hash_fail(env: Env) -> None:
 
 
 def test_other_formats_through_the_handler(env: Env) -> None:
-    handler = ChunkerHandler(env.settings, env.store, InlineExtractor(env.settings))
+    handler = _handler(env)
     submitted = env.submit(make_epub(), filename="book.epub")
     outputs = outputs_of(handler, submitted)
     assert outputs and all(isinstance(c, ChunkCreated) for c in outputs)

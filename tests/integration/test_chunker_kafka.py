@@ -140,7 +140,8 @@ class Running:
             service.settings,
             group_id=group,
             topics=[service.topics.submitted],
-            handler=ChunkerHandler(service.settings, service.store, self.extractor),
+            handler=ChunkerHandler(service.settings.chunker, Topics(service.settings.kafka.topic_prefix), service.store,
+                                   self.extractor),
             serde=service.serde,
             service="chunker",
         )

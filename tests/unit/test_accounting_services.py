@@ -16,8 +16,9 @@ from docstream.errors import DocumentError
 from docstream.kafka.dlq import DlqRouter
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted
-from docstream.settings import RetrySettings, Settings
+from docstream.settings import ChunkerSettings, RetrySettings
 from docstream.store.sqlite import SqliteStore
+from docstream.topics import Topics
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
@@ -51,7 +52,7 @@ def _submitted() -> DocumentSubmitted:
 def test_the_chunker_shares_its_time_on_a_document_over_its_chunks(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     store.migrate()
-    outputs = ChunkerHandler(Settings(), store, _Extractor([10, 30, 0])).handle(_submitted())
+    outputs = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor([10, 30, 0])).handle(_submitted())
     chunks = [o.value for o in outputs]
     assert all(isinstance(c, ChunkCreated) for c in chunks)
     shares = [c.stage_us.get("chunker", 0) for c in chunks]  # type: ignore[union-attr]
@@ -61,7 +62,7 @@ def test_the_chunker_shares_its_time_on_a_document_over_its_chunks(tmp_path: Pat
 def test_a_document_the_chunker_fails_carries_its_chunker_time(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     store.migrate()
-    (output,) = ChunkerHandler(Settings(), store, _Extractor(None)).handle(_submitted())
+    (output,) = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor(None)).handle(_submitted())
     assert isinstance(output.value, DocumentCompleted) and output.value.status == "failed"
     assert set(output.value.stage_us) == {"chunker"}
     row = next(store.iter_job_documents("job-1"))

@@ -13,9 +13,10 @@ import pytest
 
 from docstream.errors import DocumentError
 from docstream.records import DocumentCompleted, DocumentSubmitted
-from docstream.settings import Settings
+from docstream.settings import ChunkerSettings
 from docstream.store.base import JobRow
 from docstream.store.sqlite import SqliteStore
+from docstream.topics import Topics
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
@@ -60,7 +61,8 @@ def store(tmp_path: Path) -> SqliteStore:
 
 def test_documents_of_a_cancelled_job_are_skipped_once_the_status_is_reread(store: SqliteStore) -> None:
     extractor, clock = FailingExtractor(), FakeClock()
-    handler = ChunkerHandler(Settings(), store, extractor, job_status_ttl_s=2.0, monotonic=clock, clock=lambda: AT)
+    handler = ChunkerHandler(ChunkerSettings(), Topics(), store, extractor, job_status_ttl_s=2.0, monotonic=clock,
+                             clock=lambda: AT)
     first = handler.handle(_submitted(1))
     assert [type(out.value) for out in first] == [DocumentCompleted] and extractor.calls == 1
 
@@ -80,7 +82,7 @@ def test_documents_of_a_cancelled_job_are_skipped_once_the_status_is_reread(stor
 
 def test_a_job_without_a_row_is_not_cancelled(store: SqliteStore) -> None:
     extractor = FailingExtractor()
-    handler = ChunkerHandler(Settings(), store, extractor)
+    handler = ChunkerHandler(ChunkerSettings(), Topics(), store, extractor)
     record = DocumentSubmitted(job_id="external", doc_id="d", source_uri="file:///x", content_sha256="ab" * 32,
                                size_bytes=1, submitted_at=AT)
     assert len(handler.handle(record)) == 1 and extractor.calls == 1

@@ -11,9 +11,10 @@ from rich.console import Console
 from docstream.chunking import Chunk
 from docstream.metrics import Metrics
 from docstream.records import DocumentSubmitted
-from docstream.settings import Settings
+from docstream.settings import ChunkerSettings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
+from docstream.topics import Topics
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.provenance import ChunkSource, DocumentSources
@@ -74,7 +75,7 @@ def _submitted() -> DocumentSubmitted:
 def test_ocr_pages_are_counted_and_written_to_the_rows_while_the_document_is_read(tmp_path: Path) -> None:
     store, clock, metrics = _store(tmp_path), _Clock(), Metrics()
     extractor = _OcrExtractor(store, clock)
-    ChunkerHandler(Settings(), store, extractor, metrics=metrics, monotonic=clock).handle(_submitted())
+    ChunkerHandler(ChunkerSettings(), Topics(), store, extractor, metrics=metrics, monotonic=clock).handle(_submitted())
 
     # the first OCR page is written at once, then at most every 2 s
     assert [(status, source.get("ocr"), pages) for status, source, pages in extractor.seen] == [
@@ -92,7 +93,7 @@ def test_a_redelivered_document_keeps_its_final_rows(tmp_path: Path) -> None:
     store.upsert_document(DocumentRow(doc_id="doc-1", job_id="job-1", source_uri=submitted.source_uri,
                                       content_sha256=submitted.content_sha256, status="completed", updated_at=AT))
     extractor = _OcrExtractor(store, clock)
-    ChunkerHandler(Settings(), store, extractor, monotonic=clock).handle(submitted)
+    ChunkerHandler(ChunkerSettings(), Topics(), store, extractor, monotonic=clock).handle(submitted)
     assert {status for status, _, _ in extractor.seen} == {"completed"}
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from docstream.chunking import Chunk
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, DocumentSubmitted
-from docstream.settings import Settings
+from docstream.settings import ChunkerSettings, Settings
 from docstream.store.sqlite import SqliteStore
+from docstream.topics import Topics
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.provenance import ChunkSource, DocumentSources
@@ -39,7 +40,7 @@ def test_chunks_and_the_document_record_where_their_text_came_from(tmp_path: Pat
     submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="file:///x", content_sha256="ab" * 32,
                                   size_bytes=10, submitted_at=AT)
 
-    outputs = ChunkerHandler(Settings(), store, _Extractor(), metrics=metrics).handle(submitted)
+    outputs = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor(), metrics=metrics).handle(submitted)
 
     chunks = [o.value for o in outputs]
     assert all(isinstance(c, ChunkCreated) for c in chunks)

@@ -13,10 +13,11 @@ from docstream.avro import AvroSerde
 from docstream.chunking import Chunk
 from docstream.export import chunks_path, export_results
 from docstream.records import ChunkCreated, DocumentSubmitted
-from docstream.settings import KafkaSettings, Settings
+from docstream.settings import ChunkerSettings, KafkaSettings
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream.tables import TableCell, TablePart
+from docstream.topics import Topics
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
@@ -52,7 +53,7 @@ def _chunk_created(tmp_path: Path) -> list[ChunkCreated]:
     submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="file:///x", content_sha256="ab" * 32,
                                   size_bytes=10, submitted_at=AT)
     try:
-        outputs = ChunkerHandler(Settings(), store, _Extractor()).handle(submitted)
+        outputs = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor()).handle(submitted)
     finally:
         store.close()
     return [o.value for o in outputs]  # type: ignore[misc]

@@ -82,7 +82,8 @@ class ChunkerHandler:
     """``ConsumeLoop`` handler of the intake topic.
 
     Args:
-        settings: all settings (topic prefix, chunker defaults).
+        chunker: the chunker's settings (defaults, limits, OCR).
+        topics: the topics it writes (chunks, completed for documents that fail here).
         store: where the documents and job_documents rows go.
         extractor: fetch + extract + chunk (``ProcessExtractor`` in the service).
         metrics: counts failed documents by error_code.
@@ -95,7 +96,8 @@ class ChunkerHandler:
 
     def __init__(
         self,
-        settings: Settings,
+        chunker: ChunkerSettings,
+        topics: Topics,
         store: ResultStore,
         extractor: Extractor,
         *,
@@ -104,8 +106,8 @@ class ChunkerHandler:
         job_status_ttl_s: float = _JOB_STATUS_TTL_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._chunker = settings.chunker
-        self._topics = Topics(settings.kafka.topic_prefix)
+        self._chunker = chunker
+        self._topics = topics
         self._store = store
         self._extractor = extractor
         self._metrics = metrics
