@@ -369,3 +369,9 @@ def test_a_task_tally_is_json_with_the_usage_and_refuses_other_text() -> None:
     for bad in ('{"status": "running"}', "[]", '{"status": "completed", "usage": {"pages": -1}}'):
         with pytest.raises(ValueError):
             rows.task_tally_from_json(bad)
+
+
+def test_rows_read_from_nulls_never_share_a_default_map() -> None:
+    stored = _stored(MAPPERS[0], JOB, AS_CASSANDRA) | {"options": None}
+    first, second = (rows.JOB_ROWS.from_columns(stored, AS_CASSANDRA) for _ in range(2))
+    assert first.options == second.options == {} and first.options is not second.options

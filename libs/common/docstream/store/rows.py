@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, Field, dataclass, fields
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -379,16 +379,30 @@ _USAGE = "usage"
 class _Field:
     name: str
     kind: ColumnType
-    has_default: bool
-    default: Any
+    default: Callable[[], Any] | None
+    """What a null reads as, made anew for each row (a default map is never shared between rows); None: the
+    field has no default."""
 
     def read(self, raw: Any, encoding: ColumnEncoding) -> Any:
         if raw is None:
             # a row written before the column existed; a field without a default reads null as its type does
-            if self.has_default:
-                return self.default
+            if self.default is not None:
+                return self.default()
             return self.kind.read(None, encoding) if self.kind.reads_null else None
         return self.kind.read(raw, encoding)
+
+
+def _null_default(f: Field[Any], reads_as: Mapping[str, Any]) -> Callable[[], Any] | None:
+    """What a null column of field ``f`` reads as: its default, its default factory, or ``reads_as[name]``."""
+    if f.default is not MISSING:
+        value = f.default
+        return lambda: value
+    if f.default_factory is not MISSING:
+        return f.default_factory
+    if f.name in reads_as:
+        given = reads_as[f.name]
+        return lambda: given
+    return None
 
 
 class RowMapping(Generic[R]):
@@ -429,14 +443,7 @@ class RowMapping(Generic[R]):
                 kind = column_type(hints[f.name])
             except TypeError as exc:
                 raise TypeError(f"{row_type.__name__}.{f.name}: {exc}") from None
-            if f.default is not MISSING:
-                default = f.default
-            elif f.default_factory is not MISSING:
-                default = f.default_factory()
-            else:
-                default = reads_as.get(f.name)
-            self._fields.append(_Field(f.name, kind, f.default is not MISSING or f.default_factory is not MISSING
-                                       or f.name in reads_as, default))
+            self._fields.append(_Field(f.name, kind, _null_default(f, reads_as)))
             if f.name not in element_columns:
                 columns.append(f.name)
         self._written = [f for f in self._fields if f.name not in element_columns]
