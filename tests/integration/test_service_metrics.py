@@ -26,7 +26,7 @@ from tests.fixtures.services import free_port, running_pipeline
 
 pytestmark = pytest.mark.integration
 
-# The metrics of DESIGN.md "Operations": consumer lag, batch size, batch wait, model latency,
+# The metrics of docs/operations.md "Observability": consumer lag, batch size, batch wait, model latency,
 # write latency, records in/out/failed, DLQ count.
 EXPECTED = {
     "docstream_consumer_lag": "gauge",

@@ -207,7 +207,8 @@ def test_measurement_times_every_candidate_on_real_length_texts(fp32_embedder: S
 
 
 def test_bf16_autocast_stays_within_cosine_of_fp32(fp32_embedder: SentenceTransformerEmbedder) -> None:
-    # The numeric claim of DESIGN.md, checked on every CPU (emulated, slower, where bf16 is not native).
+    # bf16 agrees with fp32 to a cosine of 0.9999 on these texts, checked on every CPU (emulated, slower,
+    # where bf16 is not native).
     bf16 = SentenceTransformerEmbedder(
         resolve_model_path(None), model_id="all-MiniLM-L6-v2", runtime=Runtime("cpu", "bf16", 2)
     )

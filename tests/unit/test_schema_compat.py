@@ -1,4 +1,4 @@
-"""Every schemas/*.avsc reads data written with its previous committed version (DESIGN.md "Avro").
+"""Every schemas/*.avsc reads data written with its previous committed version (docs/messaging.md "Schema evolution").
 
 The previous version of a schema is HEAD's when the working copy differs from HEAD, else the
 version just before the latest commit that touched the file. A schema with no previous version

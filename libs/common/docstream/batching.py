@@ -1,8 +1,8 @@
 """Micro-batching for the model: when a batch closes, what it holds, and in what order it runs. Pure.
 
 A batch closes when it holds ``max_batch_size`` records, or ``max_batch_tokens`` tokens, or
-its oldest record has waited ``max_latency_s`` — whichever comes first (DESIGN.md "Inference
-micro-batching") — or, through ``close_idle``, as soon as the model has nothing to run.
+its oldest record has waited ``max_latency_s`` — whichever comes first (docs/inference.md
+"Batching") — or, through ``close_idle``, as soon as the model has nothing to run.
 
 With ``pool_batches`` > 1 up to that many batches' worth of records wait together, and each
 batch is cut from them by length: the oldest waiting record and the records nearest to it in

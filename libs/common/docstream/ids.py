@@ -1,4 +1,4 @@
-"""Deterministic identities (DESIGN.md "Identity and idempotency"). Pure."""
+"""Deterministic identities (docs/architecture.md "Identity and idempotency"). Pure."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ _STAGE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 9
 
 
 class Metrics:
-    """The metrics of DESIGN.md "Operations", in one registry per process."""
+    """The metrics of docs/operations.md "Observability", in one registry per process."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()

@@ -14,7 +14,7 @@ def dlq_topic(topic: str) -> str:
 
 @dataclass(frozen=True)
 class Topics:
-    """The topics of DESIGN.md under one prefix (default ``docstream``)."""
+    """The topics of docs/architecture.md "Data flow" under one prefix (default ``docstream``)."""
 
     prefix: str = "docstream"
 

@@ -154,7 +154,7 @@ class StoreCalls:
 
 async def dead_letter(sink: Sink, msg: Incoming, error: BaseException, metrics: Metrics | None,
                       *, now_ms: int) -> None:
-    """Send ``msg`` to ``<topic>.dlq`` with the DLQ headers of DESIGN.md; returns once delivered."""
+    """Send ``msg`` to ``<topic>.dlq`` with the DLQ headers (docs/messaging.md "DLQ"); returns once delivered."""
     headers = dlq_headers(topic=msg.topic, partition=msg.partition, offset=msg.offset, error=error, attempts=1,
                           service=SERVICE, timestamp_ms=now_ms)
     await sink.send(dlq_topic(msg.topic), msg.key, msg.value, headers=headers)

@@ -1,6 +1,6 @@
 """Backward compatibility of Avro schemas (new reader, old writer) and sample records. Pure.
 
-DESIGN.md: evolution is backward compatible: new fields have defaults; nothing is renamed or
+docs/messaging.md "Schema evolution": evolution is backward compatible: new fields have defaults; nothing is renamed or
 removed. ``check_backward_compatible(old, new)`` applies Avro's schema-resolution rules
 (type promotion, unions, enums, named types) plus that policy, and lists what breaks.
 ``sample_records(schema)`` makes records that touch every field and every union branch and
@@ -184,7 +184,7 @@ def check_backward_compatible(old: Any, new: Any) -> list[str]:
     """What stops ``new`` (reader) from reading data written with ``old`` (writer).
 
     Besides Avro's resolution rules, a field of ``old`` missing from ``new`` counts as a
-    problem (DESIGN.md: nothing removed or renamed), as does a changed logical type.
+    problem (nothing is removed or renamed), as does a changed logical type.
 
     Args:
         old: the previous schema (JSON document as loaded).

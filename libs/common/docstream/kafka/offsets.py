@@ -1,9 +1,9 @@
 """OffsetTracker: which offsets are safe to commit when records finish out of order. Pure.
 
-DESIGN.md: a consumer commits an offset only after every effect of the record is done, and
-commits per partition up to the lowest offset not yet finished. Kafka's committed offset is
-the next offset to read, so for a partition whose tracked records are all done the commit
-offset is the last tracked offset + 1; otherwise it is the lowest pending offset.
+A consumer commits an offset only after every effect of the record is done (docs/architecture.md
+"Identity and idempotency"), and commits per partition up to the lowest offset not yet finished.
+Kafka's committed offset is the next offset to read, so for a partition whose tracked records are
+all done the commit offset is the last tracked offset + 1; otherwise it is the lowest pending offset.
 """
 
 from __future__ import annotations

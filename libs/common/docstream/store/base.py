@@ -1,4 +1,4 @@
-"""The ResultStore protocol and the rows it holds (DESIGN.md "Cassandra").
+"""The ResultStore protocol and the rows it holds (docs/storage.md).
 
 Every write is an upsert on a primary key built from deterministic ids: writing the
 same row any number of times leaves the same state. No counters, no read-before-write,
