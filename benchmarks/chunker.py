@@ -268,7 +268,7 @@ def verdicts(total_pages: int, rounds: int) -> dict[str, float]:
 
 def _child_process(documents: list[bytes]) -> float:
     """Pages/s through ProcessExtractor (the service's path), after the child has started."""
-    from docstream_chunker.worker import ChunkRequest, ProcessExtractor
+    from docstream_chunker.worker import ChunkRequest, ExtractorSettings, ProcessExtractor
 
     with tempfile.TemporaryDirectory() as folder:
         settings = Settings().with_overrides(object_store={"url": folder}, log={"level": "WARNING"})
@@ -277,7 +277,7 @@ def _child_process(documents: list[bytes]) -> float:
         for data in documents:
             sha = content_sha256(data)
             requests.append(ChunkRequest(objects.put(data, sha), sha, 256, 32, "bench.pdf"))
-        with ProcessExtractor(settings) as extractor:
+        with ProcessExtractor(ExtractorSettings.of(settings)) as extractor:
             extractor.extract(requests[0])
             started = time.perf_counter()
             pages = sum(extractor.extract(r).page_count for r in requests)

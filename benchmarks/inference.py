@@ -164,7 +164,8 @@ def _produce(settings: Settings, topic: str, chunks: list[ChunkCreated], serde: 
 
 def _wait_committed(settings: Settings, topic: str, ends: dict[int, int], timeout_s: float,
                     alive: Callable[[], bool] = lambda: True, *, task: str = "embed") -> None:
-    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group_id(settings, task),
+    group = group_id(settings.kafka, settings.inference, task)
+    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group,
                          "enable.auto.commit": False})
     deadline = time.monotonic() + timeout_s
     try:
@@ -222,7 +223,8 @@ def _service_run(base: Settings, embedder: Any, store: ResultStore, chunks: list
     serde = AvroSerde(settings.kafka)
     ends = _produce(settings, topics.chunks, chunks, serde)
     task = embedder if isinstance(embedder, Task) else EmbedTask(embedder)  # an Embedder runs as the embed task
-    pipeline = InferencePipeline(settings, task=task, store=store, serde=serde)
+    pipeline = InferencePipeline(settings.kafka, settings.inference, settings.retry, task=task, store=store,
+                                 serde=serde)
     runner = threading.Thread(target=pipeline.run, name="bench-pipeline")
     with rss.watching():
         runner.start()

@@ -73,8 +73,8 @@ def test_an_endpoint_outage_pauses_consumption_then_completes_with_nothing_lost(
                        "consumption paused")
             assert pipeline.ready  # waiting, not failed
             ends = end_offsets(produced)
-            wait_until(lambda: committed_offsets(kafka_bootstrap, group_id(settings), topics.chunks,
-                                                 sorted(ends)) == ends,
+            group = group_id(settings.kafka, settings.inference)
+            wait_until(lambda: committed_offsets(kafka_bootstrap, group, topics.chunks, sorted(ends)) == ends,
                        OUTAGE_S + 120, "every offset committed after the outage")
             completed_s = time.monotonic() - outage_started
             assert metric_value(metrics, "docstream_model_backend_up") == 1

@@ -41,7 +41,7 @@ from docstream.store.base import (
 from docstream.tasks.selection import job_tasks
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler
-from docstream_chunker.worker import InlineExtractor
+from docstream_chunker.worker import ExtractorSettings, InlineExtractor
 from docstream_ingest.api import create_app
 from docstream_ingest.apikeys import generate_api_key
 from tests.fixtures.documents import make_pdf
@@ -408,7 +408,7 @@ def test_cancel_ends_the_job_cancelled_and_the_chunker_skips_its_documents(stack
 
     # the chunker, meeting the job's records after the cancel, skips them: no chunks, rows skipped
     handler = ChunkerHandler(stack.settings.chunker, Topics(stack.settings.kafka.topic_prefix), stack.store,
-                             InlineExtractor(stack.settings))
+                             InlineExtractor(ExtractorSettings.of(stack.settings)))
     assert [handler.handle(record) for record in records] == [[], []]
     rows = list(stack.store.iter_job_documents(job_id))
     assert {(row.status, row.error_code) for row in rows} == {("skipped", "job_cancelled")}

@@ -64,8 +64,8 @@ def test_a_job_through_the_endpoint_under_429s_500s_and_resets_writes_exactly_it
             embedded = read_topic(kafka_bootstrap, topics.embedded, expected=len(chunks), serde=serde,
                                   timeout_s=120).records
             ends = end_offsets(produced)
-            wait_until(lambda: committed_offsets(kafka_bootstrap, group_id(settings), topics.chunks,
-                                                 sorted(ends)) == ends,
+            group = group_id(settings.kafka, settings.inference)
+            wait_until(lambda: committed_offsets(kafka_bootstrap, group, topics.chunks, sorted(ends)) == ends,
                        60, "every offset committed")
     finally:
         embedder.close()

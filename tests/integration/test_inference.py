@@ -302,7 +302,7 @@ def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(
     assert codes[:2] == ["model_error", "model_unavailable"]
     assert codes[2].startswith("schema")
     assert {m.value() for m in dead} >= {b"\x00not avro at all"}
-    committed = committed_offsets(broker, group_id(settings), topics.chunks, [0, 1])
+    committed = committed_offsets(broker, group_id(settings.kafka, settings.inference), topics.chunks, [0, 1])
     assert sum(committed.values()) == len(chunks) + 1  # everything, poison included, is done and committed
 
 
@@ -322,7 +322,7 @@ def test_chunks_of_jobs_that_did_not_ask_for_the_task_are_committed_past_without
     with running_pipeline(settings, embedder) as (pipeline, store):
         produce_chunks(broker, topics.chunks, chunks, serde)
         embedded = read_topic(broker, topics.embedded, expected=len(wanted), serde=serde, timeout_s=90).records
-        group = group_id(settings)
+        group = group_id(settings.kafka, settings.inference)
         wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == len(chunks),
                    60, "a commit past every chunk")
         rows = [r for doc_id in sorted({c.doc_id for c in chunks}) for r in store.iter_chunks(doc_id, MODEL_ID)]
@@ -346,7 +346,8 @@ def test_stop_drains_in_flight_batches_and_commits_them(
         pipeline.stop()
         wait_until(lambda: not pipeline.ready, 90, "the drain to finish")
         written = set(_rows(store, produced))
-    committed = committed_offsets(kafka_bootstrap, group_id(settings), topics.chunks, partitions_of(produced))
+    group = group_id(settings.kafka, settings.inference)
+    committed = committed_offsets(kafka_bootstrap, group, topics.chunks, partitions_of(produced))
     assert in_flight_at_stop > 0
     assert 0 < sum(committed.values()) < len(produced), "stopped mid-run"
     # drained: everything consumed was finished and committed, nothing beyond was written
@@ -367,12 +368,13 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_every_chunk_is_em
     chunks = make_chunks(prefix[-8:], 4, 5)
     with running_pipeline(settings, embedder, cls=_FirstConsumerOutsideGroup,
                           rejoin_timeout_s=3.0) as (pipeline, store):
+        group = group_id(settings.kafka, settings.inference)
         first = produce_chunks(broker, topics.chunks, chunks[:10], serde)
-        wait_until(lambda: sum(committed_offsets(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 10, 60,
+        wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == 10, 60,
                    "the first chunks committed", poll_s=0.25)
         wait_until(lambda: pipeline.consumers_replaced == 1, 30, "the consumer outside its group to be replaced")
         second = produce_chunks(broker, topics.chunks, chunks[10:], serde)
-        wait_until(lambda: sum(committed_offsets(broker, group_id(settings), topics.chunks, [0, 1]).values()) == 20, 90,
+        wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == 20, 90,
                    "the new consumer to commit the rest", poll_s=0.25)
         rows = _rows(store, first + second)
     assert pipeline.consumers_replaced == 1, "a consumer in its group is kept"
@@ -389,7 +391,7 @@ def test_static_assignment_takes_every_partition_without_a_group_and_commits_onl
     topics = Topics(prefix)
     serde = AvroSerde(settings.kafka)
     chunks = make_chunks(prefix[-8:], 24, 1)  # one chunk per document: the keys spread over both partitions
-    group = group_id(settings)
+    group = group_id(settings.kafka, settings.inference)
     fast = lambda: time.monotonic() * 100  # noqa: E731 - the membership watch's 1 s rejoin timeout passes in 10 ms
     ensure_topics(settings.kafka, topics)  # 2 partitions, before anything is produced
     first = produce_chunks(broker, topics.chunks, chunks[:12], serde)

@@ -57,7 +57,8 @@ def test_poison_bytes_go_to_the_dlq_and_the_loop_commits_past_them(
     group = unique_name("group")
     metrics = Metrics()
     handler = Echo(out)
-    loop = ConsumeLoop(loop_settings(broker), group_id=group, topics=[src], handler=handler, serde=serde,
+    settings = loop_settings(broker)
+    loop = ConsumeLoop(settings.kafka, settings.retry, group_id=group, topics=[src], handler=handler, serde=serde,
                        service="test-svc", metrics=metrics, commit_interval_s=0.1)
 
     with running_loop(loop) as errors:
@@ -92,7 +93,8 @@ def test_offsets_are_committed_only_after_the_outputs_are_delivered(
     # outputs wait in the producer (long linger) until the test flushes them
     producer = ReliableProducer(settings.kafka, overrides={"linger.ms": 60_000})
     handler = Echo(out)
-    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
+    loop = ConsumeLoop(settings.kafka, settings.retry,
+                       group_id=group, topics=[src], handler=handler, serde=serde, service="test",
                        producer=producer, commit_interval_s=0.05)
 
     with running_loop(loop) as errors:
@@ -126,7 +128,8 @@ def test_failing_handlers_are_retried_then_dead_lettered(
 
     group = unique_name("group")
     handler = Echo(out, fail)
-    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
+    loop = ConsumeLoop(settings.kafka, settings.retry,
+                       group_id=group, topics=[src], handler=handler, serde=serde, service="test",
                        commit_interval_s=0.1)
     with running_loop(loop) as errors:
         outputs = read_topic(broker, out, expected=2).messages
@@ -155,7 +158,8 @@ def test_a_transient_fault_past_the_retry_budget_is_fatal_and_commits_nothing_pa
             raise RetryableError("store unavailable")
 
     group = unique_name("group")
-    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=Echo(out, fail), serde=serde,
+    loop = ConsumeLoop(settings.kafka, settings.retry,
+                       group_id=group, topics=[src], handler=Echo(out, fail), serde=serde,
                        service="test", commit_interval_s=0.1)
 
     with pytest.raises(FatalError) as info:
@@ -172,7 +176,8 @@ def test_static_assignment_consumes_without_a_group_join(
     src, out, settings, serde = _chunks_in(broker, unique_name, create_topics, 4, partitions=2)
     group = unique_name("group")
     handler = Echo(out)
-    loop = ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service="test",
+    loop = ConsumeLoop(settings.kafka, settings.retry,
+                       group_id=group, topics=[src], handler=handler, serde=serde, service="test",
                        static_assignment=True)
 
     loop.run(max_idle_s=3)
@@ -192,8 +197,9 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_nothing_is_lost_o
     group = unique_name("group")
     handler = Echo(out)
     metrics = Metrics()
-    loop = _FirstConsumerOutsideGroup(settings, group_id=group, topics=[src], handler=handler, serde=serde,
-                                      service="test", metrics=metrics, commit_interval_s=0.1, rejoin_timeout_s=3.0)
+    loop = _FirstConsumerOutsideGroup(settings.kafka, settings.retry, group_id=group, topics=[src], handler=handler,
+                                      serde=serde, service="test", metrics=metrics, commit_interval_s=0.1,
+                                      rejoin_timeout_s=3.0)
 
     with running_loop(loop) as errors:
         wait_until(lambda: committed_offset(broker, group, src) == 4, 60, "the first records committed")

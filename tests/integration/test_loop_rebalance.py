@@ -52,7 +52,8 @@ def test_a_second_member_takes_over_partitions_without_losing_records(
     first, second = Echo(out), Echo(out)
 
     def loop(handler: Echo, name: str) -> ConsumeLoop:
-        return ConsumeLoop(settings, group_id=group, topics=[src], handler=handler, serde=serde, service=name,
+        return ConsumeLoop(settings.kafka, settings.retry,
+                           group_id=group, topics=[src], handler=handler, serde=serde, service=name,
                            commit_interval_s=0.1)
 
     _produce_wave(broker, src, serde, 0)

@@ -17,7 +17,7 @@ from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, carry, utc_now
-from docstream.settings import ChunkerSettings, Settings
+from docstream.settings import ChunkerSettings, KafkaSettings
 from docstream.store.base import TERMINAL_DOC_STATES, DocState, DocumentRow, JobDocumentRow, ResultStore
 from docstream.topics import Topics
 from docstream.usage import STAGE_CHUNKER, Usage, apportion
@@ -36,14 +36,14 @@ _JOB_STATUS_CACHE_SIZE = 10_000
 _TEXT_LAYER = ChunkSource("text_layer", None, ())
 
 
-def max_poll_interval_ms(settings: Settings) -> int:
+def max_poll_interval_ms(kafka: KafkaSettings, chunker: ChunkerSettings) -> int:
     """A consumer max.poll.interval.ms long enough for one document at its longest time limit (and retries).
 
     The longest is ``chunker.max_timeout_s``, which a document OCRed on many pages grows to
     (``docstream_chunker.provenance.time_limit``): the poll loop waits for the document that long.
     """
-    needed = int((settings.chunker.max_timeout_s + 30.0) * 1000) * 2
-    return max(int(settings.kafka.max_poll_interval_ms), needed)
+    needed = int((chunker.max_timeout_s + 30.0) * 1000) * 2
+    return max(int(kafka.max_poll_interval_ms), needed)
 
 
 def chunk_request(submitted: DocumentSubmitted, chunker: ChunkerSettings) -> ChunkRequest:

@@ -13,7 +13,7 @@ from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler, max_poll_interval_ms
-from docstream_chunker.worker import ProcessExtractor
+from docstream_chunker.worker import ExtractorSettings, ProcessExtractor
 
 __all__ = ["ChunkerService", "build_chunker", "main"]
 
@@ -49,16 +49,16 @@ def build_chunker(
     ``poll_timeout_s`` bounds how long a ``stop()`` waits for the loop to notice it; ``producer``
     (not closed by the service) replaces the loop's own.
     """
-    settings = settings.with_overrides(kafka={"max_poll_interval_ms": max_poll_interval_ms(settings)})
-    extractor = ProcessExtractor(settings)
-    topics = Topics(settings.kafka.topic_prefix)
+    kafka = settings.kafka.model_copy(
+        update={"max_poll_interval_ms": max_poll_interval_ms(settings.kafka, settings.chunker)})
+    extractor = ProcessExtractor(ExtractorSettings.of(settings))
+    topics = Topics(kafka.topic_prefix)
     loop = ConsumeLoop(
-        settings,
+        kafka, settings.retry,
         group_id=settings.chunker.group_id or topics.group("chunker"),
         topics=[topics.submitted],
-        handler=ChunkerHandler(settings.chunker, Topics(settings.kafka.topic_prefix), store, extractor,
-                               metrics=metrics),
-        serde=AvroSerde(settings.kafka),
+        handler=ChunkerHandler(settings.chunker, topics, store, extractor, metrics=metrics),
+        serde=AvroSerde(kafka),
         service="chunker",
         metrics=metrics,
         static_assignment=static_assignment,

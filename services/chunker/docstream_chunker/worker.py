@@ -39,18 +39,44 @@ from docstream.errors import ConfigError, DocstreamError, DocumentError, FatalEr
 from docstream.ids import content_sha256
 from docstream.logging import configure_logging, get_logger
 from docstream.objectstore import ObjectStore
-from docstream.settings import Settings
+from docstream.settings import ChunkerSettings, ObjectStoreSettings, Settings
 from docstream.tokenization import ModelTokenCounter, load_token_counter
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
 from docstream_chunker.provenance import time_limit
 
-__all__ = ["ChunkRequest", "DocumentProcessor", "Extractor", "InlineExtractor", "ProcessExtractor", "lower_priority"]
+__all__ = [
+    "ChunkRequest",
+    "DocumentProcessor",
+    "Extractor",
+    "ExtractorSettings",
+    "InlineExtractor",
+    "ProcessExtractor",
+    "lower_priority",
+]
 
 _log = get_logger(__name__)
 _FETCH_CODES = frozenset({"source_not_found", "source_unreadable", "source_not_allowed"})
 _START_TIMEOUT_S = 120.0
 _KILL_GRACE_S = 2.0
 _OCR_PROGRESS_EVERY = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractorSettings:
+    """What extraction reads, and all a child process is sent: the chunker's limits and OCR, where
+    documents are read from, the model whose tokenizer counts the tokens, and the child's log level."""
+
+    chunker: ChunkerSettings
+    object_store: ObjectStoreSettings
+    model_path: str | None
+    model_id: str
+    log_level: str = "INFO"
+
+    @classmethod
+    def of(cls, settings: Settings) -> ExtractorSettings:
+        """The extraction's sections of ``settings`` (the tokenizer: ``inference.model_path``/``model_id``)."""
+        return cls(settings.chunker, settings.object_store, settings.inference.model_path,
+                   settings.inference.model_id, settings.log.level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +114,12 @@ class DocumentProcessor:
         ConfigError: the tokenizer or the object store cannot be loaded.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ExtractorSettings) -> None:
         self._chunker = settings.chunker
         self._objects = ObjectStore(settings.object_store)
         # the OCR engine opens on the first page that needs it, in whichever process runs this
         self._ocr = PageOcr(settings.chunker.ocr)
-        self.counter: ModelTokenCounter = load_token_counter(settings.inference.model_path, settings.inference.model_id)
+        self.counter: ModelTokenCounter = load_token_counter(settings.model_path, settings.model_id)
 
     def process(
         self, request: ChunkRequest, *, on_ocr_page: Callable[[OcrPageStarted], None] | None = None
@@ -144,7 +170,7 @@ class DocumentProcessor:
 class InlineExtractor:
     """``DocumentProcessor`` in the calling process."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ExtractorSettings) -> None:
         self._processor = DocumentProcessor(settings)
 
     def extract(
@@ -168,11 +194,11 @@ def lower_priority(nice: int) -> None:
             _log.warning("extractor_nice_failed", nice=nice, error=str(exc))
 
 
-def _serve(conn: Connection, settings: Settings) -> None:
+def _serve(conn: Connection, settings: ExtractorSettings) -> None:
     """The child: answer requests until told to stop or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the child ends
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    configure_logging(level=settings.log.level, fmt="json", service="chunker-extractor")
+    configure_logging(level=settings.log_level, fmt="json", service="chunker-extractor")
     lower_priority(settings.chunker.extraction_nice)
     try:
         processor = DocumentProcessor(settings)
@@ -213,7 +239,7 @@ class ProcessExtractor:
     """``DocumentProcessor`` in a spawned child process, killed when a document overruns.
 
     Args:
-        settings: all settings (chunker limits, object store, model path, log level).
+        settings: what extraction reads (``ExtractorSettings.of(settings)``), sent to the child.
         recycle_rss_bytes: restart the child after a document that left it bigger than this.
 
     Raises:
@@ -221,7 +247,7 @@ class ProcessExtractor:
         FatalError: the child does not start.
     """
 
-    def __init__(self, settings: Settings, *, recycle_rss_bytes: int = 1 << 30) -> None:
+    def __init__(self, settings: ExtractorSettings, *, recycle_rss_bytes: int = 1 << 30) -> None:
         self._settings = settings
         self._recycle_rss_bytes = recycle_rss_bytes
         self._context = multiprocessing.get_context("spawn")

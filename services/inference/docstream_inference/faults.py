@@ -4,20 +4,27 @@
 * ``fail_chunk_text``: a forward pass raises ``InjectedModelError`` when any of its texts contains it.
 * ``crash_after_write`` (+ ``crash_after_batches``): ``CrashSwitch.after_write`` ends the
   process with ``os._exit`` right after a store write, before its produce and commit.
+* ``embed_log``: ``EmbedLog`` appends the chunk_id of every chunk the model ran to a file.
+
+``stage_hooks`` turns the last two into the pipeline's ``StageHooks``; production runs none.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import FaultSettings
 from docstream.tasks.base import ChunkOutput, PreparedTexts, Task, TaskRequest, bind_task_metrics, close_task
+from docstream_inference.stages import StageHooks
 
-__all__ = ["CRASH_EXIT_CODE", "CrashSwitch", "FaultyTask", "InjectedModelError", "with_faults"]
+__all__ = ["CRASH_EXIT_CODE", "CrashSwitch", "EmbedLog", "FaultyTask", "InjectedModelError", "stage_hooks",
+           "with_faults"]
 
 CRASH_EXIT_CODE = 86
 """Exit status of a process ended by ``crash_after_write``."""
@@ -123,3 +130,23 @@ class CrashSwitch:
         if self._writes > self._batches_before:
             _log.warning("fault_crash_after_write", batches_written=self._writes)
             os._exit(CRASH_EXIT_CODE)
+
+
+class EmbedLog:
+    """Appends the chunk_id of every chunk the model ran to a file (``faults.embed_log``)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+
+    def __call__(self, chunk_ids: Sequence[str]) -> None:
+        with self._lock, self._path.open("a", encoding="utf-8") as out:
+            out.writelines(f"{chunk_id}\n" for chunk_id in chunk_ids)
+
+
+def stage_hooks(faults: FaultSettings) -> StageHooks:
+    """The stage callbacks of the configured faults (none when every fault is off)."""
+    return StageHooks(
+        after_write=CrashSwitch(faults).after_write if faults.crash_after_write else None,
+        on_embedded=EmbedLog(faults.embed_log) if faults.embed_log else None,
+    )

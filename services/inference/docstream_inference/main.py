@@ -13,7 +13,7 @@ from docstream.store import ResultStore
 from docstream.tasks.base import Task, close_task
 from docstream.tasks.registry import load_task
 from docstream.topics import Topics
-from docstream_inference.faults import with_faults
+from docstream_inference.faults import stage_hooks, with_faults
 from docstream_inference.pipeline import SERVICE, InferencePipeline
 
 __all__ = ["build_inference", "load_model", "main"]
@@ -35,9 +35,11 @@ def build_inference(
     ``static_assignment`` takes every partition without a group join (``docstream run`` only);
     ``producer`` (not closed by the pipeline) replaces the pipeline's own.
     """
-    return InferencePipeline(settings, task=task if task is not None else load_model(settings),
+    return InferencePipeline(settings.kafka, settings.inference, settings.retry,
+                             task=task if task is not None else load_model(settings),
                              store=store, serde=AvroSerde(settings.kafka), metrics=metrics, producer=producer,
-                             static_assignment=static_assignment)
+                             static_assignment=static_assignment, run_unrequested=settings.tasks.run_unrequested,
+                             hooks=stage_hooks(settings.faults))
 
 
 def main(settings: Settings) -> int:

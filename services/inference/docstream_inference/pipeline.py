@@ -34,11 +34,10 @@ from docstream.kafka.offsets import TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
-from docstream.settings import Settings
+from docstream.settings import InferenceSettings, KafkaSettings, RetrySettings
 from docstream.store.base import ResultStore
 from docstream.tasks.base import EMBED, Task, bind_task_metrics
 from docstream.topics import Topics
-from docstream_inference.faults import CrashSwitch
 from docstream_inference.handler import request_for
 from docstream_inference.ledger import DLQ, AckLedger
 from docstream_inference.stages import (
@@ -46,11 +45,11 @@ from docstream_inference.stages import (
     Assignments,
     BatchStage,
     BatchStats,
-    EmbedLog,
     Inbox,
     ModelBatch,
     ModelStage,
     ResultBatch,
+    StageHooks,
     StoredResults,
     Work,
     WriteStage,
@@ -66,17 +65,19 @@ _ROOM_SLICE_S = 0.02  # a wait for room in Q0 looks for a stop this often (a tak
 _PAUSE_AFTER_S = 0.1  # Q0 full this long: pause the partitions (a shorter stall just stops fetching)
 
 
-def group_id(settings: Settings, task: str = EMBED) -> str:
+def group_id(kafka: KafkaSettings, inference: InferenceSettings, task: str = EMBED) -> str:
     """The consumer group the inference processes of ``task`` join: ``inference.group_id``, else
     ``<prefix>-inference`` for embed and ``<prefix>-inference-<task>`` for the others (a group per task)."""
-    return settings.inference.group_id or Topics(settings.kafka.topic_prefix).inference_group(task)
+    return inference.group_id or Topics(kafka.topic_prefix).inference_group(task)
 
 
 class InferencePipeline:
     """The inference service's pipeline; ``run()`` blocks until stopped or failed.
 
     Args:
-        settings: all settings (kafka, inference, retry, faults).
+        kafka: the cluster, the topic prefix and the consumer's settings.
+        inference: batching, queues, the group id and stored-result reuse.
+        retry: the attempts and backoff of decodes, writes and produces.
         task: the loaded (warmed-up) task runner (``docstream.tasks.registry.load_task``); the pipeline
             calls its optional ``bind_metrics``. Whoever loaded it closes it (``close_task``) after ``run``.
         store: the result store (migrated).
@@ -93,11 +94,16 @@ class InferencePipeline:
             group, as ConsumeLoop's option of that name: no group join delay and no rebalancing, for a
             process that is the only consumer of the topic (``docstream run``). Offsets are still
             committed to the group, after the writes, and read back from it at the start.
+        run_unrequested: run every chunk, also those whose job did not ask for the task
+            (``tasks.run_unrequested``: a replay of a new task over old chunks).
+        hooks: callbacks into the stages (the chaos tests' faults: ``faults.stage_hooks``); none by default.
     """
 
     def __init__(
         self,
-        settings: Settings,
+        kafka: KafkaSettings,
+        inference: InferenceSettings,
+        retry: RetrySettings,
         *,
         task: Task,
         store: ResultStore,
@@ -110,10 +116,16 @@ class InferencePipeline:
         clock: Callable[[], float] = time.monotonic,
         rejoin_timeout_s: float = 120.0,
         static_assignment: bool = False,
+        run_unrequested: bool = False,
+        hooks: StageHooks | None = None,
     ) -> None:
-        self._settings = settings
+        self._kafka = kafka
+        self._inference = inference
+        self._retry = retry
+        self._run_unrequested = run_unrequested
+        self._hooks = hooks or StageHooks()
         self._task = task
-        self._group_id = group_id(settings, task.name)
+        self._group_id = group_id(kafka, inference, task.name)
         self._store = store
         self._serde = serde
         self._metrics = metrics or Metrics()
@@ -124,8 +136,7 @@ class InferencePipeline:
         self._revoke_grace_s = revoke_grace_s
         self._commit_interval_s = commit_interval_s
         self._clock = clock
-        self._topics = Topics(settings.kafka.topic_prefix)
-        inference = settings.inference
+        self._topics = Topics(kafka.topic_prefix)
         self._q0: Inbox[Any] = Inbox(maxsize=inference.queue_batches * inference.max_batch_size)
         self._held: deque[Work] = deque()
         self._positions: dict[TopicPartitionKey, tuple[int, int]] = {}  # (generation, next offset) taken
@@ -142,7 +153,7 @@ class InferencePipeline:
         self._ready = False
         self._stages: list[Any] = []
         self._committer = Committer(
-            settings.kafka, group_id=self._group_id, topics=[self._topics.chunks], service=SERVICE,
+            kafka, group_id=self._group_id, topics=[self._topics.chunks], service=SERVICE,
             book=self._ledger, metrics=self._metrics, clock=clock, static_assignment=static_assignment,
             rejoin_timeout_s=rejoin_timeout_s, member_id=self._member_id,
             hooks=RebalanceHooks(assigned=self._assigned, revoking=self._finish_revoked,
@@ -189,9 +200,8 @@ class InferencePipeline:
         Raises:
             FatalError: a stage failed (a transient fault outlived its retries, a bug, a fatal client error).
         """
-        settings = self._settings
         # not ``or``: an empty ReliableProducer is falsy (__len__), and a given one must be used, not leaked
-        producer = self._producer if self._producer is not None else ReliableProducer(settings.kafka, client_id=SERVICE)
+        producer = self._producer if self._producer is not None else ReliableProducer(self._kafka, client_id=SERVICE)
         self._committer.start()
         writer = self._start_stages(producer)
         try:
@@ -215,8 +225,7 @@ class InferencePipeline:
     # -- stages -------------------------------------------------------------------------------
 
     def _start_stages(self, producer: ReliableProducer) -> WriteStage:
-        settings = self._settings
-        inference = settings.inference
+        inference = self._inference
         q1: queue.Queue[ModelBatch] = queue.Queue(maxsize=inference.queue_batches)
         q2: queue.Queue[ResultBatch] = queue.Queue(maxsize=inference.queue_batches)
         policy = BatchPolicy(inference.max_batch_size, inference.max_batch_tokens, inference.max_latency_ms / 1000,
@@ -226,12 +235,10 @@ class InferencePipeline:
         writer = WriteStage(
             inbox=q2, store=self._store, producer=producer, dlq=DlqRouter(producer, SERVICE),
             serialize=self._serde.serialize, embedded_topic=self._topics.embedded, ledger=self._ledger,
-            assignments=self._assignments, retry=settings.retry, **common,
-            after_write=CrashSwitch(settings.faults).after_write if settings.faults.crash_after_write else None,
+            assignments=self._assignments, retry=self._retry, after_write=self._hooks.after_write, **common,
         )
-        model = ModelStage(inbox=q1, outbox=q2, task=self._task, attempts=settings.retry.handler_attempts,
-                           on_embedded=EmbedLog(settings.faults.embed_log) if settings.faults.embed_log else None,
-                           **common)
+        model = ModelStage(inbox=q1, outbox=q2, task=self._task, attempts=self._retry.handler_attempts,
+                           on_embedded=self._hooks.on_embedded, **common)
         self._stages = [
             BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), task=self._task,
                        assignments=self._assignments, history=self._history,
@@ -375,13 +382,13 @@ class InferencePipeline:
             return
         self._positions[tp] = (generation, offset + 1)
         self._metrics.records_in.labels(SERVICE, tp[0]).inc()
-        outcome = run_with_retries(lambda: self._decode(msg), retry=self._settings.retry, wait=self._halt.wait)
+        outcome = run_with_retries(lambda: self._decode(msg), retry=self._retry, wait=self._halt.wait)
         if outcome.interrupted:
             return
         if outcome.error is not None or outcome.value is None:
             self._dead_letter_input(msg, tp, offset, outcome.error, outcome.attempts, writer)
             return
-        request = request_for(outcome.value, self._task.name, run_unrequested=self._settings.tasks.run_unrequested)
+        request = request_for(outcome.value, self._task.name, run_unrequested=self._run_unrequested)
         if request is None:
             self._ledger.skip(tp, offset)  # the job did not ask for this task: nothing to do, nothing owed
             return

@@ -41,7 +41,7 @@ from docstream.errors import ConfigError, InputError
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
-from docstream.settings import Settings
+from docstream.settings import ObjectStoreSettings, Settings
 from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
@@ -199,20 +199,20 @@ def _upload_candidate(upload: Upload) -> _Candidate:
     )
 
 
-def _open_uri(uri: str, objects: ObjectStore, settings: Settings) -> IO[bytes]:
+def _open_uri(uri: str, objects: ObjectStore, settings: ObjectStoreSettings) -> IO[bytes]:
     """The bytes at a source URI, confined like the chunker's reads (``ObjectStore.check_uri``)."""
     path = objects.check_uri(uri)
     scheme = urlsplit(uri).scheme.lower() or "file"
     if scheme == "file":
         return _open_file(Path(path))
-    store_scheme = urlsplit(settings.object_store.url).scheme.lower() or "file"
-    options: dict[str, Any] = dict(settings.object_store.storage_options) if scheme == store_scheme else {}
+    store_scheme = urlsplit(settings.url).scheme.lower() or "file"
+    options: dict[str, Any] = dict(settings.storage_options) if scheme == store_scheme else {}
     fs, _ = url_to_fs(uri, **options)
     stream: IO[bytes] = fs.open(path, "rb")
     return stream
 
 
-def _uri_candidate(uri: str, objects: ObjectStore, settings: Settings) -> _Candidate:
+def _uri_candidate(uri: str, objects: ObjectStore, settings: ObjectStoreSettings) -> _Candidate:
     name = unquote(urlsplit(uri).path).rsplit("/", 1)[-1]
     return _Candidate(uri, name, partial(_open_uri, uri, objects, settings), lambda: None, in_place=uri)
 
@@ -636,7 +636,7 @@ def submit_uris(uris: Sequence[str], request: JobRequest, clients: IntakeClients
         FatalError: as ``submit_paths``.
     """
     return _submit(
-        lambda collected: (_uri_candidate(uri, collected.objects, collected.settings) for uri in uris),
+        lambda collected: (_uri_candidate(uri, collected.objects, collected.settings.object_store) for uri in uris),
         request,
         clients,
     )

@@ -40,7 +40,7 @@ from docstream.kafka.offsets import OffsetTracker, TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import AnyRecord
-from docstream.settings import Settings
+from docstream.settings import KafkaSettings, RetrySettings
 
 __all__ = ["ConsumeLoop", "Envelope", "Handler", "Output"]
 
@@ -93,7 +93,8 @@ class ConsumeLoop:
     """Consume ``topics`` as ``group_id``, run ``handler`` per record, produce its outputs, commit what is done.
 
     Args:
-        settings: all settings (kafka, retry).
+        kafka: the cluster and the consumer's and producer's settings.
+        retry: the attempts and backoff of a handler's transient failures.
         group_id: consumer group.
         topics: topics to consume.
         handler: the service's transform; may raise PoisonRecord (DLQ), RetryableError (backoff) or FatalError.
@@ -112,7 +113,8 @@ class ConsumeLoop:
 
     def __init__(
         self,
-        settings: Settings,
+        kafka: KafkaSettings,
+        retry: RetrySettings,
         *,
         group_id: str,
         topics: Sequence[str],
@@ -130,7 +132,8 @@ class ConsumeLoop:
     ) -> None:
         if not topics:
             raise ValueError("ConsumeLoop needs at least one topic")
-        self._settings = settings
+        self._kafka = kafka
+        self._retry = retry
         self._group_id = group_id
         self._topics = list(topics)
         self._handler = handler
@@ -145,7 +148,7 @@ class ConsumeLoop:
         self._flush_timeout_s = flush_timeout_s
         self._tracker = OffsetTracker()
         self._committer = Committer(
-            settings.kafka, group_id=group_id, topics=self._topics, service=service, book=self._tracker,
+            kafka, group_id=group_id, topics=self._topics, service=service, book=self._tracker,
             metrics=self._metrics, hooks=RebalanceHooks(revoking=self._flush_before_revoke),
             static_assignment=static_assignment, rejoin_timeout_s=rejoin_timeout_s, member_id=self._member_id,
         )
@@ -177,7 +180,7 @@ class ConsumeLoop:
             RetryableError: an output could not be delivered (after librdkafka's own retries).
         """
         if self._producer is None:
-            self._producer = ReliableProducer(self._settings.kafka, client_id=self._service)
+            self._producer = ReliableProducer(self._kafka, client_id=self._service)
         producer = self._producer
         dlq = DlqRouter(producer, self._service)
         failed = True
@@ -240,7 +243,7 @@ class ConsumeLoop:
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(service=self._service, topic=topic, partition=partition, offset=offset)
         outcome = run_with_retries(
-            lambda: self._attempt(msg), retry=self._settings.retry, wait=self._wait, on_retry=self._on_retry
+            lambda: self._attempt(msg), retry=self._retry, wait=self._wait, on_retry=self._on_retry
         )
         if outcome.interrupted:
             return  # stopping: the record stays pending, so nothing is committed past it
