@@ -10,6 +10,7 @@ import pytest
 
 from docstream.errors import PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted
+from docstream.tasks.fold_embed import EmbedFold, unpack_floats
 from docstream_reducer.aggregation import (
     ALL_CHUNKS_FAILED,
     ChunkCountMismatchError,
@@ -26,6 +27,8 @@ from docstream_reducer.aggregation import (
     job_status,
     record_document,
 )
+
+EMBED_FOLD = EmbedFold()
 
 T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
 SETTINGS = "chunker=v1;max_tokens=256;overlap=32"
@@ -49,7 +52,7 @@ def _run(chunks: list[ChunkEmbedded]) -> tuple[DocumentState | CompletionMarker 
     state: DocumentState | CompletionMarker | None = None
     done: list[DocumentCompleted] = []
     for chunk in chunks:
-        state, completed = apply(state, chunk)
+        state, completed = apply(state, chunk, EMBED_FOLD)
         if completed is not None:
             done.append(completed)
     return state, done
@@ -81,8 +84,8 @@ def test_out_of_order_and_duplicated_results_give_the_same_document() -> None:
 
 
 def test_duplicate_returns_the_same_state_object() -> None:
-    state, _ = apply(None, _chunk(0, 2))
-    again, completed = apply(state, _chunk(0, 2, vector=[9.0, 9.0]))
+    state, _ = apply(None, _chunk(0, 2), EMBED_FOLD)
+    again, completed = apply(state, _chunk(0, 2, vector=[9.0, 9.0]), EMBED_FOLD)
     assert again is state
     assert completed is None
 
@@ -90,15 +93,15 @@ def test_duplicate_returns_the_same_state_object() -> None:
 def test_duplicates_after_completion_change_nothing() -> None:
     state, done = _run([_chunk(0, 2), _chunk(1, 2)])
     assert len(done) == 1
-    again, completed = apply(state, _chunk(1, 2))
+    again, completed = apply(state, _chunk(1, 2), EMBED_FOLD)
     assert again is state and completed is None
     marker = CompletionMarker("completed", 2, 0, 0)
-    kept, completed = apply(marker, _chunk(0, 2))
+    kept, completed = apply(marker, _chunk(0, 2), EMBED_FOLD)
     assert kept is marker and completed is None
 
 
 def test_document_with_one_chunk_completes_at_once() -> None:
-    state, completed = apply(None, _chunk(0, 1, vector=[0.25, -0.5], tokens=5))
+    state, completed = apply(None, _chunk(0, 1, vector=[0.25, -0.5], tokens=5), EMBED_FOLD)
     assert completed is not None
     assert completed.status == "completed"
     assert completed.embedding == pytest.approx([0.25, -0.5])
@@ -123,7 +126,7 @@ def test_an_ok_result_replacing_a_failure_completes_the_document_again() -> None
     assert done[0].status == "partial"
     assert isinstance(state, DocumentState) and state.has_failed(1)
     # the dead letter replayed: chunk 1 now embedded
-    again, completed = apply(state, _chunk(1, 3, vector=[1.0, 1.0], at=T0 + timedelta(minutes=5)))
+    again, completed = apply(state, _chunk(1, 3, vector=[1.0, 1.0], at=T0 + timedelta(minutes=5)), EMBED_FOLD)
     assert completed is not None and isinstance(again, DocumentState)
     assert (completed.status, completed.failed_chunks, completed.token_count, completed.error) == (
         "completed", 0, 30, None)
@@ -132,7 +135,7 @@ def test_an_ok_result_replacing_a_failure_completes_the_document_again() -> None
     assert not again.has_failed(1) and again.received_count == 3
     # now a duplicate either way
     for late in (_chunk(1, 3, vector=[5.0, 5.0]), _chunk(1, 3, ok=False)):
-        same, nothing = apply(again, late)
+        same, nothing = apply(again, late, EMBED_FOLD)
         assert same is again and nothing is None
 
 
@@ -140,23 +143,23 @@ def test_a_failure_never_replaces_an_ok_result_and_repeats_are_duplicates() -> N
     state, _ = _run([_chunk(0, 2, ok=False), _chunk(1, 2)])
     assert isinstance(state, DocumentState)
     for late in (_chunk(1, 2, ok=False), _chunk(0, 2, ok=False)):
-        same, nothing = apply(state, late)
+        same, nothing = apply(state, late, EMBED_FOLD)
         assert same is state and nothing is None
 
 
 def test_a_replaced_failure_before_completion_just_counts() -> None:
     state, _ = _run([_chunk(0, 3, ok=False)])
-    state, completed = apply(state, _chunk(0, 3))
+    state, completed = apply(state, _chunk(0, 3), EMBED_FOLD)
     assert completed is None and isinstance(state, DocumentState) and state.failed_chunks == 0
-    state, completed = apply(state, _chunk(1, 3))
-    state, completed = apply(state, _chunk(2, 3))
+    state, completed = apply(state, _chunk(1, 3), EMBED_FOLD)
+    state, completed = apply(state, _chunk(2, 3), EMBED_FOLD)
     assert completed is not None and completed.status == "completed"
 
 
 def test_an_all_failed_document_becomes_partial_when_one_chunk_is_replayed() -> None:
     state, done = _run([_chunk(0, 2, ok=False), _chunk(1, 2, ok=False)])
     assert done[0].status == "failed"
-    _, completed = apply(state, _chunk(0, 2, vector=[3.0]))
+    _, completed = apply(state, _chunk(0, 2, vector=[3.0]), EMBED_FOLD)
     assert completed is not None and completed.status == "partial" and completed.embedding == pytest.approx([3.0])
 
 
@@ -174,9 +177,9 @@ def test_zero_token_chunks_still_weigh() -> None:
 
 
 def test_chunk_count_disagreement_is_a_typed_poison_error_and_not_merged() -> None:
-    state, _ = apply(None, _chunk(0, 3))
+    state, _ = apply(None, _chunk(0, 3), EMBED_FOLD)
     with pytest.raises(ChunkCountMismatchError) as info:
-        apply(state, _chunk(1, 4))
+        apply(state, _chunk(1, 4), EMBED_FOLD)
     assert info.value.code == "chunk_count_mismatch"
     assert isinstance(info.value, PoisonRecord)
     assert "chunk_count 4" in info.value.message
@@ -184,29 +187,29 @@ def test_chunk_count_disagreement_is_a_typed_poison_error_and_not_merged() -> No
     state, done = _run([_chunk(0, 3), _chunk(1, 3), _chunk(2, 3)])
     assert len(done) == 1
     with pytest.raises(ChunkCountMismatchError):
-        apply(CompletionMarker("completed", 3, 0, 0), _chunk(0, 5))
+        apply(CompletionMarker("completed", 3, 0, 0), _chunk(0, 5), EMBED_FOLD)
 
 
 @pytest.mark.parametrize(("index", "count"), [(-1, 3), (3, 3), (0, 0)])
 def test_index_outside_the_document_is_rejected(index: int, count: int) -> None:
     with pytest.raises(ChunkIndexError) as info:
-        apply(None, _chunk(index, count))
+        apply(None, _chunk(index, count), EMBED_FOLD)
     assert info.value.code == "chunk_index_out_of_range"
 
 
 def test_embedding_dimension_change_is_rejected() -> None:
-    state, _ = apply(None, _chunk(0, 2, vector=[1.0, 2.0]))
+    state, _ = apply(None, _chunk(0, 2, vector=[1.0, 2.0]), EMBED_FOLD)
     with pytest.raises(EmbeddingDimensionError):
-        apply(state, _chunk(1, 2, vector=[1.0, 2.0, 3.0]))
+        apply(state, _chunk(1, 2, vector=[1.0, 2.0, 3.0]), EMBED_FOLD)
     with pytest.raises(EmbeddingDimensionError):
-        apply(None, _chunk(0, 2, vector=[]))
+        apply(None, _chunk(0, 2, vector=[]), EMBED_FOLD)
 
 
 def test_state_json_round_trip_is_exact_and_compact_for_large_documents() -> None:
     count = 10_000
     state: DocumentState | CompletionMarker | None = None
     for i in range(0, count, 3):
-        state, _ = apply(state, _chunk(i, count, vector=[0.1 * i, 1 / 3], tokens=i % 17))
+        state, _ = apply(state, _chunk(i, count, vector=[0.1 * i, 1 / 3], tokens=i % 17), EMBED_FOLD)
     assert isinstance(state, DocumentState)
     encoded = json.dumps(state.to_json())
     assert len(encoded) < 4_500  # two bitmaps of 1 250 bytes, base64 ~1 700 chars each
@@ -219,7 +222,7 @@ def test_state_json_round_trip_is_exact_and_compact_for_large_documents() -> Non
 def test_embedding_sum_is_stored_as_packed_float64_and_round_trips_exactly() -> None:
     rng = random.Random(3)
     vector = [rng.uniform(-1, 1) for _ in range(384)] + [-0.0, 5e-324, 1.7976931348623157e308, 1 / 3]
-    state, _ = apply(None, _chunk(0, 2, vector=vector, tokens=213))
+    state, _ = apply(None, _chunk(0, 2, vector=vector, tokens=213), EMBED_FOLD)
     assert isinstance(state, DocumentState)
     data = state.to_json()
     assert isinstance(data["embedding_sum"], str)  # base64 of little-endian float64, not a JSON list
@@ -228,22 +231,28 @@ def test_embedding_sum_is_stored_as_packed_float64_and_round_trips_exactly() -> 
     restored = decode_entry(json.loads(encoded))
     assert restored == state
     assert isinstance(restored, DocumentState)
-    assert [repr(x) for x in restored.embedding_sum] == [repr(x) for x in state.embedding_sum]  # -0.0 included
+    assert [repr(x) for x in _vector_sum(restored)] == [repr(x) for x in _vector_sum(state)]  # -0.0 included
 
 
 def test_state_written_with_embedding_sum_as_a_json_list_still_loads() -> None:
     """States in changelogs written before the packed format keep loading, and fold on the same."""
-    state, _ = apply(None, _chunk(0, 3, vector=[0.1, -2.5, 1 / 3], tokens=7))
+    state, _ = apply(None, _chunk(0, 3, vector=[0.1, -2.5, 1 / 3], tokens=7), EMBED_FOLD)
     assert isinstance(state, DocumentState)
-    old = {**state.to_json(), "embedding_sum": list(state.embedding_sum)}
+    old = {**state.to_json(), "embedding_sum": list(_vector_sum(state))}
     restored = decode_entry(json.loads(json.dumps(old)))
     assert restored == state
-    assert apply(restored, _chunk(1, 3, vector=[1.0, 1.0, 1.0])) == apply(state, _chunk(1, 3, vector=[1.0, 1.0, 1.0]))
+    next_chunk = _chunk(1, 3, vector=[1.0, 1.0, 1.0])
+    assert apply(restored, next_chunk, EMBED_FOLD) == apply(state, next_chunk, EMBED_FOLD)
+
+
+def _vector_sum(state: DocumentState) -> tuple[float, ...]:
+    """The embed fold's token-weighted sum of the vectors, from the state's fold JSON."""
+    return unpack_floats(state.fold["sum"])
 
 
 @pytest.mark.parametrize("value", ["not base64!", "AAAA", 7])
 def test_an_embedding_sum_that_is_not_packed_floats_is_corrupt(value: object) -> None:
-    state, _ = apply(None, _chunk(0, 2))
+    state, _ = apply(None, _chunk(0, 2), EMBED_FOLD)
     assert isinstance(state, DocumentState)
     with pytest.raises(CorruptStateError):
         DocumentState.from_json({**state.to_json(), "embedding_sum": value})
@@ -266,7 +275,7 @@ def test_chunks_written_before_chunker_settings_existed_give_none() -> None:
 
 
 def test_state_saved_before_chunker_settings_existed_still_loads() -> None:
-    state, _ = apply(None, _chunk(0, 2, settings=""))
+    state, _ = apply(None, _chunk(0, 2, settings=""), EMBED_FOLD)
     assert isinstance(state, DocumentState)
     data = state.to_json()
     del data["chunker_settings"]
@@ -276,7 +285,7 @@ def test_state_saved_before_chunker_settings_existed_still_loads() -> None:
 def test_the_document_carries_the_runtime_its_chunks_were_embedded_with() -> None:
     state, done = _run([_chunk(1, 2, ok=False), _chunk(0, 2)])
     assert [d.runtime for d in done] == [RUNTIME]
-    state, _ = apply(None, _chunk(0, 2))
+    state, _ = apply(None, _chunk(0, 2), EMBED_FOLD)
     assert isinstance(state, DocumentState) and state.runtime == RUNTIME
     assert decode_entry(json.loads(json.dumps(state.to_json()))) == state
 
@@ -293,7 +302,7 @@ def test_chunks_without_a_runtime_give_none_and_the_first_one_carried_stays() ->
 
 
 def test_state_saved_before_the_runtime_existed_still_loads() -> None:
-    state, _ = apply(None, _chunk(0, 2, runtime=None))
+    state, _ = apply(None, _chunk(0, 2, runtime=None), EMBED_FOLD)
     assert isinstance(state, DocumentState)
     data = state.to_json()
     del data["runtime"]
@@ -316,7 +325,7 @@ def test_corrupt_entries_raise_a_typed_error(data: dict[str, object]) -> None:
 
 
 def test_bitmap_that_does_not_fit_is_corrupt() -> None:
-    state, _ = apply(None, _chunk(0, 20))
+    state, _ = apply(None, _chunk(0, 20), EMBED_FOLD)
     assert isinstance(state, DocumentState)
     data = state.to_json()
     data["chunk_count"] = 100

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from docstream.records import ChunkEmbedded, DocumentCompleted
+from docstream.tasks.fold_embed import EmbedFold
 from docstream.usage import Usage, add_counts, apportion, document_usage, read_counts, total_usage
 from docstream_reducer.aggregation import (
     CompletionMarker,
@@ -22,6 +23,8 @@ from docstream_reducer.aggregation import (
     count_document,
     job_status,
 )
+
+EMBED_FOLD = EmbedFold()
 
 T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
 
@@ -41,7 +44,7 @@ def _complete(chunks: list[ChunkEmbedded]) -> list[DocumentCompleted]:
     state: DocumentState | CompletionMarker | None = None
     done = []
     for chunk in chunks:
-        state, completed = apply(state, chunk)
+        state, completed = apply(state, chunk, EMBED_FOLD)
         if completed is not None:
             done.append(completed)
     return done
@@ -136,8 +139,8 @@ def test_the_document_fold_is_order_independent_and_idempotent_under_redelivery(
         assert (done[0].model_us, done[0].stage_us, done[0].token_count) == (
             reference.model_us, reference.stage_us, reference.token_count)
     # a redelivered chunk with other timings (inference ran it twice) is still counted once, the first time
-    state, _ = apply(None, chunks[0])
-    again, _ = apply(state, _chunk(0, 6, model_us=999_999))
+    state, _ = apply(None, chunks[0], EMBED_FOLD)
+    again, _ = apply(state, _chunk(0, 6, model_us=999_999), EMBED_FOLD)
     assert again is state
 
 
@@ -146,8 +149,8 @@ def test_a_replayed_failed_chunk_adds_the_time_of_its_second_run() -> None:
     assert first[0].status == "partial" and first[0].model_us == {"cpu": 15}
     state: DocumentState | CompletionMarker | None = None
     for chunk in [_chunk(0, 2, model_us=10), _chunk(1, 2, model_us=5, ok=False)]:
-        state, _ = apply(state, chunk)
-    state, replayed = apply(state, _chunk(1, 2, model_us=7))
+        state, _ = apply(state, chunk, EMBED_FOLD)
+    state, replayed = apply(state, _chunk(1, 2, model_us=7), EMBED_FOLD)
     assert replayed is not None and replayed.status == "completed" and replayed.model_us == {"cpu": 22}
 
 
@@ -156,7 +159,7 @@ def test_chunks_without_accounting_count_nothing_and_old_states_load() -> None:
     assert (doc.model_us, doc.stage_us) == ({}, {})
     (doc,) = _complete([_chunk(0, 1, model_us=5, device=None)])
     assert doc.model_us == {"unknown": 5}
-    state, _ = apply(None, _chunk(0, 2))
+    state, _ = apply(None, _chunk(0, 2), EMBED_FOLD)
     assert isinstance(state, DocumentState)
     data = state.to_json()
     assert DocumentState.from_json(json.loads(json.dumps(data))) == state
@@ -170,7 +173,7 @@ def test_chunks_without_accounting_count_nothing_and_old_states_load() -> None:
 def test_a_chunk_with_bad_accounting_is_poison(bad: dict[str, object]) -> None:
     values = _chunk(0, 1).to_record() | bad
     with pytest.raises(UsageRecordError):
-        apply(None, ChunkEmbedded.from_record(values))
+        apply(None, ChunkEmbedded.from_record(values), EMBED_FOLD)
 
 
 # -- the job fold -----------------------------------------------------------------------

@@ -170,6 +170,7 @@ def document_task_results(
     kept = [r for r in results if (wanted is None or r.task in wanted) and (model_id is None or r.model_id == model_id)]
     found = {r.task for r in kept}
     asked = job_tasks if tasks is None else tasks
+    # wire compatibility: a job's model_id (ChunkCreated.model_id) names its embedding model, no other task's
     missing = [t for t in asked if t not in found and (model_id is None or t == EMBED)]
     entries: list[tuple[str, DocumentResultRow | None]] = [(r.task, r) for r in kept]
     entries += [(task, None) for task in dict.fromkeys(missing)]
@@ -281,7 +282,7 @@ def _select(job: JobRow, tasks: Sequence[str] | None, model_id: str | None,
     if chosen == ():
         chosen = None
     job_tasks = job_task_names(job)
-    by_task = (chosen or job_tasks) != (EMBED,)
+    by_task = (chosen or job_tasks) != (EMBED,)  # compatibility: embed alone keeps the layout before tasks
     model = _model_of(job, model_id, default_model_id)
     if not by_task and not model:
         raise InputError(f"job {job.job_id}: no model_id option and no default model", code="model_unknown")
@@ -304,7 +305,7 @@ def _records(store: ResultStore, job_id: str, selection: _Selection, chunks: boo
         rows = document_task_results(store.list_document_results(entry.doc_id), tasks=selection.tasks,
                                      job_tasks=selection.job_tasks, model_id=selection.only_model)
         for task, row in rows:
-            known = selection.model_id if task == EMBED else None
+            known = selection.model_id if task == EMBED else None  # the job's model_id names its embedding model
             yield "document", task_document_record(entry, document, task, row, model_id=known,
                                                    job_tasks=selection.job_tasks)
             if chunks and row is not None:

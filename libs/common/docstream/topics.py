@@ -50,6 +50,7 @@ class Topics:
     def inference_group(self, task: str = "embed") -> str:
         """Consumer group of the inference service of ``task``: ``<prefix>-inference`` for embed, else
         ``<prefix>-inference-<task>`` (each task reads the chunks topic in a group of its own)."""
+        # compatibility: embed's group keeps its name from before tasks, so a deployed group keeps its offsets
         return self.group("inference" if task == "embed" else f"inference-{task}")
 
     def all(self) -> tuple[str, ...]:

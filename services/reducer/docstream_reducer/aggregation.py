@@ -32,13 +32,12 @@ from typing import Any, Literal, TypeGuard
 from docstream.errors import FatalError, PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
 from docstream.tasks.base import EMBED, FoldInput, Mention, TaskFold, TaskOutputError
-from docstream.tasks.fold_embed import EmbeddingDimensionError, EmbedFold, pack_floats, unpack_floats
+from docstream.tasks.fold_embed import EmbeddingDimensionError, pack_floats, unpack_floats
 from docstream.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, read_counts
 
 __all__ = [
     "ALL_CHUNKS_FAILED",
     "ANY_TASK",
-    "EMBED_FOLD",
     "ChunkCountMismatchError",
     "ChunkIndexError",
     "CompletionMarker",
@@ -185,16 +184,6 @@ class DocumentState:
     task: str = EMBED
     tasks: tuple[str, ...] = ()
 
-    @property
-    def weight_total(self) -> float:
-        """embed: the total weight of the embedded chunks (0 for other tasks)."""
-        return float(self.fold["w"]) if self.task == EMBED and self.fold else 0.0
-
-    @property
-    def embedding_sum(self) -> tuple[float, ...]:
-        """embed: the token-weighted sum of the embedded chunks' vectors (empty until one arrives)."""
-        return unpack_floats(self.fold["sum"]) if self.task == EMBED and self.fold else ()
-
     @classmethod
     def empty(cls, doc_id: str, job_id: str, model_id: str, chunk_count: int, *, task: str = EMBED,
               tasks: Sequence[str] = ()) -> DocumentState:
@@ -249,7 +238,7 @@ class DocumentState:
             "model_us": dict(self.model_us),
             "stage_us": dict(self.stage_us),
         }
-        if self.task == EMBED:
+        if self.task == EMBED:  # wire compatibility: embed states keep the changelog keys of states before tasks
             fold = self.fold or {"w": 0.0, "sum": ""}
             data.update(weight_total=float(fold["w"]), embedding_sum=fold["sum"])
         else:
@@ -272,7 +261,7 @@ class DocumentState:
             failed = base64.b64decode(str(data.get("failed", "")), validate=True) or bytes(len(received))
             task = str(data.get("task") or EMBED)
             fold: Any = data.get("fold")
-            if task == EMBED:
+            if task == EMBED:  # wire compatibility: the changelog keys of embed states written before tasks
                 packed = data.get("embedding_sum", "")
                 if not isinstance(packed, str):
                     packed = _repack(packed)  # a JSON list: states written before the packing
@@ -379,12 +368,8 @@ def _check(state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded)
         )
 
 
-EMBED_FOLD: TaskFold = EmbedFold()
-"""The embed task's fold (``apply``'s default)."""
-
-
 def apply(
-    state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded, fold: TaskFold = EMBED_FOLD,
+    state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded, fold: TaskFold,
 ) -> tuple[DocumentState | CompletionMarker | None, DocumentCompleted | None]:
     """Fold one chunk result into its document's state.
 

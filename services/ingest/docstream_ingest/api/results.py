@@ -110,7 +110,7 @@ def iter_result_lines(
     """
     try:
         for entry in store.iter_job_documents(job_id, page_size=page_size):
-            if tuple(job_tasks) == (EMBED,):
+            if tuple(job_tasks) == (EMBED,):  # compatibility: embed alone keeps the lines of before tasks
                 yield from _document_lines(store, entry, model_id, include_chunks)
             else:
                 yield from _task_lines(store, entry, model_id, include_chunks, job_tasks)
