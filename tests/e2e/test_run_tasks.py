@@ -13,8 +13,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from docstream.export import task_path
 from docstream.store import SqliteStore
 from docstream.store.base import DocumentResultRow
 from tests.fixtures.documents import make_pdf_of_paragraphs
@@ -35,7 +37,7 @@ def task_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
                    DOCSTREAM_CHUNKER__OVERLAP_TOKENS=str(TASK_CHUNKING["overlap_tokens"]))
     done = subprocess.run(
         [str(DOCSTREAM), "run", "in", "--task", "embed", "--task", "entities", "--task", "classify",
-         "--labels", ",".join(TOPIC_LABELS), "--timeout", "500"],
+         "--labels", ",".join(TOPIC_LABELS), "--out", "out/results.jsonl", "--timeout", "500"],
         cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     job_id = json.loads((folder / ".docstream" / "run.json").read_text())["job_id"]
@@ -59,6 +61,21 @@ def test_every_task_completed_every_document(task_run: tuple[Path, dict[str, dic
         assert {r.status for r in by_task.values()} == {"completed"}, topic
         assert len({r.model_id for r in by_task.values()}) == 3  # side by side, each under its own model_id
         assert len(by_task["embed"].embedding) == 384 and by_task["entities"].embedding == []
+
+
+def test_out_holds_a_line_per_document_and_task_asked_for(
+    task_run: tuple[Path, dict[str, dict[str, DocumentResultRow]], str],
+) -> None:
+    folder, results, _ = task_run
+    lines = [json.loads(x) for x in (folder / "out" / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sorted((Path(x["filename"]).name, x["task"]) for x in lines) == sorted(
+        (f"{topic}.pdf", task) for topic in TOPIC_PAGES for task in ("classify", "embed", "entities"))
+    assert {x["status"] for x in lines} == {"completed"}
+    by_key = {(Path(x["filename"]).stem, x["task"]): x for x in lines}
+    for topic, by_task in results.items():
+        assert by_key[(topic, "classify")]["top_label"] == by_task["classify"].top_label
+        assert len(by_key[(topic, "entities")]["mentions"]) == len(by_task["entities"].mentions)
+        assert len(by_key[(topic, "embed")]["embedding"]) == 384
 
 
 def test_each_known_mention_is_found_exactly_once_on_its_page(
@@ -118,8 +135,13 @@ def test_a_users_own_task_runs_by_module_and_class_beside_embed(tmp_path: Path) 
     env = bare_env(COLUMNS="200", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     run = subprocess.run(
         [str(DOCSTREAM), "run", "in", "--task", "embed", "--task", "examples.custom_task.sentiment:SentimentTask",
-         "--timeout", "300"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400, check=False)
+         "--out", "results.parquet", "--timeout", "300"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=400, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for task in ("embed", "sentiment"):  # --out of Parquet: a file per task, named in the summary
+        written = pq.read_table(task_path(tmp_path / "results.parquet", task))
+        assert written.column("task").to_pylist() == [task] and written.column("status").to_pylist() == ["completed"]
+        assert f"results.{task}.parquet" in run.stdout
     job_id = json.loads((tmp_path / ".docstream" / "run.json").read_text())["job_id"]
     exported = subprocess.run([str(DOCSTREAM), "results", job_id, "--task", "sentiment"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120, check=False)

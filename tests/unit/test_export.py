@@ -22,6 +22,7 @@ from docstream.export import (
     chunks_path,
     document_task_results,
     export_results,
+    task_path,
 )
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, TaskTally
 from docstream.tasks.base import EntitySummary, Mention, TaskRequest
@@ -325,3 +326,32 @@ def test_parquet_of_embed_alone_keeps_the_schema_of_before(tmp_path: Path) -> No
     target = tmp_path / "results.parquet"
     export_results(_task_store(), "j1", target, fmt="parquet", tasks=["embed"])  # type: ignore[arg-type]
     assert pq.ParquetFile(target).schema_arrow.equals(DOCUMENT_SCHEMA)
+
+
+def test_parquet_of_tasks_to_a_file_per_task(tmp_path: Path) -> None:
+    """What ``docstream run --out results.parquet`` writes for a job of several tasks: a file per task."""
+    target = tmp_path / "results.parquet"
+    summary = export_results(_task_store(), "j1", target, fmt="parquet", chunks=True,  # type: ignore[arg-type]
+                             per_task_files=True)
+    names = [Path(p).name for p in summary.paths]
+    assert names == ["results.classify.parquet", "results.classify.chunks.parquet", "results.embed.parquet",
+                     "results.embed.chunks.parquet", "results.entities.parquet", "results.entities.chunks.parquet"]
+    assert not target.exists() and all(Path(p).exists() for p in summary.paths)
+    for task in ("classify", "embed", "entities"):
+        documents = pq.read_table(task_path(target, task))
+        assert documents.schema.equals(TASK_DOCUMENT_SCHEMA)
+        assert documents.column("task").to_pylist() == [task] * 3 and documents.column("doc_id").to_pylist() == [
+            "d0", "d1", "d2"]
+    assert pq.read_table(task_path(target, "entities")).column("mentions").to_pylist()[0][0]["text"] == "Ada Lovelace"
+    assert pq.read_table(chunks_path(task_path(target, "embed"))).num_rows == 4
+    assert pq.read_table(chunks_path(task_path(target, "classify"))).num_rows == 0
+    assert (summary.documents, summary.chunks) == (9, 6)
+
+
+def test_a_file_per_task_keeps_embed_alone_in_one_file_and_needs_a_path(tmp_path: Path) -> None:
+    target = tmp_path / "results.parquet"
+    summary = export_results(_store(), "j1", target, fmt="parquet", per_task_files=True)  # type: ignore[arg-type]
+    assert summary.paths == (str(target),) and pq.ParquetFile(target).schema_arrow.equals(DOCUMENT_SCHEMA)
+    with pytest.raises(InputError) as info:
+        export_results(_task_store(), "j1", io.BytesIO(), fmt="parquet", per_task_files=True)  # type: ignore[arg-type]
+    assert info.value.code == "invalid_output"

@@ -14,7 +14,8 @@ Tasks (docs/reducer.md "Export per task"): an export of the ``embed`` task alone
 document record per (document, task result): the document's result rows (``list_document_results``) of
 the chosen tasks (``tasks``; None: every task of the document), each with ``task`` and that task's fields
 (``TASK_DOCUMENT_SCHEMA``), and a record without results for a task of the job that has none yet; its
-chunks follow each record, with their own task fields (``TASK_CHUNK_SCHEMA``).
+chunks follow each record, with their own task fields (``TASK_CHUNK_SCHEMA``). A Parquet export of tasks
+can also go to a file per task (``per_task_files``: ``<stem>.<task>.parquet``, ``docstream run --out``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "resolve_model_id",
     "task_chunk_record",
     "task_document_record",
+    "task_path",
 ]
 
 ExportFormat = Literal["jsonl", "parquet"]
@@ -265,6 +267,12 @@ def chunks_path(path: Path) -> Path:
     return path.with_name(f"{path.stem}.chunks.parquet")
 
 
+def task_path(path: Path, task: str) -> Path:
+    """The documents file of one task beside ``path`` (``per_task_files``): ``<stem>.<task><suffix>``; its
+    chunks go to ``chunks_path`` of it (``<stem>.<task>.chunks.parquet``). Task names are ``[a-z0-9_-]``."""
+    return path.with_name(f"{path.stem}.{check_task_name(task)}{path.suffix}")
+
+
 @dataclass(frozen=True, slots=True)
 class _Selection:
     """What an export writes: embed alone (the records of before tasks) or task records."""
@@ -381,6 +389,41 @@ class _RowGroups:
         self._writer.close()
 
 
+class _ParquetPerTask(_Writer):
+    """A documents file, and a chunks file with ``chunks``, per task (``task_path``), each opened with its first
+    record; ``paths`` names them in that order."""
+
+    def __init__(self, path: Path, chunks: bool, size: int) -> None:
+        super().__init__()
+        self._path = path
+        self._chunks = chunks
+        self._size = size
+        self._files: dict[str, _Parquet] = {}
+        self.paths: list[str] = []
+
+    def _of(self, task: str) -> _Parquet:
+        found = self._files.get(task)
+        if found is None:
+            target = task_path(self._path, task)
+            chunk_groups = _RowGroups(str(chunks_path(target)), TASK_CHUNK_SCHEMA, self._size) if self._chunks else None
+            found = self._files[task] = _Parquet(_RowGroups(str(target), TASK_DOCUMENT_SCHEMA, self._size),
+                                                 chunk_groups)
+            self.paths += [str(target)] + ([str(chunks_path(target))] if self._chunks else [])
+        return found
+
+    def document(self, record: dict[str, Any]) -> None:
+        super().document(record)
+        self._of(str(record["task"])).document(record)
+
+    def chunk(self, record: dict[str, Any]) -> None:
+        super().chunk(record)
+        self._of(str(record["task"])).chunk(record)
+
+    def close(self) -> None:
+        for writer in self._files.values():
+            writer.close()
+
+
 class _Parquet(_Writer):
     def __init__(self, documents: _RowGroups, chunks: _RowGroups | None) -> None:
         super().__init__()
@@ -414,6 +457,7 @@ def export_results(
     tasks: Sequence[str] | None = None,
     row_group_size: int = 1000,
     page_size: int = 500,
+    per_task_files: bool = False,
 ) -> ExportSummary:
     """Stream a job's documents (and chunks) from ``store`` to ``out``.
 
@@ -430,6 +474,9 @@ def export_results(
             without results get a record too). Embed alone writes the records of an export before tasks.
         row_group_size: rows per Parquet row group (documents; chunks use the same bound).
         page_size: documents per store page.
+        per_task_files: Parquet of tasks to a path: a documents file (and a chunks file) per task,
+            ``task_path(out, task)``, instead of one file of every task. Embed alone keeps its one file;
+            JSON Lines is always one file (a line per document and task).
 
     Raises:
         InputError: unknown job or model, a bad task name, an unknown format, or Parquet chunks asked for
@@ -442,8 +489,9 @@ def export_results(
         raise InputError("row_group_size must be >= 1", code="invalid_row_group_size")
     selection = _select(_job(store, job_id), tasks, model_id, default_model_id)
     path = Path(out) if isinstance(out, (str, Path)) else None
-    if fmt == "parquet" and chunks and path is None:
-        raise InputError("parquet with chunks writes two files: give a file path", code="invalid_output")
+    if fmt == "parquet" and (chunks or per_task_files) and path is None:
+        raise InputError("parquet with chunks or a file per task writes several files: give a file path",
+                         code="invalid_output")
     paths: list[str] = []
     handle: IO[bytes] | None = None
     if fmt == "jsonl":
@@ -451,6 +499,9 @@ def export_results(
             handle = path.open("wb")
             paths.append(str(path))
         writer: _Writer = _JsonLines(handle or out)  # type: ignore[arg-type]
+    elif per_task_files and selection.by_task:
+        assert path is not None
+        writer = _ParquetPerTask(path, chunks, row_group_size)
     else:
         document_schema = TASK_DOCUMENT_SCHEMA if selection.by_task else DOCUMENT_SCHEMA
         chunk_schema = TASK_CHUNK_SCHEMA if selection.by_task else CHUNK_SCHEMA
@@ -469,5 +520,7 @@ def export_results(
         writer.close()
         if handle is not None:
             handle.close()
+    if isinstance(writer, _ParquetPerTask):
+        paths = writer.paths
     exported = selection.tasks or (() if selection.by_task else (EMBED,))
     return ExportSummary(writer.documents, writer.chunks, selection.model_id or "", tuple(paths), exported)

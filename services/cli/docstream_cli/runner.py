@@ -491,8 +491,10 @@ def run_job(
         _close_job(store, outcome)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            summary = export_results(store, job_id, out, fmt="parquet" if out.suffix == ".parquet" else "jsonl",
-                                     chunks=chunks, model_id=model_id)
+            # every task the run asked for (the embed model is the default, not a filter: that kept embed alone)
+            parquet = out.suffix == ".parquet"
+            summary = export_results(store, job_id, out, fmt="parquet" if parquet else "jsonl", chunks=chunks,
+                                     default_model_id=model_id, per_task_files=parquet)
             outcome.out, outcome.exported = out, summary.paths
             phases.mark("exported")
         store.close()
