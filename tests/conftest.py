@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.infinity",
     "tests.fixtures.fault_proxy",
     "tests.fixtures.inference",
+    "tests.fixtures.ordering",
 ]
