@@ -505,7 +505,8 @@ def test_a_job_shows_its_tasks_and_embed_alone_by_default(api: Api) -> None:
                                              {"name": "biology", "description": "Text about plants"}]}]
     _job(api.store, "j1", options={"tasks": json.dumps(tasks)})
     _job(api.store, "j2")
-    assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["tasks"] == tasks
+    shown = [{**task, "prompt": None} for task in tasks]  # a prompt is generate's only
+    assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["tasks"] == shown
     jobs = {j["job_id"]: j for j in api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]}
-    assert jobs["j1"]["tasks"] == tasks
-    assert jobs["j2"]["tasks"] == [{"name": "embed", "labels": []}]
+    assert jobs["j1"]["tasks"] == shown
+    assert jobs["j2"]["tasks"] == [{"name": "embed", "labels": [], "prompt": None}]

@@ -62,6 +62,16 @@ def _read(data: bytes, writer: Any, reader: Any) -> Any:
     )
 
 
+def _projected(value: Any, like: Any) -> Any:
+    """``value`` with only the record fields ``like`` has, at every depth: a field added to a nested record (a
+    new field of TaskRequest inside ``tasks``) is left out, so the rest compares as written."""
+    if isinstance(value, dict) and isinstance(like, dict):
+        return {k: _projected(value[k], like[k]) if k in value else value.get(k) for k in like}
+    if isinstance(value, list) and isinstance(like, list) and len(value) == len(like):
+        return [_projected(v, w) for v, w in zip(value, like, strict=True)]
+    return value
+
+
 def _assert_old_data_reads_with_new_schema(old: dict[str, Any], new: dict[str, Any]) -> int:
     new_fields = {f["name"]: f for f in new["fields"]}
     samples = sample_records(old)
@@ -71,7 +81,7 @@ def _assert_old_data_reads_with_new_schema(old: dict[str, Any], new: dict[str, A
         as_new = _read(data, old, new)
         assert set(as_new) == set(new_fields)
         for name, value in as_old.items():
-            assert as_new[name] == value, f"field {name} changed when read with the new schema"
+            assert _projected(as_new[name], value) == value, f"field {name} changed when read with the new schema"
         for name in new_fields.keys() - as_old.keys():
             assert as_new[name] == new_fields[name]["default"]
     return len(samples)
@@ -207,7 +217,7 @@ def test_a_consumer_holding_the_previous_schema_decodes_new_records(path: Path) 
         assert set(as_old) == old_fields, origin
         written = _read(_write(new, sample), new, new)
         for name in old_fields:
-            assert as_old[name] == written[name], f"{origin}: field {name}"
+            assert as_old[name] == _projected(written[name], as_old[name]), f"{origin}: field {name}"
 
 
 def test_a_plain_fastavro_reader_with_the_previous_document_completed_decodes_a_record_with_entities() -> None:

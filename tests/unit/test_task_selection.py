@@ -7,12 +7,16 @@ from datetime import UTC, datetime
 
 import pytest
 
+from docstream.avro.serde import AvroSerde
 from docstream.errors import InputError
+from docstream.records import ChunkCreated
+from docstream.settings import KafkaSettings
 from docstream.store.base import JobRow
-from docstream.tasks.base import MAX_LABELS, MAX_TASKS, Label, TaskRequest
+from docstream.tasks.base import MAX_LABELS, MAX_TASKS, Label, Prompt, TaskRequest
 from docstream.tasks.selection import (
     DEFAULT_TASKS,
     check_job_tasks,
+    command_line_prompt,
     command_line_tasks,
     job_tasks,
     parse_labels,
@@ -143,3 +147,53 @@ def test_tasks_round_trip_through_the_job_option_as_canonical_json() -> None:
 @pytest.mark.parametrize("option", ["not json", '{"name": "embed"}', "[1]", '[{"name": "Bad"}]'])
 def test_a_malformed_tasks_option_is_an_input_error(option: str) -> None:
     assert _codes(job_tasks, _job(tasks=option)) == "task_invalid"
+
+
+# -- the generate prompt ---------------------------------------------------------------------
+
+FIELDS = '{"type": "object", "properties": {"vendor": {"type": "string"}}}'
+
+
+def test_prompt_flags_give_summarize_or_extract() -> None:
+    assert command_line_prompt(None, None) is None
+    assert command_line_prompt("summarize", None) == Prompt("summarize")
+    assert command_line_prompt("Who signed it?", None) == Prompt("summarize", "Who signed it?")
+    extract = command_line_prompt("Pull the vendor.", FIELDS)
+    assert extract is not None and extract.kind == "extract" and extract.instruction == "Pull the vendor."
+    assert extract.schema == json.loads(FIELDS)
+    assert command_line_prompt(None, FIELDS) == Prompt.of("extract", "", json.loads(FIELDS))
+    assert _codes(command_line_prompt, None, "[1, 2]") == "prompt_invalid"
+    assert _codes(command_line_prompt, None, "{nope") == "prompt_invalid"
+
+
+def test_a_prompt_goes_to_generate_only() -> None:
+    prompt = Prompt("summarize", "Who signed it?")
+    assert command_line_tasks(["embed", "generate"], prompt=prompt) == (
+        TaskRequest("embed"), TaskRequest("generate", prompt=prompt))
+    assert _codes(command_line_tasks, ["embed"], prompt=prompt) == "prompt_without_generate"
+    assert _codes(check_job_tasks, [TaskRequest("entities", prompt=prompt)]) == "prompt_without_generate"
+
+
+def test_generate_without_a_prompt_summarizes_and_says_so_in_its_request() -> None:
+    assert check_job_tasks([TaskRequest("generate")]) == (TaskRequest("generate", prompt=Prompt("summarize")),)
+
+
+def test_an_extract_schema_that_is_no_json_schema_is_refused_at_submission() -> None:
+    bad = Prompt.of("extract", "", {"type": "objekt"})
+    assert _codes(check_job_tasks, [TaskRequest("generate", prompt=bad)]) == "prompt_invalid"
+
+
+def test_a_prompt_travels_in_the_records_and_the_job_row_and_other_tasks_stay_as_they_were() -> None:
+    tasks = (CLASSIFY_SPORT, TaskRequest("generate", prompt=Prompt.of("extract", "Vendor?", json.loads(FIELDS))))
+    records = task_records(tasks)
+    assert "prompt" not in records[0]  # classify's record, byte for byte as before generate
+    row = JobRow(job_id="j", tenant="t", created_at=AT, status="running", document_count=1,
+                 options={"tasks": tasks_option(tasks) or ""})
+    assert job_tasks(row) == tasks
+    serde = AvroSerde(KafkaSettings())
+    chunk = ChunkCreated(job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk_count=1, content_sha256="0" * 64,
+                         text="t", page_start=1, page_end=1, char_start=0, char_end=1, token_count=1,
+                         heading=None, chunker_settings="s", model_id="m", created_at=AT, tasks=records)
+    decoded = serde.deserialize(serde.serialize(chunk, "docstream.chunks"), "docstream.chunks")
+    assert isinstance(decoded, ChunkCreated)
+    assert [TaskRequest.from_record(r) for r in decoded.tasks] == list(tasks)

@@ -15,6 +15,9 @@ and matches every answer back to its inputs by index. Per request:
 ``EndpointEmbedder`` is the ``Embedder`` over it: ``prepare`` counts tokens with the chunker's
 tokenizer (the limits' unit), ``embed`` returns float32 rows, L2-normalized like the local model's.
 The API key goes in a header and nowhere else: never in a log line, an error or a repr.
+
+The same client sends the generate task's chat completions (``complete``): one request per chunk, concurrent up
+to ``max_in_flight``, with the same retries; a body the endpoint refuses fails alone.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
 from typing import Any, Protocol
 
@@ -112,7 +115,8 @@ class _Transient(Exception):  # noqa: N818 - internal control flow: one attempt'
 
 
 class EndpointClient:
-    """A pooled, concurrent, retrying client of ``POST <url>/embeddings``; thread-safe, blocking ``embed``.
+    """A pooled, concurrent, retrying client of ``POST <url>/embeddings`` (``embed``) and ``POST
+    <url>/chat/completions`` (``complete``, the generate task's); thread-safe and blocking.
 
     Args:
         settings: the endpoint settings (``url`` set).
@@ -129,7 +133,7 @@ class EndpointClient:
         if settings.url is None:
             raise ConfigError("inference.endpoint.url is not set", code="endpoint_unset")
         self._settings = settings
-        self._url = f"{settings.url}/embeddings"
+        self._url = settings.url
         self.observer: EndpointObserver = observer or _Quiet()
         self._rng = rng or random.Random()
         self._dimension = settings.dimensions
@@ -169,6 +173,25 @@ class EndpointClient:
         if self._closed.is_set():
             raise EndpointUnavailable("the endpoint client is closed")
         out: list[list[float] | BaseException] = self._call(self._embed_all(list(texts), list(tokens)))
+        return out
+
+    def complete(self, bodies: Sequence[dict[str, Any]], tokens: Sequence[int]) -> list[Any]:
+        """``POST <url>/chat/completions`` once per body, concurrently up to ``max_in_flight``: each decoded
+        answer (a JSON object), or the ``EndpointRejected``/``EndpointResponseError`` of a body the endpoint
+        refused alone (400, 413, 422, or an answer that is no JSON object). ``tokens``: each body's prompt
+        tokens, for the budget.
+
+        Raises:
+            EndpointUnavailable: a request ran past its retry budget, or the client is closed.
+            EndpointRefused: the endpoint refuses us (401, 403, 404, ...).
+        """
+        if len(bodies) != len(tokens):
+            raise ValueError("one token count per body")
+        if not bodies:
+            return []
+        if self._closed.is_set():
+            raise EndpointUnavailable("the endpoint client is closed")
+        out: list[Any] = self._call(self._complete_all(list(bodies), list(tokens)))
         return out
 
     def close(self) -> None:
@@ -245,12 +268,42 @@ class EndpointClient:
     async def _request(self, inputs: list[str], tokens: int) -> list[list[float]]:
         s = self._settings
         body = request_body(s.model, inputs, dimensions=s.dimensions if s.send_dimensions else None)
+        vectors: list[list[float]] = await self._send("/embeddings", body, len(inputs), tokens,
+                                                      lambda answer: self._vectors(answer, len(inputs), tokens))
+        return vectors
+
+    async def _complete_all(self, bodies: list[dict[str, Any]], tokens: list[int]) -> list[Any]:
+        parts = await asyncio.gather(*(self._complete_one(body, count) for body, count in zip(bodies, tokens,
+                                                                                              strict=True)),
+                                     return_exceptions=True)
+        for part in parts:  # the first stop wins: a fatal refusal over an outage
+            if isinstance(part, FatalError):
+                raise part
+        for part in parts:
+            if isinstance(part, BaseException) and not isinstance(part, EndpointRejected | EndpointResponseError):
+                raise part
+        return parts
+
+    async def _complete_one(self, body: dict[str, Any], tokens: int) -> Any:
+        return await self._send("/chat/completions", body, 1, tokens, self._chat_answer)
+
+    def _chat_answer(self, answer: Any) -> Any:
+        if not isinstance(answer, dict):
+            raise EndpointResponseError("a chat answer that is not a JSON object")
+        self.observer.tokens(usage_tokens(answer) or 0)
+        return answer
+
+    async def _send(self, path: str, body: dict[str, Any], inputs: int, tokens: int,
+                    accept: Callable[[Any], Any]) -> Any:
+        """POST ``body`` to ``<url><path>`` until an answer, retrying transient failures; ``accept`` checks a 2xx
+        answer's JSON and returns what the caller gets."""
+        s = self._settings
         attempt = 0
         while True:
             attempt += 1
             await self._wait_budget(tokens)
             try:
-                return await self._exchange(body, len(inputs), tokens)
+                return await self._exchange(path, body, inputs, accept)
             except _Transient as exc:
                 if self._closed.is_set():
                     raise EndpointUnavailable("the endpoint client is closed") from None
@@ -262,7 +315,7 @@ class EndpointClient:
                                       max_s=s.max_delay_ms / 1000, jitter=self._rng.random())
                 self.observer.retried(exc.reason)
                 _log.info("endpoint_retry", reason=exc.reason, attempt=attempt, delay_s=round(delay, 3),
-                          retry_after_s=exc.retry_after, inputs=len(inputs), error=str(exc))
+                          retry_after_s=exc.retry_after, inputs=inputs, error=str(exc))
                 await asyncio.sleep(delay)
 
     async def _wait_budget(self, tokens: int) -> None:
@@ -273,14 +326,14 @@ class EndpointClient:
         if wait > 0:
             await asyncio.sleep(wait)
 
-    async def _exchange(self, body: dict[str, Any], inputs: int, tokens: int) -> list[list[float]]:
+    async def _exchange(self, path: str, body: dict[str, Any], inputs: int, accept: Callable[[Any], Any]) -> Any:
         async with self._slots:
             self._in_flight += 1
             self.observer.in_flight(self._in_flight)
             started = time.perf_counter()
             outcome = "connection"
             try:
-                response = await self._client.post(self._url, json=body)
+                response = await self._client.post(self._url + path, json=body)
                 outcome = str(response.status_code)
                 content = response.content
             except httpx.TimeoutException as exc:
@@ -292,9 +345,9 @@ class EndpointClient:
                 self._in_flight -= 1
                 self.observer.in_flight(self._in_flight)
                 self.observer.requested(outcome, time.perf_counter() - started, inputs)
-        return self._answer(response, content, inputs, tokens)
+        return self._answer(response, content, accept)
 
-    def _answer(self, response: httpx.Response, content: bytes, inputs: int, tokens: int) -> list[list[float]]:
+    def _answer(self, response: httpx.Response, content: bytes, accept: Callable[[Any], Any]) -> Any:
         status = response.status_code
         verdict = status_verdict(status)
         if len(content) > _MAX_BODY_BYTES:
@@ -306,17 +359,21 @@ class EndpointClient:
         if verdict == "ok":
             if decoded is None:
                 raise EndpointResponseError(f"HTTP {status} without a JSON body")
-            vectors = parse_embeddings(decoded, count=inputs, dimension=self._dimension)
-            if self._dimension is None and vectors:
-                self._dimension = len(vectors[0])
-            self.observer.tokens(usage_tokens(decoded) or tokens)
-            return vectors
+            return accept(decoded)
         message = error_message(status, decoded, content[:1000].decode("utf-8", "replace"))
         if verdict == "retry":
             raise _Transient(str(status), message, retry_after_s(response.headers.get("retry-after")))
         if verdict == "split":
             raise EndpointRejected(message)
         raise EndpointRefused(f"{self._settings.url} refuses the request: {message}")
+
+
+    def _vectors(self, answer: Any, inputs: int, tokens: int) -> list[list[float]]:
+        vectors = parse_embeddings(answer, count=inputs, dimension=self._dimension)
+        if self._dimension is None and vectors:
+            self._dimension = len(vectors[0])
+        self.observer.tokens(usage_tokens(answer) or tokens)
+        return vectors
 
 
 class EndpointEmbedder:

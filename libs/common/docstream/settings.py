@@ -463,6 +463,55 @@ class EntitiesSettings(BaseModel):
                                  "and version.")
 
 
+class ChatEndpointSettings(EndpointSettings):
+    """An OpenAI-compatible chat-completions endpoint (the generate task's): the embeddings endpoint's settings,
+    with a chat model's defaults."""
+
+    model: str = Field("default", min_length=1, max_length=200, description="The model name sent in every request.")
+    max_in_flight: int = Field(
+        8, ge=1, le=1024,
+        description="Most requests in flight at once: at least the server's parallel slots, so its continuous "
+        "batching stays full.",
+    )
+    timeout_s: float = Field(300.0, gt=0, le=3600, description="Timeout of one request (an answer takes a while).")
+
+
+class GenerateSettings(BaseModel):
+    """The generate task: an OpenAI-compatible chat-completions endpoint (docs/tasks.md "generate")."""
+
+    model_config = _FROZEN
+
+    endpoint: ChatEndpointSettings = Field(
+        default_factory=ChatEndpointSettings,  # type: ignore[arg-type]
+        description="The server: url (e.g. http://127.0.0.1:8000/v1 for vLLM or llama.cpp's server), model, "
+        "api_key, max_in_flight (requests at once: a continuously batching server stays full), timeout_s, "
+        "max_attempts and the backoff; the embedding-only fields are not used.",
+    )
+    system_prompt: str = Field(
+        "", max_length=4000,
+        description="The system message of every request.",
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature; 0: greedy, reproducible.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed sent with every request (servers that take one).")
+    max_tokens: int = Field(256, ge=1, le=32_768, description="Most tokens of one answer.")
+    stop: list[str] = Field(default_factory=list, max_length=4, description="Stop sequences.")
+    context_tokens: int = Field(
+        2048, ge=64, le=1_048_576,
+        description="The model's context: a request's prompt plus its max_tokens stay within it (the answer's "
+        "budget is cut to what the prompt leaves; a prompt that leaves under 16 tokens fails "
+        "generation_too_long).",
+    )
+    invalid_retries: int = Field(
+        2, ge=0, le=10,
+        description="extract: an answer that is not JSON valid against the schema is asked again this many "
+        "times, the validation error appended; then the chunk fails alone with generation_invalid.",
+    )
+    response_format: bool = Field(
+        False, description="extract: also send response_format json_schema (servers that constrain their output "
+        "to a schema: vLLM, llama.cpp's server, OpenAI).",
+    )
+
+
 class TasksSettings(BaseModel):
     """What an inference process runs per chunk, and the tasks' options (docs/tasks.md)."""
 
@@ -483,6 +532,7 @@ class TasksSettings(BaseModel):
     )
     classify: ClassifySettings = Field(default_factory=ClassifySettings, description="classify.")  # type: ignore[arg-type]
     entities: EntitiesSettings = Field(default_factory=EntitiesSettings, description="entities.")  # type: ignore[arg-type]
+    generate: GenerateSettings = Field(default_factory=GenerateSettings, description="generate.")  # type: ignore[arg-type]
 
 
 class ReducerSettings(BaseModel):

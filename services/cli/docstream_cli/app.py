@@ -223,6 +223,16 @@ _LabelsOpt = typer.Option(
          'names or {"name", "description"} objects. Default: tasks.classify.labels.',
 )
 
+_PromptOpt = typer.Option(
+    None, "--prompt",
+    help="The generate task's prompt: summarize (the default), or the instruction itself (docs/tasks.md "
+         "\"generate\").",
+)
+_PromptFileOpt = typer.Option(None, "--prompt-file", help="The generate task's instruction, from a file.")
+_SchemaOpt = typer.Option(
+    None, "--schema", help="A JSON Schema file: the generate task extracts its fields from every chunk (extract).",
+)
+
 
 @app.command()
 def submit(
@@ -239,6 +249,9 @@ def submit(
     timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after N seconds.")] = None,
     task: list[str] | None = _TaskOpt,
     labels: str | None = _LabelsOpt,
+    prompt: str | None = _PromptOpt,
+    prompt_file: str | None = _PromptFileOpt,
+    schema: str | None = _SchemaOpt,
     config: str | None = _ConfigOpt,
 ) -> None:
     """Submit documents: print the job id at once, then what was submitted and refused (docs/intake.md).
@@ -253,6 +266,7 @@ def submit(
     (object_store.url / DOCSTREAM_OBJECT_STORE__URL, object_store.allowed_roots).
     """
     from docstream_ingest import commands as module
+    from docstream_ingest.commands import PromptFlags
     raise typer.Exit(
         module.submit_command(
             paths,
@@ -267,6 +281,7 @@ def submit(
             timeout_s=timeout,
             tasks=task or (),
             labels=labels,
+            prompt=PromptFlags(prompt, prompt_file, schema),
         )
     )
 
@@ -460,6 +475,9 @@ def run(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Give up after N seconds.")] = None,
     task: list[str] | None = _TaskOpt,
     labels: str | None = _LabelsOpt,
+    prompt: str | None = _PromptOpt,
+    prompt_file: str | None = _PromptFileOpt,
+    schema: str | None = _SchemaOpt,
     config: str | None = _ConfigOpt,
 ) -> None:
     """Run the whole pipeline in this process on the embedded stack (tansu, SQLite, a local folder).
@@ -471,6 +489,7 @@ def run(
     from pathlib import Path
 
     from docstream_cli.runner import run_command
+    from docstream_ingest.commands import PromptFlags
 
     settings = _settings(config)
     inference: dict[str, Any] = {}
@@ -486,7 +505,8 @@ def run(
     if overrides:
         settings = settings.with_overrides(**overrides)
     code = run_command(paths, settings=settings, out=Path(out) if out else None, state_dir=Path(state_dir),
-                       timeout_s=timeout, chunks=chunks, tasks=task or (), labels=labels)
+                       timeout_s=timeout, chunks=chunks, tasks=task or (), labels=labels,
+                       prompt=PromptFlags(prompt, prompt_file, schema))
     # Results are exported, the store and the broker closed, the summary printed. What is left is the
     # interpreter's teardown of torch and of the threads libraries leave behind (~1.5 s): not waited for.
     _exit_now(code)

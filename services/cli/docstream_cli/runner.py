@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
@@ -63,6 +63,9 @@ from docstream.topics import Topics
 from docstream.usage import Usage, across_tasks, total_usage
 from docstream_cli.runstate import LOCAL_STATE_DIR, RunRecord
 from docstream_cli.statedir import write_run_record
+
+if TYPE_CHECKING:
+    from docstream_ingest.commands import PromptFlags
 
 __all__ = ["RunOutcome", "embedded_settings", "run_job", "run_job_id", "usage_line"]
 
@@ -683,10 +686,12 @@ def run_command(
     chunks: bool = False,
     tasks: Sequence[str] = (),
     labels: str | None = None,
+    prompt: PromptFlags | None = None,
 ) -> int:
     """The `docstream run` command: run, show the summary, and the exit status.
 
-    ``tasks`` and ``labels`` are ``--task`` and ``--labels`` (``docstream_ingest.commands.cli_tasks``).
+    ``tasks``, ``labels`` and ``prompt`` are ``--task``, ``--labels`` and the generate options
+    (``docstream_ingest.commands.cli_tasks``).
     0 when every document completed (or was partial), 1 when any failed, 2 on an error.
     """
     from docstream_ingest.commands import cli_tasks
@@ -694,7 +699,7 @@ def run_command(
     console = Console(stderr=False)
     try:
         # checked before anything starts; the classify defaults filled in are part of the run's job id
-        requested = check_job_tasks(cli_tasks(tasks, labels, settings),
+        requested = check_job_tasks(cli_tasks(tasks, labels, settings, prompt),
                                     default_labels=settings.tasks.classify.labels)
         outcome = run_job(paths, settings=settings, state_dir=state_dir, out=out, console=console,
                           timeout_s=timeout_s, chunks=chunks, tasks=requested)

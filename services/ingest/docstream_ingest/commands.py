@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rich.console import Console
@@ -22,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from docstream.avro.serde import AvroSerde
-from docstream.errors import DocstreamError, StoreError
+from docstream.errors import DocstreamError, InputError, StoreError
 from docstream.ids import new_job_id, validate_id
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
@@ -31,33 +32,75 @@ from docstream.objectstore import ObjectStore
 from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, ResultStore, open_store
-from docstream.tasks.base import TaskRequest
+from docstream.tasks.base import MAX_PROMPT_CHARS, MAX_SCHEMA_CHARS, Prompt, TaskRequest
 from docstream.tasks.registry import resolve_task
-from docstream.tasks.selection import command_line_tasks, parse_labels
+from docstream.tasks.selection import command_line_prompt, command_line_tasks, parse_labels
 from docstream.topics import Topics
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome
 from docstream_ingest.request import JobRequest
 
-__all__ = ["cli_tasks", "intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
+__all__ = ["PromptFlags", "cli_tasks", "intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
 
 _SHOWN_ROWS = 50
 _POLL_S = 0.5
 
 
-def cli_tasks(specs: Sequence[str], labels: str | None, settings: Settings) -> tuple[TaskRequest, ...]:
-    """The job's tasks from ``--task`` (repeated: a name, or ``module:Class``) and ``--labels`` (for classify).
+@dataclass(frozen=True, slots=True)
+class PromptFlags:
+    """The generate options: ``--prompt`` (``summarize``, or the instruction), ``--prompt-file`` (the instruction
+    in a file) and ``--schema`` (a JSON Schema file: extract)."""
+
+    prompt: str | None = None
+    prompt_file: str | None = None
+    schema_file: str | None = None
+
+    def resolve(self) -> Prompt | None:
+        """The prompt the flags give (None: none given).
+
+        Raises:
+            InputError: ``prompt_invalid``: both --prompt and --prompt-file, an unreadable or over-long file, a
+                schema that is not a JSON object.
+        """
+        if self.prompt is not None and self.prompt_file is not None:
+            raise InputError("give --prompt or --prompt-file, not both", code="prompt_invalid")
+        text = _read_flag_file(self.prompt_file, "--prompt-file", MAX_PROMPT_CHARS) if self.prompt_file else \
+            self.prompt
+        schema = _read_flag_file(self.schema_file, "--schema", MAX_SCHEMA_CHARS * 4) if self.schema_file else None
+        return command_line_prompt(text, schema)
+
+
+def _read_flag_file(path: str, flag: str, limit: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit * 4 + 1)
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: {exc.strerror or exc}", code="prompt_invalid") from exc
+    if len(data) > limit * 4:
+        raise InputError(f"{flag} {path} is larger than {limit * 4} bytes", code="prompt_invalid")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{flag} {path} is not UTF-8 text", code="prompt_invalid") from exc
+
+
+def cli_tasks(specs: Sequence[str], labels: str | None, settings: Settings,
+              prompt: PromptFlags | None = None) -> tuple[TaskRequest, ...]:
+    """The job's tasks from ``--task`` (repeated: a name, or ``module:Class``), ``--labels`` (for classify) and the
+    generate prompt's flags.
 
     A ``module:Class`` is imported (no model loaded) and stands for its class's name; the records carry
     the name. Whether a registry knows each name is checked by the intake, with the rest of the request.
 
     Raises:
-        InputError: ``task_invalid``, ``labels_invalid``, ``labels_without_classify``.
+        InputError: ``task_invalid``, ``labels_invalid``, ``labels_without_classify``, ``prompt_invalid``,
+            ``prompt_without_generate``.
         ConfigError: ``task_unavailable``: a ``module:Class`` that does not import or is no task class.
     """
     custom = dict(settings.tasks.custom)
     names = [resolve_task(spec, custom) if ":" in spec else spec for spec in specs]
-    return command_line_tasks(names, parse_labels(labels) if labels is not None else ())
+    return command_line_tasks(names, parse_labels(labels) if labels is not None else (),
+                              prompt.resolve() if prompt is not None else None)
 
 
 def prepare_intake(settings: Settings) -> None:
@@ -184,10 +227,11 @@ def submit_command(
     timeout_s: float | None = None,
     tasks: Sequence[str] = (),
     labels: str | None = None,
+    prompt: PromptFlags | None = None,
 ) -> int:
     """Run `docstream submit`; returns the exit status (see the module docstring).
 
-    ``tasks`` and ``labels`` are the ``--task`` and ``--labels`` options (``cli_tasks``).
+    ``tasks``, ``labels`` and ``prompt`` are the ``--task``, ``--labels`` and generate options (``cli_tasks``).
     """
     errors = Console(stderr=True)
     try:
@@ -195,7 +239,7 @@ def submit_command(
         configure_logging(level=settings.log.level, fmt=settings.log.format, service="submit")
         # the job id is checked (and printed) before any work; the other options, by submit_paths
         job_id = validate_id(job_id or new_job_id())
-        requested = cli_tasks(tasks, labels, settings)
+        requested = cli_tasks(tasks, labels, settings, prompt)
     except DocstreamError as exc:
         errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
         return EXIT_FAILED

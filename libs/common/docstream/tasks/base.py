@@ -17,11 +17,12 @@ Results are keyed by ``model_id``: several tasks over one document sit side by s
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from docstream.errors import InputError, PoisonRecord
 
@@ -30,10 +31,13 @@ __all__ = [
     "CLASSIFY",
     "EMBED",
     "ENTITIES",
+    "GENERATE",
     "MAX_CHUNK_MENTIONS",
     "MAX_DESCRIPTION_CHARS",
     "MAX_LABELS",
     "MAX_LABEL_CHARS",
+    "MAX_PROMPT_CHARS",
+    "MAX_SCHEMA_CHARS",
     "MAX_TASKS",
     "ChunkOutput",
     "DocumentOutput",
@@ -42,6 +46,8 @@ __all__ = [
     "Label",
     "Mention",
     "PreparedTexts",
+    "Prompt",
+    "PromptKind",
     "Span",
     "Task",
     "TaskClass",
@@ -59,7 +65,8 @@ __all__ = [
 EMBED = "embed"
 CLASSIFY = "classify"
 ENTITIES = "entities"
-BUILTIN_TASKS = (EMBED, CLASSIFY, ENTITIES)
+GENERATE = "generate"
+BUILTIN_TASKS = (EMBED, CLASSIFY, ENTITIES, GENERATE)
 
 MAX_TASKS = 8
 """Most tasks one job may ask for."""
@@ -67,6 +74,10 @@ MAX_LABELS = 64
 """Most labels one classify request may carry."""
 MAX_LABEL_CHARS = 100
 MAX_DESCRIPTION_CHARS = 500
+MAX_PROMPT_CHARS = 16_000
+"""Longest instruction of a generate prompt."""
+MAX_SCHEMA_CHARS = 32_000
+"""Longest JSON Schema of an extract prompt (its canonical JSON)."""
 MAX_CHUNK_MENTIONS = 256
 """Most mentions kept of one chunk (the rest, by offset, are dropped and logged by the runner)."""
 
@@ -136,9 +147,88 @@ class Label:
         return cls(name.strip(), description.strip() or None if sep else None)
 
 
+
+PromptKind = Literal["summarize", "extract"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """What a ``generate`` request asks of the model for every chunk (docs/tasks.md "generate").
+
+    Attributes:
+        kind: ``summarize`` (a summary per chunk, then of the document) or ``extract`` (the fields a JSON
+            Schema names, per chunk, then merged per document).
+        instruction: the user's prompt; empty: the kind's built-in instruction.
+        json_schema: extract: the JSON Schema the answer must validate against, as canonical JSON text.
+
+    Raises:
+        InputError: ``prompt_invalid``: an unknown kind, an instruction or schema over its bound, a schema that
+            is not a JSON object, a summarize prompt with a schema or an extract prompt without one.
+    """
+
+    kind: PromptKind
+    instruction: str = ""
+    json_schema: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(PromptKind):
+            raise InputError(f"prompt kind must be summarize or extract, got {str(self.kind)[:40]!r}",
+                             code="prompt_invalid")
+        if len(self.instruction) > MAX_PROMPT_CHARS:
+            raise InputError(f"the prompt is longer than {MAX_PROMPT_CHARS} characters", code="prompt_invalid")
+        if (self.json_schema is None) != (self.kind == "summarize"):
+            raise InputError("an extract prompt needs a JSON Schema, and only an extract prompt takes one",
+                             code="prompt_invalid")
+        if self.json_schema is not None:
+            if len(self.json_schema) > MAX_SCHEMA_CHARS:
+                raise InputError(f"the JSON Schema is longer than {MAX_SCHEMA_CHARS} characters",
+                                 code="prompt_invalid")
+            if not isinstance(_json_value(self.json_schema), dict):
+                raise InputError("the JSON Schema must be a JSON object", code="prompt_invalid")
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """extract: the JSON Schema, decoded."""
+        return None if self.json_schema is None else dict(_json_value(self.json_schema))
+
+    @classmethod
+    def of(cls, kind: PromptKind, instruction: str = "", schema: Mapping[str, Any] | None = None) -> Prompt:
+        """A prompt whose schema is stored as canonical JSON (sorted keys), so one schema has one text and
+        one ``model_id``.
+
+        Raises:
+            InputError: ``prompt_invalid``.
+        """
+        text = None if schema is None else json.dumps(schema, sort_keys=True, separators=(",", ":"),
+                                                       ensure_ascii=False)
+        return cls(kind, instruction.strip(), text)
+
+    def to_record(self) -> dict[str, Any]:
+        """The Avro ``Prompt`` dict."""
+        return {"kind": self.kind, "instruction": self.instruction, "json_schema": self.json_schema}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Prompt:
+        """From the Avro ``Prompt`` dict.
+
+        Raises:
+            InputError: ``prompt_invalid``.
+        """
+        schema = record.get("json_schema")
+        return cls(record.get("kind"), str(record.get("instruction") or ""),  # type: ignore[arg-type]
+                   None if schema is None else str(schema))
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"the JSON Schema is not JSON: {exc}", code="prompt_invalid") from exc
+
+
 @dataclass(frozen=True, slots=True)
 class TaskRequest:
-    """One task a job asks for: its name and (classify) its labels.
+    """One task a job asks for: its name, (classify) its labels and (generate) its prompt.
 
     Raises:
         InputError: ``task_invalid``, ``labels_invalid`` (duplicate names, too many).
@@ -146,6 +236,7 @@ class TaskRequest:
 
     name: str
     labels: tuple[Label, ...] = ()
+    prompt: Prompt | None = None
 
     def __post_init__(self) -> None:
         check_task_name(self.name)
@@ -156,8 +247,12 @@ class TaskRequest:
             raise InputError(f"duplicate label names in {names}", code="labels_invalid")
 
     def to_record(self) -> dict[str, Any]:
-        """The Avro ``TaskRequest`` dict."""
-        return {"name": self.name, "labels": [label.to_record() for label in self.labels]}
+        """The Avro ``TaskRequest`` dict (``prompt`` only when there is one: the records and job options of the
+        tasks before generate stay as they were)."""
+        out: dict[str, Any] = {"name": self.name, "labels": [label.to_record() for label in self.labels]}
+        if self.prompt is not None:
+            out["prompt"] = self.prompt.to_record()
+        return out
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> TaskRequest:
@@ -166,7 +261,9 @@ class TaskRequest:
         Raises:
             InputError: an invalid name or labels.
         """
-        return cls(str(record["name"]), tuple(Label.from_record(x) for x in record.get("labels") or ()))
+        prompt = record.get("prompt")
+        return cls(str(record["name"]), tuple(Label.from_record(x) for x in record.get("labels") or ()),
+                   None if prompt is None else Prompt.from_record(prompt))
 
 
 def requested_tasks(records: Sequence[Mapping[str, Any]]) -> tuple[TaskRequest, ...]:

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from docstream.errors import ConfigError
 from docstream.logging import get_logger
-from docstream.tasks.base import CLASSIFY, EMBED, ENTITIES, Task, TaskClass, TaskFold, check_task_name
+from docstream.tasks.base import CLASSIFY, EMBED, ENTITIES, GENERATE, Task, TaskClass, TaskFold, check_task_name
 
 __all__ = ["ENTRY_POINT_GROUP", "known_task_names", "load_task", "resolve_task", "task_class", "task_fold"]
 
@@ -23,6 +23,7 @@ _BUILTIN = {
     EMBED: "docstream.tasks.embed:EmbedTask",
     CLASSIFY: "docstream.tasks.classify:ClassifyTask",
     ENTITIES: "docstream.tasks.entities:EntitiesTask",
+    GENERATE: "docstream.tasks.generate:GenerateTask",
 }
 _log = get_logger(__name__)
 _lock = threading.Lock()

@@ -12,7 +12,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from docstream.errors import InputError
-from docstream.tasks.base import CLASSIFY, EMBED, MAX_LABELS, MAX_TASKS, Label, TaskRequest, requested_tasks
+from docstream.generation import check_json_schema
+from docstream.tasks.base import (
+    CLASSIFY,
+    EMBED,
+    GENERATE,
+    MAX_LABELS,
+    MAX_TASKS,
+    Label,
+    Prompt,
+    TaskRequest,
+    requested_tasks,
+)
 
 if TYPE_CHECKING:
     from docstream.store.base import JobRow
@@ -21,6 +32,7 @@ __all__ = [
     "DEFAULT_TASKS",
     "TASKS_OPTION",
     "check_job_tasks",
+    "command_line_prompt",
     "command_line_tasks",
     "job_task_names",
     "job_tasks",
@@ -81,23 +93,53 @@ def _json_labels(text: str) -> tuple[Label, ...]:
     return tuple(labels)
 
 
-def command_line_tasks(names: Sequence[str], labels: Sequence[Label] = ()) -> tuple[TaskRequest, ...]:
-    """The tasks of ``--task NAME`` (repeated; resolved to task names) and ``--labels``, which go to classify.
+def command_line_prompt(prompt: str | None, schema: str | None) -> Prompt | None:
+    """The generate prompt of ``--prompt`` (``summarize``, or the instruction itself: the text of
+    ``--prompt-file``) and ``--schema`` (the JSON Schema's text): extract with a schema, else summarize.
+    Neither: None (generate then summarizes).
+
+    Raises:
+        InputError: ``prompt_invalid``: the schema is not a JSON object, or an instruction or schema over its bound.
+    """
+    if prompt is None and schema is None:
+        return None
+    instruction = "" if prompt is None or prompt.strip() == "summarize" else prompt.strip()
+    if schema is None:
+        return Prompt("summarize", instruction)
+    try:
+        decoded = json.loads(schema)
+    except ValueError as exc:
+        raise InputError(f"--schema is not JSON: {exc}", code="prompt_invalid") from exc
+    if not isinstance(decoded, dict):
+        raise InputError("--schema must hold a JSON Schema object", code="prompt_invalid")
+    return Prompt.of("extract", instruction, decoded)
+
+
+def command_line_tasks(names: Sequence[str], labels: Sequence[Label] = (),
+                       prompt: Prompt | None = None) -> tuple[TaskRequest, ...]:
+    """The tasks of ``--task NAME`` (repeated; resolved to task names), ``--labels``, which go to classify, and
+    the generate prompt (``command_line_prompt``).
 
     No name: ``embed``. The result still goes through ``check_job_tasks``.
 
     Raises:
-        InputError: ``labels_without_classify``: labels, and no classify to give them to; ``task_invalid``.
+        InputError: ``labels_without_classify``: labels, and no classify to give them to;
+            ``prompt_without_generate``: a prompt, and no generate; ``task_invalid``.
     """
     chosen = list(names) or [EMBED]
     if labels and CLASSIFY not in chosen:
         raise InputError(f"--labels are for the classify task, and the job asks for {', '.join(chosen)} only: "
                          "add --task classify", code="labels_without_classify")
-    return tuple(TaskRequest(name, tuple(labels) if name == CLASSIFY else ()) for name in chosen)
+    if prompt is not None and GENERATE not in chosen:
+        raise InputError(f"--prompt and --schema are for the generate task, and the job asks for "
+                         f"{', '.join(chosen)} only: add --task generate", code="prompt_without_generate")
+    return tuple(TaskRequest(name, tuple(labels) if name == CLASSIFY else (), prompt if name == GENERATE else None)
+                 for name in chosen)
 
 
 def check_job_tasks(tasks: Sequence[TaskRequest], *, default_labels: Sequence[str] = ()) -> tuple[TaskRequest, ...]:
-    """``tasks`` when a job may ask for them, classify's labels filled in from ``default_labels`` when it has none.
+    """``tasks`` when a job may ask for them, classify's labels filled in from ``default_labels`` when it has none,
+    generate's prompt with ``summarize`` when it has none (written into the request, as the labels).
 
     Args:
         tasks: what the job asks for.
@@ -108,7 +150,8 @@ def check_job_tasks(tasks: Sequence[TaskRequest], *, default_labels: Sequence[st
     Raises:
         InputError: ``task_invalid`` (none, more than ``MAX_TASKS``, a name twice),
             ``labels_without_classify`` (labels on another task), ``labels_missing`` (classify
-            without labels, and no default), ``labels_invalid`` (a default label).
+            without labels, and no default), ``labels_invalid`` (a default label), ``prompt_without_generate``
+            (a prompt on another task), ``prompt_invalid`` (an extract schema that is no JSON Schema).
     """
     if not tasks:
         raise InputError("a job asks for at least one task", code="task_invalid")
@@ -122,6 +165,13 @@ def check_job_tasks(tasks: Sequence[TaskRequest], *, default_labels: Sequence[st
         if task.labels and task.name != CLASSIFY:
             raise InputError(f"task {task.name!r} takes no labels: labels are for classify",
                              code="labels_without_classify")
+        if task.prompt is not None and task.name != GENERATE:
+            raise InputError(f"task {task.name!r} takes no prompt: a prompt is for generate",
+                             code="prompt_without_generate")
+        if task.name == GENERATE and task.prompt is None:
+            task = TaskRequest(GENERATE, prompt=Prompt("summarize"))
+        if task.prompt is not None and task.prompt.schema is not None:
+            check_json_schema(task.prompt.schema)
         if task.name == CLASSIFY and not task.labels:
             if not default_labels:
                 raise InputError("classify needs labels: give them with the job (--labels, or the task's labels "

@@ -21,7 +21,7 @@ from docstream.errors import DocstreamError
 from docstream.logging import get_logger
 from docstream.progress import job_progress
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.tasks.base import Label, TaskRequest
+from docstream.tasks.base import Label, Prompt, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
 from docstream.usage import Usage, seconds, total_usage
 from docstream_ingest.api.auth import Principal
@@ -49,6 +49,7 @@ from docstream_ingest.api.schemas import (
     JobOptionsIn,
     JobSummary,
     LabelSpec,
+    PromptSpec,
     Readiness,
     RefusalOut,
     TaskSpec,
@@ -135,8 +136,10 @@ def usage_out(usage: Usage) -> UsageOut:
 
 def task_spec(task: TaskRequest) -> TaskSpec:
     """A task request as the API shows it."""
+    prompt = None if task.prompt is None else PromptSpec(kind=task.prompt.kind, instruction=task.prompt.instruction,
+                                                         json_schema=task.prompt.schema)
     return TaskSpec(name=task.name, labels=[LabelSpec(name=label.name, description=label.description)
-                                            for label in task.labels])
+                                            for label in task.labels], prompt=prompt)
 
 
 def task_request(spec: TaskSpec) -> TaskRequest:
@@ -145,7 +148,9 @@ def task_request(spec: TaskSpec) -> TaskRequest:
     Raises:
         InputError: ``labels_invalid`` (duplicate label names), ``task_invalid``.
     """
-    return TaskRequest(spec.name, tuple(Label(label.name, label.description) for label in spec.labels))
+    prompt = None if spec.prompt is None else Prompt.of(spec.prompt.kind, spec.prompt.instruction,
+                                                         spec.prompt.json_schema)
+    return TaskRequest(spec.name, tuple(Label(label.name, label.description) for label in spec.labels), prompt)
 
 
 def job_summary(job: JobRow, now: datetime) -> JobSummary:

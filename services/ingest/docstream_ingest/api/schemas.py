@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_TASKS
+from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_PROMPT_CHARS, MAX_TASKS
 
 __all__ = [
     "ID_PATTERN",
@@ -59,6 +59,22 @@ class LabelSpec(BaseModel):
     )
 
 
+class PromptSpec(BaseModel):
+    """The generate task's prompt (docs/tasks.md "generate")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["summarize", "extract"] = Field(
+        ..., description="summarize: a summary per chunk, then of the document; extract: the fields of json_schema "
+        "per chunk, merged per document.",
+    )
+    instruction: str = Field("", max_length=MAX_PROMPT_CHARS,
+                             description="The prompt; empty: the kind's built-in instruction.")
+    json_schema: dict[str, Any] | None = Field(
+        None, description="extract: the JSON Schema every answer must validate against; null for summarize.",
+    )
+
+
 class TaskSpec(BaseModel):
     """A task the job asks for (docs/tasks.md): a built-in or a user task known to the service, by name."""
 
@@ -69,6 +85,7 @@ class TaskSpec(BaseModel):
         default_factory=list, max_length=MAX_LABELS,
         description="classify only: the labels (names unique); empty: the service's tasks.classify.labels.",
     )
+    prompt: PromptSpec | None = Field(None, description="generate only: the prompt; null: summarize.")
 
 
 class JobOptionsIn(BaseModel):

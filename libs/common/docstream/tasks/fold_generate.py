@@ -1,0 +1,88 @@
+"""The generate task's fold: one document's chunk answers, in chunk order, with their tokens. Pure.
+
+A chunk's output (``GenerateTask.run``) is ``{"kind": "summarize", "text": ...}`` or ``{"kind": "extract",
+"value": ...}``, with the server's ``prompt_tokens`` and ``completion_tokens``. The document's output:
+
+* ``summarize``: ``chunk_summaries`` (``{"index", "text"}`` by index) and ``summary``: the one chunk's summary
+  for a document of one chunk; null for a longer one, whose summary of the summaries a document-level model
+  call gives (not yet built: docs/tasks.md "generate");
+* ``extract``: ``chunk_values`` (``{"index", "value"}`` by index) and ``value``: for objects, each field's first
+  non-null value in chunk order; otherwise the first non-null value;
+* both: ``prompt_tokens`` and ``completion_tokens``, summed over the chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError
+
+__all__ = ["GenerateFold", "merge_values"]
+
+_KINDS = ("summarize", "extract")
+_ANSWER = {"summarize": "text", "extract": "value"}
+
+
+def merge_values(values: list[Any]) -> Any:
+    """The document's value of its chunks' extract values, in chunk order: objects field by field (each field's
+    first non-null value; a field no chunk gives is null), else the first non-null value (None: none)."""
+    given = [v for v in values if v is not None]
+    if not given:
+        return None
+    if all(isinstance(v, dict) for v in given):
+        merged: dict[str, Any] = {}
+        for value in given:
+            for key, field_value in value.items():
+                if merged.get(key) is None:
+                    merged[key] = field_value
+        return merged
+    return given[0]
+
+
+class GenerateFold:
+    """Folds the chunk answers of one document (state: ``{"kind", "parts": {index: answer}, tokens}``)."""
+
+    def empty(self) -> dict[str, Any]:
+        """No chunk yet."""
+        return {"kind": None, "parts": {}, "prompt_tokens": 0, "completion_tokens": 0}
+
+    def add(self, state: dict[str, Any], chunk: FoldInput) -> dict[str, Any]:
+        """``state`` with one more chunk's answer.
+
+        Raises:
+            TaskOutputError: the output is not a generate answer, or of another kind than the document's others.
+        """
+        output = chunk.output
+        if not isinstance(output, Mapping) or output.get("kind") not in _KINDS:
+            raise TaskOutputError(f"chunk {chunk.index}: not a generate answer")
+        kind = str(output["kind"])
+        if state["kind"] not in (None, kind):
+            raise TaskOutputError(f"chunk {chunk.index}: a {kind} answer in a {state['kind']} document")
+        answer = output.get(_ANSWER[kind])
+        if kind == "summarize" and not isinstance(answer, str):
+            raise TaskOutputError(f"chunk {chunk.index}: a summary that is not text")
+        return {"kind": kind, "parts": {**state["parts"], str(chunk.index): answer},
+                "prompt_tokens": state["prompt_tokens"] + _tokens(output, "prompt_tokens"),
+                "completion_tokens": state["completion_tokens"] + _tokens(output, "completion_tokens")}
+
+    def finish(self, state: dict[str, Any], *, chunk_count: int) -> DocumentOutput:
+        """The document's answers, by chunk index (a document whose every chunk failed has none)."""
+        parts = sorted((int(index), answer) for index, answer in state["parts"].items())
+        kind = state["kind"]
+        output: dict[str, Any] = {"kind": kind, "prompt_tokens": state["prompt_tokens"],
+                                  "completion_tokens": state["completion_tokens"]}
+        if kind == "extract":
+            output["chunk_values"] = [{"index": i, "value": v} for i, v in parts]
+            output["value"] = merge_values([v for _, v in parts])
+        else:
+            output["chunk_summaries"] = [{"index": i, "text": t} for i, t in parts]
+            output["summary"] = parts[0][1] if chunk_count == 1 and len(parts) == 1 else None
+        return DocumentOutput(output=output)
+
+
+def _tokens(output: Mapping[str, Any], key: str) -> int:
+    value = output.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TaskOutputError(f"{key} is not a count: {str(value)[:40]!r}")
+    return value

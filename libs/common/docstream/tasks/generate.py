@@ -1,0 +1,212 @@
+"""The ``generate`` task: a chat model answers a prompt for every chunk (docs/tasks.md "generate").
+
+Each job's ``generate`` request carries its ``Prompt``: ``summarize`` (a summary per chunk) or ``extract`` (the
+fields of a JSON Schema, per chunk). The model is an OpenAI-compatible chat-completions server (vLLM, TGI,
+llama.cpp's server, a hosted API) at ``tasks.generate.endpoint``, reached through ``EndpointClient.complete``:
+a micro-batch becomes one request per chunk, sent concurrently up to ``max_in_flight`` so a continuously
+batching server stays full, with the endpoint client's retries and backoff.
+
+Per chunk: an answer that is refused, truncated or empty fails that chunk alone with its code; an extract
+answer that is not JSON valid against the schema is asked again with the validation error appended, up to
+``invalid_retries`` times, then fails alone with ``generation_invalid``. The results are keyed by
+``generate_model_id`` (the model and a hash of the prompt, its schema and the sampling settings).
+
+Importing this module loads no model and sends nothing: the reducer imports it for ``GenerateTask.fold``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from docstream.endpoint import EndpointClient
+from docstream.endpoint_protocol import EndpointResponseError
+from docstream.errors import BackendUnavailable, ConfigError, PartialBatchError
+from docstream.generation import (
+    GenerationInvalid,
+    GenerationTooLong,
+    answer_budget,
+    answer_error,
+    chat_body,
+    extracted_value,
+    generate_model_id,
+    parse_chat,
+    prompt_messages,
+    retry_messages,
+)
+from docstream.logging import get_logger
+from docstream.metrics import EndpointMetrics, Metrics
+from docstream.settings import GenerateSettings
+from docstream.tasks.base import GENERATE, ChunkOutput, PreparedTexts, Prompt, TaskFold, TaskRequest
+from docstream.tasks.fold_generate import GenerateFold
+from docstream.tokenization import ModelTokenCounter
+
+__all__ = ["DEFAULT_PROMPT", "GenerateTask"]
+
+DEFAULT_PROMPT = Prompt("summarize")
+"""The prompt of a generate request that carries none."""
+
+_PROMPT_OVERHEAD_TOKENS = 64  # the system prompt's and the template's tokens beside the chunk, roughly
+_WARMUP = "docstream warm-up."
+_log = get_logger(__name__)
+
+
+class GenerateTask:
+    """A chat model over an OpenAI-compatible endpoint: one answer per chunk (``ChunkOutput.output``)."""
+
+    name: ClassVar[str] = GENERATE
+    fold: ClassVar[TaskFold] = GenerateFold()
+
+    def __init__(self, client: EndpointClient, settings: GenerateSettings, counter: ModelTokenCounter) -> None:
+        """Wrap ``client`` (closed by ``close``); ``counter`` estimates a prompt's tokens for its answer's budget."""
+        self._client = client
+        self._settings = settings
+        self._counter = counter
+
+    @classmethod
+    def load(cls, settings: Any) -> GenerateTask:
+        """The runner of ``settings.tasks.generate``; with ``inference.warmup`` it sends one small request (an
+        endpoint that does not answer then is logged, not fatal: the service waits for it as for an outage).
+
+        Raises:
+            ConfigError: ``endpoint_unset`` (no ``tasks.generate.endpoint.url``), or no tokenizer for the counts.
+            EndpointRefused: the endpoint refuses the key, URL or model at warm-up.
+        """
+        from docstream.tokenization import load_token_counter
+
+        options: GenerateSettings = settings.tasks.generate
+        if options.endpoint.url is None:
+            raise ConfigError("the generate task needs a chat model: set tasks.generate.endpoint.url "
+                              "(DOCSTREAM_TASKS__GENERATE__ENDPOINT__URL)", code="endpoint_unset")
+        task = cls(EndpointClient(options.endpoint), options,
+                   load_token_counter(settings.inference.model_path, settings.inference.model_id))
+        _log.info("generate_endpoint", url=options.endpoint.url, model=options.endpoint.model,
+                  max_in_flight=options.endpoint.max_in_flight, key_set=options.endpoint.api_key is not None)
+        if settings.inference.warmup:
+            try:
+                task.warm_up()
+            except BackendUnavailable as exc:
+                _log.warning("endpoint_unavailable_at_start", url=options.endpoint.url, error=str(exc)[:300])
+        return task
+
+    @property
+    def model_id(self) -> str:
+        """The ``model_id`` of the default prompt (summarize)."""
+        return self.model_id_for(TaskRequest(GENERATE))
+
+    @property
+    def max_tokens(self) -> int:
+        """What the context leaves a chunk beside the prompt and the answer."""
+        return max(1, self._settings.context_tokens - self._settings.max_tokens - _PROMPT_OVERHEAD_TOKENS)
+
+    @property
+    def runtime(self) -> str:
+        """``openai/remote``: the model runs behind the endpoint."""
+        return "openai/remote"
+
+    @property
+    def device(self) -> str:
+        """``remote``: the model's time is the endpoint's answer time."""
+        return "remote"
+
+    def model_id_for(self, request: TaskRequest) -> str:
+        """``generate_model_id`` of the request's prompt: two prompts' results never overwrite each other."""
+        s = self._settings
+        return generate_model_id(s.endpoint.model_id or s.endpoint.model, request.prompt or DEFAULT_PROMPT,
+                                 system_prompt=s.system_prompt, temperature=s.temperature, seed=s.seed,
+                                 max_tokens=s.max_tokens, stop=s.stop)
+
+    def prepare(self, texts: Sequence[str], requests: Sequence[TaskRequest]) -> PreparedTexts:
+        """Count each chunk's tokens (the answer's budget is what its prompt leaves of the context)."""
+        return PreparedTexts(tuple(texts), tuple(requests), self._counter.count(texts) if texts else [])
+
+    def run(self, batch: PreparedTexts) -> list[ChunkOutput]:
+        """One answer per chunk, the requests concurrent; extract answers validated, and asked again when invalid.
+
+        Raises:
+            PartialBatchError: some chunks failed alone (refused, truncated, empty, invalid, too long, or a
+                request the endpoint refused); the others keep their answers.
+            EndpointUnavailable: the endpoint does not answer within its retry budget (the batch is run again).
+            EndpointRefused: the endpoint refuses us (a key, URL or model to fix).
+        """
+        if len(batch.requests) != len(batch.texts):
+            raise ValueError(f"{len(batch.texts)} texts but {len(batch.requests)} requests")
+        s = self._settings
+        prompts = [request.prompt or DEFAULT_PROMPT for request in batch.requests]
+        counts = list(batch.features) if isinstance(batch.features, list) else self._counter.count(batch.texts)
+        results: list[ChunkOutput | BaseException | None] = [None] * len(batch.texts)
+        conversations = [prompt_messages(p, text, system_prompt=s.system_prompt)
+                         for p, text in zip(prompts, batch.texts, strict=True)]
+        budgets: dict[int, int] = {}
+        for i, count in enumerate(counts):
+            try:
+                budgets[i] = answer_budget(count + _PROMPT_OVERHEAD_TOKENS, max_tokens=s.max_tokens,
+                                           context_tokens=s.context_tokens)
+            except GenerationTooLong as exc:  # this chunk alone
+                results[i] = exc
+        used = {i: [0, 0] for i in range(len(batch.texts))}
+        invalid = dict.fromkeys(range(len(batch.texts)), 0)
+        pending = sorted(budgets)
+        while pending:
+            bodies = [chat_body(s.endpoint.model, conversations[i], temperature=s.temperature, seed=s.seed,
+                                max_tokens=budgets[i], stop=s.stop,
+                                schema=prompts[i].schema if s.response_format else None) for i in pending]
+            answers = self._client.complete(bodies, [counts[i] + _PROMPT_OVERHEAD_TOKENS for i in pending])
+            again: list[int] = []
+            for i, answer in zip(pending, answers, strict=True):
+                outcome = self._outcome(prompts[i], answer, used[i], budgets[i])
+                if isinstance(outcome, GenerationInvalid) and invalid[i] < s.invalid_retries:
+                    invalid[i] += 1
+                    conversations[i] = retry_messages(conversations[i], _text(answer), outcome.message)
+                    again.append(i)
+                else:
+                    results[i] = outcome
+            pending = again
+        if any(isinstance(r, BaseException) for r in results):
+            raise PartialBatchError(list(results))
+        return [r for r in results if isinstance(r, ChunkOutput)]
+
+    def warm_up(self) -> None:
+        """One small request: the endpoint answers."""
+        s = self._settings
+        body = chat_body(s.endpoint.model, [{"role": "user", "content": _WARMUP}], temperature=0.0, seed=s.seed,
+                         max_tokens=1)
+        self._client.complete([body], [8])
+
+    def bind_metrics(self, metrics: Metrics, service: str) -> None:
+        """Count the endpoint's requests into ``metrics`` (``docstream_endpoint_*``)."""
+        self._client.observer = EndpointMetrics(metrics, service)
+
+    def close(self) -> None:
+        """Close the endpoint's connections (the pipeline calls it when it stops)."""
+        self._client.close()
+
+    def _outcome(self, prompt: Prompt, answer: Any, used: list[int], budget: int) -> ChunkOutput | BaseException:
+        """One answer as the chunk's output, or its failure; ``used`` adds the answer's tokens."""
+        if isinstance(answer, BaseException):
+            return answer
+        try:
+            parsed = parse_chat(answer)
+        except EndpointResponseError as exc:
+            return exc
+        used[0] += parsed.prompt_tokens
+        used[1] += parsed.completion_tokens
+        error = answer_error(parsed, max_tokens=budget)
+        if error is not None:
+            return error
+        tokens = {"prompt_tokens": used[0], "completion_tokens": used[1]}
+        if prompt.kind == "summarize":
+            return ChunkOutput(output={"kind": "summarize", "text": parsed.text.strip(), **tokens})
+        schema = prompt.schema or {}
+        try:
+            value = extracted_value(parsed.text, schema)
+        except GenerationInvalid as exc:
+            return exc
+        return ChunkOutput(output={"kind": "extract", "value": value, **tokens})
+
+
+def _text(answer: Any) -> str:
+    try:
+        return parse_chat(answer).text
+    except EndpointResponseError:
+        return ""

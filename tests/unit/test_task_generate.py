@@ -1,0 +1,178 @@
+"""The generate task without a server: its fold, and its runner over a scripted client (no sockets)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from docstream.endpoint_protocol import EndpointRejected
+from docstream.errors import PartialBatchError
+from docstream.settings import GenerateSettings
+from docstream.tasks.base import FoldInput, Prompt, TaskOutputError, TaskRequest
+from docstream.tasks.fold_generate import GenerateFold, merge_values
+from docstream.tasks.generate import GenerateTask
+
+FOLD = GenerateFold()
+SCHEMA = {"type": "object", "properties": {"vendor": {"type": "string"}}, "required": ["vendor"]}
+EXTRACT = TaskRequest("generate", prompt=Prompt.of("extract", "", SCHEMA))
+SUMMARIZE = TaskRequest("generate", prompt=Prompt("summarize"))
+
+
+class _Counter:
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return [len(t.split()) for t in texts]
+
+
+class ScriptedClient:
+    """``EndpointClient.complete`` answering from a script: a function of the request body."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.bodies: list[dict[str, Any]] = []
+
+    def complete(self, bodies: Sequence[dict[str, Any]], tokens: Sequence[int]) -> list[Any]:
+        self.bodies.extend(bodies)
+        return [self.answer(body) for body in bodies]
+
+    def close(self) -> None:
+        return None
+
+
+def _chat(content: str, prompt: int = 20, completion: int = 5, finish: str = "stop") -> dict[str, Any]:
+    return {"choices": [{"message": {"role": "assistant", "content": content}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+
+def _asked(body: dict[str, Any]) -> str:
+    """The chunk's own request: the first user message."""
+    return str(next(m["content"] for m in body["messages"] if m["role"] == "user"))
+
+
+def _task(answer: Any, **options: Any) -> tuple[GenerateTask, ScriptedClient]:
+    client = ScriptedClient(answer)
+    settings = GenerateSettings.model_validate({"endpoint": {"url": "http://127.0.0.1:1/v1", "model": "m"},
+                                                **options})
+    return GenerateTask(client, settings, _Counter()), client  # type: ignore[arg-type]
+
+
+def _chunk(index: int, output: Any) -> FoldInput:
+    return FoldInput(index=index, token_count=10, page_start=1, page_end=1, output=output)
+
+
+def test_summaries_fold_in_chunk_order_whatever_order_they_arrive_in() -> None:
+    parts = [_chunk(i, {"kind": "summarize", "text": f"summary {i}", "prompt_tokens": 10 + i,
+                        "completion_tokens": i}) for i in range(6)]
+    expected = None
+    rng = random.Random(5)
+    for _ in range(50):
+        rng.shuffle(parts)
+        state = FOLD.empty()
+        for part in parts:
+            state = FOLD.add(state, part)
+        state = json.loads(json.dumps(state))  # the reducer keeps it as JSON
+        output = FOLD.finish(state, chunk_count=6).output
+        expected = expected or output
+        assert output == expected
+    assert expected["chunk_summaries"] == [{"index": i, "text": f"summary {i}"} for i in range(6)]
+    assert expected["summary"] is None  # six chunks: the document-level reduce gives it
+    assert (expected["prompt_tokens"], expected["completion_tokens"]) == (75, 15)
+
+
+def test_a_document_of_one_chunk_has_that_chunks_summary_as_its_own() -> None:
+    state = FOLD.add(FOLD.empty(), _chunk(0, {"kind": "summarize", "text": "Kurz.", "prompt_tokens": 3,
+                                              "completion_tokens": 1}))
+    assert FOLD.finish(state, chunk_count=1).output["summary"] == "Kurz."
+    assert FOLD.finish(FOLD.empty(), chunk_count=1).output["summary"] is None  # its one chunk failed
+
+
+def test_extracted_values_merge_field_by_field_in_chunk_order() -> None:
+    assert merge_values([{"a": None, "b": 1}, {"a": "x", "b": 2}, {"c": [1]}]) == {"a": "x", "b": 1, "c": [1]}
+    assert merge_values([None, "first", "second"]) == "first"
+    assert merge_values([]) is None
+    state = FOLD.empty()
+    for i, value in [(2, {"vendor": "late"}), (0, {"vendor": None}), (1, {"vendor": "ACME"})]:
+        state = FOLD.add(state, _chunk(i, {"kind": "extract", "value": value, "prompt_tokens": 1,
+                                           "completion_tokens": 1}))
+    output = FOLD.finish(state, chunk_count=3).output
+    assert output["value"] == {"vendor": "ACME"} and [v["index"] for v in output["chunk_values"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("output", [None, "text", {"kind": "translate"}, {"kind": "summarize", "text": 5},
+                                    {"kind": "summarize", "text": "t", "prompt_tokens": -1}])
+def test_an_output_that_is_no_generate_answer_is_refused(output: Any) -> None:
+    with pytest.raises(TaskOutputError):
+        FOLD.add(FOLD.empty(), _chunk(0, output))
+
+
+def test_answers_of_two_kinds_in_one_document_are_refused() -> None:
+    state = FOLD.add(FOLD.empty(), _chunk(0, {"kind": "summarize", "text": "t"}))
+    with pytest.raises(TaskOutputError, match="extract answer in a summarize document"):
+        FOLD.add(state, _chunk(1, {"kind": "extract", "value": {}}))
+
+
+def test_every_chunk_is_one_request_with_the_sampling_settings() -> None:
+    task, client = _task(lambda body: _chat("A summary."), seed=3, stop=["\n\n"])
+    outputs = task.run(task.prepare(["one two", "three"], [SUMMARIZE, SUMMARIZE]))
+    assert [o.output for o in outputs] == [{"kind": "summarize", "text": "A summary.", "prompt_tokens": 20,
+                                           "completion_tokens": 5}] * 2
+    assert len(client.bodies) == 2
+    assert {(b["temperature"], b["seed"], tuple(b["stop"]), b["max_tokens"]) for b in client.bodies} == {
+        (0.0, 3, ("\n\n",), 256)}
+    assert "one two" in client.bodies[0]["messages"][-1]["content"]
+
+
+def test_an_invalid_extract_answer_is_asked_again_with_the_error_then_kept() -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        retried = body["messages"][-1]["content"].startswith("That answer is not valid")
+        return _chat('{"vendor": "ACME"}' if retried else '{"vendor": 5}', prompt=30, completion=6)
+
+    task, client = _task(answer)
+    [output] = task.run(task.prepare(["invoice"], [EXTRACT]))
+    assert output.output == {"kind": "extract", "value": {"vendor": "ACME"}, "prompt_tokens": 60,
+                             "completion_tokens": 12}
+    assert len(client.bodies) == 2 and "vendor: 5 is not of type 'string'" in \
+        client.bodies[1]["messages"][-1]["content"]
+
+
+def test_an_answer_invalid_after_every_retry_fails_alone_and_its_neighbours_keep_theirs() -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        text = _asked(body)
+        return _chat('{"vendor": "ACME"}' if "good" in text else "no JSON here")
+
+    task, client = _task(answer, invalid_retries=2)
+    with pytest.raises(PartialBatchError) as info:
+        task.run(task.prepare(["good one", "bad one", "good two"], [EXTRACT] * 3))
+    first, failed, last = info.value.outputs
+    assert failed.code == "generation_invalid"
+    assert first.output["value"] == last.output["value"] == {"vendor": "ACME"}
+    assert len(client.bodies) == 3 + 2  # the bad one asked twice more, the good ones once
+
+
+def test_truncated_refused_rejected_and_too_long_chunks_fail_with_their_codes() -> None:
+    def answer(body: dict[str, Any]) -> Any:
+        text = _asked(body)
+        if "cut" in text:
+            return _chat("half", completion=256)
+        if "refuse" in text:
+            return {"choices": [{"message": {"content": None, "refusal": "no"}, "finish_reason": "stop"}]}
+        if "reject" in text:
+            return EndpointRejected("HTTP 400: bad input")
+        return _chat("fine")
+
+    task, client = _task(answer, context_tokens=300, max_tokens=256)
+    texts = ["cut", "refuse", "reject", "word " * 250, "fine"]
+    with pytest.raises(PartialBatchError) as info:
+        task.run(task.prepare(texts, [SUMMARIZE] * 5))
+    codes = [getattr(o, "code", "ok") for o in info.value.outputs]
+    assert codes == ["generation_truncated", "generation_refused", "endpoint_rejected", "generation_too_long", "ok"]
+    assert len(client.bodies) == 4  # the one too long for the context is never sent
+
+
+def test_the_model_id_follows_the_prompt() -> None:
+    task, _ = _task(lambda body: _chat("x"))
+    assert task.model_id == task.model_id_for(TaskRequest("generate")) == task.model_id_for(SUMMARIZE)
+    assert task.model_id_for(EXTRACT) != task.model_id and task.model_id_for(EXTRACT).startswith("generate/m/extract/")
