@@ -35,10 +35,12 @@ test: setup
 
 # tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed);
 # deploy/local/install-infinity.sh: the Infinity embedding server the endpoint tests run against, in
-# .venv-infinity (docs/local-stack.md; a no-op once installed)
+# .venv-infinity (docs/local-stack.md; a no-op once installed); deploy/local/install-llm.sh: the chat
+# server and small model the generate tests run against, in .venv-llm (docs/local-stack.md)
 test-deps: setup
 	@bash tests/install-chromium.sh
 	@bash deploy/local/install-infinity.sh $(VENV)
+	@bash deploy/local/install-llm.sh $(VENV)
 
 # The single-node chaos suite, then the cluster scenarios on a 3-broker, 3-node cluster that
 # tests/run-cluster.sh starts and removes (docs/reliability.md "On a cluster").

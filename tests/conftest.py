@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.fixtures.documents",
     "tests.fixtures.browser",
     "tests.fixtures.infinity",
+    "tests.fixtures.llm",
     "tests.fixtures.fault_proxy",
     "tests.fixtures.inference",
     "tests.fixtures.ordering",
