@@ -329,7 +329,8 @@ def test_cli_tasks_and_labels_reach_the_records_and_the_job_row(
     tasks = (TaskRequest("embed"), TaskRequest("classify", (Label("sport"), Label("biology", "Text about plants"))))
     records = intake.records()
     assert len(records) == 2
-    assert all(r.job_id == job_id and r.tasks == [t.to_record() for t in tasks] for r in records.values())
+    assert all(r.job_id == job_id and [TaskRequest.from_record(x) for x in r.tasks] == list(tasks)
+               for r in records.values())
     job = intake.store.get_job(job_id)
     assert job is not None and job_tasks(job) == tasks
 
