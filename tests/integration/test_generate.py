@@ -19,10 +19,10 @@ import jsonschema
 import pytest
 
 from docstream.errors import PartialBatchError
-from docstream.generation import chat_body, prompt_messages
 from docstream.settings import Settings
 from docstream.tasks.base import ChunkOutput, Prompt, TaskRequest
 from docstream.tasks.generate import GenerateTask
+from docstream.tasks.generation import chat_body, prompt_messages
 from docstream.tasks.registry import load_task
 from tests.fixtures.fault_proxy import FaultProxy
 from tests.fixtures.llm import LlmServer

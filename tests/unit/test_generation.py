@@ -1,4 +1,4 @@
-"""The chat protocol of the generate task, as pure functions (docstream.generation)."""
+"""The chat protocol of the generate task, as pure functions (docstream.tasks.generation)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from docstream.endpoint_protocol import EndpointResponseError
 from docstream.errors import InputError
-from docstream.generation import (
+from docstream.tasks.base import Prompt
+from docstream.tasks.generation import (
     EXTRACT_INSTRUCTION,
     SUMMARIZE_INSTRUCTION,
     ChatAnswer,
@@ -28,7 +29,6 @@ from docstream.generation import (
     retry_messages,
     skeleton,
 )
-from docstream.tasks.base import Prompt
 
 FIELDS = {"type": "object", "properties": {"vendor": {"type": "string"}, "total": {"type": "number"},
                                            "lines": {"type": "array"},

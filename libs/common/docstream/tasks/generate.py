@@ -22,7 +22,12 @@ from typing import Any, ClassVar
 from docstream.endpoint import EndpointClient
 from docstream.endpoint_protocol import EndpointResponseError
 from docstream.errors import BackendUnavailable, ConfigError, PartialBatchError
-from docstream.generation import (
+from docstream.logging import get_logger
+from docstream.metrics import EndpointMetrics, Metrics
+from docstream.settings import GenerateSettings
+from docstream.tasks.base import GENERATE, ChunkOutput, PreparedTexts, Prompt, TaskFold, TaskRequest
+from docstream.tasks.fold_generate import GenerateFold
+from docstream.tasks.generation import (
     GenerationInvalid,
     GenerationTooLong,
     answer_budget,
@@ -34,11 +39,6 @@ from docstream.generation import (
     prompt_messages,
     retry_messages,
 )
-from docstream.logging import get_logger
-from docstream.metrics import EndpointMetrics, Metrics
-from docstream.settings import GenerateSettings
-from docstream.tasks.base import GENERATE, ChunkOutput, PreparedTexts, Prompt, TaskFold, TaskRequest
-from docstream.tasks.fold_generate import GenerateFold
 from docstream.tokenization import ModelTokenCounter
 
 __all__ = ["DEFAULT_PROMPT", "GenerateTask"]

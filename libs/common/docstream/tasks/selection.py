@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from docstream.errors import InputError
-from docstream.generation import check_json_schema
 from docstream.tasks.base import (
     CLASSIFY,
     EMBED,
@@ -24,6 +23,7 @@ from docstream.tasks.base import (
     TaskRequest,
     requested_tasks,
 )
+from docstream.tasks.generation import check_json_schema
 
 if TYPE_CHECKING:
     from docstream.store.base import JobRow
