@@ -133,6 +133,7 @@ class GenerateTask:
             raise ValueError(f"{len(batch.texts)} texts but {len(batch.requests)} requests")
         s = self._settings
         prompts = [request.prompt or DEFAULT_PROMPT for request in batch.requests]
+        schemas = [prompt.schema for prompt in prompts]  # decoded once, not per answer
         counts = list(batch.features) if isinstance(batch.features, list) else self._counter.count(batch.texts)
         results: list[ChunkOutput | BaseException | None] = [None] * len(batch.texts)
         conversations = [prompt_messages(p, text, system_prompt=s.system_prompt)
@@ -150,14 +151,14 @@ class GenerateTask:
         while pending:
             bodies = [chat_body(s.endpoint.model, conversations[i], temperature=s.temperature, seed=s.seed,
                                 max_tokens=budgets[i], stop=s.stop,
-                                schema=prompts[i].schema if s.response_format else None) for i in pending]
+                                schema=schemas[i] if s.response_format else None) for i in pending]
             answers = self._client.complete(bodies, [counts[i] + _PROMPT_OVERHEAD_TOKENS for i in pending])
             again: list[int] = []
             for i, answer in zip(pending, answers, strict=True):
-                outcome = self._outcome(prompts[i], answer, used[i], budgets[i])
+                outcome, text = self._outcome(schemas[i], answer, used[i], budgets[i])
                 if isinstance(outcome, GenerationInvalid) and invalid[i] < s.invalid_retries:
                     invalid[i] += 1
-                    conversations[i] = retry_messages(conversations[i], _text(answer), outcome.message)
+                    conversations[i] = retry_messages(conversations[i], text, outcome.message)
                     again.append(i)
                 else:
                     results[i] = outcome
@@ -181,32 +182,26 @@ class GenerateTask:
         """Close the endpoint's connections (the pipeline calls it when it stops)."""
         self._client.close()
 
-    def _outcome(self, prompt: Prompt, answer: Any, used: list[int], budget: int) -> ChunkOutput | BaseException:
-        """One answer as the chunk's output, or its failure; ``used`` adds the answer's tokens."""
+    def _outcome(self, schema: dict[str, Any] | None, answer: Any, used: list[int],
+                 budget: int) -> tuple[ChunkOutput | BaseException, str]:
+        """One answer as the chunk's output, or its failure, and the answer's text (for a retry); ``used`` adds the
+        answer's tokens. ``schema``: extract's (None: summarize)."""
         if isinstance(answer, BaseException):
-            return answer
+            return answer, ""
         try:
             parsed = parse_chat(answer)
         except EndpointResponseError as exc:
-            return exc
+            return exc, ""
         used[0] += parsed.prompt_tokens
         used[1] += parsed.completion_tokens
         error = answer_error(parsed, max_tokens=budget)
         if error is not None:
-            return error
+            return error, parsed.text
         tokens = {"prompt_tokens": used[0], "completion_tokens": used[1]}
-        if prompt.kind == "summarize":
-            return ChunkOutput(output={"kind": "summarize", "text": parsed.text.strip(), **tokens})
-        schema = prompt.schema or {}
+        if schema is None:
+            return ChunkOutput(output={"kind": "summarize", "text": parsed.text.strip(), **tokens}), parsed.text
         try:
             value = extracted_value(parsed.text, schema)
         except GenerationInvalid as exc:
-            return exc
-        return ChunkOutput(output={"kind": "extract", "value": value, **tokens})
-
-
-def _text(answer: Any) -> str:
-    try:
-        return parse_chat(answer).text
-    except EndpointResponseError:
-        return ""
+            return exc, parsed.text
+        return ChunkOutput(output={"kind": "extract", "value": value, **tokens}), parsed.text
