@@ -2,7 +2,8 @@
 
 The model is the test chat server (tests/fixtures/llm.py, SmolLM2-135M on llama.cpp). Three generated PDFs, one
 of a single short paragraph; chunked small so the others have several chunks. Checked in `--out`: one line per
-document for the generate task, a summary per chunk, and the one-chunk document's summary its chunk's.
+document for the generate task, a summary per chunk, the one-chunk document's summary its chunk's, and the others'
+the summary of their chunk summaries (the document stage, which the run starts beside the generate task).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def test_run_summarizes_every_chunk_of_every_document(tmp_path: Path, llm: LlmSe
         assert output["prompt_tokens"] > 0 and output["completion_tokens"] > 0
         if document["chunk_count"] == 1:
             assert output["summary"] == summaries[0]["text"]
-        else:
-            assert output["summary"] is None  # the document-level reduce is not built yet
+        else:  # the document stage's summary of the chunk summaries, its levels recorded
+            assert output["document_step"] == "done" and output["summary"].strip()
+            assert output["levels"][-1]["outputs"] == [output["summary"]]
     assert documents["long"]["chunk_count"] > 1
     assert len(chunks) == sum(d["chunk_count"] for d in documents.values())
     for chunk in chunks:

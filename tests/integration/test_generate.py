@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -20,7 +21,8 @@ import pytest
 
 from docstream.errors import PartialBatchError
 from docstream.settings import Settings
-from docstream.tasks.base import ChunkOutput, Prompt, TaskRequest
+from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskRequest
+from docstream.tasks.fold_generate import GenerateFold
 from docstream.tasks.generate import GenerateTask
 from docstream.tasks.generation import chat_body, prompt_messages
 from docstream.tasks.registry import load_task
@@ -140,3 +142,30 @@ def test_throttling_errors_and_resets_are_retried_and_a_poisoned_input_fails_alo
     assert isinstance(outputs[0], ChunkOutput) and isinstance(outputs[2], ChunkOutput)
     assert stats.throttled == 2 and stats.failed == 2 and stats.reset == 1
     assert json.dumps(outputs[0].output)  # a plain JSON answer
+
+
+def test_a_document_longer_than_one_reduce_call_reduces_in_a_tree_with_its_levels_recorded(llm: LlmServer) -> None:
+    """Six parts of about 60 tokens where a reduce request holds 200 (context 360 - max_tokens 96 - 64): two
+    calls or more on level 1, then the next level. The parts are the texts themselves, standing for their chunk
+    summaries."""
+    loaded = load_task("generate", _settings(llm.url, context_tokens=360))
+    assert isinstance(loaded, GenerateTask)
+    fold = GenerateFold()
+    state = fold.empty()
+    for i, text in enumerate([*TEXTS, *EXTRACT_TEXTS]):
+        state = fold.add(state, FoldInput(i, 70, 1, 1, output={"kind": "summarize", "text": text,
+                                                                "prompt_tokens": 0, "completion_tokens": 0}))
+    pending = fold.finish(state, chunk_count=6).output
+    try:
+        output = loaded.reduce_document(dict(pending), Prompt("summarize"))
+    finally:
+        loaded.close()
+    levels = output["levels"]
+    assert len(levels) >= 2 and levels[0]["calls"] >= 2, levels
+    assert [i for group in levels[0]["groups"] for i in group] == list(range(6))  # every part once, in order
+    for below, above in pairwise(levels):
+        assert [i for group in above["groups"] for i in group] == list(range(len(below["outputs"])))
+    assert levels[-1]["outputs"] == [output["summary"]] and output["summary"].strip()
+    assert output["document_step"] == "done"
+    assert output["prompt_tokens"] == sum(level["prompt_tokens"] for level in levels) > 0  # the server's usage
+    assert output["completion_tokens"] == sum(level["completion_tokens"] for level in levels) > 0

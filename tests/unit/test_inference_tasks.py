@@ -88,3 +88,12 @@ def test_a_stored_row_gives_back_the_output_it_was_made_from() -> None:
         first = result_of(_chunk(), "m", task, output, "rt")
         again = result_of(_chunk(), "m", task, output_of_row(chunk_row(first)), None)
         assert replace(again, runtime="rt") == first, task
+
+
+def test_stored_results_are_reused_when_asked_and_always_for_generate() -> None:
+    from docstream.settings import InferenceSettings
+    from docstream_inference.pipeline import reuse_stored
+
+    assert not reuse_stored(InferenceSettings(), "embed")
+    assert reuse_stored(InferenceSettings(reuse_stored=True), "embed")
+    assert reuse_stored(InferenceSettings(), "generate")  # an answer costs a model call: never asked twice

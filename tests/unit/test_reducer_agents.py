@@ -22,6 +22,7 @@ from docstream.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 
 EMBEDDED, COMPLETED, JOBS, BY_JOB = "t.chunks.embedded", "t.documents.completed", "t.jobs", "t-by-job"
+MAPPED = "t.documents.mapped"
 T0 = datetime(2024, 5, 17, tzinfo=UTC)
 SERDE = AvroSerde(Settings().kafka)
 
@@ -133,7 +134,8 @@ def _encode(record: Any, topic: str = EMBEDDED) -> bytes:
 
 
 def _documents(store: FakeStore, sink: FakeSink, table: dict[str, Any], ttl_ms: int = 10_000) -> DocumentReducer:
-    return DocumentReducer(table, SERDE, _calls(store), sink, COMPLETED, marker_ttl_ms=ttl_ms)
+    return DocumentReducer(table, SERDE, _calls(store), sink, COMPLETED, document_step_topic=MAPPED,
+                           marker_ttl_ms=ttl_ms)
 
 
 def test_documents_complete_once_with_rows_written_and_output_on_the_source_partition() -> None:
@@ -162,6 +164,29 @@ def test_documents_complete_once_with_rows_written_and_output_on_the_source_part
     assert table["b|m"]["kind"] == "state" and table["b|m"]["completed_ms"] == 1_000  # partial: sums kept
 
 
+def test_a_generate_document_left_a_document_step_goes_to_the_document_stage_with_no_row_written() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table)
+
+    def generated(doc_id: str, index: int, count: int) -> ChunkEmbedded:
+        output = {"kind": "summarize", "text": f"{doc_id} part {index}", "prompt_tokens": 9, "completion_tokens": 2}
+        return replace(_chunk(doc_id, index, count), embedding=[], task="generate", tasks=["generate"],
+                       output=json.dumps(output))
+
+    async def run() -> None:
+        for offset, record in enumerate([generated("long", 0, 2), generated("long", 1, 2), generated("one", 0, 1)]):
+            await reducer.handle(_msg(_encode(record), offset=offset))
+
+    asyncio.run(run())
+    [pending] = sink.records(MAPPED)
+    assert pending.doc_id == "long" and json.loads(pending.output or "{}")["document_step"] == "pending"
+    assert ("long", "m") not in store.results and ("j1", "long") not in store.job_documents  # the stage's to write
+    [done] = sink.records(COMPLETED)
+    assert done.doc_id == "one" and json.loads(done.output or "{}")["summary"] == "one part 0"
+    assert store.results[("one", "m")].task == "generate"
+    assert table["long|m"]["kind"] == "done"  # the reducer's part is done: a redelivered chunk changes nothing
+
+
 @pytest.mark.parametrize("exactly_once", [True, False])
 def test_the_completion_marker_is_written_before_the_record_only_under_exactly_once(exactly_once: bool) -> None:
     """Exactly-once: a Faust commit while the send is awaited must take the marker with the record
@@ -176,7 +201,8 @@ def test_the_completion_marker_is_written_before_the_record_only_under_exactly_o
                 seen_at_send.append(any(v.get("kind") == "done" for v in table.values()))
             await super().send(topic, key, value, partition=partition, headers=headers, transactional=transactional)
 
-    reducer = DocumentReducer(table, SERDE, _calls(FakeStore()), _Watching(), COMPLETED, exactly_once=exactly_once)
+    reducer = DocumentReducer(table, SERDE, _calls(FakeStore()), _Watching(), COMPLETED, document_step_topic=MAPPED,
+                               exactly_once=exactly_once)
 
     async def run() -> None:
         for offset in range(2):

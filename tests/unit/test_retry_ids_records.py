@@ -83,4 +83,4 @@ def test_topics() -> None:
     assert topics.submitted == "p.documents.submitted"
     assert topics.embedded == "p.chunks.embedded"
     assert dlq_topic(topics.chunks) == "p.chunks.dlq"
-    assert len(set(topics.all())) == 5
+    assert len(set(topics.all())) == 6

@@ -4,59 +4,21 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from docstream.endpoint_protocol import EndpointRejected
 from docstream.errors import PartialBatchError
-from docstream.settings import GenerateSettings
 from docstream.tasks.base import FoldInput, Prompt, TaskOutputError, TaskRequest
 from docstream.tasks.fold_generate import GenerateFold, merge_values
-from docstream.tasks.generate import GenerateTask
+from docstream.tasks.generation import GenerationTruncated
+from tests.fixtures.chat import asked, chat_answer, scripted_task
 
 FOLD = GenerateFold()
 SCHEMA = {"type": "object", "properties": {"vendor": {"type": "string"}}, "required": ["vendor"]}
 EXTRACT = TaskRequest("generate", prompt=Prompt.of("extract", "", SCHEMA))
 SUMMARIZE = TaskRequest("generate", prompt=Prompt("summarize"))
-
-
-class _Counter:
-    def count(self, texts: Sequence[str]) -> list[int]:
-        return [len(t.split()) for t in texts]
-
-
-class ScriptedClient:
-    """``EndpointClient.complete`` answering from a script: a function of the request body."""
-
-    def __init__(self, answer: Any) -> None:
-        self.answer = answer
-        self.bodies: list[dict[str, Any]] = []
-
-    def complete(self, bodies: Sequence[dict[str, Any]], tokens: Sequence[int]) -> list[Any]:
-        self.bodies.extend(bodies)
-        return [self.answer(body) for body in bodies]
-
-    def close(self) -> None:
-        return None
-
-
-def _chat(content: str, prompt: int = 20, completion: int = 5, finish: str = "stop") -> dict[str, Any]:
-    return {"choices": [{"message": {"role": "assistant", "content": content}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
-
-
-def _asked(body: dict[str, Any]) -> str:
-    """The chunk's own request: the first user message."""
-    return str(next(m["content"] for m in body["messages"] if m["role"] == "user"))
-
-
-def _task(answer: Any, **options: Any) -> tuple[GenerateTask, ScriptedClient]:
-    client = ScriptedClient(answer)
-    settings = GenerateSettings.model_validate({"endpoint": {"url": "http://127.0.0.1:1/v1", "model": "m"},
-                                                **options})
-    return GenerateTask(client, settings, _Counter()), client  # type: ignore[arg-type]
 
 
 def _chunk(index: int, output: Any) -> FoldInput:
@@ -78,7 +40,7 @@ def test_summaries_fold_in_chunk_order_whatever_order_they_arrive_in() -> None:
         expected = expected or output
         assert output == expected
     assert expected["chunk_summaries"] == [{"index": i, "text": f"summary {i}"} for i in range(6)]
-    assert expected["summary"] is None  # six chunks: the document-level reduce gives it
+    assert expected["summary"] is None and expected["document_step"] == "pending"  # the document stage gives it
     assert (expected["prompt_tokens"], expected["completion_tokens"]) == (75, 15)
 
 
@@ -86,6 +48,8 @@ def test_a_document_of_one_chunk_has_that_chunks_summary_as_its_own() -> None:
     state = FOLD.add(FOLD.empty(), _chunk(0, {"kind": "summarize", "text": "Kurz.", "prompt_tokens": 3,
                                               "completion_tokens": 1}))
     assert FOLD.finish(state, chunk_count=1).output["summary"] == "Kurz."
+    assert "document_step" not in FOLD.finish(state, chunk_count=1).output  # no model call left to make
+    assert "document_step" not in FOLD.finish(state, chunk_count=3).output  # the only chunk that did not fail
     assert FOLD.finish(FOLD.empty(), chunk_count=1).output["summary"] is None  # its one chunk failed
 
 
@@ -98,7 +62,17 @@ def test_extracted_values_merge_field_by_field_in_chunk_order() -> None:
         state = FOLD.add(state, _chunk(i, {"kind": "extract", "value": value, "prompt_tokens": 1,
                                            "completion_tokens": 1}))
     output = FOLD.finish(state, chunk_count=3).output
-    assert output["value"] == {"vendor": "ACME"} and [v["index"] for v in output["chunk_values"]] == [0, 1, 2]
+    assert output["value"] is None and output["document_step"] == "pending"  # ACME or late: the model reconciles
+    assert [v["value"] for v in output["chunk_values"]] == [{"vendor": None}, {"vendor": "ACME"}, {"vendor": "late"}]
+
+
+def test_extracted_values_that_agree_merge_without_a_document_step() -> None:
+    state = FOLD.empty()
+    for i, value in [(2, {"vendor": "ACME", "total": 3}), (0, {"vendor": None}), (1, {"vendor": "ACME"})]:
+        state = FOLD.add(state, _chunk(i, {"kind": "extract", "value": value, "prompt_tokens": 1,
+                                           "completion_tokens": 1}))
+    output = FOLD.finish(state, chunk_count=3).output
+    assert output["value"] == {"vendor": "ACME", "total": 3} and "document_step" not in output
 
 
 @pytest.mark.parametrize("output", [None, "text", {"kind": "translate"}, {"kind": "summarize", "text": 5},
@@ -115,7 +89,7 @@ def test_answers_of_two_kinds_in_one_document_are_refused() -> None:
 
 
 def test_every_chunk_is_one_request_with_the_sampling_settings() -> None:
-    task, client = _task(lambda body: _chat("A summary."), seed=3, stop=["\n\n"])
+    task, client = scripted_task(lambda body: chat_answer("A summary."), seed=3, stop=["\n\n"])
     outputs = task.run(task.prepare(["one two", "three"], [SUMMARIZE, SUMMARIZE]))
     assert [o.output for o in outputs] == [{"kind": "summarize", "text": "A summary.", "prompt_tokens": 20,
                                            "completion_tokens": 5}] * 2
@@ -128,9 +102,9 @@ def test_every_chunk_is_one_request_with_the_sampling_settings() -> None:
 def test_an_invalid_extract_answer_is_asked_again_with_the_error_then_kept() -> None:
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         retried = body["messages"][-1]["content"].startswith("That answer is not valid")
-        return _chat('{"vendor": "ACME"}' if retried else '{"vendor": 5}', prompt=30, completion=6)
+        return chat_answer('{"vendor": "ACME"}' if retried else '{"vendor": 5}', prompt=30, completion=6)
 
-    task, client = _task(answer)
+    task, client = scripted_task(answer)
     [output] = task.run(task.prepare(["invoice"], [EXTRACT]))
     assert output.output == {"kind": "extract", "value": {"vendor": "ACME"}, "prompt_tokens": 60,
                              "completion_tokens": 12}
@@ -140,10 +114,10 @@ def test_an_invalid_extract_answer_is_asked_again_with_the_error_then_kept() -> 
 
 def test_an_answer_invalid_after_every_retry_fails_alone_and_its_neighbours_keep_theirs() -> None:
     def answer(body: dict[str, Any]) -> dict[str, Any]:
-        text = _asked(body)
-        return _chat('{"vendor": "ACME"}' if "good" in text else "no JSON here")
+        text = asked(body)
+        return chat_answer('{"vendor": "ACME"}' if "good" in text else "no JSON here")
 
-    task, client = _task(answer, invalid_retries=2)
+    task, client = scripted_task(answer, invalid_retries=2)
     with pytest.raises(PartialBatchError) as info:
         task.run(task.prepare(["good one", "bad one", "good two"], [EXTRACT] * 3))
     first, failed, last = info.value.outputs
@@ -154,16 +128,16 @@ def test_an_answer_invalid_after_every_retry_fails_alone_and_its_neighbours_keep
 
 def test_truncated_refused_rejected_and_too_long_chunks_fail_with_their_codes() -> None:
     def answer(body: dict[str, Any]) -> Any:
-        text = _asked(body)
+        text = asked(body)
         if "cut" in text:
-            return _chat("half", completion=256)
+            return chat_answer("half", completion=256)
         if "refuse" in text:
             return {"choices": [{"message": {"content": None, "refusal": "no"}, "finish_reason": "stop"}]}
         if "reject" in text:
             return EndpointRejected("HTTP 400: bad input")
-        return _chat("fine")
+        return chat_answer("fine")
 
-    task, client = _task(answer, context_tokens=300, max_tokens=256)
+    task, client = scripted_task(answer, context_tokens=300, max_tokens=256)
     texts = ["cut", "refuse", "reject", "word " * 250, "fine"]
     with pytest.raises(PartialBatchError) as info:
         task.run(task.prepare(texts, [SUMMARIZE] * 5))
@@ -173,6 +147,54 @@ def test_truncated_refused_rejected_and_too_long_chunks_fail_with_their_codes() 
 
 
 def test_the_model_id_follows_the_prompt() -> None:
-    task, _ = _task(lambda body: _chat("x"))
+    task, _ = scripted_task(lambda body: chat_answer("x"))
     assert task.model_id == task.model_id_for(TaskRequest("generate")) == task.model_id_for(SUMMARIZE)
     assert task.model_id_for(EXTRACT) != task.model_id and task.model_id_for(EXTRACT).startswith("generate/m/extract/")
+
+
+def _summaries(n: int, words: int = 3) -> dict[str, Any]:
+    state = FOLD.empty()
+    for i in range(n):
+        state = FOLD.add(state, _chunk(i, {"kind": "summarize", "text": " ".join([f"s{i}"] * words),
+                                           "prompt_tokens": 10, "completion_tokens": 2}))
+    output = FOLD.finish(state, chunk_count=n).output
+    assert output["document_step"] == "pending"
+    return dict(output)
+
+
+def test_a_document_summary_reduces_the_chunk_summaries_in_a_tree_with_its_levels_recorded() -> None:
+    # a request holds 200 (context) - 40 (max_tokens) - 64 (overhead) = 96 tokens of parts; a part of 20 words
+    # counts 24 with its label: four parts a request
+    task, client = scripted_task(lambda body: chat_answer(f"sum{asked(body).count('Part ')}", prompt=30, completion=1),
+                         context_tokens=200, max_tokens=40)
+    output = task.reduce_document(_summaries(9, words=20), Prompt("summarize"))
+    assert output["document_step"] == "done"
+    assert [lv["groups"] for lv in output["levels"]] == [[[0, 1, 2, 3], [4, 5, 6, 7], [8]], [[0, 1, 2]]]
+    assert output["levels"][0]["outputs"] == ["sum4", "sum4", " ".join(["s8"] * 20)]
+    assert output["summary"] == "sum3"
+    assert (output["prompt_tokens"], output["completion_tokens"]) == (90 + 3 * 30, 18 + 3)  # chunks + 3 calls
+    assert len(client.bodies) == 3 and all(b["max_tokens"] <= 40 for b in client.bodies)
+    assert output["chunk_summaries"][0] == {"index": 0, "text": " ".join(["s0"] * 20)}  # the chunks' kept
+
+
+def test_a_document_step_answer_that_is_no_answer_fails_the_document_with_its_code() -> None:
+    task, _ = scripted_task(lambda body: chat_answer("cut", completion=40, finish="length"), context_tokens=200,
+                            max_tokens=40)
+    with pytest.raises(GenerationTruncated) as failed:
+        task.reduce_document(_summaries(3), Prompt("summarize"))
+    assert failed.value.code == "generation_truncated"
+
+
+def test_disagreeing_extract_values_are_reconciled_by_the_model_and_validated() -> None:
+    state = FOLD.empty()
+    for i, vendor in enumerate(["ACME", None, "ACME Corp"]):
+        state = FOLD.add(state, _chunk(i, {"kind": "extract", "value": {"vendor": vendor} if vendor else None,
+                                           "prompt_tokens": 5, "completion_tokens": 1}))
+    folded = FOLD.finish(state, chunk_count=3).output
+    replies = iter(['{"vendor": 7}', '{"vendor": "ACME Corp"}'])  # invalid first: asked again with the error
+    task, client = scripted_task(lambda body: chat_answer(next(replies), prompt=11, completion=3))
+    output = task.reduce_document(dict(folded), EXTRACT.prompt)  # type: ignore[arg-type]
+    assert output["value"] == {"vendor": "ACME Corp"} and output["document_step"] == "done"
+    assert output["levels"][0]["groups"] == [[0, 1]]  # the two non-null values
+    assert "not valid" in client.bodies[1]["messages"][-1]["content"]
+    assert (output["prompt_tokens"], output["completion_tokens"]) == (15 + 22, 3 + 6)

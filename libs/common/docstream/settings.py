@@ -408,7 +408,8 @@ class InferenceSettings(BaseModel):
     reuse_stored: bool = Field(
         False,
         description="Reuse chunk rows already stored for the same chunk_id and model instead of running the "
-        "model again (a read per batch; `docstream run` turns it on to resume without recomputing).",
+        "model again (a read per batch; `docstream run` turns it on to resume without recomputing; always on for "
+        "the generate task, whose every answer is a model call).",
     )
     group_id: str | None = Field(
         None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-inference."
@@ -509,6 +510,12 @@ class GenerateSettings(BaseModel):
     response_format: bool = Field(
         False, description="extract: also send response_format json_schema (servers that constrain their output "
         "to a schema: vLLM, llama.cpp's server, OpenAI).",
+    )
+    reduce_max_levels: int = Field(
+        4, ge=1, le=16,
+        description="The document stage's levels at most: a document whose chunk answers do not reduce to one "
+        "within them fails generation_reduce_too_deep (each level packs its parts into requests that fit "
+        "context_tokens).",
     )
 
 

@@ -39,6 +39,12 @@ class Topics:
         return f"{self.prefix}.documents.completed"
 
     @property
+    def mapped(self) -> str:
+        """DocumentCompleted whose document-level step is left to make (generate's map-reduce), key doc_id: the
+        reducer writes them, the document stage reads them and publishes the finished document on ``completed``."""
+        return f"{self.prefix}.documents.mapped"
+
+    @property
     def jobs(self) -> str:
         """JobStatus, key job_id."""
         return f"{self.prefix}.jobs"
@@ -55,4 +61,4 @@ class Topics:
 
     def all(self) -> tuple[str, ...]:
         """Every main topic (without DLQs)."""
-        return (self.submitted, self.chunks, self.embedded, self.completed, self.jobs)
+        return (self.submitted, self.chunks, self.embedded, self.completed, self.mapped, self.jobs)

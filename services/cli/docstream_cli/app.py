@@ -33,6 +33,9 @@ def _service_main(name: str) -> Callable[[Settings], int]:
     if name == "inference":
         from docstream_inference import main as inference
         return inference.main
+    if name == "document-stage":
+        from docstream_inference import main as inference
+        return inference.document_stage_main
     from docstream_reducer import main as reducer
     return reducer.main
 
@@ -152,6 +155,13 @@ def inference(
     """Run the inference service: chunks topic → model → store → embedded topic."""
     _run_service("inference", config, metrics_host, metrics_port,
                  tasks={"task": task, "run_unrequested": every_chunk})
+
+
+@app.command("document-stage")
+def document_stage(config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
+                   metrics_host: str | None = _MetricsHostOpt) -> None:
+    """Run the generate task's document stage: mapped topic → reduce calls → store → completed topic."""
+    _run_service("document-stage", config, metrics_host, metrics_port)
 
 
 @app.command()
@@ -353,7 +363,8 @@ _DryRunOpt = typer.Option(False, "--dry-run", help="Print what would be done; ch
 
 @app.command()
 def replay(
-    service: Annotated[str, typer.Option("--service", help="chunker | inference | reducer: whose input to replay.")],
+    service: Annotated[str, typer.Option(
+        "--service", help="chunker | inference | reducer | document-stage: whose input to replay.")],
     to_datetime: Annotated[
         str | None, typer.Option("--to-datetime", help="First record at or after this ISO 8601 time (with zone).")
     ] = None,

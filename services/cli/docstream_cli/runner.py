@@ -57,7 +57,7 @@ from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
 from docstream.store import DocumentResultRow, ResultStore, SqliteStore
 from docstream.store.base import TERMINAL_DOC_STATES
-from docstream.tasks.base import EMBED, Task, TaskRequest, close_task
+from docstream.tasks.base import EMBED, GENERATE, Task, TaskRequest, close_task
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 from docstream.topics import Topics
 from docstream.usage import Usage, across_tasks, total_usage
@@ -372,6 +372,20 @@ def _start_inference(
     return _Service(pipeline.run, pipeline.stop, lambda: close_task(task))
 
 
+def _start_document_stage(
+    settings: Settings, store: ResultStore, metrics: Metrics, producer: ReliableProducer, task: Task
+) -> _Service:
+    """The generate task's document stage, on the inference service's task (its client is shared, and closed by
+    that service)."""
+    from docstream.tasks.generate import GenerateTask
+    from docstream_inference.main import build_document_stage
+
+    assert isinstance(task, GenerateTask)
+    loop = build_document_stage(settings, store=store, metrics=metrics, task=task, static_assignment=True,
+                                producer=producer)
+    return _Service(loop.run, loop.stop, lambda: None)
+
+
 class _Producers:
     """The run's own producers, made as soon as the broker is up and closed after the services stopped.
 
@@ -484,6 +498,9 @@ def run_job(
                 for task in _await_model(model, services, deadline):
                     services.start("inference" if task.name == EMBED else f"inference-{task.name}",
                                    partial(_start_inference, settings, store, metrics, producers.inference, task))
+                    if task.name == GENERATE:  # its map-reduce's document-level step
+                        services.start("document-stage", partial(_start_document_stage, settings, store, metrics,
+                                                                 producers.inference, task))
                 _follow(settings, serde, outcome, expected, console, deadline, phases, services, names,
                         ocr_pages=partial(ocr_pages_started, metrics))
         finally:

@@ -1,22 +1,27 @@
-"""`docstream inference`: settings → logging → model → topics, store → pipeline. Wiring only."""
+"""`docstream inference` (settings → logging → model → topics, store → pipeline) and `docstream document-stage`
+(the generate task's document-level step: docstream_inference.document_stage). Wiring only."""
 
 from __future__ import annotations
 
 from docstream.avro.serde import AvroSerde
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
+from docstream.kafka.loop import ConsumeLoop
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream.tasks.base import Task, close_task
+from docstream.tasks.generate import GenerateTask
 from docstream.tasks.registry import load_task
 from docstream.topics import Topics
+from docstream_inference import document_stage
+from docstream_inference.document_stage import DocumentStage
 from docstream_inference.faults import stage_hooks, with_faults
 from docstream_inference.pipeline import SERVICE, InferencePipeline
 
-__all__ = ["build_inference", "load_model", "main"]
+__all__ = ["build_document_stage", "build_inference", "document_stage_main", "load_model", "main"]
 
 _log = get_logger(__name__)
 
@@ -54,3 +59,34 @@ def main(settings: Settings) -> int:
             close_task(pipeline.task)  # an endpoint's connections
 
     return run_service(settings, SERVICE, serve)
+
+
+def build_document_stage(
+    settings: Settings, *, store: ResultStore, metrics: Metrics, task: GenerateTask | None = None,
+    static_assignment: bool = False, producer: ReliableProducer | None = None,
+) -> ConsumeLoop:
+    """The document stage's consume loop on ``store``: the mapped topic in the stage's own group, ``task`` (default:
+    ``tasks.generate`` loaded here, closed by the caller) making each document's step."""
+    topics = Topics(settings.kafka.topic_prefix)
+    generate = task if task is not None else GenerateTask.load(settings)
+    generate.bind_metrics(metrics, document_stage.SERVICE)
+    return ConsumeLoop(
+        settings.kafka, settings.retry, group_id=topics.group(document_stage.SERVICE), topics=[topics.mapped],
+        handler=DocumentStage(generate, store, topics, metrics=metrics), serde=AvroSerde(settings.kafka),
+        service=document_stage.SERVICE, metrics=metrics, static_assignment=static_assignment, producer=producer,
+    )
+
+
+def document_stage_main(settings: Settings) -> int:
+    """Run the document stage until SIGTERM/SIGINT (0) or a fatal fault (1)."""
+
+    def serve(host: ServiceHost) -> None:
+        ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
+        task = GenerateTask.load(settings)
+        loop = build_document_stage(settings, store=host.open_store(migrate=True), metrics=host.metrics, task=task)
+        try:
+            host.serve(loop.run, stop=loop.stop, ready=lambda: loop.ready)
+        finally:
+            task.close()
+
+    return run_service(settings, document_stage.SERVICE, serve)

@@ -36,7 +36,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
 from docstream.settings import InferenceSettings, KafkaSettings, RetrySettings
 from docstream.store.base import ResultStore
-from docstream.tasks.base import EMBED, Task, bind_task_metrics
+from docstream.tasks.base import EMBED, GENERATE, Task, bind_task_metrics
 from docstream.topics import Topics
 from docstream_inference.handler import request_for
 from docstream_inference.ledger import DLQ, AckLedger
@@ -69,6 +69,13 @@ def group_id(kafka: KafkaSettings, inference: InferenceSettings, task: str = EMB
     """The consumer group the inference processes of ``task`` join: ``inference.group_id``, else
     ``<prefix>-inference`` for embed and ``<prefix>-inference-<task>`` for the others (a group per task)."""
     return inference.group_id or Topics(kafka.topic_prefix).inference_group(task)
+
+
+def reuse_stored(inference: InferenceSettings, task: str) -> bool:
+    """Whether the pipeline reads a batch's stored rows before running it: ``inference.reuse_stored``, and always
+    for generate, whose every answer is a model call worth far more than one read per batch (after a crash, the
+    chunks written before it are not asked again)."""
+    return inference.reuse_stored or task == GENERATE
 
 
 class InferencePipeline:
@@ -242,7 +249,7 @@ class InferencePipeline:
         self._stages = [
             BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), task=self._task,
                        assignments=self._assignments, history=self._history,
-                       stored=StoredResults(self._store) if inference.reuse_stored else None,
+                       stored=StoredResults(self._store) if reuse_stored(inference, self._task.name) else None,
                        model_idle=lambda: model.idle, **common),
             model,
             writer,

@@ -26,11 +26,11 @@ from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, 
 from docstream.kafka.dlq import dlq_headers
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.records import ChunkEmbedded, DocumentCompleted, carry, utc_now
+from docstream.records import ChunkEmbedded, DocumentCompleted, utc_now
 from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
-from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.store.base import TaskTally
+from docstream.store import DocumentRow, JobRow, ResultStore
+from docstream.store.completion import record_completion
 from docstream.tasks.base import EMBED, TaskFold
 from docstream.tasks.registry import task_fold
 from docstream.tasks.selection import job_task_names
@@ -52,6 +52,7 @@ from docstream_reducer.aggregation import (
     document_key,
     job_document_key,
     job_status,
+    waits_for_document_step,
 )
 from docstream_reducer.webhook import WebhookNotifier
 
@@ -173,6 +174,8 @@ class DocumentReducer:
         store: the result store, behind retries.
         sink: producer.
         completed_topic: where DocumentCompleted goes.
+        document_step_topic: where a DocumentCompleted goes whose task has a document-level step left to make
+            (``reduction.needs_document_step``: generate), for the document stage.
         metrics: counters, optional.
         marker_ttl_ms: event-time life of completion markers.
         exactly_once: Faust runs exactly-once: the state change is written before the
@@ -182,7 +185,7 @@ class DocumentReducer:
     """
 
     def __init__(self, table: Table, serde: AvroSerde, store: StoreCalls, sink: Sink, completed_topic: str,
-                 *, metrics: Metrics | None = None, marker_ttl_ms: int = MARKER_TTL_MS,
+                 *, document_step_topic: str, metrics: Metrics | None = None, marker_ttl_ms: int = MARKER_TTL_MS,
                  exactly_once: bool = False, custom_tasks: dict[str, str] | None = None) -> None:
         self._custom = dict(custom_tasks or {})
         self._folds: dict[str, TaskFold] = {}
@@ -191,6 +194,7 @@ class DocumentReducer:
         self._store = store
         self._sink = sink
         self._completed_topic = completed_topic
+        self._document_step_topic = document_step_topic
         self._metrics = metrics
         self._ttl_ms = marker_ttl_ms
         self._exactly_once = exactly_once
@@ -215,8 +219,13 @@ class DocumentReducer:
             assert isinstance(state, DocumentState)
             self._table[key] = state.to_json()
             return
-        completed = await self._write_rows(completed)
-        value = self._serde.serialize(completed, self._completed_topic)
+        if waits_for_document_step(completed):
+            # the document stage writes its rows and publishes it once its document-level step is done
+            topic = self._document_step_topic
+        else:
+            topic = self._completed_topic
+            completed = await self._store(record_completion, self._store.store, completed, utc_now())
+        value = self._serde.serialize(completed, topic)
         assert isinstance(state, DocumentState)
         # Exactly-once: the state change goes BEFORE the record. Faust commits a transaction whenever
         # its commit timer fires, also while this handler awaits the send; written after it, a
@@ -228,14 +237,14 @@ class DocumentReducer:
             self._mark_emitted(key, state, completed, msg)
         # same partition as the source record: under exactly-once the output, the state change and
         # the input offset belong to one transaction (docs/reducer.md "Exactly-once")
-        await self._sink.send(self._completed_topic, completed.doc_id.encode(), value, partition=msg.partition,
-                              transactional=True)
+        await self._sink.send(topic, completed.doc_id.encode(), value, partition=msg.partition, transactional=True)
         if not self._exactly_once:
             self._mark_emitted(key, state, completed, msg)
-        _log.info("document_completed", job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status,
+        _log.info("document_completed" if topic == self._completed_topic else "document_step_pending",
+                  job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status,
                   chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks)
         if self._metrics is not None:
-            self._metrics.records_out.labels(SERVICE, self._completed_topic).inc()
+            self._metrics.records_out.labels(SERVICE, topic).inc()
 
     def _mark_emitted(self, key: str, state: DocumentState, completed: DocumentCompleted, msg: Incoming) -> None:
         if completed.status == "completed":
@@ -269,35 +278,6 @@ class DocumentReducer:
             raise SchemaError(f"expected ChunkEmbedded, got {type(record).__name__}", code="schema_unexpected_record",
                               raw=msg.value)
         return record
-
-    async def _write_rows(self, completed: DocumentCompleted) -> DocumentCompleted:
-        store = self._store
-        document: DocumentRow | None = await store(store.store.get_document, completed.doc_id)
-        if document is not None:
-            completed = replace(completed, source_uri=document.source_uri, filename=document.filename,
-                                content_sha256=document.content_sha256, page_count=document.page_count,
-                                pages_by_verdict=dict(document.pages_by_verdict),
-                                pages_by_source=dict(document.pages_by_source))
-        now = utc_now()
-        assert completed.model_id is not None
-        await store(store.store.upsert_document_result, result_row(completed))
-        task = completed.task or EMBED
-        usage = document_usage(completed)
-        # each task's terminal status and usage, one entry each: the jobs agent's recount reads them
-        await store(store.store.upsert_job_document_task, completed.job_id, completed.doc_id, task,
-                    TaskTally(completed.status, usage), now)
-        if (completed.tasks or [EMBED]) != [task]:
-            return completed  # a job of several tasks: the jobs agent writes the document's status once all are in
-        if document is not None:
-            await store(store.store.upsert_document, replace(
-                document, status=completed.status, updated_at=now, error_code=completed.error_code,
-                error=completed.error))
-        # the document's usage goes with its terminal status: the jobs agent's recount reads both
-        await store(store.store.upsert_job_document, JobDocumentRow(
-            job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status, updated_at=now,
-            filename=document.filename if document is not None else None, error_code=completed.error_code,
-            usage=usage))
-        return completed
 
     def rebuild_markers(self) -> int:
         """Index the completed entries restored into the table (after recovery); returns how many."""
@@ -340,13 +320,6 @@ def _terminal_documents(store: ResultStore, job_id: str, required: list[str]) ->
         if results:
             found.append((row.doc_id, results, required))
     return found
-
-
-def result_row(completed: DocumentCompleted) -> DocumentResultRow:
-    """The document_results row of a task's DocumentCompleted."""
-    assert completed.model_id is not None
-    return carry(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
-                 task=completed.task or EMBED)
 
 
 def _emitted(raw: Any) -> tuple[int, int] | None:

@@ -33,6 +33,7 @@ from docstream.errors import FatalError, PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
 from docstream.tasks.base import EMBED, FoldInput, Mention, TaskFold, TaskOutputError
 from docstream.tasks.fold_embed import EmbeddingDimensionError, pack_floats, unpack_floats
+from docstream.tasks.reduction import DOCUMENT_STEP, needs_document_step
 from docstream.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, read_counts
 
 __all__ = [
@@ -404,6 +405,14 @@ def apply(
         return updated, (_completed(updated, fold) if updated.is_complete else None)
     updated = _fold(current, chunk, fold)
     return updated, (_completed(updated, fold) if updated.is_complete else None)
+
+
+def waits_for_document_step(completed: DocumentCompleted) -> bool:
+    """Whether the task's fold left its document a document-level step to make (``reduction.needs_document_step``:
+    a generate document of several chunk summaries, or of disagreeing chunk values)."""
+    if completed.output is None or DOCUMENT_STEP not in completed.output:
+        return False
+    return needs_document_step(json.loads(completed.output))
 
 
 def fold_input(chunk: ChunkEmbedded) -> FoldInput:

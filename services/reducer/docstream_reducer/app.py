@@ -162,7 +162,7 @@ def resolve_producer_idempotence(kafka: KafkaSettings, reducer: ReducerSettings,
 
 
 def check_partitions(kafka: KafkaSettings, *, timeout_s: float = 15.0) -> None:
-    """Refuse exactly-once unless the embedded and completed topics have the same partition count.
+    """Refuse exactly-once unless the embedded, completed and mapped topics have the same partition count.
 
     A DocumentCompleted goes to its input's partition number so that it joins that partition's
     transaction; with different counts that is impossible.
@@ -176,7 +176,7 @@ def check_partitions(kafka: KafkaSettings, *, timeout_s: float = 15.0) -> None:
     topics = Topics(kafka.topic_prefix)
     metadata = _cluster_metadata(kafka, timeout_s)
     counts = {name: len(metadata.topics[name].partitions) if name in metadata.topics else 0
-              for name in (topics.embedded, topics.completed)}
+              for name in (topics.embedded, topics.completed, topics.mapped)}
     if len(set(counts.values())) != 1:
         raise ConfigError(f"exactly-once needs equal partition counts, got {counts}", code="partitions_mismatch")
 
@@ -262,7 +262,8 @@ def build_reducer(
     by_job = app.topic(by_job_topic(reducer), key_serializer="raw", value_serializer="raw", internal=True,
                        partitions=partitions, retention=kafka.results_retention_ms / 1000)
     sink = FaustSink(app)
-    documents = DocumentReducer(documents_table, serde, store, sink, topics.completed, metrics=metrics,
+    documents = DocumentReducer(documents_table, serde, store, sink, topics.completed,
+                                document_step_topic=topics.mapped, metrics=metrics,
                                 exactly_once=kafka.transactions, custom_tasks=dict(custom_tasks))
     relay = CompletedRelay(serde, sink, by_job.get_topic_name(), metrics=metrics)
     jobs = JobReducer(jobs_table, job_documents_table, serde, store, sink, topics.jobs,

@@ -3,11 +3,12 @@
 A chunk's output (``GenerateTask.run``) is ``{"kind": "summarize", "text": ...}`` or ``{"kind": "extract",
 "value": ...}``, with the server's ``prompt_tokens`` and ``completion_tokens``. The document's output:
 
-* ``summarize``: ``chunk_summaries`` (``{"index", "text"}`` by index) and ``summary``: the one chunk's summary
-  for a document of one chunk; null for a longer one, whose summary of the summaries a document-level model
-  call gives (not yet built: docs/tasks.md "generate");
-* ``extract``: ``chunk_values`` (``{"index", "value"}`` by index) and ``value``: for objects, each field's first
-  non-null value in chunk order; otherwise the first non-null value;
+* ``summarize``: ``chunk_summaries`` (``{"index", "text"}`` by index) and ``summary``: the one summary of a
+  document with one; with two or more, null and ``"document_step": "pending"``: the document stage writes the
+  summary of the summaries (``docstream.tasks.reduction``);
+* ``extract``: ``chunk_values`` (``{"index", "value"}`` by index) and ``value``: where the chunks agree, each
+  field's first non-null value in chunk order (objects), else the first non-null value; where two chunks give
+  a field different values, null and ``"document_step": "pending"``: the document stage reconciles them;
 * both: ``prompt_tokens`` and ``completion_tokens``, summed over the chunks.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError
+from docstream.tasks.reduction import DOCUMENT_STEP, conflicting_fields
 
 __all__ = ["GenerateFold", "merge_values"]
 
@@ -73,11 +75,16 @@ class GenerateFold:
         output: dict[str, Any] = {"kind": kind, "prompt_tokens": state["prompt_tokens"],
                                   "completion_tokens": state["completion_tokens"]}
         if kind == "extract":
+            values = [v for _, v in parts]
             output["chunk_values"] = [{"index": i, "value": v} for i, v in parts]
-            output["value"] = merge_values([v for _, v in parts])
+            pending = bool(conflicting_fields(values))
+            output["value"] = None if pending else merge_values(values)
         else:
             output["chunk_summaries"] = [{"index": i, "text": t} for i, t in parts]
-            output["summary"] = parts[0][1] if chunk_count == 1 and len(parts) == 1 else None
+            pending = len(parts) > 1
+            output["summary"] = parts[0][1] if len(parts) == 1 else None
+        if pending:
+            output[DOCUMENT_STEP] = "pending"
         return DocumentOutput(output=output)
 
 

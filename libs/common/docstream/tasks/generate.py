@@ -39,6 +39,7 @@ from docstream.tasks.generation import (
     prompt_messages,
     retry_messages,
 )
+from docstream.tasks.reduction import DOCUMENT_STEP, part_text, reduce_messages, reduce_tree
 from docstream.tokenization import ModelTokenCounter
 
 __all__ = ["DEFAULT_PROMPT", "GenerateTask"]
@@ -47,6 +48,9 @@ DEFAULT_PROMPT = Prompt("summarize")
 """The prompt of a generate request that carries none."""
 
 _PROMPT_OVERHEAD_TOKENS = 64  # the system prompt's and the template's tokens beside the chunk, roughly
+_PART_OVERHEAD_TOKENS = 4  # a reduce request's "Part n:" before each part
+_ANSWER_KEY = {"summarize": "text", "extract": "value"}  # a chunk output's answer
+_DOCUMENT_ANSWER_KEY = {"summarize": "summary", "extract": "value"}  # a document output's answer
 _WARMUP = "docstream warm-up."
 _log = get_logger(__name__)
 
@@ -133,20 +137,76 @@ class GenerateTask:
             raise ValueError(f"{len(batch.texts)} texts but {len(batch.requests)} requests")
         s = self._settings
         prompts = [request.prompt or DEFAULT_PROMPT for request in batch.requests]
-        schemas = [prompt.schema for prompt in prompts]  # decoded once, not per answer
         counts = list(batch.features) if isinstance(batch.features, list) else self._counter.count(batch.texts)
-        results: list[ChunkOutput | BaseException | None] = [None] * len(batch.texts)
         conversations = [prompt_messages(p, text, system_prompt=s.system_prompt)
                          for p, text in zip(prompts, batch.texts, strict=True)]
+        answers = self._ask(conversations, [prompt.schema for prompt in prompts], counts)  # schemas decoded once
+        results: list[ChunkOutput | BaseException] = [
+            a if isinstance(a, BaseException) else ChunkOutput(output={
+                "kind": prompt.kind, _ANSWER_KEY[prompt.kind]: a[0], "prompt_tokens": a[1], "completion_tokens": a[2]})
+            for prompt, a in zip(prompts, answers, strict=True)]
+        if any(isinstance(r, BaseException) for r in results):
+            raise PartialBatchError(list(results))
+        return [r for r in results if isinstance(r, ChunkOutput)]
+
+    def reduce_document(self, output: dict[str, Any], prompt: Prompt) -> dict[str, Any]:
+        """The document-level step of a folded document output (``needs_document_step``): its chunk summaries
+        summarized, or its disagreeing chunk values reconciled, level by level (``reduction.reduce_tree``).
+
+        Returns:
+            ``output`` with ``summary`` (or ``value``), its ``levels``, the levels' tokens added to the document's,
+            and ``document_step`` ``done``.
+
+        Raises:
+            PoisonRecord: an answer that is no answer (empty, truncated, refused, invalid after its retries), a
+                reduction deeper than ``reduce_max_levels``, or parts too long to reduce (the document fails).
+            EndpointUnavailable: the endpoint does not answer within its retry budget.
+            EndpointRefused: the endpoint refuses us.
+        """
+        s = self._settings
+        kind = prompt.kind
+        if kind == "summarize":
+            parts: list[Any] = [p["text"] for p in output.get("chunk_summaries", [])]
+        else:
+            parts = [p["value"] for p in output.get("chunk_values", []) if p.get("value") is not None]
+        schema = prompt.schema
+
+        def count(values: Sequence[Any]) -> list[int]:
+            return [n + _PART_OVERHEAD_TOKENS for n in self._counter.count([part_text(kind, v) for v in values])]
+
+        def call(groups: list[list[Any]]) -> list[tuple[Any, int, int]]:
+            conversations = [reduce_messages(prompt, group, system_prompt=s.system_prompt) for group in groups]
+            answers = self._ask(conversations, [schema] * len(groups), [sum(count(group)) for group in groups])
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise answer
+            return [a for a in answers if not isinstance(a, BaseException)]
+
+        budget = max(1, s.context_tokens - s.max_tokens - _PROMPT_OVERHEAD_TOKENS)
+        final, levels = reduce_tree(parts, count=count, budget=budget, max_levels=s.reduce_max_levels, call=call)
+        return {**output, _DOCUMENT_ANSWER_KEY[kind]: final, "levels": [level.to_json() for level in levels],
+                "prompt_tokens": output.get("prompt_tokens", 0) + sum(lv.prompt_tokens for lv in levels),
+                "completion_tokens": output.get("completion_tokens", 0) + sum(lv.completion_tokens for lv in levels),
+                DOCUMENT_STEP: "done"}
+
+    def _ask(self, conversations: list[list[dict[str, str]]], schemas: Sequence[dict[str, Any] | None],
+             counts: Sequence[int]) -> list[tuple[Any, int, int] | BaseException]:
+        """Each conversation's answer, the requests concurrent: ``(value, prompt_tokens, completion_tokens)``, the
+        value a summary's text or a valid extract value (``schemas``: each one's, None for summarize; an invalid
+        answer is asked again, up to ``invalid_retries``), the tokens over every attempt; or its failure.
+        ``counts``: each conversation's text tokens, for its answer's budget."""
+        s = self._settings
+        conversations = list(conversations)
+        results: list[tuple[Any, int, int] | BaseException | None] = [None] * len(conversations)
         budgets: dict[int, int] = {}
         for i, count in enumerate(counts):
             try:
                 budgets[i] = answer_budget(count + _PROMPT_OVERHEAD_TOKENS, max_tokens=s.max_tokens,
                                            context_tokens=s.context_tokens)
-            except GenerationTooLong as exc:  # this chunk alone
+            except GenerationTooLong as exc:  # this one alone
                 results[i] = exc
-        used = {i: [0, 0] for i in range(len(batch.texts))}
-        invalid = dict.fromkeys(range(len(batch.texts)), 0)
+        used = {i: [0, 0] for i in range(len(conversations))}
+        invalid = dict.fromkeys(range(len(conversations)), 0)
         pending = sorted(budgets)
         while pending:
             bodies = [chat_body(s.endpoint.model, conversations[i], temperature=s.temperature, seed=s.seed,
@@ -163,9 +223,7 @@ class GenerateTask:
                 else:
                     results[i] = outcome
             pending = again
-        if any(isinstance(r, BaseException) for r in results):
-            raise PartialBatchError(list(results))
-        return [r for r in results if isinstance(r, ChunkOutput)]
+        return [r if r is not None else ValueError("no answer") for r in results]
 
     def warm_up(self) -> None:
         """One small request: the endpoint answers."""
@@ -183,9 +241,9 @@ class GenerateTask:
         self._client.close()
 
     def _outcome(self, schema: dict[str, Any] | None, answer: Any, used: list[int],
-                 budget: int) -> tuple[ChunkOutput | BaseException, str]:
-        """One answer as the chunk's output, or its failure, and the answer's text (for a retry); ``used`` adds the
-        answer's tokens. ``schema``: extract's (None: summarize)."""
+                 budget: int) -> tuple[tuple[Any, int, int] | BaseException, str]:
+        """One answer as ``(value, prompt_tokens, completion_tokens)``, or its failure, and the answer's text (for a
+        retry); ``used`` adds the answer's tokens. ``schema``: extract's (None: summarize)."""
         if isinstance(answer, BaseException):
             return answer, ""
         try:
@@ -197,11 +255,10 @@ class GenerateTask:
         error = answer_error(parsed, max_tokens=budget)
         if error is not None:
             return error, parsed.text
-        tokens = {"prompt_tokens": used[0], "completion_tokens": used[1]}
         if schema is None:
-            return ChunkOutput(output={"kind": "summarize", "text": parsed.text.strip(), **tokens}), parsed.text
+            return (parsed.text.strip(), used[0], used[1]), parsed.text
         try:
             value = extracted_value(parsed.text, schema)
         except GenerationInvalid as exc:
             return exc, parsed.text
-        return ChunkOutput(output={"kind": "extract", "value": value, **tokens}), parsed.text
+        return (value, used[0], used[1]), parsed.text

@@ -41,8 +41,8 @@ __all__ = [
     "resolve_offset",
 ]
 
-ReplayService = Literal["chunker", "inference", "reducer"]
-REPLAY_SERVICES: tuple[ReplayService, ...] = ("chunker", "inference", "reducer")
+ReplayService = Literal["chunker", "inference", "reducer", "document-stage"]
+REPLAY_SERVICES: tuple[ReplayService, ...] = ("chunker", "inference", "reducer", "document-stage")
 """Services whose input can be replayed."""
 
 LIVE_STATES = frozenset({"STABLE", "PREPARING_REBALANCING", "COMPLETING_REBALANCING", "ASSIGNING", "RECONCILING"})
@@ -119,7 +119,7 @@ class ReplaySource:
     """The topic a service consumes and the consumer group to reset.
 
     Attributes:
-        service: chunker, inference or reducer.
+        service: chunker, inference, reducer or document-stage.
         topic: the service's input topic.
         group_id: the group to reset or create.
         default_group: the group the service joins without an override.
@@ -145,7 +145,8 @@ def replay_source(settings: Settings, service: str, *, new_group: str | None = N
     chunker reads the intake topic as ``chunker.group_id`` (default ``<prefix>-chunker``);
     inference reads the chunks topic as ``inference.group_id`` (default ``<prefix>-inference``, and
     ``<prefix>-inference-<task>`` for a ``task`` other than embed: a group per task);
-    the reducer reads the embedded topic as its Faust app id ``reducer.app_id``.
+    the reducer reads the embedded topic as its Faust app id ``reducer.app_id``; the document stage reads the
+    mapped topic as ``<prefix>-document-stage``.
 
     Raises:
         InputError: an unknown service, a ``task`` for another service than inference, or an empty ``new_group``.
@@ -163,6 +164,8 @@ def replay_source(settings: Settings, service: str, *, new_group: str | None = N
         topic, default = topics.chunks, settings.inference.group_id or topics.group("inference")
     elif service == "reducer":
         topic, default = topics.embedded, settings.reducer.app_id
+    elif service == "document-stage":
+        topic, default = topics.mapped, topics.group("document-stage")
     else:
         choices = ", ".join(REPLAY_SERVICES)
         raise InputError(f"--service must be one of {choices}, got {service!r}", code="replay_service")

@@ -1,0 +1,57 @@
+"""A task's completed document in the store: the rows the reducer writes for a DocumentCompleted, and the generate
+task's document stage for the DocumentCompleted it finishes (docs/reducer.md, docs/tasks.md "generate").
+
+Every write is an upsert keyed by the document (and its model_id and task): written again, after a crash before
+the offset commit, it leaves the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from docstream.records import DocumentCompleted, carry
+from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, ResultStore, TaskTally
+from docstream.tasks.base import EMBED
+from docstream.usage import document_usage
+
+__all__ = ["record_completion", "result_row"]
+
+
+def result_row(completed: DocumentCompleted) -> DocumentResultRow:
+    """The document_results row of a task's DocumentCompleted."""
+    assert completed.model_id is not None
+    # compatibility: a record from before tasks names none, and was embed's
+    return carry(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
+                 task=completed.task or EMBED)
+
+
+def record_completion(store: ResultStore, completed: DocumentCompleted, now: datetime) -> DocumentCompleted:
+    """Write one task's result of a document, and the job's view of it; returns ``completed`` with what the
+    documents row knows (source, filename, pages), as it is published.
+
+    Rows: the document result; the job document's entry for the task (its terminal status and usage: the jobs
+    agent's recount reads them); and, for a job of this one task, the document's status and the job document's.
+    A job of several tasks gets the document's status from the jobs agent once every task is in.
+    """
+    document: DocumentRow | None = store.get_document(completed.doc_id)
+    if document is not None:
+        completed = replace(completed, source_uri=document.source_uri, filename=document.filename,
+                            content_sha256=document.content_sha256, page_count=document.page_count,
+                            pages_by_verdict=dict(document.pages_by_verdict),
+                            pages_by_source=dict(document.pages_by_source))
+    store.upsert_document_result(result_row(completed))
+    task = completed.task or EMBED
+    usage = document_usage(completed)
+    store.upsert_job_document_task(completed.job_id, completed.doc_id, task, TaskTally(completed.status, usage), now)
+    if (completed.tasks or [EMBED]) != [task]:
+        return completed
+    if document is not None:
+        store.upsert_document(replace(document, status=completed.status, updated_at=now,
+                                      error_code=completed.error_code, error=completed.error))
+    # the document's usage goes with its terminal status: the jobs agent's recount reads both
+    store.upsert_job_document(JobDocumentRow(
+        job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status, updated_at=now,
+        filename=document.filename if document is not None else None, error_code=completed.error_code,
+        usage=usage))
+    return completed
