@@ -17,6 +17,7 @@ import json
 import os
 import re
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from docstream.settings import CassandraSettings
-from docstream.store.base import ResultStore
+from docstream.store.base import JobRow, ResultStore
+from docstream.usage import Usage
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.services import Pipeline, free_port, service_env
 
@@ -96,7 +98,8 @@ def test_a_job_is_watched_to_completion_on_the_dashboard_and_another_tenant_sees
     try:
         pipeline.start("api")  # creates the topics and the schema, then serves
         pipeline.until(lambda: _ready(url), "the API to be ready", 120)
-        key = _new_key(pipeline, f"acme-{uuid.uuid4().hex[:8]}")
+        tenant = f"acme-{uuid.uuid4().hex[:8]}"
+        key = _new_key(pipeline, tenant)
         other_key = _new_key(pipeline, f"globex-{uuid.uuid4().hex[:8]}")
         page = mine.new_page()
         errors: list[str] = []
@@ -166,6 +169,14 @@ def test_a_job_is_watched_to_completion_on_the_dashboard_and_another_tenant_sees
         # the list shows the job's tokens too
         page.goto(f"{url}/ui#/")
         expect(page.locator(f'#jobs tr[data-job-id="{job_id}"] .tokens')).to_have_text(f"{usage['tokens']:,}")
+
+        # a generate job's chat tokens, as its jobs row holds them (the reducer's totals of the server's usage)
+        chat_job = f"chat-{uuid.uuid4().hex[:8]}"
+        cassandra_store.upsert_job(JobRow(chat_job, tenant, datetime.now(UTC), "completed", 0, usage=Usage(
+            chunks=3, chat_tokens={"prompt": 12_345, "completion": 678})))
+        page.goto(f"{url}/ui#/jobs/{chat_job}")
+        expect(page.locator("#usage .chat-tokens")).to_have_text("12,345 prompt, 678 completion")
+        assert errors == []
     finally:
         mine.close()
         theirs.close()

@@ -124,3 +124,17 @@ def test_a_generate_job_summarizes_every_chunk_then_every_document_through_a_kil
             assert output["document_step"] == "done" and output["levels"][-1]["outputs"] == [output["summary"]]
             assert output["levels"][0]["calls"] >= 1 and record.stage_us.get("document", 0) > 0
     assert sum(r.chunk_count > 1 for r in done) >= 2
+
+    # the chat tokens: each document's are the server's usage of its chunks' requests and its reduce calls, and
+    # the job's their sum, in the jobs row that docstream status and the API read
+    totals = {"prompt": 0, "completion": 0}
+    for record in done:
+        output = json.loads(record.output or "{}")
+        chunk_outputs = [json.loads(row.output or "{}") for row in cassandra_store.iter_chunks(record.doc_id, MODEL_ID)]
+        for kind in totals:
+            spent = sum(o[f"{kind}_tokens"] for o in chunk_outputs) + \
+                sum(level[f"{kind}_tokens"] for level in output.get("levels", []))
+            assert output[f"{kind}_tokens"] == spent > 0
+            totals[kind] += spent
+    job = cassandra_store.get_job(job_id)
+    assert job is not None and job.usage is not None and job.usage.chat_tokens == totals

@@ -179,7 +179,8 @@ def test_job_upsert_overwrites(store: ResultStore) -> None:
 
 
 USAGE = Usage(pages=12, chunks=40, tokens=9_876_543_210, model_us={"cpu": 3_000_000, "cuda:0": 7},
-              stage_us={"chunker": 1_500_000, "inference": 3_200_000})
+              stage_us={"chunker": 1_500_000, "inference": 3_200_000},
+              chat_tokens={"prompt": 4_000_000_000, "completion": 12})
 
 
 def test_job_and_job_document_usage_round_trip_and_none_stays_none(store: ResultStore) -> None:
@@ -581,7 +582,11 @@ def _write_as_006(store: TableStore, result: DocumentResultRow, chunk: ChunkRow,
     store._upsert(old_results, DOCUMENT_RESULT_ROWS.to_columns(result, encoding)[:12], "test")
     old_chunks = Table("chunks", _BEFORE_007["chunks"], CHUNKS.key)
     store._upsert(old_chunks, CHUNK_ROWS.to_columns(chunk, encoding, encoded={"embedding": b""})[:18], "test")
-    store._upsert(JOB_DOCUMENTS, JOB_DOCUMENT_ROWS.to_columns(entry, encoding), "test")
+    # job_documents as 006 had it: without chat_tokens (010)
+    kept = [i for i, name in enumerate(JOB_DOCUMENTS.columns) if name != "chat_tokens"]
+    old_entries = Table("job_documents", tuple(JOB_DOCUMENTS.columns[i] for i in kept), JOB_DOCUMENTS.key)
+    values = JOB_DOCUMENT_ROWS.to_columns(entry, encoding)
+    store._upsert(old_entries, tuple(values[i] for i in kept), "test")
 
 
 def _check_upgraded(store: ResultStore, result: DocumentResultRow, chunk: ChunkRow, entry: JobDocumentRow) -> None:

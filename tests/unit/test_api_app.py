@@ -168,9 +168,10 @@ def test_a_job_shows_what_it_cost_and_null_before_anything_was_counted(api: Api)
     _job(api.store, "j0")
     assert api.client.get("/v1/jobs/j0", headers=api.as_("acme")).json()["usage"] is None
     _job(api.store, "j1", usage=Usage(pages=5, chunks=9, tokens=2_000, model_us={"cpu": 1_250_000},
-                                      stage_us={"chunker": 300_000, "inference": 1_400_000}))
+                                      stage_us={"chunker": 300_000, "inference": 1_400_000},
+                                      chat_tokens={"prompt": 700, "completion": 80}))
     usage = {"pages": 5, "chunks": 9, "tokens": 2_000, "model_seconds": 1.25, "device": "cpu",
-             "stage_seconds": {"chunker": 0.3, "inference": 1.4}}
+             "stage_seconds": {"chunker": 0.3, "inference": 1.4}, "prompt_tokens": 700, "completion_tokens": 80}
     assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["usage"] == usage
     listed = api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]
     assert [j["usage"] for j in listed] == [None, usage]
@@ -185,7 +186,7 @@ def test_the_tenant_usage_adds_up_its_jobs_and_only_its_own(api: Api) -> None:
     body = api.client.get("/v1/usage", headers=api.as_("acme")).json()
     assert (body["tenant"], body["jobs"]) == ("acme", 8)
     assert body["usage"] == {"pages": 12, "chunks": 18, "tokens": 650, "model_seconds": 3.25, "device": "cpu+cuda:0",
-                             "stage_seconds": {"inference": 3.6}}
+                             "stage_seconds": {"inference": 3.6}, "prompt_tokens": 0, "completion_tokens": 0}
     assert body["model_seconds_by_device"] == {"cpu": 3.0, "cuda:0": 0.25}
     window = api.client.get("/v1/usage", params={"since": (AT + timedelta(days=5)).isoformat()},
                             headers=api.as_("acme")).json()

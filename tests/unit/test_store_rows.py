@@ -69,7 +69,7 @@ JOB = JobRow(
     options={"priority": "high", "chunker.max_tokens": "256"}, webhook_url="https://example.invalid/hook",
     completed=1, partial=2, failed=4, updated_at=T1,
     usage=Usage(pages=12, chunks=30, tokens=7000, model_us={"cpu": 2_500_000, "cuda:0": 10},
-                stage_us={"chunker": 400_000, "inference": 2_600_000}),
+                stage_us={"chunker": 400_000, "inference": 2_600_000}, chat_tokens={"prompt": 90, "completion": 7}),
 )
 JOB_DOCUMENT = JobDocumentRow(
     job_id="job-1", doc_id="doc-1", status="failed", updated_at=T0, filename="a.pdf", error_code="encrypted",
@@ -178,7 +178,7 @@ def test_values_land_in_their_named_columns_and_read_back(mapper: Mapper, encodi
             assert value == encoding.timestamp(expected)
         elif name == "options":
             assert value == encoding.options(expected)
-        elif name in ("model_us", "stage_us", "pages_by_verdict", "pages_by_source"):
+        elif name in ("model_us", "stage_us", "chat_tokens", "pages_by_verdict", "pages_by_source"):
             assert value == encoding.counts(expected)
         elif name in ("page_verdicts", "page_reasons"):
             assert value == ",".join(expected)
@@ -236,7 +236,7 @@ def test_no_usage_is_written_as_zeros_and_reads_back_as_none(mapper: Mapper, enc
     existed (nulls) read back as None too."""
     _, row, _, from_columns = mapper
     stored = _stored(mapper, replace(row, usage=None), encoding)
-    assert [stored[name] for name in USAGE_COLUMNS] == [0, 0, 0, encoding.counts({}), encoding.counts({})]
+    assert [stored[name] for name in USAGE_COLUMNS] == [0, 0, 0, *[encoding.counts({})] * 3]
     assert from_columns(stored, encoding).usage is None
     assert from_columns(stored | dict.fromkeys(USAGE_COLUMNS), encoding).usage is None
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.tasks.fold_embed import EmbedFold
-from docstream.usage import Usage, add_counts, apportion, document_usage, read_counts, total_usage
+from docstream.usage import Usage, across_tasks, add_counts, apportion, document_usage, read_counts, total_usage
 from docstream_reducer.aggregation import (
     CompletionMarker,
     CorruptStateError,
@@ -111,6 +112,21 @@ def test_document_usage_and_total_usage() -> None:
     assert usage == Usage(4, 3, 700, {"cpu": 9}, {"chunker": 1})
     assert document_usage(DocumentCompleted(job_id="j", doc_id="d", status="failed", completed_at=T0)) == Usage()
     assert total_usage([usage, None, usage]) == usage.plus(usage)
+
+
+def test_a_chat_models_tokens_come_from_the_document_output_and_add_up() -> None:
+    output = '{"kind":"summarize","summary":"Kurz.","prompt_tokens":120,"completion_tokens":30}'
+    completed = DocumentCompleted(job_id="j", doc_id="d", status="completed", completed_at=T0, chunk_count=2,
+                                  task="generate", output=output)
+    usage = document_usage(completed)
+    assert usage.chat_tokens == {"prompt": 120, "completion": 30}
+    assert (usage.prompt_tokens, usage.completion_tokens) == (120, 30)
+    assert Usage.from_json(usage.to_json()) == usage
+    assert "chat_tokens" not in Usage(pages=1).to_json()  # usages without them read and write as before
+    assert usage.plus(usage).minus(usage) == usage
+    assert across_tasks([usage, Usage(chunks=2, tokens=9)]).chat_tokens == {"prompt": 120, "completion": 30}
+    for odd in ('{"completion_tokens": -1}', '["completion_tokens"]', "completion_tokens?", None):
+        assert document_usage(replace(completed, output=odd)).chat_tokens == {}
 
 
 # -- the document fold ------------------------------------------------------------------

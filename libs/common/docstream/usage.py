@@ -1,6 +1,7 @@
 """Job accounting, pure: what a document, a job and a tenant cost (docs/operations.md "What a job cost").
 
-A ``Usage`` holds pages, chunks, tokens, model time per device and busy time per stage. Times
+A ``Usage`` holds pages, chunks, tokens, model time per device, busy time per stage, and the prompt and
+completion tokens a chat model's server counted (generate). Times
 are integer microseconds, so that sums are exact and the same in every order: the reducer
 folds chunk figures into documents and documents into jobs in whatever order the records come,
 and a redelivered record, which changes nothing, leaves the same totals.
@@ -18,6 +19,7 @@ Nothing here does I/O or reads a clock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +27,8 @@ from typing import Any
 from docstream.records import DocumentCompleted
 
 __all__ = [
+    "CHAT_COMPLETION",
+    "CHAT_PROMPT",
     "MAX_KEYS",
     "STAGE_CHUNKER",
     "STAGE_INFERENCE",
@@ -33,6 +37,7 @@ __all__ = [
     "across_tasks",
     "add_counts",
     "apportion",
+    "chat_tokens_of",
     "document_usage",
     "read_counts",
     "seconds",
@@ -43,6 +48,10 @@ STAGE_CHUNKER = "chunker"
 """Stage key of the chunker's time on a document: fetch, extraction (OCR included) and chunking."""
 STAGE_INFERENCE = "inference"
 """Stage key of the inference service's time on a chunk's batch: tokenizing, forward pass, store write."""
+CHAT_PROMPT = "prompt"
+"""``Usage.chat_tokens`` key of a chat server's prompt tokens."""
+CHAT_COMPLETION = "completion"
+"""``Usage.chat_tokens`` key of a chat server's completion tokens."""
 UNKNOWN_DEVICE = "unknown"
 """Device key of model time whose record named no device."""
 MAX_KEYS = 32
@@ -128,6 +137,8 @@ class Usage:
             the overlap between neighbouring chunks is in both (it is what the model processed).
         model_us: forward-pass microseconds per device (``cpu``, ``cuda:0``, ``mps``, ...).
         stage_us: busy microseconds per stage (``chunker``, ``inference``).
+        chat_tokens: the tokens a chat model's server counted in its ``usage`` (the generate task), by kind:
+            ``prompt`` and ``completion`` (``CHAT_PROMPT``, ``CHAT_COMPLETION``).
     """
 
     pages: int = 0
@@ -135,6 +146,17 @@ class Usage:
     tokens: int = 0
     model_us: Mapping[str, int] = field(default_factory=dict)
     stage_us: Mapping[str, int] = field(default_factory=dict)
+    chat_tokens: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The chat server's prompt tokens."""
+        return self.chat_tokens.get(CHAT_PROMPT, 0)
+
+    @property
+    def completion_tokens(self) -> int:
+        """The chat server's completion tokens."""
+        return self.chat_tokens.get(CHAT_COMPLETION, 0)
 
     @property
     def model_seconds(self) -> float:
@@ -154,23 +176,29 @@ class Usage:
     @property
     def is_empty(self) -> bool:
         """Nothing counted."""
-        return not (self.pages or self.chunks or self.tokens or self.model_us or self.stage_us)
+        return not (self.pages or self.chunks or self.tokens or self.model_us or self.stage_us or self.chat_tokens)
 
     def plus(self, other: Usage) -> Usage:
         """This usage and ``other`` together."""
         return Usage(self.pages + other.pages, self.chunks + other.chunks, self.tokens + other.tokens,
-                     add_counts(self.model_us, other.model_us), add_counts(self.stage_us, other.stage_us))
+                     add_counts(self.model_us, other.model_us), add_counts(self.stage_us, other.stage_us),
+                     add_counts(self.chat_tokens, other.chat_tokens))
 
     def minus(self, other: Usage) -> Usage:
         """This usage without ``other`` (a part counted before: a document whose result was replaced)."""
         return Usage(self.pages - other.pages, self.chunks - other.chunks, self.tokens - other.tokens,
                      add_counts(self.model_us, other.model_us, sign=-1),
-                     add_counts(self.stage_us, other.stage_us, sign=-1))
+                     add_counts(self.stage_us, other.stage_us, sign=-1),
+                     add_counts(self.chat_tokens, other.chat_tokens, sign=-1))
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serializable dict (tables, the reducer's by-job records)."""
-        return {"pages": self.pages, "chunks": self.chunks, "tokens": self.tokens,
-                "model_us": dict(sorted(self.model_us.items())), "stage_us": dict(sorted(self.stage_us.items()))}
+        """A JSON-serializable dict (tables, the reducer's by-job records); ``chat_tokens`` only when some."""
+        out: dict[str, Any] = {"pages": self.pages, "chunks": self.chunks, "tokens": self.tokens,
+                               "model_us": dict(sorted(self.model_us.items())),
+                               "stage_us": dict(sorted(self.stage_us.items()))}
+        if self.chat_tokens:
+            out["chat_tokens"] = dict(sorted(self.chat_tokens.items()))
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Usage:
@@ -185,18 +213,40 @@ class Usage:
             raise ValueError("usage is not a map")
         numbers = read_counts({k: data.get(k, 0) for k in ("pages", "chunks", "tokens")}, "usage")
         return cls(numbers.get("pages", 0), numbers.get("chunks", 0), numbers.get("tokens", 0),
-                   read_counts(data.get("model_us"), "model_us"), read_counts(data.get("stage_us"), "stage_us"))
+                   read_counts(data.get("model_us"), "model_us"), read_counts(data.get("stage_us"), "stage_us"),
+                   read_counts(data.get("chat_tokens"), "chat_tokens"))
 
 
 def document_usage(completed: DocumentCompleted) -> Usage:
-    """What one document cost, from its DocumentCompleted (pages 0 when unknown)."""
+    """What one document cost, from its DocumentCompleted (pages 0 when unknown); ``chat_tokens`` from its
+    output's ``prompt_tokens`` and ``completion_tokens`` where it has them (the generate task's, the server's own
+    counts summed over the document's chunks and its document step)."""
     return Usage(
         pages=completed.page_count or 0,
         chunks=completed.chunk_count,
         tokens=completed.token_count,
         model_us=dict(completed.model_us),
         stage_us=dict(completed.stage_us),
+        chat_tokens=chat_tokens_of(completed.output),
     )
+
+
+def chat_tokens_of(output: str | None) -> dict[str, int]:
+    """``{"prompt": n, "completion": m}`` from a document output's ``prompt_tokens`` and ``completion_tokens``
+    (JSON); empty when it has none, or its counts are not counts."""
+    if not output or "completion_tokens" not in output:
+        return {}
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return {}
+    if not isinstance(data, Mapping):
+        return {}
+    try:
+        return read_counts({CHAT_PROMPT: data.get("prompt_tokens", 0),
+                            CHAT_COMPLETION: data.get("completion_tokens", 0)}, "chat_tokens")
+    except ValueError:
+        return {}
 
 
 def across_tasks(usages: Iterable[Usage]) -> Usage:
@@ -209,13 +259,15 @@ def across_tasks(usages: Iterable[Usage]) -> Usage:
     pages = chunks = tokens = 0
     model_us: dict[str, int] = {}
     stage_us: dict[str, int] = {}
+    chat_tokens: dict[str, int] = {}
     for usage in usages:
         pages, chunks, tokens = max(pages, usage.pages), max(chunks, usage.chunks), max(tokens, usage.tokens)
         model_us = add_counts(model_us, usage.model_us)
+        chat_tokens = add_counts(chat_tokens, usage.chat_tokens)
         for stage, value in usage.stage_us.items():
             stage_us[stage] = max(stage_us.get(stage, 0), value) if stage == STAGE_CHUNKER else \
                 stage_us.get(stage, 0) + value
-    return Usage(pages, chunks, tokens, model_us, dict(sorted(stage_us.items())))
+    return Usage(pages, chunks, tokens, model_us, dict(sorted(stage_us.items())), chat_tokens)
 
 
 def total_usage(usages: Iterable[Usage | None]) -> Usage:

@@ -664,8 +664,10 @@ def usage_line(usage: Usage) -> str:
     """What the job cost, in one line of the run's summary (docs/operations.md "What a job cost")."""
     device = f" on {usage.device}" if usage.device else ""
     stages = ", ".join(f"{stage} {value:.1f} s" for stage, value in usage.stage_seconds.items())
+    chat = (f", chat tokens {usage.prompt_tokens} prompt + {usage.completion_tokens} completion"
+            if usage.chat_tokens else "")
     return (f"usage: {usage.pages} pages, {usage.chunks} chunks, {usage.tokens} tokens, "
-            f"{usage.model_seconds:.2f} model-seconds{device}" + (f" (stages: {stages})" if stages else ""))
+            f"{usage.model_seconds:.2f} model-seconds{device}{chat}" + (f" (stages: {stages})" if stages else ""))
 
 
 def _display(path: str) -> str:

@@ -90,8 +90,11 @@ def usage_rows(usage: Usage | None) -> list[tuple[str, str]]:
         return [("usage", "-")]
     model = f"{usage.model_seconds:.3f} s" + (f" on {usage.device}" if usage.device else "")
     stages = ", ".join(f"{stage} {value:.3f} s" for stage, value in usage.stage_seconds.items()) or "-"
-    return [("pages", str(usage.pages)), ("chunks", str(usage.chunks)), ("tokens", str(usage.tokens)),
+    rows = [("pages", str(usage.pages)), ("chunks", str(usage.chunks)), ("tokens", str(usage.tokens)),
             ("model-seconds", model), ("stage seconds", stages)]
+    if usage.chat_tokens:  # a chat model's answers (generate): what its server bills by
+        rows.append(("chat tokens", f"{usage.prompt_tokens} prompt, {usage.completion_tokens} completion"))
+    return rows
 
 
 def status_command(

@@ -12,7 +12,7 @@ supplies; everything else is written and read the same way (docs/storage.md):
 * optional text reads back as ``None`` whether stored as ``""`` or null;
 * embeddings are little-endian float32 blobs (:mod:`docstream.store.codec`);
 * an optional timestamp is null when absent, on every backend;
-* a usage (jobs, job_documents) is five columns, written as zeros and empty maps when there is
+* a usage (jobs, job_documents) is six columns, written as zeros and empty maps when there is
   none (no null cells: no tombstones in a job's partition), read back as None when they hold
   nothing (rows written before the columns existed: nulls);
 * a chunk's provenance (migration 006): ``text_source`` null reads as ``text_layer``, its pages'
@@ -85,7 +85,7 @@ __all__ = [
 
 R = TypeVar("R")
 
-USAGE_COLUMNS = ("pages", "chunks", "tokens", "model_us", "stage_us")
+USAGE_COLUMNS = ("pages", "chunks", "tokens", "model_us", "stage_us", "chat_tokens")
 """The columns of a usage, in binding order, in jobs and job_documents."""
 
 
@@ -168,7 +168,8 @@ class ColumnEncoding:
 def usage_to_columns(usage: Usage | None, encoding: ColumnEncoding) -> tuple[Any, ...]:
     """A usage's values in ``USAGE_COLUMNS`` order; None is written as nothing counted."""
     usage = usage or Usage()
-    return (usage.pages, usage.chunks, usage.tokens, encoding.counts(usage.model_us), encoding.counts(usage.stage_us))
+    return (usage.pages, usage.chunks, usage.tokens, encoding.counts(usage.model_us), encoding.counts(usage.stage_us),
+            encoding.counts(usage.chat_tokens))
 
 
 def usage_from_columns(found: Columns, encoding: ColumnEncoding) -> Usage | None:
@@ -179,6 +180,7 @@ def usage_from_columns(found: Columns, encoding: ColumnEncoding) -> Usage | None
         tokens=found["tokens"] or 0,
         model_us=encoding.read_counts(found["model_us"]),
         stage_us=encoding.read_counts(found["stage_us"]),
+        chat_tokens=encoding.read_counts(found["chat_tokens"]),
     )
     return None if usage.is_empty else usage
 
@@ -372,7 +374,7 @@ def column_type(hint: Any) -> ColumnType:
 
 
 _USAGE = "usage"
-"""A ``Usage | None`` field: five columns (``USAGE_COLUMNS``), not one."""
+"""A ``Usage | None`` field: six columns (``USAGE_COLUMNS``), not one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +414,7 @@ class RowMapping(Generic[R]):
     column of its table without another line here; the migrations add the column (docs/architecture.md
     "Adding a field"; ``tests/unit/test_schema_ties.py`` checks both backends' tables hold every column).
 
-    * a field named ``usage`` (``Usage | None``) is the five ``USAGE_COLUMNS``;
+    * a field named ``usage`` (``Usage | None``) is the six ``USAGE_COLUMNS``;
     * a field of a name in ``element_columns`` is read with the row but never written by the row upsert;
     * a null column (a row written before its migration) reads as the field's default, or as
       ``null_reads_as[name]`` for a field without one; an optional field reads null as None.

@@ -131,7 +131,8 @@ def usage_out(usage: Usage) -> UsageOut:
     """A usage as the API shows it (seconds, not the store's microseconds)."""
     return UsageOut(pages=usage.pages, chunks=usage.chunks, tokens=usage.tokens,
                     model_seconds=round(usage.model_seconds, 6), device=usage.device,
-                    stage_seconds={stage: round(value, 6) for stage, value in usage.stage_seconds.items()})
+                    stage_seconds={stage: round(value, 6) for stage, value in usage.stage_seconds.items()},
+                    prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
 
 
 def task_spec(task: TaskRequest) -> TaskSpec:

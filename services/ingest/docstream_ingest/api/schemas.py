@@ -209,6 +209,12 @@ class UsageOut(BaseModel):
         ..., description="Busy seconds per stage: chunker (fetch, extraction, chunking), inference (tokenizing, "
         "forward pass, store write)."
     )
+    prompt_tokens: int = Field(
+        0, description="Prompt tokens a chat model's server counted (the generate task's requests, from its usage)."
+    )
+    completion_tokens: int = Field(
+        0, description="Completion tokens a chat model's server counted (the generate task's answers, from its usage)."
+    )
 
 
 class TenantUsage(BaseModel):

@@ -279,6 +279,10 @@
         ["Tokens", number(usage.tokens), "tokens"], ["Model time", modelSeconds(usage)],
         ["Pages", number(usage.pages)], ["Chunks", number(usage.chunks)],
         ...stages.map(([stage, seconds]) => [`Stage ${stage}`, duration(Number(seconds))]),
+        ...(usage.prompt_tokens || usage.completion_tokens
+          ? [["Chat tokens", `${number(usage.prompt_tokens || 0)} prompt, ${number(usage.completion_tokens || 0)} completion`,
+              "chat-tokens"]]
+          : []),
       ])),
     ];
   }
