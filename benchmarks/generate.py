@@ -16,7 +16,7 @@ It prints chunks/s and completion tokens/s (the server's ``usage``) of each, and
 deploy/local's.
 
     bash deploy/local/install-llm.sh .venv            # once: the server's own virtualenv
-    .venv/bin/python benchmarks/generate.py --chunks 48 --rounds 2
+    .venv/bin/python benchmarks/generate.py --chunks 24 --rounds 2
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from inference import _chunks, _PeakRss, _service_run, _stack, _texts
+from inference import _chunks, _PeakRss, _service_run, _stack
 from machine import cpu_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,6 +47,17 @@ from docstream.tasks.generate import GenerateTask
 from docstream.tasks.generation import chat_body, prompt_messages
 
 STOP = ["\n\n", "\nUser:"]
+PARAGRAPHS = [  # prose a small model summarizes and stops on (random words make it run on to max_tokens)
+    "The Kafka broker stores records in partitions. Each partition is an ordered log that only grows at its end. "
+    "Consumers read partitions in order and commit offsets after processing them, so a crash replays only the "
+    "records that were not committed.",
+    "The invoice from ACME Corporation lists three items and a total of 120 euros, due on 3 March. Payment goes "
+    "by bank transfer to the account at the bottom of the page. Late payment adds a fee of two percent a month.",
+    "The city council met on Tuesday and voted to repair the old bridge over the river. The work starts in May, "
+    "costs four million euros and closes the bridge to cars for six months; buses and bicycles may still cross.",
+    "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen. It happens in the chloroplasts "
+    "of plant cells, where chlorophyll absorbs red and blue light and reflects green light.",
+]
 
 
 def plain_client(url: str, model: str, texts: list[str], *, in_flight: int, max_tokens: int) -> tuple[float, float]:
@@ -95,9 +106,8 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=48, help="chunks per run")
-    parser.add_argument("--words", type=int, default=60, help="words per chunk")
     parser.add_argument("--in-flight", type=int, default=4, help="requests in flight (both clients)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="an answer's max_tokens (both clients)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="an answer's max_tokens (both clients)")
     parser.add_argument("--url", help="an OpenAI base URL already serving; unset: start the test chat server")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--broker", choices=["kafka", "tansu"], default="tansu")
@@ -112,7 +122,7 @@ def main() -> None:
     args.device, args.runtime = "cpu", "fp32"
     configure_logging(level="WARNING", fmt="console")
     logging.getLogger("cassandra").setLevel(logging.ERROR)
-    texts = _texts(args.chunks, args.words)
+    texts = [f"Part {i + 1}. {PARAGRAPHS[i % len(PARAGRAPHS)]}" for i in range(args.chunks)]
     rss = _PeakRss()
     print(cpu_line())
     with _server(args) as (url, model), _stack(args) as (base, store):
@@ -121,7 +131,7 @@ def main() -> None:
             "max_tokens": args.max_tokens, "stop": STOP}}, inference={"warmup": False})
         task = GenerateTask.load(settings)
         model_id = task.model_id_for(TaskRequest("generate"))
-        print(f"chat server {url} model {model}; {args.chunks} chunks of {args.words} words; summarize, max_tokens "
+        print(f"chat server {url} model {model}; {args.chunks} chunks of prose; summarize, max_tokens "
               f"{args.max_tokens}; {args.in_flight} in flight; broker {args.broker}, store {args.store}")
         plain_client(url, model, texts[:2], in_flight=args.in_flight, max_tokens=args.max_tokens)  # warm up
         print(f"{'round':>6} {'plain chunks/s':>15} {'service chunks/s':>17} {'ratio':>6} {'plain tok/s':>12} "
