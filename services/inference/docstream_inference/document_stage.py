@@ -24,13 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from docstream.errors import PoisonRecord
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
-from docstream.metrics import Metrics
-from docstream.records import DocumentCompleted, utc_now
+from docstream.records import DocumentCompleted, DocumentStatus, utc_now
 from docstream.store import ResultStore
 from docstream.store.completion import record_completion
 from docstream.tasks.base import GENERATE, Prompt, TaskRequest
@@ -41,8 +40,6 @@ from docstream.topics import Topics
 from docstream.usage import add_counts
 
 __all__ = ["SERVICE", "STAGE_DOCUMENT", "DocumentStage"]
-
-TerminalStatus = Literal["completed", "partial", "failed"]
 
 SERVICE = "document-stage"
 STAGE_DOCUMENT = "document"
@@ -61,12 +58,11 @@ class NotADocumentStep(PoisonRecord):
 class DocumentStage:
     """The ConsumeLoop handler of the mapped topic (see the module)."""
 
-    def __init__(self, task: GenerateTask, store: ResultStore, topics: Topics, *, metrics: Metrics | None = None,
+    def __init__(self, task: GenerateTask, store: ResultStore, topics: Topics, *,
                  clock: Callable[[], datetime] = utc_now, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._task = task
         self._store = store
         self._topics = topics
-        self._metrics = metrics
         self._clock = clock
         self._monotonic = monotonic
 
@@ -101,7 +97,7 @@ class DocumentStage:
     def _step(self, completed: DocumentCompleted, output: dict[str, Any]) -> DocumentCompleted:
         prompt = self._prompt(completed)
         started = self._monotonic()
-        status: TerminalStatus = completed.status
+        status: DocumentStatus = completed.status
         try:
             result = self._task.reduce_document(output, prompt)
         except PoisonRecord as exc:  # this document alone: its chunk answers stay, its step failed
@@ -129,7 +125,7 @@ class DocumentStage:
                            "service's?)", code="document_step_prompt_mismatch")
 
 
-def _finished(completed: DocumentCompleted, output: dict[str, Any], status: TerminalStatus,
+def _finished(completed: DocumentCompleted, output: dict[str, Any], status: DocumentStatus,
               device: str) -> DocumentCompleted:
     """``completed`` with its step's ``output`` (as the stage wrote it: ``error_code``, ``error`` and ``step_us``
     in it), its status, and the step's time added to the model's and the stages'."""

@@ -72,7 +72,7 @@ def build_document_stage(
     generate.bind_metrics(metrics, document_stage.SERVICE)
     return ConsumeLoop(
         settings.kafka, settings.retry, group_id=topics.group(document_stage.SERVICE), topics=[topics.mapped],
-        handler=DocumentStage(generate, store, topics, metrics=metrics), serde=AvroSerde(settings.kafka),
+        handler=DocumentStage(generate, store, topics), serde=AvroSerde(settings.kafka),
         service=document_stage.SERVICE, metrics=metrics, static_assignment=static_assignment, producer=producer,
     )
 

@@ -20,10 +20,11 @@ from typing import Any
 from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError
 from docstream.tasks.reduction import DOCUMENT_STEP, conflicting_fields
 
-__all__ = ["GenerateFold", "merge_values"]
+__all__ = ["ANSWER_KEYS", "GenerateFold", "merge_values"]
 
 _KINDS = ("summarize", "extract")
-_ANSWER = {"summarize": "text", "extract": "value"}
+ANSWER_KEYS = {"summarize": "text", "extract": "value"}
+"""Where a chunk output of each kind holds its answer (``GenerateTask.run`` writes it there)."""
 
 
 def merge_values(values: list[Any]) -> Any:
@@ -61,7 +62,7 @@ class GenerateFold:
         kind = str(output["kind"])
         if state["kind"] not in (None, kind):
             raise TaskOutputError(f"chunk {chunk.index}: a {kind} answer in a {state['kind']} document")
-        answer = output.get(_ANSWER[kind])
+        answer = output.get(ANSWER_KEYS[kind])
         if kind == "summarize" and not isinstance(answer, str):
             raise TaskOutputError(f"chunk {chunk.index}: a summary that is not text")
         return {"kind": kind, "parts": {**state["parts"], str(chunk.index): answer},

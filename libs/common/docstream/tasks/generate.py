@@ -26,7 +26,7 @@ from docstream.logging import get_logger
 from docstream.metrics import EndpointMetrics, Metrics
 from docstream.settings import GenerateSettings
 from docstream.tasks.base import GENERATE, ChunkOutput, PreparedTexts, Prompt, TaskFold, TaskRequest
-from docstream.tasks.fold_generate import GenerateFold
+from docstream.tasks.fold_generate import ANSWER_KEYS, GenerateFold
 from docstream.tasks.generation import (
     GenerationInvalid,
     GenerationTooLong,
@@ -49,7 +49,6 @@ DEFAULT_PROMPT = Prompt("summarize")
 
 _PROMPT_OVERHEAD_TOKENS = 64  # the system prompt's and the template's tokens beside the chunk, roughly
 _PART_OVERHEAD_TOKENS = 4  # a reduce request's "Part n:" before each part
-_ANSWER_KEY = {"summarize": "text", "extract": "value"}  # a chunk output's answer
 _DOCUMENT_ANSWER_KEY = {"summarize": "summary", "extract": "value"}  # a document output's answer
 _WARMUP = "docstream warm-up."
 _log = get_logger(__name__)
@@ -143,7 +142,7 @@ class GenerateTask:
         answers = self._ask(conversations, [prompt.schema for prompt in prompts], counts)  # schemas decoded once
         results: list[ChunkOutput | BaseException] = [
             a if isinstance(a, BaseException) else ChunkOutput(output={
-                "kind": prompt.kind, _ANSWER_KEY[prompt.kind]: a[0], "prompt_tokens": a[1], "completion_tokens": a[2]})
+                "kind": prompt.kind, ANSWER_KEYS[prompt.kind]: a[0], "prompt_tokens": a[1], "completion_tokens": a[2]})
             for prompt, a in zip(prompts, answers, strict=True)]
         if any(isinstance(r, BaseException) for r in results):
             raise PartialBatchError(list(results))
