@@ -5,7 +5,10 @@ set -uo pipefail
 # 1. the integration and e2e tests on DOCSTREAM_TEST_WORKERS pytest-xdist workers (default 2: 3 took
 #    11.1 min where 2 took 13.0 on 2 cores, but on a loaded host two clean-clone runs with 3 each failed
 #    a timing test, the extraction child's limit and the reducer's stall restart), whole files per worker so that module
-#    fixtures are shared, the longest files first (tests/fixtures/ordering.py);
+#    fixtures are shared, the longest files first (tests/fixtures/ordering.py); with them the short
+#    extraction fuzz, which touches no stack and is bounded by its own 40 s budget (its figures go to
+#    .docstream/chaos/report-extraction.json, or DOCSTREAM_CHAOS_REPORT's name with -extraction, so
+#    that the chaos run's report does not overwrite them);
 # 2. then the short chaos scenarios, with no other test on the stack, since they stop and restart
 #    parts of it (docs/reliability.md; `make chaos` runs their full versions), and the timing-sensitive
 #    tests marked `alone` (the reducer's stall self-restart: beside the integration tests on a loaded
@@ -20,12 +23,15 @@ cd "$here"
 # The cluster scenarios (marker cluster) need a 3+3 cluster whose start does not fit this budget:
 # tests/run-cluster.sh runs them (make chaos).
 if [ "$#" -eq 0 ]; then
-  first=(tests/integration tests/e2e -m "not cluster and not alone" --durations=25)
+  fuzz=tests/chaos/test_extraction_fuzz.py
+  first=(tests/integration tests/e2e "$fuzz" -m "not cluster and not alone" --durations=25)
   # --no-loadscope-reorder: the files go in the order tests/fixtures/ordering.py gives, longest first
   parallel=(-n "${DOCSTREAM_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
-  second=(tests/chaos tests/integration -m "(chaos or alone) and not cluster" --durations=10)
+  second=(tests/chaos tests/integration -m "(chaos or alone) and not cluster" --ignore "$fuzz" --durations=10)
   beside=(tests/unit --durations=10 -n 2 --dist loadfile --no-loadscope-reorder)
   every=(tests/unit tests/integration tests/e2e tests/chaos -m "not cluster")
+  first_report=$here/.docstream/chaos/report-extraction.json
+  if [ -n "${DOCSTREAM_CHAOS_REPORT:-}" ]; then first_report=${DOCSTREAM_CHAOS_REPORT%.json}-extraction.json; fi
 else
   first=("$@")
   parallel=()
@@ -33,25 +39,33 @@ else
   beside=()
   every=("$@")
 fi
-# The project's own modules as .pyc files once (the venv's are written at install: Makefile): where
-# PYTHONDONTWRITEBYTECODE is set, every test process and service compiled them from source again.
-"$bin/python" -m compileall -q -j 0 libs services tests >/dev/null
-# Collect first, in seconds and before any stack starts: an import error fails here, not minutes later.
-collect() {
-  "$bin/pytest" --collect-only -q -p no:xdist "$@" >/dev/null || {
-    "$bin/pytest" --collect-only -q -p no:xdist "$@" | tail -30
-    echo "pytest could not collect the tests: failing" >&2; exit 1
-  }
-}
-collect "${every[@]}"
+# The stack starts in the background while the modules compile and the tests are collected (its
+# Java processes and the collection each wait on the other's CPU less than on themselves).
 started=0
 if ! deploy/local/stack status >/dev/null 2>&1; then
   # A stack we start is a throwaway test stack: begin from empty data (the jars stay cached), so
   # topics left by earlier runs never slow Kafka's start (it replays every partition's log first).
-  deploy/local/stack clean >/dev/null
-  deploy/local/stack up || { echo "could not start the local stack" >&2; exit 1; }
+  { deploy/local/stack clean >/dev/null && deploy/local/stack up; } &
+  stack_pid=$!
   started=1
 fi
+stack_ready() {
+  if [ "$started" = 1 ] && ! wait "$stack_pid"; then echo "could not start the local stack" >&2; return 1; fi
+}
+# The project's own modules as .pyc files once (the venv's are written at install: Makefile): where
+# PYTHONDONTWRITEBYTECODE is set, every test process and service compiled them from source again.
+"$bin/python" -m compileall -q -j 0 libs services tests >/dev/null
+# Collect first, in seconds and before any test runs: an import error fails here, not minutes later.
+collect() {
+  "$bin/pytest" --collect-only -q -p no:xdist "$@" >/dev/null || {
+    "$bin/pytest" --collect-only -q -p no:xdist "$@" | tail -30
+    echo "pytest could not collect the tests: failing" >&2
+    stack_ready && [ "$started" = 1 ] && deploy/local/stack down
+    exit 1
+  }
+}
+collect "${every[@]}"
+stack_ready || exit 1
 rc=0
 run() {
   "$bin/pytest" "$@"
@@ -59,7 +73,11 @@ run() {
   if [ "$status" = 5 ]; then echo "pytest collected no tests: failing" >&2; status=1; fi
   if [ "$status" != 0 ] && [ "$rc" = 0 ]; then rc=$status; fi
 }
-run "${first[@]}" "${parallel[@]}"
+if [ "${#second[@]}" -gt 0 ]; then
+  DOCSTREAM_CHAOS_REPORT=$first_report run "${first[@]}" "${parallel[@]}"
+else
+  run "${first[@]}" "${parallel[@]}"
+fi
 if [ "${#second[@]}" -gt 0 ]; then
   beside_log=$(mktemp "${TMPDIR:-/tmp}/docstream-unit.XXXXXX")
   nice -n 19 "$bin/pytest" "${beside[@]}" >"$beside_log" 2>&1 &

@@ -7,17 +7,19 @@
 # It gets a virtualenv of its own, <repo>/.venv-infinity (env DOCSTREAM_INFINITY_VENV), because its pins
 # clash with ours (numpy<2, sentence-transformers<4, typer<0.13, click<8.2). It never downloads a second
 # torch: it borrows the project venv's torch (and triton, the nvidia/cuda wheels) through a folder of
-# links on its path, and a constraint holds pip to that torch's version. Idempotent and quick once
-# installed: a stamp file records what was installed; a new version re-installs from scratch. Its
-# dependencies are held to deploy/local/infinity-constraints.txt (what pip resolved once).
+# links on its path. Its dependencies are exactly deploy/local/infinity-constraints.txt (what pip resolved
+# once, torch aside), installed by the project venv's uv with no resolution (--no-deps): uv does not
+# read .pth files, so a resolver would not see the borrowed torch and would install a second one.
+# Idempotent and quick once installed: a stamp file records what was installed; a new version
+# re-installs from scratch.
 set -euo pipefail
 
 INFINITY_VERSION=0.0.78
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 main=${1:-$repo/.venv}
 dest=${DOCSTREAM_INFINITY_VENV:-$repo/.venv-infinity}
-if [ ! -x "$main/bin/python" ]; then
-  echo "no project venv at $main (run 'make setup' first, or pass its folder)" >&2
+if [ ! -x "$main/bin/python" ] || [ ! -x "$main/bin/uv" ]; then
+  echo "no project venv with uv at $main (run 'make setup' first, or pass its folder)" >&2
   exit 1
 fi
 torch_version=$("$main/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
@@ -47,8 +49,9 @@ done
 echo "$links" > "$site/docstream-project-torch.pth"
 # pip sees the linked torch as installed; the constraint makes it fail rather than replace it (replacing
 # would delete files through the links, in the project venv).
-echo "torch==$torch_version" > "$dest/constraints.txt"
-"$dest/bin/pip" install -q --disable-pip-version-check -c "$dest/constraints.txt" -c "$pins" \
-  "infinity-emb[server,torch]==$INFINITY_VERSION"
+# --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set, the server would compile them at every start
+"$main/bin/uv" pip install -q --compile-bytecode --no-deps --python "$dest/bin/python" -r "$pins" \
+  "infinity-emb==$INFINITY_VERSION"
+"$dest/bin/python" -m pip check >/dev/null || { "$dest/bin/python" -m pip check >&2; exit 1; }
 "$dest/bin/python" -c 'import torch, infinity_emb' >/dev/null
 echo "$want" > "$stamp"
