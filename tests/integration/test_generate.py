@@ -21,7 +21,7 @@ import pytest
 
 from docstream.errors import PartialBatchError
 from docstream.settings import Settings
-from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskRequest
+from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskRequest, failure_output
 from docstream.tasks.fold_generate import GenerateFold
 from docstream.tasks.generate import GenerateTask
 from docstream.tasks.generation import chat_body, prompt_messages
@@ -107,6 +107,7 @@ def test_extract_answers_validate_and_one_built_to_fail_fails_alone_after_its_re
     with FaultProxy(llm.url) as proxy:
         proxy.garble(BUILT_TO_FAIL)
         task = load_task("generate", _settings(proxy.url, invalid_retries=2))
+        warm = proxy.stats()  # the warm-up request at load
         try:
             outputs = _run(task, texts, [fits] * 3)
             again = _run(task, texts, [fits] * 3)
@@ -123,6 +124,12 @@ def test_extract_answers_validate_and_one_built_to_fail_fails_alone_after_its_re
     for other in (outputs[0], outputs[2]):
         assert isinstance(other, ChunkOutput) or getattr(other, "code", "").startswith("generation_"), other
     assert [getattr(o, "output", None) for o in again] == [getattr(o, "output", None) for o in outputs]
+    # what every answer cost, the failed ones' included, is what the server counted (the proxy is that server
+    # for the built-to-fail chunk: 1 + 1 tokens an answer, three answers)
+    assert failure_output(outputs[1]) == {"kind": "extract", "prompt_tokens": 3, "completion_tokens": 3}
+    spent = [o.output if isinstance(o, ChunkOutput) else failure_output(o) or {} for o in outputs]  # twice: 2 runs
+    assert (2 * sum(x.get("prompt_tokens", 0) for x in spent), 2 * sum(x.get("completion_tokens", 0) for x in spent)) \
+        == (stats.prompt_tokens - warm.prompt_tokens, stats.completion_tokens - warm.completion_tokens)
 
 
 def test_throttling_errors_and_resets_are_retried_and_a_poisoned_input_fails_alone(llm: LlmServer) -> None:

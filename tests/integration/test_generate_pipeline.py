@@ -138,3 +138,4 @@ def test_a_generate_job_summarizes_every_chunk_then_every_document_through_a_kil
             totals[kind] += spent
     job = cassandra_store.get_job(job_id)
     assert job is not None and job.usage is not None and job.usage.chat_tokens == totals
+    assert final[-1].chat_tokens == totals  # and the final JobStatus (the webhook posts it)

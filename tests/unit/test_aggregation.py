@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from docstream.errors import PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.tasks.fold_embed import EmbedFold, unpack_floats
+from docstream.tasks.fold_generate import GenerateFold
 from docstream_reducer.aggregation import (
     ALL_CHUNKS_FAILED,
     ChunkCountMismatchError,
@@ -161,6 +163,31 @@ def test_an_all_failed_document_becomes_partial_when_one_chunk_is_replayed() -> 
     assert done[0].status == "failed"
     _, completed = apply(state, _chunk(0, 2, vector=[3.0]), EMBED_FOLD)
     assert completed is not None and completed.status == "partial" and completed.embedding == pytest.approx([3.0])
+
+
+def _answer(index: int, count: int, *, ok: bool, prompt: int, completion: int) -> ChunkEmbedded:
+    """A generate chunk result: its summary, or a failure with what its attempts cost (tasks.base.failure_output)."""
+    output = {"kind": "summarize", "prompt_tokens": prompt, "completion_tokens": completion}
+    return replace(_chunk(index, count, ok=ok), task="generate", embedding=[],
+                   output=json.dumps({**output, "text": f"s{index}"} if ok else output))
+
+
+def test_a_failed_chunk_that_says_what_it_cost_is_counted_by_its_fold_and_a_bare_failure_is_not() -> None:
+    fold = GenerateFold()
+    results = [_answer(0, 3, ok=True, prompt=10, completion=2), _answer(1, 3, ok=False, prompt=30, completion=9),
+               replace(_chunk(2, 3, ok=False), task="generate", embedding=[])]  # failed before any answer
+    state: DocumentState | CompletionMarker | None = None
+    for result in results:
+        state, completed = apply(state, result, fold)
+    assert completed is not None and (completed.status, completed.failed_chunks) == ("partial", 2)
+    output = json.loads(completed.output or "{}")
+    assert [s["text"] for s in output["chunk_summaries"]] == ["s0"]
+    assert (output["prompt_tokens"], output["completion_tokens"]) == (40, 11)
+    # the dead letter replayed, answered this time: its tokens add to the failed attempts'
+    _, again = apply(state, _answer(1, 3, ok=True, prompt=12, completion=3), fold)
+    assert again is not None
+    assert (json.loads(again.output or "{}")["prompt_tokens"], json.loads(again.output or "{}")["completion_tokens"]) \
+        == (52, 14)
 
 
 def test_document_whose_chunks_all_failed_is_failed_without_embedding() -> None:

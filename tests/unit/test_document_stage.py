@@ -93,6 +93,8 @@ def test_a_step_whose_answer_is_cut_fails_the_document_alone_with_its_chunk_summ
     assert (finished.status, finished.error_code) == ("failed", "generation_truncated")
     output = json.loads(finished.output or "{}")
     assert output["document_step"] == "failed" and [p["text"] for p in output["chunk_summaries"]] == ["a.", "b."]
+    # what the step's one call cost is counted with the chunks' (2 x 30 + 20 prompt, 2 x 4 + 64 completion)
+    assert (output["prompt_tokens"], output["completion_tokens"]) == (80, 72)
     [job_document] = list(store.iter_job_documents("job-1"))
     assert (job_document.status, job_document.error_code) == ("failed", "generation_truncated")
     [again] = stage(_pending(model_id, ["a.", "b."]))  # published again from the row, its error with it

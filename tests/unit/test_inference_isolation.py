@@ -126,6 +126,17 @@ def test_failed_result_keeps_its_code_and_no_embedding() -> None:
     assert (record.status, record.error_code, record.embedding) == ("failed", MODEL_ERROR, [])
     assert record.error is not None
     assert len(record.error) == 2000
+    assert row.output is None and record.output is None  # its task said nothing of what it cost
+
+
+def test_a_failed_result_keeps_what_its_attempts_cost_as_its_output_when_that_is_json() -> None:
+    spent = {"kind": "extract", "prompt_tokens": 60, "completion_tokens": 15}
+    result = failed_result(_chunk(), "m1", "generation_invalid", "invalid three times", task="generate", spent=spent)
+    assert chunk_row(result).output == embedded_record(result, AT).output == \
+        '{"kind":"extract","prompt_tokens":60,"completion_tokens":15}'
+    assert chunk_row(result).status == "failed"
+    for bad in ({"x": float("nan")}, {"x": object()}, {"x": "y" * 70_000}):  # not JSON, or over MAX_OUTPUT_BYTES
+        assert failed_result(_chunk(), "m1", "generation_invalid", "e", task="generate", spent=bad).output is None
 
 
 class PartlyRefusing:

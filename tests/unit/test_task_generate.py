@@ -10,7 +10,7 @@ import pytest
 
 from docstream.endpoint_protocol import EndpointRejected
 from docstream.errors import PartialBatchError
-from docstream.tasks.base import FoldInput, Prompt, TaskOutputError, TaskRequest
+from docstream.tasks.base import FoldInput, Prompt, TaskOutputError, TaskRequest, failure_output
 from docstream.tasks.fold_generate import GenerateFold, merge_values
 from docstream.tasks.generation import GenerationTruncated
 from tests.fixtures.chat import asked, chat_answer, scripted_task
@@ -51,6 +51,25 @@ def test_a_document_of_one_chunk_has_that_chunks_summary_as_its_own() -> None:
     assert "document_step" not in FOLD.finish(state, chunk_count=1).output  # no model call left to make
     assert "document_step" not in FOLD.finish(state, chunk_count=3).output  # the only chunk that did not fail
     assert FOLD.finish(FOLD.empty(), chunk_count=1).output["summary"] is None  # its one chunk failed
+
+
+def test_a_failed_chunk_counts_what_it_cost_and_gives_no_answer_in_any_order() -> None:
+    ok = _chunk(0, {"kind": "summarize", "text": "s0", "prompt_tokens": 10, "completion_tokens": 2})
+    failed = FoldInput(index=1, token_count=10, page_start=1, page_end=1, failed=True,
+                       output={"kind": "summarize", "prompt_tokens": 30, "completion_tokens": 9})
+    retried = _chunk(1, {"kind": "summarize", "text": "s1", "prompt_tokens": 11, "completion_tokens": 3})
+    outputs = []
+    for order in ([ok, failed, retried], [failed, retried, ok], [failed, ok, retried]):
+        state = FOLD.empty()
+        for chunk in order:
+            state = json.loads(json.dumps(FOLD.add(state, chunk)))
+        outputs.append(FOLD.finish(state, chunk_count=2).output)
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert [s["text"] for s in outputs[0]["chunk_summaries"]] == ["s0", "s1"]
+    assert (outputs[0]["prompt_tokens"], outputs[0]["completion_tokens"]) == (51, 14)  # both attempts of chunk 1
+    alone = FOLD.finish(FOLD.add(FOLD.empty(), failed), chunk_count=1).output  # every chunk failed
+    assert alone == {"kind": "summarize", "prompt_tokens": 30, "completion_tokens": 9, "chunk_summaries": [],
+                     "summary": None}
 
 
 def test_extracted_values_merge_field_by_field_in_chunk_order() -> None:
@@ -124,6 +143,8 @@ def test_an_answer_invalid_after_every_retry_fails_alone_and_its_neighbours_keep
     assert failed.code == "generation_invalid"
     assert first.output["value"] == last.output["value"] == {"vendor": "ACME"}
     assert len(client.bodies) == 3 + 2  # the bad one asked twice more, the good ones once
+    # the failure says what its three attempts cost: the chunk's failed row keeps it, the fold counts it
+    assert failure_output(failed) == {"kind": "extract", "prompt_tokens": 3 * 20, "completion_tokens": 3 * 5}
 
 
 def test_truncated_refused_rejected_and_too_long_chunks_fail_with_their_codes() -> None:
@@ -144,6 +165,8 @@ def test_truncated_refused_rejected_and_too_long_chunks_fail_with_their_codes() 
     codes = [getattr(o, "code", "ok") for o in info.value.outputs]
     assert codes == ["generation_truncated", "generation_refused", "endpoint_rejected", "generation_too_long", "ok"]
     assert len(client.bodies) == 4  # the one too long for the context is never sent
+    spent = [failure_output(o) if isinstance(o, BaseException) else None for o in info.value.outputs]
+    assert spent == [{"kind": "summarize", "prompt_tokens": 20, "completion_tokens": 256}, None, None, None, None]
 
 
 def test_the_model_id_follows_the_prompt() -> None:
@@ -183,6 +206,7 @@ def test_a_document_step_answer_that_is_no_answer_fails_the_document_with_its_co
     with pytest.raises(GenerationTruncated) as failed:
         task.reduce_document(_summaries(3), Prompt("summarize"))
     assert failed.value.code == "generation_truncated"
+    assert failure_output(failed.value) == {"prompt_tokens": 20, "completion_tokens": 40}  # the step's one call
 
 
 def test_disagreeing_extract_values_are_reconciled_by_the_model_and_validated() -> None:

@@ -12,7 +12,17 @@ import pytest
 
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.tasks.fold_embed import EmbedFold
-from docstream.usage import Usage, across_tasks, add_counts, apportion, document_usage, read_counts, total_usage
+from docstream.usage import (
+    CHAT_COMPLETION,
+    CHAT_PROMPT,
+    Usage,
+    across_tasks,
+    add_counts,
+    apportion,
+    document_usage,
+    read_counts,
+    total_usage,
+)
 from docstream_reducer.aggregation import (
     CompletionMarker,
     CorruptStateError,
@@ -231,6 +241,10 @@ def test_job_status_and_progress_json_carry_the_usage() -> None:
     status = job_status(progress, T0, final=True)
     assert (status.pages, status.chunks, status.tokens) == (4, 6, 107)
     assert status.model_us == {"cpu": 2_000} and status.stage_us == {"chunker": 20, "inference": 2_010}
+    assert status.chat_tokens == {}  # no chat model in the job
+    chat = [Usage(chat_tokens={CHAT_PROMPT: 30, CHAT_COMPLETION: 5}), Usage(chat_tokens={CHAT_PROMPT: 12})]
+    chatty = _fold_job([("a", DocumentTally("completed", chat[0])), ("b", DocumentTally("partial", chat[1]))])
+    assert job_status(chatty, T0, final=True).chat_tokens == {CHAT_PROMPT: 42, CHAT_COMPLETION: 5}
     assert JobProgress.from_json(json.loads(json.dumps(progress.to_json()))) == progress
     old = progress.to_json()
     del old["usage"]

@@ -226,6 +226,7 @@ class JobStatus(_Record):
     tokens: int = 0
     model_us: dict[str, int] = field(default_factory=dict)
     stage_us: dict[str, int] = field(default_factory=dict)
+    chat_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

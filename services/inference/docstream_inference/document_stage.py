@@ -32,7 +32,7 @@ from docstream.logging import get_logger
 from docstream.records import DocumentCompleted, DocumentStatus, utc_now
 from docstream.store import ResultStore
 from docstream.store.completion import record_completion
-from docstream.tasks.base import GENERATE, Prompt, TaskRequest
+from docstream.tasks.base import GENERATE, Prompt, TaskRequest, failure_output
 from docstream.tasks.generate import DEFAULT_PROMPT, GenerateTask
 from docstream.tasks.reduction import DOCUMENT_STEP, needs_document_step
 from docstream.tasks.selection import job_tasks
@@ -102,8 +102,11 @@ class DocumentStage:
             result = self._task.reduce_document(output, prompt)
         except PoisonRecord as exc:  # this document alone: its chunk answers stay, its step failed
             status = "failed"
+            spent = failure_output(exc) or {}  # the tokens of the step's calls before it failed
             result = {**output, DOCUMENT_STEP: "failed", "error_code": exc.code,
-                      "error": f"the document step failed: {exc.message}"[:_MAX_ERROR_CHARS]}
+                      "error": f"the document step failed: {exc.message}"[:_MAX_ERROR_CHARS],
+                      **{key: int(output.get(key, 0) or 0) + int(spent.get(key, 0) or 0)
+                         for key in ("prompt_tokens", "completion_tokens")}}
             _log.warning("document_step_failed", doc_id=completed.doc_id, error_code=exc.code,
                          error=exc.message[:300])
         result["step_us"] = int((self._monotonic() - started) * 1_000_000)

@@ -155,14 +155,25 @@ def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtim
 
 
 def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str, *, model_us: int = 0,
-                  device: str | None = None, task: str = EMBED) -> ChunkResult:
-    """A chunk that failed with ``error_code`` (after ``model_us`` of forward passes on ``device``, if any)."""
+                  device: str | None = None, task: str = EMBED, spent: Mapping[str, Any] | None = None) -> ChunkResult:
+    """A chunk that failed with ``error_code`` (after ``model_us`` of forward passes on ``device``, if any);
+    ``spent``: what its failed attempts cost, as its task said (``tasks.base.failure_output``), kept as its
+    output when it is JSON of at most ``MAX_OUTPUT_BYTES``."""
+    output: str | None = None
+    if spent:
+        try:
+            output = json.dumps(spent, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError):
+            output = None  # not what the contract allows: the failure stands without its cost
+        if output is not None and len(output.encode("utf-8")) > MAX_OUTPUT_BYTES:
+            output = None
     return ChunkResult(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000], model_us=model_us,
-                       device=device, task=task)
+                       device=device, task=task, output=output)
 
 
 def chunk_row(result: ChunkResult) -> ChunkRow:
-    """The chunks row of a result (a failed chunk keeps its text, no output, and its error_code)."""
+    """The chunks row of a result (a failed chunk keeps its text, its error_code, and as its output what its
+    failed attempts cost when its task says: the generate task's tokens)."""
     return carry(
         ChunkRow, result.chunk, model_id=result.model_id, embedding=result.embedding,
         status="ok" if result.ok else "failed", error_code=result.error_code, table_part=_table_part(result.chunk),

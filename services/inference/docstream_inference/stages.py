@@ -33,7 +33,7 @@ from docstream.records import ChunkCreated, utc_now
 from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
 from docstream.store.base import ResultStore
-from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest
+from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest, failure_output
 from docstream.usage import apportion
 from docstream_inference.handler import (
     MODEL_ERROR,
@@ -426,7 +426,7 @@ class ModelStage(_StageThread):
                 code = error.code if isinstance(error, DocstreamError) else MODEL_ERROR
                 message = f"model failed on this chunk alone {outcome.attempts} times: {error}"
                 results.append(failed_result(work.chunk, model_id, code, message, model_us=share,
-                                             device=device, task=name))
+                                             device=device, task=name, spent=failure_output(error)))
             else:
                 results.append(result_of(work.chunk, model_id, name, outcome, runtime, model_us=share, device=device))
         for work, output in batch.reused:

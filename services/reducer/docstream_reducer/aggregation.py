@@ -146,7 +146,8 @@ class DocumentState:
         received_count: number of set bits in ``received``.
         failed_chunks: arrived chunks whose inference failed.
         token_count: tokens over the ok chunks.
-        fold: the JSON state of the task's fold over the ok chunks (None until one arrives); for embed
+        fold: the JSON state of the task's fold over the ok chunks, and the failed ones that carry what they
+            cost (``TaskFold``; None until one arrives); for embed
             ``{"w": total weight, "sum": packed token-weighted sum of the vectors}``.
         latest_ms: latest ``embedded_at`` seen, epoch ms: the completion time, whatever the arrival order.
         first_error_code: error_code of the first failed chunk that arrived.
@@ -416,7 +417,7 @@ def waits_for_document_step(completed: DocumentCompleted) -> bool:
 
 
 def fold_input(chunk: ChunkEmbedded) -> FoldInput:
-    """What a fold sees of an ok chunk result.
+    """What a fold sees of an ok chunk result, or of a failed one with an output (what it cost: ``failed``).
 
     Raises:
         TaskOutputError: a mention or the user output that does not decode.
@@ -428,7 +429,7 @@ def fold_input(chunk: ChunkEmbedded) -> FoldInput:
         raise TaskOutputError(f"document {chunk.doc_id}: chunk {chunk.chunk_index}: bad task output: {exc}") from exc
     return FoldInput(index=chunk.chunk_index, token_count=chunk.token_count, page_start=chunk.page_start,
                      page_end=chunk.page_end, embedding=chunk.embedding, label_scores=chunk.label_scores,
-                     mentions=mentions, output=output)
+                     mentions=mentions, output=output, failed=chunk.status != "ok")
 
 
 def _fold(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold, *,
@@ -447,13 +448,19 @@ def _fold(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold, *,
     else:
         common.update(received=_set_bit(state.received, chunk.chunk_index), received_count=state.received_count + 1)
     if chunk.status != "ok":
+        if chunk.output is not None:  # what the failure cost, as its task said: the fold counts it
+            common["fold"] = _add(state, chunk, fold)
         return replace(state, failed_chunks=state.failed_chunks + 1, failed=_set_bit(state.failed, chunk.chunk_index),
                        first_error_code=state.first_error_code or chunk.error_code or "chunk_failed", **common)
+    return replace(state, token_count=state.token_count + max(chunk.token_count, 0), fold=_add(state, chunk, fold),
+                   **common)
+
+
+def _add(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold) -> Any:
     try:
-        folded = fold.add(fold.empty() if state.fold is None else state.fold, fold_input(chunk))
+        return fold.add(fold.empty() if state.fold is None else state.fold, fold_input(chunk))
     except TaskOutputError as exc:
         raise type(exc)(f"document {chunk.doc_id}: {exc.message}", code=exc.code) from exc
-    return replace(state, token_count=state.token_count + max(chunk.token_count, 0), fold=folded, **common)
 
 
 def _completed(state: DocumentState, fold: TaskFold) -> DocumentCompleted:
@@ -738,6 +745,7 @@ def job_status(progress: JobProgress, updated_at: datetime, *, final: bool = Fal
         tokens=progress.usage.tokens,
         model_us=dict(progress.usage.model_us),
         stage_us=dict(progress.usage.stage_us),
+        chat_tokens=dict(progress.usage.chat_tokens),
     )
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "CLASSIFY",
     "EMBED",
     "ENTITIES",
+    "FAILURE_OUTPUT",
     "GENERATE",
     "MAX_CHUNK_MENTIONS",
     "MAX_DESCRIPTION_CHARS",
@@ -57,6 +58,7 @@ __all__ = [
     "bind_task_metrics",
     "check_task_name",
     "close_task",
+    "failure_output",
     "place_spans",
     "requested_tasks",
     "task_names",
@@ -67,6 +69,10 @@ CLASSIFY = "classify"
 ENTITIES = "entities"
 GENERATE = "generate"
 BUILTIN_TASKS = (EMBED, CLASSIFY, ENTITIES, GENERATE)
+
+FAILURE_OUTPUT = "chunk_output"
+"""The attribute of a chunk's exception that holds what its failed attempts cost, as a JSON object (the generate
+task: the chat server's tokens): ``failure_output``."""
 
 MAX_TASKS = 8
 """Most tasks one job may ask for."""
@@ -369,7 +375,7 @@ class ChunkOutput:
 
 @dataclass(frozen=True, slots=True)
 class FoldInput:
-    """What a fold sees of one chunk's ok result.
+    """What a fold sees of one chunk's ok result, or of a failed one whose task gave it an output (``failed``).
 
     Attributes:
         index: the chunk's 0-based index in its document.
@@ -379,7 +385,9 @@ class FoldInput:
         embedding: embed: the vector.
         label_scores: classify: score per label.
         mentions: entities: the chunk's mentions in document offsets.
-        output: a user task: the decoded JSON value of its ``ChunkOutput.output``.
+        output: a user task: the decoded JSON value of its ``ChunkOutput.output`` (of a failed chunk: its
+            exception's ``failure_output``).
+        failed: the chunk failed: ``output`` is what its failed attempts cost, never an answer.
     """
 
     index: int
@@ -390,6 +398,7 @@ class FoldInput:
     label_scores: Mapping[str, float] = field(default_factory=dict)
     mentions: tuple[Mention, ...] = ()
     output: Any = None
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +432,10 @@ class TaskFold(Protocol):
 
     The state is any JSON-serializable value (the reducer keeps it in a Faust table as JSON).
     ``add`` must commute: any order of the same chunks gives the same ``finish``. The reducer calls
-    ``add`` once per chunk index with an ok result, never twice for one index.
+    ``add`` once per chunk index with an ok result, never twice for one index; and once for a failed result
+    that carries an output (``FoldInput.failed``: what the failure cost, ``failure_output``), before an ok
+    result of the same index that replaces it. Only a task whose exceptions carry ``FAILURE_OUTPUT`` gives
+    its fold failed chunks.
     """
 
     def empty(self) -> Any:
@@ -490,8 +502,10 @@ class Task(Protocol):
 
         Any exception fails the batch, and the pipeline isolates the text at fault by splitting it.
         ``docstream.errors.PartialBatchError`` instead names the texts that failed alone (their
-        exceptions in place of their outputs). ``docstream.errors.BackendUnavailable`` says the
-        model's backend does not answer: the pipeline waits and runs the batch again.
+        exceptions in place of their outputs; an exception may carry what its attempts cost in its
+        ``FAILURE_OUTPUT`` attribute, which the chunk's failed row and record keep).
+        ``docstream.errors.BackendUnavailable`` says the model's backend does not answer: the pipeline
+        waits and runs the batch again.
         """
 
     def warm_up(self) -> None:
@@ -514,6 +528,12 @@ class TaskClass(Protocol):
         ``settings`` is the process's ``docstream.settings.Settings``; a user task's own options are in
         ``settings.tasks.options[name]``.
         """
+
+
+def failure_output(error: BaseException) -> dict[str, Any] | None:
+    """What a chunk's failed attempts cost, as its task put it on the exception (``FAILURE_OUTPUT``), or None."""
+    value = getattr(error, FAILURE_OUTPUT, None)
+    return value if isinstance(value, dict) else None
 
 
 def place_spans(text: str, spans: Sequence[Span], *, char_start: int, page_start: int,

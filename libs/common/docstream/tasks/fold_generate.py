@@ -9,7 +9,8 @@ A chunk's output (``GenerateTask.run``) is ``{"kind": "summarize", "text": ...}`
 * ``extract``: ``chunk_values`` (``{"index", "value"}`` by index) and ``value``: where the chunks agree, each
   field's first non-null value in chunk order (objects), else the first non-null value; where two chunks give
   a field different values, null and ``"document_step": "pending"``: the document stage reconciles them;
-* both: ``prompt_tokens`` and ``completion_tokens``, summed over the chunks.
+* both: ``prompt_tokens`` and ``completion_tokens``, summed over the chunks, the failed ones' too (a chunk that
+  failed after the server answered, invalid or truncated, fails with what it cost: ``FoldInput.failed``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class GenerateFold:
         return {"kind": None, "parts": {}, "prompt_tokens": 0, "completion_tokens": 0}
 
     def add(self, state: dict[str, Any], chunk: FoldInput) -> dict[str, Any]:
-        """``state`` with one more chunk's answer.
+        """``state`` with one more chunk's answer and tokens (a failed chunk: its tokens alone).
 
         Raises:
             TaskOutputError: the output is not a generate answer, or of another kind than the document's others.
@@ -62,12 +63,14 @@ class GenerateFold:
         kind = str(output["kind"])
         if state["kind"] not in (None, kind):
             raise TaskOutputError(f"chunk {chunk.index}: a {kind} answer in a {state['kind']} document")
+        tokens = {"prompt_tokens": state["prompt_tokens"] + _tokens(output, "prompt_tokens"),
+                  "completion_tokens": state["completion_tokens"] + _tokens(output, "completion_tokens")}
+        if chunk.failed:  # what its attempts cost, no answer
+            return {**state, "kind": kind, **tokens}
         answer = output.get(ANSWER_KEYS[kind])
         if kind == "summarize" and not isinstance(answer, str):
             raise TaskOutputError(f"chunk {chunk.index}: a summary that is not text")
-        return {"kind": kind, "parts": {**state["parts"], str(chunk.index): answer},
-                "prompt_tokens": state["prompt_tokens"] + _tokens(output, "prompt_tokens"),
-                "completion_tokens": state["completion_tokens"] + _tokens(output, "completion_tokens")}
+        return {"kind": kind, "parts": {**state["parts"], str(chunk.index): answer}, **tokens}
 
     def finish(self, state: dict[str, Any], *, chunk_count: int) -> DocumentOutput:
         """The document's answers, by chunk index (a document whose every chunk failed has none)."""

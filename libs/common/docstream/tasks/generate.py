@@ -21,11 +21,20 @@ from typing import Any, ClassVar
 
 from docstream.endpoint import EndpointClient
 from docstream.endpoint_protocol import EndpointResponseError
-from docstream.errors import BackendUnavailable, ConfigError, PartialBatchError
+from docstream.errors import BackendUnavailable, ConfigError, PartialBatchError, PoisonRecord
 from docstream.logging import get_logger
 from docstream.metrics import EndpointMetrics, Metrics
 from docstream.settings import GenerateSettings
-from docstream.tasks.base import GENERATE, ChunkOutput, PreparedTexts, Prompt, TaskFold, TaskRequest
+from docstream.tasks.base import (
+    FAILURE_OUTPUT,
+    GENERATE,
+    ChunkOutput,
+    PreparedTexts,
+    Prompt,
+    TaskFold,
+    TaskRequest,
+    failure_output,
+)
 from docstream.tasks.fold_generate import ANSWER_KEYS, GenerateFold
 from docstream.tasks.generation import (
     GenerationInvalid,
@@ -140,6 +149,10 @@ class GenerateTask:
         conversations = [prompt_messages(p, text, system_prompt=s.system_prompt)
                          for p, text in zip(prompts, batch.texts, strict=True)]
         answers = self._ask(conversations, [prompt.schema for prompt in prompts], counts)  # schemas decoded once
+        for prompt, answer in zip(prompts, answers, strict=True):
+            spent = failure_output(answer) if isinstance(answer, BaseException) else None
+            if spent is not None:  # the fold counts a failed chunk's tokens under its document's kind
+                spent["kind"] = prompt.kind
         results: list[ChunkOutput | BaseException] = [
             a if isinstance(a, BaseException) else ChunkOutput(output={
                 "kind": prompt.kind, ANSWER_KEYS[prompt.kind]: a[0], "prompt_tokens": a[1], "completion_tokens": a[2]})
@@ -158,7 +171,8 @@ class GenerateTask:
 
         Raises:
             PoisonRecord: an answer that is no answer (empty, truncated, refused, invalid after its retries), a
-                reduction deeper than ``reduce_max_levels``, or parts too long to reduce (the document fails).
+                reduction deeper than ``reduce_max_levels``, or parts too long to reduce (the document fails); its
+                ``FAILURE_OUTPUT`` holds the tokens the step spent before it failed.
             EndpointUnavailable: the endpoint does not answer within its retry budget.
             EndpointRefused: the endpoint refuses us.
         """
@@ -173,16 +187,28 @@ class GenerateTask:
         def count(values: Sequence[Any]) -> list[int]:
             return [n + _PART_OVERHEAD_TOKENS for n in self._counter.count([part_text(kind, v) for v in values])]
 
+        spent = [0, 0]  # the step's tokens so far, every answer's (a failure says what it cost)
+
         def call(groups: list[list[Any]]) -> list[tuple[Any, int, int]]:
             conversations = [reduce_messages(prompt, group, system_prompt=s.system_prompt) for group in groups]
             answers = self._ask(conversations, [schema] * len(groups), [sum(count(group)) for group in groups])
+            for answer in answers:
+                cost = (failure_output(answer) or {}) if isinstance(answer, BaseException) else \
+                    {"prompt_tokens": answer[1], "completion_tokens": answer[2]}
+                spent[0] += int(cost.get("prompt_tokens", 0))
+                spent[1] += int(cost.get("completion_tokens", 0))
             for answer in answers:
                 if isinstance(answer, BaseException):
                     raise answer
             return [a for a in answers if not isinstance(a, BaseException)]
 
         budget = max(1, s.context_tokens - s.max_tokens - _PROMPT_OVERHEAD_TOKENS)
-        final, levels = reduce_tree(parts, count=count, budget=budget, max_levels=s.reduce_max_levels, call=call)
+        try:
+            final, levels = reduce_tree(parts, count=count, budget=budget, max_levels=s.reduce_max_levels,
+                                        call=call)
+        except PoisonRecord as exc:
+            setattr(exc, FAILURE_OUTPUT, {"prompt_tokens": spent[0], "completion_tokens": spent[1]})
+            raise
         return {**output, _DOCUMENT_ANSWER_KEY[kind]: final, "levels": [level.to_json() for level in levels],
                 "prompt_tokens": output.get("prompt_tokens", 0) + sum(lv.prompt_tokens for lv in levels),
                 "completion_tokens": output.get("completion_tokens", 0) + sum(lv.completion_tokens for lv in levels),
@@ -192,7 +218,8 @@ class GenerateTask:
              counts: Sequence[int]) -> list[tuple[Any, int, int] | BaseException]:
         """Each conversation's answer, the requests concurrent: ``(value, prompt_tokens, completion_tokens)``, the
         value a summary's text or a valid extract value (``schemas``: each one's, None for summarize; an invalid
-        answer is asked again, up to ``invalid_retries``), the tokens over every attempt; or its failure.
+        answer is asked again, up to ``invalid_retries``), the tokens over every attempt; or its failure, with
+        the tokens its attempts spent in its ``FAILURE_OUTPUT`` when the server counted any.
         ``counts``: each conversation's text tokens, for its answer's budget."""
         s = self._settings
         conversations = list(conversations)
@@ -220,6 +247,8 @@ class GenerateTask:
                     conversations[i] = retry_messages(conversations[i], text, outcome.message)
                     again.append(i)
                 else:
+                    if isinstance(outcome, BaseException) and any(used[i]):  # what its attempts cost
+                        setattr(outcome, FAILURE_OUTPUT, {"prompt_tokens": used[i][0], "completion_tokens": used[i][1]})
                     results[i] = outcome
             pending = again
         return [r if r is not None else ValueError("no answer") for r in results]
