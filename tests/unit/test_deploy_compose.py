@@ -109,11 +109,17 @@ def drain_budget_s(command: str, settings: Settings, pre_stop_s: float = 0.0) ->
     budget = pre_stop_s + settings.cassandra.request_timeout_s
     if command == "chunker":
         budget += settings.chunker.timeout_s
+    elif command == "inference" and settings.tasks.task == "generate":
+        # a batch's requests are concurrent: the one in flight finishes, what is cut is asked again (no chunk
+        # already written: the generate task reuses stored rows)
+        budget += settings.inference.max_latency_ms / 1000 + settings.tasks.generate.endpoint.timeout_s
     elif command == "inference":
         held = settings.inference.queue_batches + settings.inference.length_pool_batches + 1  # Q1, the pool, the model
         budget += settings.inference.max_latency_ms / 1000 + held * WORST_BATCH_S
     elif command == "reducer":
         budget += settings.reducer.webhook_timeout_s
+    elif command == "document-stage":  # the level in flight finishes; a longer tree is cut and asked again
+        budget += settings.tasks.generate.endpoint.timeout_s
     return float(budget)
 
 
