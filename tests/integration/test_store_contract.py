@@ -30,7 +30,7 @@ from docstream.store import (
 )
 from docstream.store import schema as store_schema
 from docstream.store import sqlite as sqlite_module
-from docstream.store.base import TaskTally
+from docstream.store.base import SourceRow, TaskTally
 from docstream.store.codec import float32_values
 from docstream.store.rows import (
     CHUNK_ROWS,
@@ -269,6 +269,22 @@ def test_document_round_trip_overwrite_and_missing(store: ResultStore) -> None:
     store.upsert_document(cleared)
     assert store.get_document(row.doc_id) == cleared
     assert store.get_document(_uid("doc")) is None
+
+
+def test_a_sources_current_version_round_trips_per_tenant_and_a_document_names_its_source(
+    store: ResultStore,
+) -> None:
+    key = f"file:///in/{_uid('report')}.pdf"
+    first = SourceRow("acme", key, _uid("doc"), "ab" * 32, _uid("job"), datetime(2026, 12, 4, 9, tzinfo=UTC))
+    store.upsert_source(first)
+    assert store.get_source("acme", key) == first
+    assert store.get_source("other", key) is None and store.get_source("acme", key + "x") is None
+    second = replace(first, doc_id=_uid("doc"), content_sha256="cd" * 32, job_id=_uid("job"))
+    store.upsert_source(second)  # the next version is the current one
+    assert store.get_source("acme", key) == second
+    row = replace(_document(second.doc_id, second.job_id), source_key=key, previous_doc_id=first.doc_id)
+    store.upsert_document(row)
+    assert store.get_document(row.doc_id) == row
 
 
 def test_provenance_of_documents_and_chunks_round_trips(store: ResultStore) -> None:

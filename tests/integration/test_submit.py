@@ -425,3 +425,36 @@ def test_nested_archives_and_linked_members(make_intake: Callable[..., Intake], 
         ("outer.zip/inner.zip", "archive_nested"),
     }
     assert len(intake.records()) == 1
+
+
+def test_a_file_submitted_again_with_other_content_is_the_next_version_of_its_source(
+    make_intake: Callable[..., Intake], tmp_path: Path
+) -> None:
+    intake = make_intake()
+    report = tmp_path / "in" / "report.pdf"
+    _write(report, make_pdf(2, seed=1).data)
+    _write(tmp_path / "in" / "bundle.zip", _zip({"inner/notes.txt": make_text_document(3)}))
+    key = report.resolve().as_uri()
+
+    first = intake.submit(report, tmp_path / "in" / "bundle.zip")
+    [v1] = [d for d in first.documents if d.filename.endswith("report.pdf")]
+    [member] = [d for d in first.documents if d.filename.endswith("notes.txt")]
+    assert (v1.source_key, v1.previous_doc_id) == (key, None)  # the first version of its source
+    assert member.source_key == f"{(tmp_path / 'in' / 'bundle.zip').resolve().as_uri()}!/inner/notes.txt"
+
+    _write(report, make_pdf(2, seed=2).data)  # edited in place: the next version, in a job of its own
+    [v2] = intake.submit(report).documents
+    assert (v2.source_key, v2.previous_doc_id) == (key, v1.doc_id) and v2.doc_id != v1.doc_id
+    [v2_again] = intake.submit(report).documents  # the same content again, in a third job: reuses v2 whole
+    assert v2_again.previous_doc_id == v2.doc_id
+
+    source = intake.store.get_source("default", key)
+    assert source is not None and (source.doc_id, source.content_sha256) == (v2_again.doc_id, v2.content_sha256)
+    row = intake.store.get_document(v2.doc_id)
+    assert row is not None and (row.source_key, row.previous_doc_id) == (key, v1.doc_id)
+    records = intake.records()
+    assert (records[v2.doc_id].source_key, records[v2.doc_id].previous_doc_id) == (key, v1.doc_id)
+    assert records[v1.doc_id].previous_doc_id is None
+    # sources are a tenant's own: another tenant's file of the same path starts its own history
+    [other] = intake.submit(report, tenant="acme").documents
+    assert other.previous_doc_id is None

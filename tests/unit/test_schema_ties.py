@@ -54,6 +54,7 @@ NOT_HELD: dict[tuple[type[Any], type[Any]], dict[str, str]] = {
         "tasks": "the job's, in its options",
         "page_breaks": "used by the entities task to give mentions their pages, then not needed",
         "table": "held as table_part, its typed record (TablePart)",
+        "previous_doc_id": "the document's, in its documents row",
     },
     (ChunkEmbedded, ChunkRow): {
         "chunk_count": "the document's, in its documents row once chunked",

@@ -19,6 +19,7 @@ from docstream.store.base import (
     DocumentRow,
     JobDocumentRow,
     JobRow,
+    SourceRow,
     TaskTally,
 )
 from docstream.store.codec import encode_embedding, float32_values
@@ -80,7 +81,7 @@ DOCUMENT = DocumentRow(
     doc_id="doc-1", job_id="job-1", source_uri="file:///a.pdf", content_sha256="ab" * 32, status="failed",
     updated_at=T0, media_type="application/pdf", filename="a.pdf", page_count=12, error_code="corrupt",
     error="xref table broken", pages_by_verdict={"ok": 10, "no_text_layer": 2},
-    pages_by_source={"ocr": 2, "text_layer": 10},
+    pages_by_source={"ocr": 2, "text_layer": 10}, source_key="file:///in/a.pdf", previous_doc_id="doc-0",
 )
 RESULT = DocumentResultRow(
     doc_id="doc-1", model_id="model@1", job_id="job-1", status="partial", chunk_count=7, failed_chunks=1,
@@ -113,6 +114,8 @@ TABLE_CHUNK = replace(
 TASK_CHUNK = replace(CHUNK, task="classify", embedding=[], label_scores={"a": float32_values([0.1])[0], "b": 0.5},
                      mentions=MENTIONS, output='[1, 2]')
 API_KEY = ApiKeyRow(key_id="key-1", tenant="acme", key_hash="h" * 64, created_at=T0, name="ci", revoked_at=T1)
+SOURCE = SourceRow(tenant="acme", source_key="s3://bucket/a.pdf", doc_id="doc-1", content_sha256="ab" * 32,
+                   job_id="job-1", updated_at=T0)
 
 Mapper = tuple[Table, Any, Callable[[Any, ColumnEncoding], tuple[Any, ...]], Callable[[Columns, ColumnEncoding], Any]]
 
@@ -132,6 +135,7 @@ MAPPERS: list[Mapper] = [
     _mapper(rows.DOCUMENT_RESULT_ROWS, RESULT),
     (rows.CHUNKS, CHUNK, _chunk_to_columns, rows.CHUNK_ROWS.from_columns),
     _mapper(rows.API_KEY_ROWS, API_KEY),
+    _mapper(rows.SOURCE_ROWS, SOURCE),
 ]
 BY_TABLE = pytest.mark.parametrize("mapper", MAPPERS, ids=[m[0].name for m in MAPPERS])
 
@@ -139,10 +143,11 @@ BY_TABLE = pytest.mark.parametrize("mapper", MAPPERS, ids=[m[0].name for m in MA
 OPTIONAL_TEXT = {
     "jobs": ["webhook_url"],
     "job_documents": ["filename", "error_code"],
-    "documents": ["media_type", "filename", "error_code", "error"],
+    "documents": ["media_type", "filename", "error_code", "error", "source_key", "previous_doc_id"],
     "document_results": ["content_sha256", "runtime", "top_label", "output"],
     "chunks": ["heading", "error_code", "output"],
     "api_keys": ["name"],
+    "sources": [],
 }
 OPTIONAL_TIMESTAMPS = {"jobs": ["updated_at"], "api_keys": ["revoked_at"]}
 

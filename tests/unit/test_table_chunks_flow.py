@@ -47,11 +47,12 @@ class _Extractor:
         return None
 
 
-def _chunk_created(tmp_path: Path) -> list[ChunkCreated]:
+def _chunk_created(tmp_path: Path, previous_doc_id: str | None = None) -> list[ChunkCreated]:
     store = SqliteStore(tmp_path / "s.db")
     store.migrate()
     submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="file:///x", content_sha256="ab" * 32,
-                                  size_bytes=10, submitted_at=AT)
+                                  size_bytes=10, submitted_at=AT, source_key="file:///in/x.pdf",
+                                  previous_doc_id=previous_doc_id)
     try:
         outputs = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor()).handle(submitted)
     finally:
@@ -65,6 +66,12 @@ def test_the_chunker_says_which_chunk_is_a_table_and_hands_its_cells_on(tmp_path
     assert table.kind == "table" and table.table == PART.to_record()
     serde = AvroSerde(KafkaSettings())
     assert serde.deserialize(serde.serialize(table, "t"), "t") == table
+
+
+def test_every_chunk_of_a_new_version_names_the_earlier_version_whose_results_it_may_reuse(tmp_path: Path) -> None:
+    (tmp_path / "new").mkdir()
+    assert {c.previous_doc_id for c in _chunk_created(tmp_path / "new", "doc-0")} == {"doc-0"}
+    assert {c.previous_doc_id for c in _chunk_created(tmp_path)} == {None}
 
 
 def test_the_chunks_row_keeps_the_table_and_the_store_reads_it_back(tmp_path: Path) -> None:

@@ -48,6 +48,11 @@ class Metrics:
             "docstream_model_latency_seconds", "Model forward time per batch.", ["service"],
             buckets=_LATENCY_BUCKETS, registry=r,
         )
+        self.reused_chunks = Counter(
+            "docstream_reused_chunks", "Chunk results served from the store instead of the model, by how they were "
+            "found: chunk_id (the chunk's own row) or version (the same text in the source's earlier version).",
+            ["service", "by"], registry=r,
+        )
         self.write_latency = Histogram(
             "docstream_write_latency_seconds", "Store write time per batch.", ["service"],
             buckets=_LATENCY_BUCKETS, registry=r,

@@ -94,6 +94,10 @@ class DocumentSubmitted(_Record):
     chunk_overlap_tokens: int | None = None
     tasks: list[dict[str, Any]] = field(default_factory=list)
     """TaskRequest dicts (``docstream.tasks.TaskRequest.to_record``); empty: embed only."""
+    source_key: str | None = None
+    """The document's identity across versions: the user's key, else the absolute path or URI it came from."""
+    previous_doc_id: str | None = None
+    """The doc_id of the source's version current when this one was submitted (None: no earlier one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +135,9 @@ class ChunkCreated(_Record):
     """``text``, or ``table``: the chunk is one part of a table (docs/chunking.md "Tables")."""
     table: dict[str, Any] | None = None
     """The ``ChunkTable`` dict of a table chunk (``docstream.tables.TablePart.to_record``), else None."""
+    previous_doc_id: str | None = None
+    """The doc_id of the source's earlier version (DocumentSubmitted): its stored results of unchanged chunk texts
+    are reused."""
 
 
 @dataclass(frozen=True, slots=True)

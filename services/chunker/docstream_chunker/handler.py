@@ -272,15 +272,11 @@ class ChunkerHandler:
         if ocr is not None:  # in OCR: the pages it started on so far, of the document's pages
             page_count, by_source = ocr.page_count, {"ocr": ocr.ocr_pages}
         self._store.upsert_document(
-            DocumentRow(
-                doc_id=submitted.doc_id,
-                job_id=submitted.job_id,
-                source_uri=submitted.source_uri,
-                content_sha256=submitted.content_sha256,
+            carry(  # the submitted record's own fields (ids, source, filename, the earlier version), then these
+                DocumentRow, submitted,
                 status=status,
                 updated_at=now,
                 media_type=media_type or submitted.media_type,
-                filename=submitted.filename,
                 page_count=page_count,
                 error_code=error_code,
                 error=error,

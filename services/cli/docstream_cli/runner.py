@@ -87,6 +87,7 @@ class RunOutcome:
     refused: list[tuple[str, str, str]] = field(default_factory=list)  # (file, code, reason)
     resumed: int = 0
     resumed_chunks: int = 0
+    reused_chunks: int = 0  # chunk results served from a source's earlier version (docs/intake.md)
     chunks: int = 0
     seconds: float = 0.0
     out: Path | None = None
@@ -503,6 +504,7 @@ def run_job(
                                                                  producers.inference, task))
                 _follow(settings, serde, outcome, expected, console, deadline, phases, services, names,
                         ocr_pages=partial(ocr_pages_started, metrics))
+            outcome.reused_chunks = reused_from_versions(metrics)
         finally:
             services.stop()
             phases.mark("services_stopped")
@@ -584,6 +586,17 @@ def _resumed_result(store: ResultStore, doc_id: str, names: Sequence[str]) -> Do
     """The first task's result of a document done for every task of ``names``, else None."""
     rows = {row.task: row for row in store.list_document_results(doc_id)}
     return rows[names[0]] if set(names) <= set(rows) else None
+
+
+def reused_from_versions(metrics: Metrics) -> int:
+    """Chunk results this process's inference served from the sources' earlier versions
+    (``docstream_reused_chunks{by="version"}``, summed over its inference services)."""
+    total = 0.0
+    for family in metrics.registry.collect():
+        if family.name == "docstream_reused_chunks":
+            total += sum(sample.value for sample in family.samples
+                         if sample.name.endswith("_total") and sample.labels.get("by") == "version")
+    return int(total)
 
 
 def ocr_pages_started(metrics: Metrics) -> int:
@@ -737,6 +750,9 @@ def run_command(
                   f"in {outcome.seconds:.1f} s ({rate:.1f} chunks/s)")
     if outcome.resumed:
         console.print(f"resumed: {outcome.resumed} documents ({outcome.resumed_chunks} chunks) were already done")
+    if outcome.reused_chunks:
+        console.print(f"reused: {outcome.reused_chunks} chunk results of the documents' earlier versions (their "
+                      "text unchanged)")
     if outcome.usage is not None:
         console.print(usage_line(outcome.usage))
     if outcome.out is not None:

@@ -249,7 +249,7 @@ class InferencePipeline:
         self._stages = [
             BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), task=self._task,
                        assignments=self._assignments, history=self._history,
-                       stored=StoredResults(self._store) if reuse_stored(inference, self._task.name) else None,
+                       stored=StoredResults(self._store, by_chunk_id=reuse_stored(inference, self._task.name)),
                        model_idle=lambda: model.idle, **common),
             model,
             writer,

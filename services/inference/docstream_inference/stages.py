@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -32,7 +32,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, utc_now
 from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
-from docstream.store.base import ResultStore
+from docstream.store.base import ChunkRow, ResultStore
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest, failure_output
 from docstream.usage import apportion
 from docstream_inference.handler import (
@@ -174,29 +174,74 @@ class Assignments:
             return [w for w in works if self._current.get(w.tp) == w.generation]
 
 
-class StoredResults:
-    """Results already in the store for the same chunk_id and model_id (``inference.reuse_stored``).
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What ``StoredResults.find`` found: chunk_id → stored output, and which of them came from an earlier version."""
 
-    One read per (document, model_id) of a batch; only rows with status ok, of the same task and the
-    same chunk_id count, so a change of chunker settings (a new chunk_id) is run again.
+    outputs: dict[str, ChunkOutput]
+    by_version: frozenset[str] = frozenset()
+
+
+class StoredResults:
+    """Results already in the store that a batch's chunks can reuse instead of running the model.
+
+    * By chunk_id (``by_chunk_id``: ``inference.reuse_stored``, always for generate): the chunk's own stored
+      row under the same model_id. One read per (document, model_id) of a batch.
+    * By text, always: a chunk of a new version of a source (``ChunkCreated.previous_doc_id``) reuses the stored
+      row of the same text in that earlier version, under the same model_id (docs/intake.md "Versions of a
+      document"). The earlier version's rows are read once per (document, model_id) and kept for the next
+      batches of the same document (the last ``PREVIOUS_KEPT``).
+
+    Only rows with status ok and of the same task count; an ok embed row without its vector (a foreign
+    writer's) would be refused by the fold, so it is run again.
     """
 
-    def __init__(self, store: ResultStore) -> None:
-        self._store = store
+    PREVIOUS_KEPT = 8
 
-    def find(self, chunks: Sequence[ChunkCreated], model_ids: Sequence[str], task: str) -> dict[str, ChunkOutput]:
-        """chunk_id → stored output, for the chunks of ``chunks`` (each under its model id) that have one."""
-        wanted: dict[tuple[str, str], set[str]] = {}
-        for chunk, model_id in zip(chunks, model_ids, strict=True):
-            wanted.setdefault((chunk.doc_id, model_id), set()).add(chunk.chunk_id)
+    def __init__(self, store: ResultStore, *, by_chunk_id: bool = True) -> None:
+        self._store = store
+        self._by_chunk_id = by_chunk_id
+        self._previous: OrderedDict[tuple[str, str, str], dict[str, ChunkRow]] = OrderedDict()
+
+    def find(self, chunks: Sequence[ChunkCreated], model_ids: Sequence[str], task: str) -> Found:
+        """The stored outputs of the chunks of ``chunks`` (each under its model id) that have one."""
         found: dict[str, ChunkOutput] = {}
-        for (doc_id, model_id), ids in sorted(wanted.items()):
+        by_version: set[str] = set()
+        if self._by_chunk_id:
+            wanted: dict[tuple[str, str], set[str]] = {}
+            for chunk, model_id in zip(chunks, model_ids, strict=True):
+                wanted.setdefault((chunk.doc_id, model_id), set()).add(chunk.chunk_id)
+            for (doc_id, model_id), ids in sorted(wanted.items()):
+                for row in self._store.iter_chunks(doc_id, model_id):
+                    if row.chunk_id in ids and _reusable(row, task):
+                        found[row.chunk_id] = output_of_row(row)
+        for chunk, model_id in zip(chunks, model_ids, strict=True):
+            if chunk.chunk_id in found or not chunk.previous_doc_id:
+                continue
+            earlier = self._previous_rows(chunk.previous_doc_id, model_id, task).get(chunk.text)
+            if earlier is not None:
+                found[chunk.chunk_id] = output_of_row(earlier)
+                by_version.add(chunk.chunk_id)
+        return Found(found, frozenset(by_version))
+
+    def _previous_rows(self, doc_id: str, model_id: str, task: str) -> dict[str, ChunkRow]:
+        """Text → reusable stored row of an earlier version (read once, kept while among the last few)."""
+        key = (doc_id, model_id, task)
+        rows = self._previous.get(key)
+        if rows is None:
+            rows = {}
             for row in self._store.iter_chunks(doc_id, model_id):
-                # an ok embed row without its vector (a foreign writer's) would be refused by the fold: run it again
-                if row.chunk_id in ids and row.status == "ok" and row.task == task and \
-                        (row.embedding or task != EMBED):
-                    found[row.chunk_id] = output_of_row(row)
-        return found
+                if _reusable(row, task):
+                    rows.setdefault(row.text, row)
+            self._previous[key] = rows
+            while len(self._previous) > self.PREVIOUS_KEPT:
+                self._previous.popitem(last=False)
+        self._previous.move_to_end(key)
+        return rows
+
+
+def _reusable(row: ChunkRow, task: str) -> bool:
+    return row.status == "ok" and row.task == task and (bool(row.embedding) or task != EMBED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +326,7 @@ class BatchStage(_StageThread):
         history: deque[BatchStats],
         halt: threading.Event,
         on_error: Callable[[BaseException], None],
-        stored: StoredResults | None = None,
+        stored: StoredResults,
         model_idle: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__("inference-batch", halt, on_error)
@@ -346,11 +391,16 @@ class BatchStage(_StageThread):
         unavailable = tuple(w for w in live if requested_model(w.chunk, name, loaded) != loaded)
         reused: tuple[tuple[Work, ChunkOutput], ...] = ()
         started = time.perf_counter()
-        if self._stored is not None and runnable:
+        if runnable:
             found = self._stored.find([w.chunk for w in runnable], [task.model_id_for(w.request) for w in runnable],
                                       name)
-            reused = tuple((w, found[w.chunk.chunk_id]) for w in runnable if w.chunk.chunk_id in found)
-            runnable = [w for w in runnable if w.chunk.chunk_id not in found]
+            reused = tuple((w, found.outputs[w.chunk.chunk_id]) for w in runnable if w.chunk.chunk_id in found.outputs)
+            runnable = [w for w in runnable if w.chunk.chunk_id not in found.outputs]
+            if found.by_version:
+                self._metrics.reused_chunks.labels(self._service, "version").inc(len(found.by_version))
+            if len(found.outputs) > len(found.by_version):
+                self._metrics.reused_chunks.labels(self._service, "chunk_id").inc(
+                    len(found.outputs) - len(found.by_version))
         order = order_by_length([w.chunk.token_count for w in runnable])
         works = tuple(order.apply(runnable))
         prepared = task.prepare([w.chunk.text for w in works], [w.request for w in works])

@@ -27,7 +27,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -42,7 +42,7 @@ from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
 from docstream.settings import ObjectStoreSettings, Settings
-from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore, SourceRow
 from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
 from docstream.tasks.selection import job_tasks, task_records
@@ -135,6 +135,10 @@ class SubmittedDocument:
     content_sha256: str
     size_bytes: int
     media_type: str | None = None
+    source_key: str | None = None
+    """Its identity across versions (``_Candidate.source_key``); None: an upload, which has none."""
+    previous_doc_id: str | None = None
+    """The source's version current when this one was submitted (``_versions``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +176,12 @@ class _Candidate:
     opener: Callable[[], AbstractContextManager[IO[bytes]]]  # its bytes, from the start
     size: Callable[[], int | None]  # known size, or None: counted while reading
     in_place: str | None = None  # a source URI read where it is: the bytes are not copied
+    source_key: str | None = None  # its identity across versions: its absolute file URI, or the URI given
 
 
 def _path_candidate(path: Path, display: str) -> _Candidate:
-    return _Candidate(display, path.name, partial(_open_file, path), lambda: path.stat().st_size)
+    return _Candidate(display, path.name, partial(_open_file, path), lambda: path.stat().st_size,
+                      source_key=path.as_uri())
 
 
 @contextmanager
@@ -214,7 +220,8 @@ def _open_uri(uri: str, objects: ObjectStore, settings: ObjectStoreSettings) -> 
 
 def _uri_candidate(uri: str, objects: ObjectStore, settings: ObjectStoreSettings) -> _Candidate:
     name = unquote(urlsplit(uri).path).rsplit("/", 1)[-1]
-    return _Candidate(uri, name, partial(_open_uri, uri, objects, settings), lambda: None, in_place=uri)
+    return _Candidate(uri, name, partial(_open_uri, uri, objects, settings), lambda: None, in_place=uri,
+                      source_key=uri)
 
 
 def _is_hidden(relative: str) -> bool:
@@ -291,6 +298,7 @@ class _Blob:
     sha256: str
     size: int
     source_uri: str
+    source_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -359,7 +367,7 @@ class _Collector:
                 self._empty(candidate.display)
             elif self._is_new(candidate.display, hashed[0]):
                 uri = candidate.in_place or self._put(candidate, hashed[0])
-                self._accept(_Blob(candidate.display, hashed[0], hashed[1], uri))
+                self._accept(_Blob(candidate.display, hashed[0], hashed[1], uri, candidate.source_key))
 
     def _put(self, candidate: _Candidate, sha256: str) -> str:
         with candidate.opener() as stream:
@@ -379,7 +387,8 @@ class _Collector:
                 outcome = self._spool_member(display, member.name, member.size, member.stream)
                 if isinstance(outcome, RefusedFile):
                     refused.append(outcome)
-                else:
+                else:  # a member's identity: its archive's, then its path inside
+                    outcome.source_key = f"{candidate.source_key}!/{member.name}" if candidate.source_key else None
                     blobs.append(outcome)
         self.refused.extend(refused)
         for blob in blobs:
@@ -415,7 +424,7 @@ class _Collector:
             self.count += 1
         media_type, _ = mimetypes.guess_type(blob.display, strict=False)
         self.documents[doc_id] = SubmittedDocument(
-            doc_id, blob.display, blob.source_uri, blob.sha256, blob.size, media_type
+            doc_id, blob.display, blob.source_uri, blob.sha256, blob.size, media_type, source_key=blob.source_key
         )
 
 
@@ -456,15 +465,27 @@ def _existing_job(
     return job, {row.doc_id: row.status for row in store.iter_job_documents(job_id)}
 
 
+def _versions(store: ResultStore, tenant: str, documents: Sequence[SubmittedDocument]) -> list[SubmittedDocument]:
+    """``documents``, each with the doc_id of its source's current version (a source seen before, under
+    another doc_id: another job, or other content), whose unchanged chunks' results it will reuse."""
+    out: list[SubmittedDocument] = []
+    for doc in documents:
+        current = store.get_source(tenant, doc.source_key) if doc.source_key else None
+        previous = current.doc_id if current is not None and current.doc_id != doc.doc_id else None
+        out.append(replace(doc, previous_doc_id=previous))
+    return out
+
+
 def _write_rows(
     store: ResultStore,
     job_id: str,
     earlier: JobRow | None,
     collected: _Collector,
+    documents: Sequence[SubmittedDocument],
     request: JobRequest,
     now: datetime,
 ) -> None:
-    for doc in collected.documents.values():
+    for doc in documents:
         store.upsert_document(
             DocumentRow(
                 doc_id=doc.doc_id,
@@ -475,9 +496,13 @@ def _write_rows(
                 updated_at=now,
                 media_type=doc.media_type,
                 filename=doc.filename,
+                source_key=doc.source_key,
+                previous_doc_id=doc.previous_doc_id,
             )
         )
         store.upsert_job_document(JobDocumentRow(job_id, doc.doc_id, "submitted", now, filename=doc.filename))
+        if doc.source_key:  # this version is the source's current one from now on
+            store.upsert_source(SourceRow(request.tenant, doc.source_key, doc.doc_id, doc.content_sha256, job_id, now))
     # The jobs row goes last: it never counts documents whose rows are not written yet.
     store.upsert_job(
         JobRow(
@@ -516,6 +541,8 @@ def _produce(
             chunk_max_tokens=request.chunk_max_tokens,
             chunk_overlap_tokens=request.chunk_overlap_tokens,
             tasks=task_records(request.tasks),
+            source_key=doc.source_key,
+            previous_doc_id=doc.previous_doc_id,
         )
         clients.producer.produce(topic, doc.doc_id, clients.serde.serialize(record, topic))
     clients.producer.flush(clients.flush_timeout_s)
@@ -542,7 +569,7 @@ def _submit(
     collected = _Collector(job_id, settings, objects, existing, resubmit or _resubmit_if_unprocessed)
     for candidate in sources(collected):
         collected.add(candidate)
-    documents = tuple(collected.documents.values())
+    documents = tuple(_versions(store, request.tenant, tuple(collected.documents.values())))
     if request.atomic and collected.refused:
         # nothing of a refused request is recorded; stored bytes stay, unreferenced and harmless
         log.info("job_refused", refused=len(collected.refused), error_code=collected.refused[0].code)
@@ -550,7 +577,7 @@ def _submit(
                             duplicates=tuple(collected.duplicates), document_count=len(existing))
     if documents:
         now = clients.clock()
-        _write_rows(store, job_id, earlier, collected, request, now)
+        _write_rows(store, job_id, earlier, collected, documents, request, now)
         _produce(documents, job_id, request, clients, now)
     log.info(
         "job_submitted",

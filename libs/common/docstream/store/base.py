@@ -26,6 +26,7 @@ __all__ = [
     "JobRow",
     "ResultStore",
     "SearchHit",
+    "SourceRow",
     "TaskTally",
 ]
 
@@ -106,6 +107,10 @@ class DocumentRow:
     """Pages by quality verdict, once chunked (docs/chunking.md "Provenance"); empty before."""
     pages_by_source: dict[str, int] = field(default_factory=dict)
     """Pages by where their text came from (text_layer, ocr), once chunked; empty before."""
+    source_key: str | None = None
+    """The source this document is a version of (``SourceRow``); None: submitted without one."""
+    previous_doc_id: str | None = None
+    """The source's version current when this one was submitted, whose unchanged chunks' results it reuses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +190,19 @@ class ApiKeyRow:
     created_at: datetime
     name: str | None = None
     revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRow:
+    """sources: ((tenant, source_key)). A document's identity across versions and its current version: the
+    last one submitted (docs/intake.md "Versions of a document")."""
+
+    tenant: str
+    source_key: str
+    doc_id: str
+    content_sha256: str
+    job_id: str
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,3 +296,9 @@ class ResultStore(Protocol):
 
     def get_api_key(self, key_id: str) -> ApiKeyRow | None:
         """Read an api_keys row."""
+
+    def upsert_source(self, row: SourceRow) -> None:
+        """Write a sources row: the source's current version."""
+
+    def get_source(self, tenant: str, source_key: str) -> SourceRow | None:
+        """Read a sources row."""

@@ -47,6 +47,7 @@ from docstream.store.base import (
     DocumentRow,
     JobDocumentRow,
     JobRow,
+    SourceRow,
     TaskTally,
 )
 from docstream.store.codec import decode_embedding, encode_embedding, float32_values
@@ -68,6 +69,8 @@ __all__ = [
     "JOB_DOCUMENT_ROWS",
     "JOB_ROWS",
     "MAPPINGS",
+    "SOURCES",
+    "SOURCE_ROWS",
     "USAGE_COLUMNS",
     "ColumnEncoding",
     "ColumnType",
@@ -486,9 +489,10 @@ DOCUMENT_ROWS = RowMapping(DocumentRow, "documents", key=("doc_id",))
 DOCUMENT_RESULT_ROWS = RowMapping(DocumentResultRow, "document_results", key=("doc_id", "model_id"))
 CHUNK_ROWS = RowMapping(ChunkRow, "chunks", key=("doc_id", "model_id", "chunk_index"))
 API_KEY_ROWS = RowMapping(ApiKeyRow, "api_keys", key=("key_id",))
+SOURCE_ROWS = RowMapping(SourceRow, "sources", key=("tenant", "source_key"))
 
 MAPPINGS: tuple[RowMapping[Any], ...] = (JOB_ROWS, JOB_DOCUMENT_ROWS, DOCUMENT_ROWS, DOCUMENT_RESULT_ROWS, CHUNK_ROWS,
-                                         API_KEY_ROWS)
+                                         API_KEY_ROWS, SOURCE_ROWS)
 """Every table's mapping (the schema tests walk them)."""
 
 JOBS = JOB_ROWS.table
@@ -497,4 +501,5 @@ DOCUMENTS = DOCUMENT_ROWS.table
 DOCUMENT_RESULTS = DOCUMENT_RESULT_ROWS.table
 CHUNKS = CHUNK_ROWS.table
 API_KEYS = API_KEY_ROWS.table
+SOURCES = SOURCE_ROWS.table
 

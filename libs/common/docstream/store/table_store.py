@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from docstream.store.base import (
     ApiKeyRow,
@@ -24,24 +24,23 @@ from docstream.store.base import (
     DocumentRow,
     JobDocumentRow,
     JobRow,
+    SourceRow,
     TaskTally,
 )
 from docstream.store.paging import at_least_one, keyset_rows
 from docstream.store.rows import (
     API_KEY_ROWS,
-    API_KEYS,
     CHUNK_ROWS,
     DOCUMENT_RESULT_ROWS,
-    DOCUMENT_RESULTS,
     DOCUMENT_ROWS,
-    DOCUMENTS,
     JOB_DOCUMENT_ROWS,
     JOB_DOCUMENTS,
     JOB_ROWS,
-    JOBS,
+    SOURCE_ROWS,
     USAGE_COLUMNS,
     ColumnEncoding,
     Columns,
+    RowMapping,
     Table,
     task_tally_to_json,
     usage_to_columns,
@@ -54,6 +53,8 @@ __all__ = ["MAX_RESULTS_PER_DOCUMENT", "TableStore"]
 MAX_RESULTS_PER_DOCUMENT = 64
 """Most document_results rows ``list_document_results`` reads of one document (one per model_id: a job's
 tasks, at most 8, and the models of replays beside them)."""
+
+R = TypeVar("R")
 
 _STATUS_COLUMNS = ("status", "error_code", *USAGE_COLUMNS, "updated_at")
 
@@ -122,6 +123,17 @@ class TableStore(ABC):
     def _chunks_page(self, doc_id: str, model_id: str, after: int, limit: int) -> Sequence[Columns]:
         """A document's chunks of one model with chunk_index > ``after``, by chunk_index."""
 
+    # -- one row by its key, through its table's mapping ------------------------------
+
+    def _put(self, mapping: RowMapping[R], row: R, operation: str) -> None:
+        """Upsert one row of ``mapping``'s table."""
+        self._upsert(mapping.table, mapping.to_columns(row, self._encoding), operation)
+
+    def _read(self, mapping: RowMapping[R], key: tuple[Any, ...], operation: str) -> R | None:
+        """One row of ``mapping``'s table by its key, or None."""
+        found = self._get(mapping.table, key, operation)
+        return None if found is None else mapping.from_columns(found, self._encoding)
+
     # -- jobs ------------------------------------------------------------------------
 
     def upsert_job(self, row: JobRow) -> None:
@@ -130,7 +142,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(JOBS, JOB_ROWS.to_columns(row, self._encoding), "upsert_job")
+        self._put(JOB_ROWS, row, "upsert_job")
 
     def get_job(self, job_id: str) -> JobRow | None:
         """Read a jobs row.
@@ -138,8 +150,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the read failed transiently.
         """
-        found = self._get(JOBS, (job_id,), "get_job")
-        return None if found is None else JOB_ROWS.from_columns(found, self._encoding)
+        return self._read(JOB_ROWS, (job_id,), "get_job")
 
     def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
         """A tenant's jobs ordered by job_id, strictly after ``after`` (paging).
@@ -159,7 +170,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(JOB_DOCUMENTS, JOB_DOCUMENT_ROWS.to_columns(row, self._encoding), "upsert_job_document")
+        self._put(JOB_DOCUMENT_ROWS, row, "upsert_job_document")
 
     def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
                                  updated_at: datetime) -> None:
@@ -220,7 +231,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(DOCUMENTS, DOCUMENT_ROWS.to_columns(row, self._encoding), "upsert_document")
+        self._put(DOCUMENT_ROWS, row, "upsert_document")
 
     def get_document(self, doc_id: str) -> DocumentRow | None:
         """Read a documents row.
@@ -228,8 +239,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the read failed transiently.
         """
-        found = self._get(DOCUMENTS, (doc_id,), "get_document")
-        return None if found is None else DOCUMENT_ROWS.from_columns(found, self._encoding)
+        return self._read(DOCUMENT_ROWS, (doc_id,), "get_document")
 
     def upsert_document_result(self, row: DocumentResultRow) -> None:
         """Write a document_results row.
@@ -237,7 +247,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(DOCUMENT_RESULTS, DOCUMENT_RESULT_ROWS.to_columns(row, self._encoding), "upsert_document_result")
+        self._put(DOCUMENT_RESULT_ROWS, row, "upsert_document_result")
 
     def get_document_result(self, doc_id: str, model_id: str) -> DocumentResultRow | None:
         """Read a document_results row.
@@ -245,8 +255,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the read failed transiently.
         """
-        found = self._get(DOCUMENT_RESULTS, (doc_id, model_id), "get_document_result")
-        return None if found is None else DOCUMENT_RESULT_ROWS.from_columns(found, self._encoding)
+        return self._read(DOCUMENT_RESULT_ROWS, (doc_id, model_id), "get_document_result")
 
     def list_document_results(self, doc_id: str) -> list[DocumentResultRow]:
         """Every document_results row of a document (one per model_id), by model_id.
@@ -295,7 +304,7 @@ class TableStore(ABC):
         Raises:
             StoreError: the write failed transiently.
         """
-        self._upsert(API_KEYS, API_KEY_ROWS.to_columns(row, self._encoding), "upsert_api_key")
+        self._put(API_KEY_ROWS, row, "upsert_api_key")
 
     def get_api_key(self, key_id: str) -> ApiKeyRow | None:
         """Read an api_keys row.
@@ -303,5 +312,22 @@ class TableStore(ABC):
         Raises:
             StoreError: the read failed transiently.
         """
-        found = self._get(API_KEYS, (key_id,), "get_api_key")
-        return None if found is None else API_KEY_ROWS.from_columns(found, self._encoding)
+        return self._read(API_KEY_ROWS, (key_id,), "get_api_key")
+
+    # -- sources ---------------------------------------------------------------------
+
+    def upsert_source(self, row: SourceRow) -> None:
+        """Write a sources row: the source's current version.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._put(SOURCE_ROWS, row, "upsert_source")
+
+    def get_source(self, tenant: str, source_key: str) -> SourceRow | None:
+        """Read a sources row.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        return self._read(SOURCE_ROWS, (tenant, source_key), "get_source")
