@@ -689,6 +689,24 @@ def test_search_finds_the_known_vector_first(store: ResultStore) -> None:
     assert all(h.chunk.model_id == model_id for h in hits)
 
 
+def test_a_retired_versions_results_under_one_model_are_deleted_and_no_search_finds_them(store: ResultStore) -> None:
+    model_id, _, _, rows = _searchable(store)
+    retired, kept = rows[0].doc_id, rows[6].doc_id
+    other_model = _uid("model")
+    store.upsert_chunks([replace(rows[0], model_id=other_model)])
+    for doc_id in (retired, kept):
+        store.upsert_document_result(_result(doc_id, model_id, rows[0].job_id))
+    store.delete_results(retired, model_id)
+    assert list(store.iter_chunks(retired, model_id)) == [] and store.get_document_result(retired, model_id) is None
+    hits = store.search(rows[1].embedding, model_id, k=50)
+    assert {h.chunk.doc_id for h in hits} == {kept}  # only the other document's chunks are found
+    assert store.count_chunks(kept, model_id) == 6 and store.get_document_result(kept, model_id) is not None
+    assert [r.model_id for r in store.iter_chunks(retired, other_model)] == [other_model]  # another model's stay
+    store.delete_results(retired, model_id)  # again, and of what never was: nothing changes
+    store.delete_results(_uid("doc"), model_id)
+    assert store.count_chunks(kept, model_id) == 6
+
+
 def test_search_respects_k_and_skips_chunks_without_embedding(store: ResultStore) -> None:
     model_id, _, _, rows = _searchable(store)
     assert len(store.search(rows[0].embedding, model_id, k=1)) == 1

@@ -286,6 +286,10 @@ class ResultStore(Protocol):
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model."""
 
+    def delete_results(self, doc_id: str, model_id: str) -> None:
+        """Delete a document's chunk rows (and vectors) and its document_results row under one model: a retired
+        version's (docs/intake.md "Versions of a document"). Deleting what is not there changes nothing."""
+
     def search(
         self, embedding: Sequence[float], model_id: str, *, k: int = 10, job_id: str | None = None
     ) -> list[SearchHit]:

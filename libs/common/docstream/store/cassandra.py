@@ -271,7 +271,7 @@ class CassandraStore(TableStore):
             with self._errors("prepare"):
                 # vector<float, N> bind columns (the vector insert, the ANN query) bound by numpy
                 statement = fast_float_vectors(session.prepare(cql))
-            # every statement is an upsert or a read: the driver may send it again to another
+            # every statement is an upsert, a delete or a read: the driver may send it again to another
             # replica after a coordinator died mid-request (a node down in a ring, docs/operations.md)
             statement.is_idempotent = True
             self._prepared[cql] = statement
@@ -626,6 +626,24 @@ class CassandraStore(TableStore):
     def _chunks_page(self, doc_id: str, model_id: str, after: int, limit: int) -> list[Any]:
         return self._select(CHUNKS, "chunks", "doc_id = ? AND model_id = ? AND chunk_index > ? LIMIT ?",
                             (doc_id, model_id, after, limit), "iter_chunks")
+
+    def delete_results(self, doc_id: str, model_id: str) -> None:
+        """Delete a document's chunk rows, their vector rows and its document_results row under one model.
+
+        Each is one range delete inside the document's partition (a single range tombstone), vectors first, so a
+        search never finds a vector whose chunk row is gone for long. Deleting again changes nothing.
+
+        Raises:
+            StoreError: a write timed out or Cassandra was unavailable (run it again: every delete is idempotent).
+        """
+        self._connect()
+        key = (doc_id, model_id)
+        for dimension in sorted(self._vector_tables | self._existing_vector_tables()):
+            self._execute(f"DELETE FROM {self._ks}.chunk_vectors_d{dimension} WHERE doc_id = ? AND model_id = ?",
+                          key, "delete_results")
+        self._execute(f"DELETE FROM {self._ks}.chunks WHERE doc_id = ? AND model_id = ?", key, "delete_results")
+        self._execute(f"DELETE FROM {self._ks}.document_results WHERE doc_id = ? AND model_id = ?", key,
+                      "delete_results")
 
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model (one partition).

@@ -15,7 +15,11 @@ from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow,
 from docstream.tasks.base import EMBED
 from docstream.usage import document_usage
 
-__all__ = ["record_completion", "result_row"]
+__all__ = ["RETIRING", "record_completion", "result_row"]
+
+RETIRING = frozenset({"completed", "partial"})
+"""The statuses of a new version that retire its earlier version's results under the same model (a failed one
+leaves them: docs/intake.md "Versions of a document")."""
 
 
 def result_row(completed: DocumentCompleted) -> DocumentResultRow:
@@ -32,6 +36,8 @@ def record_completion(store: ResultStore, completed: DocumentCompleted, now: dat
 
     Rows: the document result; the job document's entry for the task (its terminal status and usage: the jobs
     agent's recount reads them); and, for a job of this one task, the document's status and the job document's.
+    A new version of a source that completed (``RETIRING``) deletes its earlier version's chunk rows and result under
+    the same model: the earlier version is retired, and a search finds the current text only.
     A job of several tasks gets the document's status from the jobs agent once every task is in.
     """
     document: DocumentRow | None = store.get_document(completed.doc_id)
@@ -41,6 +47,9 @@ def record_completion(store: ResultStore, completed: DocumentCompleted, now: dat
                             pages_by_verdict=dict(document.pages_by_verdict),
                             pages_by_source=dict(document.pages_by_source))
     store.upsert_document_result(result_row(completed))
+    if document is not None and document.previous_doc_id and completed.status in RETIRING:
+        # this version has its results under the model: the earlier version's are retired
+        store.delete_results(document.previous_doc_id, completed.model_id or "")
     task = completed.task or EMBED
     usage = document_usage(completed)
     store.upsert_job_document_task(completed.job_id, completed.doc_id, task, TaskTally(completed.status, usage), now)

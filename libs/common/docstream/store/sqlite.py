@@ -374,6 +374,17 @@ class SqliteStore(TableStore):
             "iter_chunks",
         )
 
+    def delete_results(self, doc_id: str, model_id: str) -> None:
+        """Delete a document's chunk rows and its document_results row under one model, in one transaction.
+
+        Raises:
+            StoreError: the write failed transiently (nothing of it was written).
+        """
+        conn = self._connection()
+        with self._errors("delete_results"), self._transaction(conn):
+            conn.execute("DELETE FROM chunks WHERE doc_id = ? AND model_id = ?", (doc_id, model_id))
+            conn.execute("DELETE FROM document_results WHERE doc_id = ? AND model_id = ?", (doc_id, model_id))
+
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model.
 
