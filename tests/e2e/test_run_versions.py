@@ -1,6 +1,7 @@
 """`docstream run` on a file, then on the same file edited in one paragraph: the second run is the file's next
 version (docs/intake.md "Versions of a document") and runs the model only on the chunks whose text changed; the
-others keep the first version's vectors, bit for bit, and the first version's chunks are retired."""
+others keep the first version's vectors, bit for bit, and the first version's chunks are retired. Then
+`docstream delete` of the file retires every version."""
 
 from __future__ import annotations
 
@@ -74,5 +75,16 @@ def test_a_file_edited_in_one_paragraph_runs_the_model_only_on_its_changed_chunk
     store = SqliteStore(tmp_path / ".docstream" / "docstream.db")
     try:
         assert list(store.iter_chunks(previous, Settings().inference.model_id)) == []
+    finally:
+        store.close()
+
+    # the file deleted by its path: every version leaves the store, and its source is forgotten
+    deleted = subprocess.run([str(DOCSTREAM), "delete", "in/report.pdf", "--yes"], cwd=tmp_path,
+                             env=bare_env(COLUMNS="200"), capture_output=True, text=True, timeout=120, check=False)
+    assert deleted.returncode == 0, deleted.stdout[-2000:] + deleted.stderr[-2000:]
+    store = SqliteStore(tmp_path / ".docstream" / "docstream.db")
+    try:
+        assert store.get_source("default", report.resolve().as_uri()) is None
+        assert store.count_chunks(after[0].doc_id, Settings().inference.model_id) == 0
     finally:
         store.close()

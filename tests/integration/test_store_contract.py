@@ -285,6 +285,9 @@ def test_a_sources_current_version_round_trips_per_tenant_and_a_document_names_i
     row = replace(_document(second.doc_id, second.job_id), source_key=key, previous_doc_id=first.doc_id)
     store.upsert_document(row)
     assert store.get_document(row.doc_id) == row
+    store.delete_source("acme", key)
+    assert store.get_source("acme", key) is None
+    store.delete_source("acme", key)  # again: nothing to delete, nothing fails
 
 
 def test_provenance_of_documents_and_chunks_round_trips(store: ResultStore) -> None:

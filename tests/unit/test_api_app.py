@@ -20,7 +20,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from docstream.settings import Settings
-from docstream.store.base import ApiKeyRow, ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.base import (
+    ApiKeyRow,
+    ChunkRow,
+    DocumentResultRow,
+    DocumentRow,
+    JobDocumentRow,
+    JobRow,
+    SourceRow,
+)
 from docstream.store.sqlite import SqliteStore
 from docstream.tasks.base import Mention, TaskRequest
 from docstream.tasks.selection import tasks_option
@@ -511,3 +519,28 @@ def test_a_job_shows_its_tasks_and_embed_alone_by_default(api: Api) -> None:
     jobs = {j["job_id"]: j for j in api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]}
     assert jobs["j1"]["tasks"] == shown
     assert jobs["j2"]["tasks"] == [{"name": "embed", "labels": [], "prompt": None}]
+
+
+def test_a_source_is_deleted_with_every_version_and_only_by_its_tenant(api: Api) -> None:
+    key = "s3://bucket/report.pdf"
+    _job(api.store, "j1")
+    _document(api.store, "j1", "v1", "completed", source_key=key)
+    _document(api.store, "j1", "v2", "chunked", source_key=key, previous_doc_id="v1")
+    _result(api.store, "j1", "v1", 2)
+    api.store.upsert_source(SourceRow("acme", key, "v2", "ab" * 32, "j1", AT))
+    busy = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
+    assert busy.status_code == 409 and busy.json()["error_code"] == "source_in_flight"  # v2 still in flight
+    _document(api.store, "j1", "v2", "completed", source_key=key, previous_doc_id="v1")
+    _result(api.store, "j1", "v2", 3)
+    other = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("globex"))
+    assert other.status_code == 404 and other.json()["error_code"] == "source_not_found"
+    done = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
+    assert done.status_code == 200, done.text
+    assert done.json() == {"source_key": key, "doc_id": "v2", "versions": 2, "results": 2}
+    assert api.store.get_source("acme", key) is None
+    assert api.store.count_chunks("v1", MODEL) == api.store.count_chunks("v2", MODEL) == 0
+    assert api.store.get_job("j1") is not None  # the job keeps its counts
+    gone = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
+    assert gone.status_code == 404
+    assert api.client.delete("/v1/sources", params={"key": key}).status_code == 401
+    assert api.client.delete("/v1/sources", headers=api.as_("acme")).status_code == 422  # no key

@@ -129,6 +129,9 @@ class InMemoryTableStore(TableStore):
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
         return self.tables.get(table.name, {}).get(tuple(key))
 
+    def _delete(self, table: Table, key: Sequence[Any], operation: str) -> None:
+        self.tables.get(table.name, {}).pop(tuple(key), None)
+
     def _sorted(self, table: Table, match: Callable[[dict[str, Any]], bool], key: str, after: object,
                 limit: int) -> list[dict[str, Any]]:
         found = sorted((r for r in self.tables.get(table.name, {}).values() if match(r)), key=lambda r: r[key])

@@ -467,6 +467,22 @@ def search(
 
 
 @app.command()
+def delete(
+    sources: Annotated[list[str], typer.Argument(help="Documents by their source: paths as they were submitted, "
+                                                 "or URIs (s3://..., file:///...).")],
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose sources they are.")] = "default",
+    yes: bool = _YesOpt,
+    config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
+) -> None:
+    """Delete documents by their source: every version's chunks, vectors and results leave the store
+    (docs/intake.md "Versions of a document"). Exit 0 deleted, 2 unknown, 1 still in flight."""
+    from docstream_ingest import sources as module
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.delete_command(
+        settings, sources, tenant=tenant, console=console, confirm=None if yes else _confirm)))
+
+
+@app.command()
 def run(
     paths: Annotated[list[str], typer.Argument(help="Files, folders (walked) and .zip/.tar/.tar.gz archives.")],
     out: Annotated[

@@ -306,3 +306,6 @@ class ResultStore(Protocol):
 
     def get_source(self, tenant: str, source_key: str) -> SourceRow | None:
         """Read a sources row."""
+
+    def delete_source(self, tenant: str, source_key: str) -> None:
+        """Delete a sources row (``docstream_ingest.sources.delete_source`` retires its versions first)."""

@@ -285,6 +285,9 @@ class CassandraStore(TableStore):
     def _upsert(self, table: Table, values: Sequence[Any], operation: str) -> None:
         self._execute(_insert(f"{self._ks}.{table.name}", table.column_list), values, operation)
 
+    def _delete(self, table: Table, key: Sequence[Any], operation: str) -> None:
+        self._execute(f"DELETE FROM {self._ks}.{table.name} WHERE {table.key_condition}", key, operation)
+
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
         rows = self._select(table, table.name, table.key_condition, key, operation)
         return rows[0] if rows else None

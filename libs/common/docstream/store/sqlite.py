@@ -215,6 +215,9 @@ class SqliteStore(TableStore):
     def _upsert(self, table: Table, values: Sequence[Any], operation: str) -> None:
         self._write(_upsert_sql(table), values, operation)
 
+    def _delete(self, table: Table, key: Sequence[Any], operation: str) -> None:
+        self._write(f"DELETE FROM {table.name} WHERE {table.key_condition}", key, operation)
+
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
         return self._one(f"SELECT {table.select_list} FROM {table.name} WHERE {table.key_condition}", key, operation)
 

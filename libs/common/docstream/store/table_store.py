@@ -37,6 +37,7 @@ from docstream.store.rows import (
     JOB_DOCUMENTS,
     JOB_ROWS,
     SOURCE_ROWS,
+    SOURCES,
     USAGE_COLUMNS,
     ColumnEncoding,
     Columns,
@@ -118,6 +119,10 @@ class TableStore(ABC):
     @abstractmethod
     def _job_documents_page(self, job_id: str, after: str, limit: int) -> Sequence[Columns]:
         """A job's documents with doc_id > ``after``, by doc_id."""
+
+    @abstractmethod
+    def _delete(self, table: Table, key: Sequence[Any], operation: str) -> None:
+        """Delete one row by its primary key (nothing when there is none)."""
 
     @abstractmethod
     def _chunks_page(self, doc_id: str, model_id: str, after: int, limit: int) -> Sequence[Columns]:
@@ -331,3 +336,11 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         return self._read(SOURCE_ROWS, (tenant, source_key), "get_source")
+
+    def delete_source(self, tenant: str, source_key: str) -> None:
+        """Delete a sources row (nothing when there is none).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._delete(SOURCES, (tenant, source_key), "delete_source")

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from docstream.errors import DocstreamError
+from docstream.errors import DocstreamError, InputError
 from docstream.logging import get_logger
 from docstream.progress import job_progress
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
@@ -52,6 +52,7 @@ from docstream_ingest.api.schemas import (
     PromptSpec,
     Readiness,
     RefusalOut,
+    SourceDeleted,
     TaskSpec,
     TenantUsage,
     UsageOut,
@@ -59,6 +60,7 @@ from docstream_ingest.api.schemas import (
 from docstream_ingest.api.uploads import read_json, read_multipart
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_uploads, submit_uris
 from docstream_ingest.request import JobRequest
+from docstream_ingest.sources import MAX_SOURCE_KEY_CHARS, SourceInFlightError, delete_source
 
 __all__ = ["NdjsonResponse", "health_router", "jobs_router"]
 
@@ -566,6 +568,34 @@ def cancel_job(ctx: Ctx, caller: Caller, job_id: JobId) -> JSONResponse:
         _log.info("job_cancelled", job_id=job_id, tenant=caller.tenant)
         job = replace(job, status="cancelled", updated_at=now)
     return JSONResponse(job_summary(job, now).model_dump(mode="json"), status_code=202)
+
+
+# -- sources -----------------------------------------------------------------------------
+
+
+@jobs_router.delete(
+    "/sources",
+    response_model=SourceDeleted,
+    summary="Delete a document by its source",
+    responses=_errors(401, 404, 409, 422, 503),
+)
+def delete_source_route(
+    ctx: Ctx,
+    caller: Caller,
+    key: Annotated[str, Query(min_length=1, max_length=MAX_SOURCE_KEY_CHARS,
+                              description="The source key: the URI it was submitted from (docs/intake.md).")],
+) -> SourceDeleted:
+    """Retire every version of one of the tenant's sources: their chunks, vectors and results leave the store;
+    the jobs keep their counts. 404 for a source the tenant does not have, 409 while its current version is in
+    flight."""
+    try:
+        done = delete_source(ctx.store, caller.tenant, key)
+    except SourceInFlightError as exc:
+        raise ApiError(409, exc.code, exc.message) from exc
+    except InputError as exc:
+        raise ApiError(404 if exc.code == "source_not_found" else 422, exc.code, exc.message) from exc
+    return SourceDeleted(source_key=done.source_key, doc_id=done.doc_id, versions=done.versions,
+                         results=done.results)
 
 
 # -- usage -------------------------------------------------------------------------------

@@ -228,6 +228,15 @@ class TenantUsage(BaseModel):
     model_seconds_by_device: dict[str, float] = Field(..., description="Forward-pass seconds per device.")
 
 
+class SourceDeleted(BaseModel):
+    """A source deleted: every version's chunks, vectors and results left the store."""
+
+    source_key: str
+    doc_id: str = Field(..., description="Its current version when it was deleted.")
+    versions: int = Field(..., description="The versions retired, the current one included.")
+    results: int = Field(..., description="The (version, model) results deleted.")
+
+
 class JobSummary(BaseModel):
     """A job's state and progress."""
 
