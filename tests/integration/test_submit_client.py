@@ -47,6 +47,7 @@ def test_submit_uri_produces_a_document_submitted_keyed_by_doc_id(
             filename="q3.pdf",
             media_type="application/pdf",
             tenant="crawler",
+            source_key="s3://incoming/q3.pdf",
         )
         again = client.submit_uri("s3://incoming/copy-of-q3.pdf", job_id=job_id, content_sha256=SHA, size_bytes=20)
         assert client.topic == topic
@@ -61,6 +62,7 @@ def test_submit_uri_produces_a_document_submitted_keyed_by_doc_id(
         20,
     )
     assert (record.filename, record.media_type, record.tenant) == ("q3.pdf", "application/pdf", "crawler")
+    assert (record.source_key, record.previous_doc_id) == ("s3://incoming/q3.pdf", None)  # the chunker finds it
 
 
 @pytest.mark.parametrize(
@@ -71,6 +73,7 @@ def test_submit_uri_produces_a_document_submitted_keyed_by_doc_id(
         ("s3://b/q3.pdf", {"job_id": ""}, "invalid_job_id"),
         ("s3://b/q3.pdf", {"tenant": "no spaces"}, "invalid_tenant"),
         ("s3://b/q3.pdf", {"size_bytes": -1}, "invalid_size"),
+        ("s3://b/q3.pdf", {"source_key": ""}, "invalid_source_key"),
     ],
 )
 def test_submit_uri_refuses_malformed_arguments(

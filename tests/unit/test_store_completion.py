@@ -4,6 +4,7 @@ over a real SQLite store."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from docstream.records import DocumentCompleted
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow
-from docstream.store.completion import record_completion
+from docstream.store.completion import record_completion, retire_earlier
 from docstream.store.sqlite import SqliteStore
 
 AT = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
@@ -57,3 +58,15 @@ def test_a_completed_new_version_retires_the_earlier_versions_results_under_its_
 def test_a_failed_new_version_leaves_the_earlier_versions_results(store: SqliteStore) -> None:
     record_completion(store, _completed("failed"), AT)
     assert store.count_chunks("v1", "m") == 1 and store.get_document_result("v1", "m") is not None
+
+
+def test_a_version_that_failed_is_passed_through_and_the_completed_one_before_it_retired(store: SqliteStore) -> None:
+    # v2 failed (its result says so); v3 completes: v2's rows and v1's go, the walk stops at v1, which had completed
+    store.upsert_document_result(DocumentResultRow("v2", "m", "j2", "failed", 1, 1, 0, [], "cs", AT))
+    store.upsert_document(DocumentRow("v3", "j3", "file:///o/c", "cc" * 32, "chunked", AT, source_key="file:///a",
+                                      previous_doc_id="v2"))
+    record_completion(store, replace(_completed("completed"), doc_id="v3", job_id="j3"), AT)
+    assert store.get_document_result("v2", "m") is None
+    assert store.count_chunks("v1", "m") == 0 and store.get_document_result("v1", "m") is None
+    assert store.count_chunks("v1", "other") == 1
+    assert retire_earlier(store, "v3", "m") == 1  # v3's own result is completed: the walk stops there

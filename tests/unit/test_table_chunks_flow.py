@@ -14,7 +14,7 @@ from docstream.chunking import Chunk
 from docstream.export import chunks_path, export_results
 from docstream.records import ChunkCreated, DocumentSubmitted
 from docstream.settings import ChunkerSettings, KafkaSettings
-from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, SourceRow
 from docstream.store.sqlite import SqliteStore
 from docstream.tables import TableCell, TablePart
 from docstream.topics import Topics
@@ -72,6 +72,24 @@ def test_every_chunk_of_a_new_version_names_the_earlier_version_whose_results_it
     (tmp_path / "new").mkdir()
     assert {c.previous_doc_id for c in _chunk_created(tmp_path / "new", "doc-0")} == {"doc-0"}
     assert {c.previous_doc_id for c in _chunk_created(tmp_path)} == {None}
+
+
+def test_an_external_producers_record_of_a_known_source_becomes_its_next_version_once(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.migrate()
+    store.upsert_source(SourceRow("default", "s3://b/x.pdf", "doc-0", "cd" * 32, "job-0", AT))
+    submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="s3://b/x.pdf", content_sha256="ab" * 32,
+                                  size_bytes=10, submitted_at=AT, source_key="s3://b/x.pdf")  # no earlier version named
+    handler = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor())
+    try:
+        first = [o.value for o in handler.handle(submitted)]
+        again = [o.value for o in handler.handle(submitted)]  # redelivered: the same version it followed
+        source, row = store.get_source("default", "s3://b/x.pdf"), store.get_document("doc-1")
+    finally:
+        store.close()
+    assert {c.previous_doc_id for c in first} == {c.previous_doc_id for c in again} == {"doc-0"}  # type: ignore[union-attr]
+    assert source is not None and source.doc_id == "doc-1"
+    assert row is not None and (row.source_key, row.previous_doc_id) == ("s3://b/x.pdf", "doc-0")
 
 
 def test_the_chunks_row_keeps_the_table_and_the_store_reads_it_back(tmp_path: Path) -> None:

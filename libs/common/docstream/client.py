@@ -36,8 +36,8 @@ from confluent_kafka import KafkaException
 
 from docstream.avro.serde import AvroSerde
 from docstream.errors import ConfigError, InputError
+from docstream.ids import MAX_SOURCE_KEY_CHARS, validate_id
 from docstream.ids import doc_id as make_doc_id
-from docstream.ids import validate_id
 from docstream.kafka.clients import ReliableProducer
 from docstream.records import DocumentSubmitted, utc_now
 from docstream.settings import KafkaSettings
@@ -104,6 +104,7 @@ class DocstreamClient:
         media_type: str | None = None,
         tenant: str = "default",
         model_id: str | None = None,
+        source_key: str | None = None,
     ) -> str:
         """Queue one DocumentSubmitted; returns its doc_id (the same for the same job and content).
 
@@ -118,12 +119,17 @@ class DocstreamClient:
             media_type: MIME type if known; None lets the chunker sniff it.
             tenant: tenant owning the job.
             model_id: model requested; None means the service default.
+            source_key: the document's identity across versions (``source_uri`` is a good one when it stays the
+                same when the document changes); the chunker makes it the source's next version, reusing the
+                earlier version's unchanged chunks (docs/intake.md "Versions of a document"). None: no versions.
 
         Raises:
             InputError: an argument is malformed (``invalid_*`` codes).
             RetryableError | FatalError: an earlier record was not delivered.
         """
         self._check(source_uri, job_id, content_sha256, size_bytes, tenant)
+        if source_key is not None and not 0 < len(source_key) <= MAX_SOURCE_KEY_CHARS:
+            raise InputError(f"source_key must be 1 to {MAX_SOURCE_KEY_CHARS} characters", code="invalid_source_key")
         record = DocumentSubmitted(
             job_id=job_id,
             doc_id=make_doc_id(job_id, content_sha256),
@@ -135,6 +141,7 @@ class DocstreamClient:
             filename=filename,
             media_type=media_type,
             model_id=model_id,
+            source_key=source_key,
         )
         self._producer.produce(self._topic, record.doc_id, self._serde.serialize(record, self._topic))
         self._producer.poll(0)

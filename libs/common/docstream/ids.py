@@ -8,7 +8,12 @@ import uuid
 
 from docstream.errors import InputError
 
-__all__ = ["chunk_id", "content_sha256", "doc_id", "new_job_id", "validate_id"]
+__all__ = ["MAX_SOURCE_KEY_CHARS", "MAX_VERSIONS", "chunk_id", "content_sha256", "doc_id", "new_job_id", "validate_id"]
+
+MAX_SOURCE_KEY_CHARS = 4096
+"""Longest source key (a document's identity across versions: docs/intake.md "Versions of a document")."""
+MAX_VERSIONS = 10_000
+"""Most versions of a source a walk back through ``previous_doc_id`` takes (retiring, deleting)."""
 
 _NAMESPACE = uuid.UUID("5b0f3e1c-6a43-4c57-9a55-0d1f2c3b4a59")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")

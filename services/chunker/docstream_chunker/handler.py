@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from docstream.errors import DocumentError, InputError, PoisonRecord, RetryableError
@@ -18,7 +19,14 @@ from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, carry, utc_now
 from docstream.settings import ChunkerSettings, KafkaSettings
-from docstream.store.base import TERMINAL_DOC_STATES, DocState, DocumentRow, JobDocumentRow, ResultStore
+from docstream.store.base import (
+    TERMINAL_DOC_STATES,
+    DocState,
+    DocumentRow,
+    JobDocumentRow,
+    ResultStore,
+    SourceRow,
+)
 from docstream.topics import Topics
 from docstream.usage import STAGE_CHUNKER, Usage, apportion
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
@@ -138,6 +146,7 @@ class ChunkerHandler:
         """
         if self._job_cancelled(submitted.job_id):
             return self._skipped(submitted)
+        submitted = self._versioned(submitted)
         started = time.perf_counter()
         try:
             result = self._extractor.extract(chunk_request(submitted, self._chunker),
@@ -154,6 +163,7 @@ class ChunkerHandler:
         else:
             self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
                              sources=result.sources)
+            self._make_current(submitted, now)
         self._count_pages(result.sources)
         _log.info(
             "document_chunked",
@@ -200,6 +210,30 @@ class ChunkerHandler:
             self._metrics.ocr_pages.labels("chunker", self._chunker.ocr.engine).inc(sources.ocr_pages)
         for verdict, pages in sources.by_verdict.items():
             self._metrics.page_verdicts.labels("chunker", verdict).inc(pages)
+
+    def _versioned(self, submitted: DocumentSubmitted) -> DocumentSubmitted:
+        """``submitted`` with the source's earlier version, where its producer named the source and not that
+        version (an external producer: the intake looks it up for what it submits, docs/intake.md "Versions of
+        a document"). A record handled before, whose document is the source's current version already, takes
+        it from its documents row, written before the source's row."""
+        if not submitted.source_key or submitted.previous_doc_id is not None:
+            return submitted
+        current = self._store.get_source(submitted.tenant, submitted.source_key)
+        if current is None:
+            return submitted
+        if current.doc_id != submitted.doc_id:
+            return replace(submitted, previous_doc_id=current.doc_id)
+        row = self._store.get_document(submitted.doc_id)
+        return replace(submitted, previous_doc_id=row.previous_doc_id) if row is not None else submitted
+
+    def _make_current(self, submitted: DocumentSubmitted, now: datetime) -> None:
+        """The document becomes its source's current version, once its documents row says which it followed."""
+        if not submitted.source_key:
+            return
+        current = self._store.get_source(submitted.tenant, submitted.source_key)
+        if current is None or current.doc_id != submitted.doc_id:
+            self._store.upsert_source(SourceRow(submitted.tenant, submitted.source_key, submitted.doc_id,
+                                                submitted.content_sha256, submitted.job_id, now))
 
     def _already_terminal(self, submitted: DocumentSubmitted) -> bool:
         """Whether this very document (same job, same bytes) already has a final status in the store."""

@@ -18,19 +18,15 @@ from rich.console import Console
 from rich.table import Table
 
 from docstream.errors import DocstreamError, InputError
-from docstream.ids import validate_id
+from docstream.ids import MAX_SOURCE_KEY_CHARS, MAX_VERSIONS, validate_id
 from docstream.logging import get_logger
 from docstream.settings import Settings
 from docstream.store import open_store
 from docstream.store.base import TERMINAL_DOC_STATES, ResultStore
 
-__all__ = ["MAX_SOURCE_KEY_CHARS", "MAX_VERSIONS", "DeletedSource", "SourceInFlightError", "delete_command",
+__all__ = ["DeletedSource", "SourceInFlightError", "delete_command",
            "delete_source", "source_key_of"]
 
-MAX_VERSIONS = 10_000
-"""Most versions one delete walks back (a longer history stops there; the sources row still goes)."""
-MAX_SOURCE_KEY_CHARS = 4096
-"""Longest source key accepted."""
 _log = get_logger(__name__)
 
 

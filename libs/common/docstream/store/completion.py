@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from docstream.ids import MAX_VERSIONS
 from docstream.records import DocumentCompleted, carry
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, ResultStore, TaskTally
 from docstream.tasks.base import EMBED
 from docstream.usage import document_usage
 
-__all__ = ["RETIRING", "record_completion", "result_row"]
+__all__ = ["RETIRING", "record_completion", "result_row", "retire_earlier"]
 
 RETIRING = frozenset({"completed", "partial"})
 """The statuses of a new version that retire its earlier version's results under the same model (a failed one
@@ -28,6 +29,24 @@ def result_row(completed: DocumentCompleted) -> DocumentResultRow:
     # compatibility: a record from before tasks names none, and was embed's
     return carry(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
                  task=completed.task or EMBED)
+
+
+def retire_earlier(store: ResultStore, doc_id: str, model_id: str) -> int:
+    """Retire the earlier versions of a source under one model, from ``doc_id`` back: each one's results are
+    deleted, down to the first that had completed or partial results (it retired the ones before it when it
+    completed); a version that failed, or never got this model's result, is passed through. Returns the
+    versions walked (at most ``MAX_VERSIONS``; a loop in the history ends the walk)."""
+    seen: set[str] = set()
+    current: str | None = doc_id
+    while current is not None and current not in seen and len(seen) < MAX_VERSIONS:
+        seen.add(current)
+        result = store.get_document_result(current, model_id)
+        store.delete_results(current, model_id)
+        if result is not None and result.status in RETIRING:
+            break
+        earlier = store.get_document(current)
+        current = earlier.previous_doc_id if earlier is not None else None
+    return len(seen)
 
 
 def record_completion(store: ResultStore, completed: DocumentCompleted, now: datetime) -> DocumentCompleted:
@@ -48,8 +67,7 @@ def record_completion(store: ResultStore, completed: DocumentCompleted, now: dat
                             pages_by_source=dict(document.pages_by_source))
     store.upsert_document_result(result_row(completed))
     if document is not None and document.previous_doc_id and completed.status in RETIRING:
-        # this version has its results under the model: the earlier version's are retired
-        store.delete_results(document.previous_doc_id, completed.model_id or "")
+        retire_earlier(store, document.previous_doc_id, completed.model_id or "")
     task = completed.task or EMBED
     usage = document_usage(completed)
     store.upsert_job_document_task(completed.job_id, completed.doc_id, task, TaskTally(completed.status, usage), now)

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError, InputError
+from docstream.ids import MAX_SOURCE_KEY_CHARS
 from docstream.logging import get_logger
 from docstream.progress import job_progress
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
@@ -60,7 +61,7 @@ from docstream_ingest.api.schemas import (
 from docstream_ingest.api.uploads import read_json, read_multipart
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_uploads, submit_uris
 from docstream_ingest.request import JobRequest
-from docstream_ingest.sources import MAX_SOURCE_KEY_CHARS, SourceInFlightError, delete_source
+from docstream_ingest.sources import SourceInFlightError, delete_source
 
 __all__ = ["NdjsonResponse", "health_router", "jobs_router"]
 
