@@ -7,6 +7,9 @@ partition watch re-fetching it and then the process restarting itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from faust.types import TP
 
 from docstream_reducer.app import Reducer
@@ -15,16 +18,27 @@ __all__ = ["keep_partition_paused"]
 
 
 def keep_partition_paused(reducer: Reducer, topic: str, partition: int, every_s: float) -> None:
-    """Pause ``topic[partition]`` every ``every_s`` once the app is ready and not rebalancing (the watch's terms).
+    """Pause ``topic[partition]`` every ``every_s`` once the app is ready and not rebalancing (the watch's terms),
+    and from then on ignore every resume of it, the watch's re-fetch included: the partition stays stuck whatever
+    the timing (a resume that slipped in between two pauses let it catch up on a quiet machine).
 
     Registers a timer: call it before the worker starts.
     """
     app = reducer.app
+    stuck = TP(topic, partition)
 
     async def _pause() -> None:
         if app.rebalancing or app.in_recovery or not reducer.ready():
             return
-        consumer = app.consumer
-        consumer.pause_partitions({TP(topic, partition)})
+        consumer: Any = app.consumer  # patched: this is a fault, not a use of faust's interface
+        if not getattr(consumer, "_docstream_stall_fault", False):
+            resume = consumer.resume_partitions
+
+            def resume_all_but_the_stuck_one(partitions: Iterable[TP]) -> None:
+                resume({tp for tp in partitions if tp != stuck})
+
+            consumer.resume_partitions = resume_all_but_the_stuck_one
+            consumer._docstream_stall_fault = True
+        consumer.pause_partitions({stuck})
 
     app.timer(every_s, name="fault-stall-partition")(_pause)
