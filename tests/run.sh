@@ -14,7 +14,10 @@ set -uo pipefail
 #    tests marked `alone` (the reducer's stall self-restart: beside the integration tests on a loaded
 #    2-core machine its 3 s stall timeout never fired, in a run where everything else passed);
 # 3. beside them, the unit tests, which touch no stack, at nice 19: the scenarios mostly wait on
-#    their services, and the unit tests take the CPU those leave idle, never the scenarios' share.
+#    their services, and the unit tests take the CPU those leave idle, never the scenarios' share;
+#    with them the e2e files whose `docstream run` brings its own embedded stack and that need no
+#    timing (the generate, versions, scripts and tables runs: about 110 s of work the first run's
+#    workers no longer wait for).
 # With arguments: one pytest run of exactly those.
 bin=${1:?usage: tests/run.sh VENV_BIN [pytest args...]}
 shift
@@ -24,11 +27,14 @@ cd "$here"
 # tests/run-cluster.sh runs them (make chaos).
 if [ "$#" -eq 0 ]; then
   fuzz=tests/chaos/test_extraction_fuzz.py
+  own_stack=(tests/e2e/test_run_generate.py tests/e2e/test_run_versions.py tests/e2e/test_run_scripts.py
+             tests/e2e/test_run_tables.py)
   first=(tests/integration tests/e2e "$fuzz" -m "not cluster and not alone" --durations=25)
+  for file in "${own_stack[@]}"; do first+=(--ignore "$file"); done
   # --no-loadscope-reorder: the files go in the order tests/fixtures/ordering.py gives, longest first
   parallel=(-n "${DOCSTREAM_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
   second=(tests/chaos tests/integration -m "(chaos or alone) and not cluster" --ignore "$fuzz" --durations=10)
-  beside=(tests/unit --durations=10 -n 2 --dist loadfile --no-loadscope-reorder)
+  beside=(tests/unit "${own_stack[@]}" --durations=10 -n 2 --dist loadfile --no-loadscope-reorder)
   every=(tests/unit tests/integration tests/e2e tests/chaos -m "not cluster")
   first_report=$here/.docstream/chaos/report-extraction.json
   if [ -n "${DOCSTREAM_CHAOS_REPORT:-}" ]; then first_report=${DOCSTREAM_CHAOS_REPORT%.json}-extraction.json; fi
@@ -85,7 +91,7 @@ if [ "${#second[@]}" -gt 0 ]; then
   trap 'kill "$beside_pid" 2>/dev/null' EXIT  # an interrupted run leaves no unit tests behind
   run "${second[@]}"
   wait "$beside_pid"; beside_status=$?
-  echo "---- the unit tests, run beside the chaos scenarios ----"
+  echo "---- the unit tests (and the e2e runs on their own embedded stack), run beside the chaos scenarios ----"
   cat "$beside_log"; rm -f "$beside_log"
   if [ "$beside_status" = 5 ]; then echo "pytest collected no unit tests: failing" >&2; beside_status=1; fi
   if [ "$beside_status" != 0 ] && [ "$rc" = 0 ]; then rc=$beside_status; fi
