@@ -1,10 +1,10 @@
 """Deleting a source: every version of a document retired from the store (docs/intake.md "Versions of a document").
 
 ``docstream delete`` and ``DELETE /v1/sources`` call ``delete_source``. It walks the source's versions from the
-current one back through ``previous_doc_id`` and deletes each one's chunk rows, vectors and document results under
-every model (``ResultStore.delete_results``), then the sources row. The versions' ``documents`` and
-``job_documents`` rows stay: their jobs keep their counts and usage. Every delete is idempotent, so a delete that
-failed halfway is finished by running it again.
+current one back through ``previous_doc_id`` (``docstream.store.completion.versions_back``) and deletes each
+one's chunk rows, vectors and document results under every model (``ResultStore.delete_results``), then the
+sources row. The versions' ``documents`` and ``job_documents`` rows stay: their jobs keep their counts and usage.
+Every delete is idempotent, so a delete that failed halfway is finished by running it again.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from rich.console import Console
 from rich.table import Table
 
 from docstream.errors import DocstreamError, InputError
-from docstream.ids import MAX_SOURCE_KEY_CHARS, MAX_VERSIONS, validate_id
+from docstream.ids import MAX_SOURCE_KEY_CHARS, validate_id
 from docstream.logging import get_logger
 from docstream.settings import Settings
 from docstream.store import open_store
 from docstream.store.base import TERMINAL_DOC_STATES, ResultStore
+from docstream.store.completion import versions_back
 
 __all__ = ["DeletedSource", "SourceInFlightError", "delete_command",
            "delete_source", "source_key_of"]
@@ -86,16 +87,11 @@ def delete_source(store: ResultStore, tenant: str, source_key: str) -> DeletedSo
         raise SourceInFlightError(f"the current version of {source_key[:300]!r} (document {current.doc_id}) is "
                              f"{document.status}: delete it once it is done")
     versions = results = 0
-    seen: set[str] = set()
-    doc_id: str | None = current.doc_id
-    while doc_id is not None and doc_id not in seen and versions < MAX_VERSIONS:
-        seen.add(doc_id)
+    for doc_id in versions_back(store, current.doc_id):
         versions += 1
         for result in store.list_document_results(doc_id):
             store.delete_results(doc_id, result.model_id)
             results += 1
-        earlier = store.get_document(doc_id)
-        doc_id = earlier.previous_doc_id if earlier is not None else None
     store.delete_source(tenant, source_key)
     _log.info("source_deleted", tenant=tenant, doc_id=current.doc_id, versions=versions, results=results)
     return DeletedSource(tenant, source_key, current.doc_id, versions, results)

@@ -7,6 +7,7 @@ the offset commit, it leaves the same rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 
@@ -16,7 +17,7 @@ from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow,
 from docstream.tasks.base import EMBED
 from docstream.usage import document_usage
 
-__all__ = ["RETIRING", "record_completion", "result_row", "retire_earlier"]
+__all__ = ["RETIRING", "record_completion", "result_row", "retire_earlier", "versions_back"]
 
 RETIRING = frozenset({"completed", "partial"})
 """The statuses of a new version that retire its earlier version's results under the same model (a failed one
@@ -31,22 +32,31 @@ def result_row(completed: DocumentCompleted) -> DocumentResultRow:
                  task=completed.task or EMBED)
 
 
-def retire_earlier(store: ResultStore, doc_id: str, model_id: str) -> int:
-    """Retire the earlier versions of a source under one model, from ``doc_id`` back: each one's results are
-    deleted, down to the first that had completed or partial results (it retired the ones before it when it
-    completed); a version that failed, or never got this model's result, is passed through. Returns the
-    versions walked (at most ``MAX_VERSIONS``; a loop in the history ends the walk)."""
+def versions_back(store: ResultStore, doc_id: str) -> Iterator[str]:
+    """``doc_id``, then each version before it (``previous_doc_id`` on its documents row), at most
+    ``MAX_VERSIONS``; a loop in the history ends the walk. A version's row is read only when the next is asked."""
     seen: set[str] = set()
     current: str | None = doc_id
     while current is not None and current not in seen and len(seen) < MAX_VERSIONS:
         seen.add(current)
-        result = store.get_document_result(current, model_id)
-        store.delete_results(current, model_id)
+        yield current
+        row = store.get_document(current)
+        current = row.previous_doc_id if row is not None else None
+
+
+def retire_earlier(store: ResultStore, doc_id: str, model_id: str) -> int:
+    """Retire the earlier versions of a source under one model, from ``doc_id`` back: each one's results are
+    deleted, down to the first that had completed or partial results (it retired the ones before it when it
+    completed); a version that failed, or never got this model's result, is passed through. Returns the
+    versions walked (``versions_back``)."""
+    walked = 0
+    for version in versions_back(store, doc_id):
+        walked += 1
+        result = store.get_document_result(version, model_id)
+        store.delete_results(version, model_id)
         if result is not None and result.status in RETIRING:
             break
-        earlier = store.get_document(current)
-        current = earlier.previous_doc_id if earlier is not None else None
-    return len(seen)
+    return walked
 
 
 def record_completion(store: ResultStore, completed: DocumentCompleted, now: datetime) -> DocumentCompleted:
