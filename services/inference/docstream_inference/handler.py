@@ -118,18 +118,29 @@ def result_of(chunk: ChunkCreated, model_id: str, task: str, output: ChunkOutput
     text: str | None = None
     if output.output is not None:
         try:
-            text = json.dumps(output.output, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            return failed_result(chunk, model_id, TASK_OUTPUT_INVALID, f"output is not JSON: {exc}",
-                                 model_us=model_us, device=device, task=task)
-        if len(text.encode("utf-8")) > MAX_OUTPUT_BYTES:
-            return failed_result(chunk, model_id, TASK_OUTPUT_INVALID,
-                                 f"output JSON is over {MAX_OUTPUT_BYTES} bytes", model_us=model_us, device=device,
+            text = _output_json(output.output)
+        except ValueError as exc:
+            return failed_result(chunk, model_id, TASK_OUTPUT_INVALID, str(exc), model_us=model_us, device=device,
                                  task=task)
     mentions = _placed(chunk, output.spans) if output.spans else ()
     embedding = output.embedding if isinstance(output.embedding, list) else list(output.embedding)
     return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
                        device=device, task=task, label_scores=scores, mentions=mentions, output=text)
+
+
+def _output_json(value: Any) -> str:
+    """A task output as the row and the record keep it: compact JSON of at most ``MAX_OUTPUT_BYTES``.
+
+    Raises:
+        ValueError: it is not JSON, or it is longer.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"output is not JSON: {exc}") from exc
+    if len(text.encode("utf-8")) > MAX_OUTPUT_BYTES:
+        raise ValueError(f"output JSON is over {MAX_OUTPUT_BYTES} bytes")
+    return text
 
 
 def _placed(chunk: ChunkCreated, spans: Sequence[Span]) -> tuple[Mention, ...]:
@@ -162,11 +173,9 @@ def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: st
     output: str | None = None
     if spent:
         try:
-            output = json.dumps(spent, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError):
+            output = _output_json(spent)
+        except ValueError:
             output = None  # not what the contract allows: the failure stands without its cost
-        if output is not None and len(output.encode("utf-8")) > MAX_OUTPUT_BYTES:
-            output = None
     return ChunkResult(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000], model_us=model_us,
                        device=device, task=task, output=output)
 
