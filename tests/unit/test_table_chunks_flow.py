@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -84,10 +85,15 @@ def test_an_external_producers_record_of_a_known_source_becomes_its_next_version
     try:
         first = [o.value for o in handler.handle(submitted)]
         again = [o.value for o in handler.handle(submitted)]  # redelivered: the same version it followed
+        older = replace(submitted, doc_id="doc-00", job_id="job-00", content_sha256="ef" * 32)
+        store.upsert_document(DocumentRow("doc-00", "job-00", "s3://b/x.pdf", "ef" * 32, "completed", AT,
+                                          source_key="s3://b/x.pdf"))
+        replayed = [o.value for o in handler.handle(older)]  # a replay of an older version: it stays older
         source, row = store.get_source("default", "s3://b/x.pdf"), store.get_document("doc-1")
     finally:
         store.close()
     assert {c.previous_doc_id for c in first} == {c.previous_doc_id for c in again} == {"doc-0"}  # type: ignore[union-attr]
+    assert {c.previous_doc_id for c in replayed} == {None}  # type: ignore[union-attr]
     assert source is not None and source.doc_id == "doc-1"
     assert row is not None and (row.source_key, row.previous_doc_id) == ("s3://b/x.pdf", "doc-0")
 

@@ -146,7 +146,7 @@ class ChunkerHandler:
         """
         if self._job_cancelled(submitted.job_id):
             return self._skipped(submitted)
-        submitted = self._versioned(submitted)
+        submitted, becomes_current = self._versioned(submitted)
         started = time.perf_counter()
         try:
             result = self._extractor.extract(chunk_request(submitted, self._chunker),
@@ -163,7 +163,8 @@ class ChunkerHandler:
         else:
             self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
                              sources=result.sources)
-            self._make_current(submitted, now)
+            if becomes_current:
+                self._make_current(submitted, now)
         self._count_pages(result.sources)
         _log.info(
             "document_chunked",
@@ -211,29 +212,31 @@ class ChunkerHandler:
         for verdict, pages in sources.by_verdict.items():
             self._metrics.page_verdicts.labels("chunker", verdict).inc(pages)
 
-    def _versioned(self, submitted: DocumentSubmitted) -> DocumentSubmitted:
+    def _versioned(self, submitted: DocumentSubmitted) -> tuple[DocumentSubmitted, bool]:
         """``submitted`` with the source's earlier version, where its producer named the source and not that
         version (an external producer: the intake looks it up for what it submits, docs/intake.md "Versions of
-        a document"). A record handled before, whose document is the source's current version already, takes
-        it from its documents row, written before the source's row."""
+        a document"), and whether it is to become the source's current version once its rows are written.
+
+        A document handled before (its documents row names the source: the intake's, a redelivery, a replay)
+        keeps the earlier version its row says; it becomes current only if it follows the current one (a crash
+        between its rows and the source's). A replayed older version never displaces a newer one.
+        """
         if not submitted.source_key or submitted.previous_doc_id is not None:
-            return submitted
-        current = self._store.get_source(submitted.tenant, submitted.source_key)
-        if current is None:
-            return submitted
-        if current.doc_id != submitted.doc_id:
-            return replace(submitted, previous_doc_id=current.doc_id)
+            return submitted, False
         row = self._store.get_document(submitted.doc_id)
-        return replace(submitted, previous_doc_id=row.previous_doc_id) if row is not None else submitted
+        current = self._store.get_source(submitted.tenant, submitted.source_key)
+        if row is not None and row.source_key == submitted.source_key:
+            previous = row.previous_doc_id
+        else:
+            previous = current.doc_id if current is not None and current.doc_id != submitted.doc_id else None
+        becomes_current = current is None or (current.doc_id == previous and current.doc_id != submitted.doc_id)
+        return replace(submitted, previous_doc_id=previous), becomes_current
 
     def _make_current(self, submitted: DocumentSubmitted, now: datetime) -> None:
-        """The document becomes its source's current version, once its documents row says which it followed."""
-        if not submitted.source_key:
-            return
-        current = self._store.get_source(submitted.tenant, submitted.source_key)
-        if current is None or current.doc_id != submitted.doc_id:
-            self._store.upsert_source(SourceRow(submitted.tenant, submitted.source_key, submitted.doc_id,
-                                                submitted.content_sha256, submitted.job_id, now))
+        """The document becomes its source's current version (after its documents row says which it followed)."""
+        assert submitted.source_key is not None
+        self._store.upsert_source(SourceRow(submitted.tenant, submitted.source_key, submitted.doc_id,
+                                            submitted.content_sha256, submitted.job_id, now))
 
     def _already_terminal(self, submitted: DocumentSubmitted) -> bool:
         """Whether this very document (same job, same bytes) already has a final status in the store."""
