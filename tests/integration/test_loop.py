@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from docstream.avro import AvroSerde
-from docstream.errors import FatalError, RetryableError
+from docstream.errors import FatalError, PoisonRecord, RetryableError
 from docstream.kafka.clients import ReliableProducer
-from docstream.kafka.loop import ConsumeLoop, Envelope
+from docstream.kafka.loop import ConsumeLoop, Envelope, Output
 from docstream.metrics import Metrics
 from docstream.settings import Settings
 from docstream.topics import dlq_topic
@@ -142,6 +142,54 @@ def test_failing_handlers_are_retried_then_dead_lettered(
     headers = dict(dead[0].headers() or [])
     assert (headers["original_offset"], headers["attempts"]) == (b"1", b"3")
     assert (headers["error_code"], headers["error_type"]) == (b"unhandled_error", b"ValueError")
+
+
+class _BatchEcho(Echo):
+    """Echo that also takes batches; a batch holding ``refuse`` fails as a whole (a store refusing one record of a
+    bulk write), and ``refuse`` alone is poison."""
+
+    def __init__(self, out: str, refuse: str) -> None:
+        super().__init__(out)
+        self.refuse = refuse
+        self.batches: list[list[str]] = []
+
+    def __call__(self, envelope: Envelope) -> list[Output]:
+        if envelope.value.doc_id == self.refuse:  # type: ignore[union-attr]
+            raise PoisonRecord("refused", code="sink_refused")
+        return super().__call__(envelope)
+
+    def handle_batch(self, envelopes: Sequence[Envelope]) -> list[list[Output]]:
+        docs = [e.value.doc_id for e in envelopes]  # type: ignore[union-attr]
+        self.batches.append(docs)
+        if self.refuse in docs:
+            raise PoisonRecord("refused", code="sink_refused")
+        return [super(_BatchEcho, self).__call__(e) for e in envelopes]
+
+
+def test_a_batch_handler_gets_many_records_at_once_and_a_failed_batch_runs_one_at_a_time(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=1)
+    settings = loop_settings(broker)
+    serde = AvroSerde(settings.kafka)
+    docs = [f"d{i}" for i in range(30)]
+    _produce(broker, src, [serde.serialize(loop_chunk(d), src) for d in docs])
+    group = unique_name("group")
+    handler = _BatchEcho(out, refuse="d17")
+    loop = ConsumeLoop(settings.kafka, settings.retry, group_id=group, topics=[src], handler=handler, serde=serde,
+                       service="test", commit_interval_s=0.1, max_batch=8)
+    with running_loop(loop) as errors:
+        outputs = read_topic(broker, out, expected=29).messages
+        dead = read_topic(broker, dlq_topic(src), expected=1).messages
+        wait_until(lambda: committed_offset(broker, group, src) == 30, 30, "a commit past every record")
+
+    assert errors == []
+    assert sorted(serde.deserialize(m.value() or b"", out).doc_id for m in outputs) == sorted(  # type: ignore[union-attr]
+        d for d in docs if d != "d17")
+    assert max(len(b) for b in handler.batches) > 1 and all(len(b) <= 8 for b in handler.batches)
+    assert [b for b in handler.batches if "d17" in b], "the refused record came in a batch"
+    assert dict(dead[0].headers() or [])["original_offset"] == b"17"  # only the refused record, alone
 
 
 def test_a_transient_fault_past_the_retry_budget_is_fatal_and_commits_nothing_past_it(

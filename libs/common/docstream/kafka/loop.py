@@ -12,6 +12,11 @@ One record at a time, on one thread:
    acknowledged by the broker; commits (asynchronous, every ``commit_interval_s``, and
    synchronous on revoke and exit) never pass a record that is not done.
 
+A handler that also takes a batch (``BatchHandler``: ``handle_batch``) gets up to ``max_batch`` records at once,
+as one poll returns them (no wait beyond the poll's): steps 2-5 run for the batch, and when the batch fails (poison,
+or a failure past its attempts) its records run again one at a time, so that only the record at fault goes to the
+DLQ and its neighbours succeed (the sinks write one engine call for many documents this way).
+
 A delivery failure is kept by the ReliableProducer and ends ``run`` with its error after a
 final commit of what is done: a restart resumes from there (at-least-once).
 
@@ -26,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, Message
@@ -42,7 +48,7 @@ from docstream.metrics import Metrics
 from docstream.records import AnyRecord
 from docstream.settings import KafkaSettings, RetrySettings
 
-__all__ = ["ConsumeLoop", "Envelope", "Handler", "Output"]
+__all__ = ["BatchHandler", "ConsumeLoop", "Envelope", "Handler", "Output"]
 
 _log = get_logger(__name__)
 _Encoded = list[tuple[str, str, bytes]]
@@ -83,6 +89,15 @@ class Output:
 Handler = Callable[[Envelope], Sequence[Output]]
 
 
+@runtime_checkable
+class BatchHandler(Protocol):
+    """A handler that also takes several records at once; its outputs, record by record, in their order."""
+
+    def __call__(self, envelope: Envelope) -> Sequence[Output]: ...
+
+    def handle_batch(self, envelopes: Sequence[Envelope]) -> Sequence[Sequence[Output]]: ...
+
+
 def _headers(msg: Message) -> dict[str, bytes]:
     raw = msg.headers() or []
     items = raw.items() if isinstance(raw, dict) else raw
@@ -109,6 +124,7 @@ class ConsumeLoop:
             (embedded single-process mode: no group join delay; no rebalancing).
         flush_timeout_s: how long revoke and exit wait for in-flight outputs.
         rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced.
+        max_batch: most records one poll hands a ``BatchHandler`` (1: one at a time, whatever the handler).
     """
 
     def __init__(
@@ -129,6 +145,7 @@ class ConsumeLoop:
         static_assignment: bool = False,
         flush_timeout_s: float = 30.0,
         rejoin_timeout_s: float = 120.0,
+        max_batch: int = 1,
     ) -> None:
         if not topics:
             raise ValueError("ConsumeLoop needs at least one topic")
@@ -137,6 +154,7 @@ class ConsumeLoop:
         self._group_id = group_id
         self._topics = list(topics)
         self._handler = handler
+        self._max_batch = max_batch if isinstance(handler, BatchHandler) else 1
         self._serde = serde
         self._service = service
         self._metrics = metrics if metrics is not None else Metrics()
@@ -197,12 +215,19 @@ class ConsumeLoop:
         committer = self._committer
         while not self._stop.is_set():
             producer.raise_if_failed()
-            msg = committer.consumer.poll(self._poll_timeout_s)
+            if self._max_batch > 1:
+                msgs = committer.consumer.consume(self._max_batch, self._poll_timeout_s)
+            else:
+                msg = committer.consumer.poll(self._poll_timeout_s)
+                msgs = [msg] if msg is not None else []
             producer.poll(0)
             now = time.monotonic()
-            if msg is not None:
+            if msgs:
                 last_record = now
-                self._on_message(producer, dlq, msg)
+                if len(msgs) == 1:
+                    self._on_message(producer, dlq, msgs[0])
+                else:
+                    self._on_batch(producer, dlq, msgs)
             elif max_idle_s is not None and now - last_record >= max_idle_s and not self._tracker.pending_count():
                 _log.info("loop_idle", idle_s=round(now - last_record, 3))
                 break
@@ -223,14 +248,15 @@ class ConsumeLoop:
             except DocstreamError as exc:
                 _log.error("producer_flush_failed", error_code=exc.code, error=exc.message)
 
-    def _on_message(self, producer: ReliableProducer, dlq: DlqRouter, msg: Message) -> None:
+    def _accept(self, msg: Message) -> TopicPartitionKey | None:
+        """Track a polled record; None for a consumer event that is not a record (logged, or end of partition)."""
         try:
             raise_for_message(msg)
         except RetryableError as exc:
             _log.warning("consumer_error", error_code=exc.code, error=exc.message)
-            return
+            return None
         if msg.error() is not None:
-            return  # end of partition
+            return None  # end of partition
         topic, partition, offset = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
         tp = (topic, partition)
         try:
@@ -240,8 +266,17 @@ class ConsumeLoop:
             self._tracker.revoke([tp])
             self._tracker.track(tp, offset)
         self._metrics.records_in.labels(self._service, topic).inc()
+        return tp
+
+    def _on_message(self, producer: ReliableProducer, dlq: DlqRouter, msg: Message) -> None:
+        tp = self._accept(msg)
+        if tp is not None:
+            self._handle_one(producer, dlq, msg, tp)
+
+    def _handle_one(self, producer: ReliableProducer, dlq: DlqRouter, msg: Message, tp: TopicPartitionKey) -> None:
+        offset = int(msg.offset() or 0)
         structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(service=self._service, topic=topic, partition=partition, offset=offset)
+        structlog.contextvars.bind_contextvars(service=self._service, topic=tp[0], partition=tp[1], offset=offset)
         outcome = run_with_retries(
             lambda: self._attempt(msg), retry=self._retry, wait=self._wait, on_retry=self._on_retry
         )
@@ -253,17 +288,51 @@ class ConsumeLoop:
             self._produce(producer, dlq, msg, tp, outcome.value or [])
         self._committer.observe_lag({tp: offset})
 
-    def _attempt(self, msg: Message) -> _Encoded:
+    def _on_batch(self, producer: ReliableProducer, dlq: DlqRouter, msgs: Sequence[Message]) -> None:
+        """Several records through ``handle_batch``; records that do not decode go to the DLQ first, and a batch
+        that fails runs again one record at a time."""
+        batch: list[tuple[Message, TopicPartitionKey, Envelope]] = []
+        for msg in msgs:
+            tp = self._accept(msg)
+            if tp is None:
+                continue
+            try:
+                batch.append((msg, tp, self._envelope(msg)))
+            except PoisonRecord as exc:
+                self._dead_letter(dlq, msg, tp, exc, 1)
+            except Exception:  # noqa: BLE001 - not poison: the record's own attempts decide (retries, then DLQ)
+                self._handle_one(producer, dlq, msg, tp)
+        if not batch:
+            return
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(service=self._service, batch=len(batch))
+        handler = self._handler
+        assert isinstance(handler, BatchHandler)
+
+        def attempt() -> list[_Encoded]:
+            outputs = handler.handle_batch([envelope for _, _, envelope in batch])
+            return [[(o.topic, o.key, self._serde.serialize(o.value, o.topic)) for o in out] for out in outputs]
+
+        outcome = run_with_retries(attempt, retry=self._retry, wait=self._wait, on_retry=self._on_retry)
+        if outcome.interrupted:
+            return
+        if outcome.error is not None or outcome.value is None or len(outcome.value) != len(batch):
+            _log.warning("batch_split", records=len(batch), error_code=error_code_of(outcome.error or "mismatch"))
+            for msg, tp, _ in batch:
+                self._handle_one(producer, dlq, msg, tp)
+            return
+        for (msg, tp, _), encoded in zip(batch, outcome.value, strict=True):
+            self._produce(producer, dlq, msg, tp, encoded)
+        self._committer.observe_lag({tp: int(msg.offset() or 0) for msg, tp, _ in batch})
+
+    def _envelope(self, msg: Message) -> Envelope:
         topic = str(msg.topic())
         value = msg.value()
         if value is None:
             raise SchemaError("record has no value", code="schema_empty", raw=None)
         record = self._serde.deserialize(value, topic)
-        structlog.contextvars.bind_contextvars(
-            job_id=getattr(record, "job_id", None), doc_id=getattr(record, "doc_id", None)
-        )
         key = msg.key()
-        envelope = Envelope(
+        return Envelope(
             topic=topic,
             partition=int(msg.partition() or 0),
             offset=int(msg.offset() or 0),
@@ -271,6 +340,12 @@ class ConsumeLoop:
             value=record,
             headers=_headers(msg),
             timestamp_ms=int(msg.timestamp()[1]),
+        )
+
+    def _attempt(self, msg: Message) -> _Encoded:
+        envelope = self._envelope(msg)
+        structlog.contextvars.bind_contextvars(
+            job_id=getattr(envelope.value, "job_id", None), doc_id=getattr(envelope.value, "doc_id", None)
         )
         return [(o.topic, o.key, self._serde.serialize(o.value, o.topic)) for o in self._handler(envelope)]
 
