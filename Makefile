@@ -40,9 +40,12 @@ test: setup
 # tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed);
 # deploy/local/install-infinity.sh: the Infinity embedding server the endpoint tests run against, in
 # .venv-infinity (docs/local-stack.md; a no-op once installed); deploy/local/install-llm.sh: the chat
-# server and small model the generate tests run against, in .venv-llm (docs/local-stack.md)
+# server and small model the generate tests run against, in .venv-llm (docs/local-stack.md);
+# deploy/local/install-postgres.sh: Debian's PostgreSQL for the postgres sink's tests (docs/sinks.md; a
+# no-op once installed)
 test-deps: setup
 	@bash tests/install-chromium.sh
+	@bash deploy/local/install-postgres.sh
 	@bash deploy/local/install-infinity.sh $(VENV)
 	@bash deploy/local/install-llm.sh $(VENV)
 

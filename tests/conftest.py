@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.fault_proxy",
     "tests.fixtures.inference",
     "tests.fixtures.ordering",
+    "tests.fixtures.sinks",
 ]

@@ -20,7 +20,7 @@ LIB = ROOT / "libs" / "common" / "docstream"
 _LINTER = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 _CONTRACTS = {contract["id"]: contract for contract in _LINTER["contracts"]}
 _PURE = _CONTRACTS["pure"]["source_modules"]
-_SERVICES = ["docstream_ingest", "docstream_chunker", "docstream_inference", "docstream_reducer"]
+_SERVICES = ["docstream_ingest", "docstream_chunker", "docstream_inference", "docstream_reducer", "docstream_sink"]
 
 
 def _module_path(name: str) -> Path:

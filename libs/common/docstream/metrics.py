@@ -53,6 +53,18 @@ class Metrics:
             "found: chunk_id (the chunk's own row) or version (the same text in the source's earlier version).",
             ["service", "by"], registry=r,
         )
+        self.sink_documents = Counter(
+            "docstream_sink_documents", "Completed documents a sink handled, by outcome: written, removed (a "
+            "deleted source), or why it skipped one (failed, no_vectors, not_current, unknown_document, retired).",
+            ["service", "outcome"], registry=r,
+        )
+        self.sink_points = Counter(
+            "docstream_sink_points", "Points a sink upserted or deleted in its engine.", ["service", "op"], registry=r,
+        )
+        self.sink_write_latency = Histogram(
+            "docstream_sink_write_latency_seconds", "Time of one write to a sink's engine (a batch of points).",
+            ["service"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
         self.write_latency = Histogram(
             "docstream_write_latency_seconds", "Store write time per batch.", ["service"],
             buckets=_LATENCY_BUCKETS, registry=r,

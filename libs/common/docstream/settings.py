@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,6 +25,7 @@ from pydantic_settings import (
 from docstream.errors import ConfigError
 
 __all__ = [
+    "SINK_NAME_PATTERN",
     "ApiSettings",
     "CassandraSettings",
     "ChunkerSettings",
@@ -40,6 +41,7 @@ __all__ = [
     "ReducerSettings",
     "RetrySettings",
     "Settings",
+    "SinkSettings",
     "StoreSettings",
     "TasksSettings",
     "load_settings",
@@ -576,6 +578,39 @@ class ReducerSettings(BaseModel):
     )
 
 
+SINK_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
+"""A sink's name: its key under ``sinks`` and the suffix of its consumer group."""
+
+
+class SinkSettings(BaseModel):
+    """One sink: an external store that ``docstream sink run NAME`` keeps in step with the completed documents,
+    chunk by chunk (docs/sinks.md)."""
+
+    model_config = _FROZEN
+
+    kind: Literal["milvus", "postgres"] = Field(
+        description="The engine: milvus (a Milvus or Milvus Lite server, pymilvus) or postgres (PostgreSQL, "
+                    "psycopg; vectors in a real[] column).")
+    uri: SecretStr = Field(
+        description="Where the engine listens: milvus http://host:19530; postgres a libpq URI "
+                    "(postgresql://user:password@host:5432/db). Secret: it may hold a password, and is never logged.")
+    collection: str = Field(
+        "docstream_chunks", pattern=r"^[a-z][a-z0-9_]{0,62}$",
+        description="The Milvus collection or PostgreSQL table the points go to (created on first write).")
+    model_id: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="The embedding model whose vectors the sink holds; unset: inference.model_id.")
+    batch_size: int = Field(500, ge=1, le=10_000, description="Most points in one write to the engine.")
+    max_documents: int = Field(
+        64, ge=1, le=10_000,
+        description="Most completed documents handled together: their points are written in as few writes as "
+                    "batch_size allows, one write at a time, and their offsets committed after the last.")
+    timeout_s: float = Field(30.0, gt=0, le=600, description="Time limit of one request to the engine.")
+    group_id: str | None = Field(
+        None, description="Consumer group; unset: <topic_prefix>-sink-<name>. Each sink reads every completed "
+                          "document, at its own pace.")
+
+
 class RetrySettings(BaseModel):
     """Retries of transient faults (exponential backoff with full jitter)."""
 
@@ -677,6 +712,8 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Metrics.")  # type: ignore[arg-type]
     faults: FaultSettings = Field(default_factory=FaultSettings, description="Fault injection (tests).")  # type: ignore[arg-type]
     api: ApiSettings = Field(default_factory=ApiSettings, description="HTTP intake API.")  # type: ignore[arg-type]
+    sinks: dict[Annotated[str, StringConstraints(pattern=SINK_NAME_PATTERN)], SinkSettings] = Field(
+        default_factory=dict, description="Sinks by name (docs/sinks.md): [sinks.NAME] in the TOML file.")
 
     @classmethod
     def settings_customise_sources(

@@ -392,6 +392,41 @@ def replay(
         new_group=new_group, model_id=model, task=task, force=force, yes=yes, dry_run=dry_run), broker=True))
 
 
+sink_app = typer.Typer(help="Sinks: keep an external vector store in step with the completed documents "
+                       "(docs/sinks.md).", no_args_is_help=True)
+app.add_typer(sink_app, name="sink")
+_SinkNameArg = typer.Argument(help="The sink: its name under [sinks.NAME] in the settings.")
+
+
+@sink_app.command("run")
+def sink_run(
+    name: Annotated[str, _SinkNameArg],
+    config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
+    metrics_host: str | None = _MetricsHostOpt,
+) -> None:
+    """Run a sink: completed topic → its engine (upserts by point id, deletes of retired chunks)."""
+    settings = _settings(config, metrics={"host": metrics_host, "port": metrics_port})
+    from docstream_sink import main as sink
+    _exit_now(int(sink.main(settings, name)))
+
+
+@sink_app.command("verify")
+def sink_verify(
+    name: Annotated[str, _SinkNameArg],
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose points are compared.")] = "default",
+    repair: Annotated[bool, typer.Option("--repair", help="Fix what is found: upsert the missing, stale and "
+                                         "mismatched points, delete the extra ones.")] = False,
+    config: str | None = _ConfigOpt,
+    state_dir: str | None = _StateDirOpt,
+) -> None:
+    """Compare a sink with the store's current chunks: missing, extra, stale version, vector mismatch.
+
+    Exit status: 0 in step (or repaired), 1 differences left, 2 bad input."""
+    from docstream_sink import verify as module
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.verify_command(
+        settings, name, tenant=tenant, repair=repair, console=console)))
+
+
 dlq_app = typer.Typer(help="Inspect dead-letter topics and send records back (docs/replay.md).", no_args_is_help=True)
 app.add_typer(dlq_app, name="dlq")
 _DlqTopicArg = typer.Argument(help="A DLQ topic, or the topic whose .dlq to use.")

@@ -17,7 +17,7 @@ from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow,
 from docstream.tasks.base import EMBED
 from docstream.usage import document_usage
 
-__all__ = ["RETIRING", "record_completion", "result_row", "retire_earlier", "versions_back"]
+__all__ = ["RETIRING", "latest_completed", "record_completion", "result_row", "retire_earlier", "versions_back"]
 
 RETIRING = frozenset({"completed", "partial"})
 """The statuses of a new version that retire its earlier version's results under the same model (a failed one
@@ -57,6 +57,17 @@ def retire_earlier(store: ResultStore, doc_id: str, model_id: str) -> int:
         if result is not None and result.status in RETIRING:
             break
     return walked
+
+
+def latest_completed(store: ResultStore, doc_id: str, model_id: str) -> str | None:
+    """The newest version, from ``doc_id`` back, whose result under ``model_id`` completed (``RETIRING``): the
+    version whose results the store holds for the source while a newer one is in flight or after one failed
+    (``retire_earlier`` keeps them until a newer version completes). None: no version has."""
+    for version in versions_back(store, doc_id):
+        result = store.get_document_result(version, model_id)
+        if result is not None and result.status in RETIRING:
+            return version
+    return None
 
 
 def record_completion(store: ResultStore, completed: DocumentCompleted, now: datetime) -> DocumentCompleted:

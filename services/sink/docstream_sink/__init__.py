@@ -1,0 +1,1 @@
+"""docstream sink service: completed documents → an external vector store (docs/sinks.md)."""

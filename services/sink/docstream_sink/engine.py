@@ -1,0 +1,73 @@
+"""The contract of a sink's engine (docs/sinks.md "Adding a sink"), and ``open_engine``, which picks one.
+
+An engine is small: it creates its collection once it knows the vectors' dimensions, upserts points by id,
+deletes by id or by (tenant, source[, not doc_id]), and lists what it holds for ``docstream sink verify``. Every
+call is idempotent: the handler calls it again after a crash before the offset commit. Its errors are
+docstream's: ``RetryableError`` (code ``sink_unavailable``) for a fault that passes (the loop backs off and
+tries again), ``PoisonRecord`` (code ``sink_refused``) for points the engine will never take (the record goes to
+the DLQ), ``ConfigError`` for a collection that cannot hold the points (the sink stops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from docstream.errors import ConfigError
+from docstream.settings import SinkSettings
+from docstream_sink.points import SinkPoint
+
+__all__ = ["HeldPoint", "SinkEngine", "open_engine"]
+
+HeldPoint = tuple[str, str, list[float]]
+"""What an engine holds of a point, as ``scan`` lists it: (id, doc_id, vector)."""
+
+
+class SinkEngine(Protocol):
+    """An external store a sink writes points to."""
+
+    def ensure(self, dimensions: int) -> None:
+        """Create the collection for vectors of ``dimensions`` when it is not there (once per process).
+
+        Raises:
+            ConfigError: the collection exists with vectors of other dimensions.
+        """
+
+    def upsert(self, points: Sequence[SinkPoint]) -> None:
+        """Insert or replace ``points`` by id, all of them or (on an error) possibly some: upserting again is
+        harmless."""
+
+    def delete_other_versions(self, tenant: str, source: str, doc_id: str) -> int:
+        """Delete the points of ``source`` that belong to a document other than ``doc_id``; returns how many, or
+        -1 where the engine does not say."""
+
+    def delete_source(self, tenant: str, source: str) -> int:
+        """Delete every point of ``source``; returns how many (-1: unknown)."""
+
+    def delete_ids(self, ids: Sequence[str]) -> None:
+        """Delete the points of these ids (the ones that are there)."""
+
+    def scan(self, tenant: str) -> Iterator[HeldPoint]:
+        """Every point of ``tenant``, in no order."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+def open_engine(settings: SinkSettings) -> SinkEngine:
+    """The engine of ``settings.kind``, connected.
+
+    Raises:
+        ConfigError: its client library is not installed.
+        RetryableError: the engine does not answer (``sink_unavailable``).
+    """
+    try:
+        if settings.kind == "milvus":
+            from docstream_sink.milvus import MilvusEngine
+            return MilvusEngine(settings)
+        from docstream_sink.postgres import PostgresEngine
+        return PostgresEngine(settings)
+    except ImportError as exc:
+        extra = "milvus" if settings.kind == "milvus" else "postgres"
+        raise ConfigError(f"the {settings.kind} sink needs its client: pip install 'docstream[{extra}]' "
+                          f"({exc.name} is missing)") from exc
