@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-deps stack-up stack-down stack-status bench chaos lint clean
+.PHONY: setup run test test-deps stack-up stack-down stack-status bench chaos lint lint-fast typecheck clean
 
 # Create or refresh the virtualenv whenever pyproject.toml changes. uv (from PyPI, pinned) installs: it
 # resolves what pip resolves, and links from its cache what an earlier install fetched (on the 2-core
@@ -31,11 +31,12 @@ run: setup
 	@$(BIN)/docstream run examples/*.pdf --out .docstream/results.jsonl; rc=$$?; \
 	$(BIN)/python -m docstream_cli.ops.results_preview .docstream/results.jsonl; exit $$rc
 
-# The lint and the test dependencies side by side (mypy is CPU, the installs mostly wait on downloads),
-# then tests/run.sh (the stack, the three pytest runs).
+# ruff and the import contracts beside the test dependencies (the installs mostly wait on downloads), then
+# tests/run.sh (the stack, the three pytest runs), which runs mypy (a minute of CPU) beside the chaos
+# scenarios, at the lowest priority, and fails when it fails.
 test: setup
-	@$(MAKE) --no-print-directory -j2 lint test-deps
-	@bash tests/run.sh $(BIN)
+	@$(MAKE) --no-print-directory -j2 lint-fast test-deps
+	@DOCSTREAM_TEST_ALSO="$(MAKE) --no-print-directory typecheck" bash tests/run.sh $(BIN)
 
 # tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed);
 # deploy/local/install-infinity.sh: the Infinity embedding server the endpoint tests run against, in
@@ -75,9 +76,13 @@ bench: setup $(VENV)/.bench-installed
 
 # ruff; the import contracts of pyproject.toml (layers, pure modules); mypy strict over the library,
 # the composition root and every service.
-lint: setup
+lint: lint-fast typecheck
+
+lint-fast: setup
 	@$(BIN)/ruff check libs services tests benchmarks examples
 	@$(BIN)/lint-imports --no-cache
+
+typecheck: setup
 	@$(BIN)/mypy libs/common/docstream services/*/docstream_* examples/custom_task
 
 clean:

@@ -292,6 +292,7 @@ def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: E
         assert extractor.pid != first_pid
 
 
+@pytest.mark.alone  # its 10 s base limit: beside three test workers on 2 cores the child's start alone came near it
 def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: Env) -> None:
     # 8 pages of OCR take 17 s on a 2-core EPYC and 35 s on a 2-core Xeon: past a 10 s limit alone (which
     # covers the child's work before its first OCR page, script detection included, beside other test
