@@ -15,7 +15,7 @@ import threading
 import uuid
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,7 +45,7 @@ from docstream_chunker.worker import ExtractorSettings, InlineExtractor
 from docstream_ingest.api import create_app
 from docstream_ingest.apikeys import generate_api_key
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.kafka import TopicReader, kafka_settings, wait_until
+from tests.fixtures.kafka import TopicReader, kafka_settings, read_topic, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +100,8 @@ class Stack:
             found: dict[str, DocumentSubmitted] = {}
             for received in reader.received:
                 record = received.record
+                if record is None:
+                    continue  # a tombstone: a deleted source
                 assert isinstance(record, DocumentSubmitted)
                 if record.job_id == job_id:
                     key = (received.message.key() or b"").decode()
@@ -204,6 +206,49 @@ def test_an_upload_is_accepted_at_once_and_flows_like_docstream_submit(stack: St
         assert [j["job_id"] for j in client.get("/v1/jobs").json()["items"]] == [job_id]
 
 
+def test_an_upload_with_a_source_key_is_the_next_version_of_that_source(stack: Stack) -> None:
+    tenant, key = _tenant(), "crm://contracts/4711"
+    with stack.client(stack.key_for(tenant)) as client:
+        first = client.post("/v1/jobs", files=_files(("contract.pdf", _pdf(40)), ("other.pdf", _pdf(41))),
+                            data={"source_keys": json.dumps({"contract.pdf": key})})
+        assert first.status_code == 202, first.text
+        v1 = next(d["doc_id"] for d in first.json()["documents"] if d["filename"] == "contract.pdf")
+        second = client.post("/v1/jobs", files=_files(("contract-v2.pdf", _pdf(42))),
+                             data={"source_keys": json.dumps({"contract-v2.pdf": key})})
+        assert second.status_code == 202, second.text
+        v2 = second.json()["documents"][0]["doc_id"]
+    source = stack.store.get_source(tenant, key)
+    assert source is not None and source.doc_id == v2
+    row = stack.store.get_document(v2)
+    assert row is not None and (row.source_key, row.previous_doc_id) == (key, v1)
+    record = stack.records(second.json()["job_id"], 1)[0]
+    assert (record.source_key, record.previous_doc_id) == (key, v1)
+    other = next(d["doc_id"] for d in first.json()["documents"] if d["filename"] == "other.pdf")
+    assert stack.store.get_document(other).source_key is None  # type: ignore[union-attr]  # an upload without one
+
+
+def test_a_deleted_source_leaves_the_store_after_its_tombstone_is_on_the_intake_topic(stack: Stack) -> None:
+    tenant, key = _tenant(), "crm://contracts/4712"
+    with stack.client(stack.key_for(tenant)) as client:
+        accepted = client.post("/v1/jobs", files=_files(("c.pdf", _pdf(43))),
+                               data={"source_keys": json.dumps({"c.pdf": key})})
+        assert accepted.status_code == 202, accepted.text
+        doc_id = accepted.json()["documents"][0]["doc_id"]
+        busy = client.delete("/v1/sources", params={"key": key})
+        assert busy.status_code == 409, busy.text  # submitted, not processed yet
+        row = stack.store.get_document(doc_id)
+        assert row is not None
+        stack.store.upsert_document(replace(row, status="completed"))
+        done = client.delete("/v1/sources", params={"key": key})
+        assert done.status_code == 200, done.text
+        assert done.json()["doc_id"] == doc_id
+        assert client.delete("/v1/sources", params={"key": key}).status_code == 404
+    assert stack.store.get_source(tenant, key) is None
+    found = read_topic(stack.settings.kafka.bootstrap_servers, stack.topic, timeout_s=30, what="the tombstone",
+                       until=lambda r: any(m.value() is None and m.key() == doc_id.encode() for m in r.messages))
+    assert [m for m in found.messages if m.key() == doc_id.encode() and m.value() is None]
+
+
 def test_source_uris_are_read_in_place_and_confined(stack: Stack) -> None:
     folder = stack.shared / uuid.uuid4().hex
     folder.mkdir()
@@ -303,6 +348,12 @@ REFUSALS = {
                                415, "unsupported_media_type"),
     "invalid_options": ({"files": _files(("a.pdf", b"%PDF")), "data": {"chunk_max_tokens": "100000"}},
                         422, "invalid_request"),
+    "source_keys_not_json": ({"files": _files(("a.pdf", b"%PDF")), "data": {"source_keys": "a.pdf=k"}},
+                             422, "invalid_request"),
+    "source_keys_unknown_file": ({"files": _files(("a.pdf", b"%PDF")),
+                                  "data": {"source_keys": json.dumps({"b.pdf": "k"})}}, 422, "invalid_request"),
+    "source_key_blank": ({"files": _files(("a.pdf", b"%PDF")), "data": {"source_keys": json.dumps({"a.pdf": " "})}},
+                         422, "invalid_source_key"),
     "invalid_webhook": ({"json": {"source_uris": ["file:///x"], "webhook_url": "ftp://x"}}, 422, "invalid_request"),
     "file_etc_passwd": ({"json": {"source_uris": ["file:///etc/passwd"]}}, 422, "source_not_allowed"),
     "too_many_source_uris": ({"json": {"source_uris": ["file:///x"] * (MAX_FILES + 1)}}, 422, "too_many_files"),

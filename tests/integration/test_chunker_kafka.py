@@ -27,13 +27,16 @@ from docstream.avro.serde import AvroSerde
 from docstream.kafka.admin import create_topics, topic_specs
 from docstream.kafka.clients import ReliableProducer, consumer_config
 from docstream.kafka.loop import ConsumeLoop
+from docstream.metrics import Metrics
 from docstream.objectstore import ObjectStore
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
+from docstream.store.base import DocumentResultRow, DocumentRow, JobRow, SourceRow
 from docstream.store.sqlite import SqliteStore
 from docstream.tokenization import load_token_counter
 from docstream.topics import Topics, dlq_topic
 from docstream_chunker.handler import ChunkerHandler, chunk_request
+from docstream_chunker.main import build_chunker
 from docstream_chunker.worker import ExtractorSettings, InlineExtractor, ProcessExtractor
 from tests.fixtures.documents import (
     GeneratedPdf,
@@ -340,6 +343,37 @@ def test_small_job_on_each_broker(broker: str, service_factory: Callable[..., Se
     assert len(outputs.chunks[records[0].doc_id]) == outputs.chunks[records[0].doc_id][0].chunk_count
     assert [c.error_code for c in outputs.completed[records[1].doc_id]] == ["encrypted"]
     assert outputs.chunks[records[2].doc_id]
+
+
+def test_a_tombstone_on_the_intake_topic_deletes_its_versions_source(service_factory: Callable[..., Service],
+                                                                      kafka_bootstrap: str) -> None:
+    service = service_factory(kafka_bootstrap)
+    now = utc_now()
+    store = service.store
+    store.upsert_job(JobRow("j1", "acme", now, "completed", 2))
+    for n, previous in (("v1", None), ("v2", "v1")):
+        store.upsert_document(DocumentRow(n, "j1", f"s3://b/{n}", "ab" * 32, "completed", now,
+                                          source_key="s3://b/a.pdf", previous_doc_id=previous))
+        store.upsert_document_result(DocumentResultRow(n, "m", "j1", "completed", 1, 0, 1, [1.0], "s", now))
+    store.upsert_source(SourceRow("acme", "s3://b/a.pdf", "v2", "ab" * 32, "j1", now))
+    producer = ReliableProducer(service.settings.kafka)
+    producer.produce(service.topics.submitted, "v1", None)  # any version's doc_id names the source
+    producer.flush(30)
+    producer.close()
+    chunker = build_chunker(service.settings, store=store, metrics=Metrics(), poll_timeout_s=0.2)
+    thread = threading.Thread(target=chunker.run, name="chunker", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while store.get_source("acme", "s3://b/a.pdf") is not None:
+            assert time.monotonic() < deadline and thread.is_alive(), "the tombstone was not applied"
+            time.sleep(0.2)
+    finally:
+        chunker.stop()
+        thread.join(60)
+        chunker.close()
+    assert store.get_document_result("v1", "m") is None and store.get_document_result("v2", "m") is None
+    assert store.get_document("v2") is not None  # the documents rows stay: their jobs keep their counts
 
 
 def test_the_chunker_command_runs_until_sigterm_and_commits(

@@ -192,6 +192,39 @@ def test_a_batch_handler_gets_many_records_at_once_and_a_failed_batch_runs_one_a
     assert dict(dead[0].headers() or [])["original_offset"] == b"17"  # only the refused record, alone
 
 
+def test_a_tombstone_reaches_on_tombstone_by_its_key_and_is_poison_without_it(
+    broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
+) -> None:
+    src, out = unique_name("in"), unique_name("out")
+    create_topics(broker, src, dlq_topic(src), out, partitions=1)
+    settings = loop_settings(broker)
+    serde = AvroSerde(settings.kafka)
+    producer = ReliableProducer(settings.kafka)
+    producer.produce(src, "doc-7", None)
+    producer.produce(src, "d1", serde.serialize(loop_chunk("d1"), src))
+    producer.flush(30)
+    producer.close()
+    seen: list[tuple[str, str]] = []
+
+    def tombstone(topic: str, key: str) -> list[Output]:
+        seen.append((topic, key))
+        return []
+
+    loop = ConsumeLoop(settings.kafka, settings.retry, group_id=unique_name("group"), topics=[src],
+                       handler=Echo(out), serde=serde, service="test", commit_interval_s=0.1,
+                       on_tombstone=tombstone)
+    with running_loop(loop) as errors:
+        read_topic(broker, out, expected=1)
+        wait_until(lambda: seen, 30, "the tombstone")
+    assert errors == [] and seen == [(src, "doc-7")]
+    # without on_tombstone a record without a value is poison, as before
+    plain = ConsumeLoop(settings.kafka, settings.retry, group_id=unique_name("group"), topics=[src],
+                        handler=Echo(unique_name("out2")), serde=serde, service="test", commit_interval_s=0.1)
+    with running_loop(plain) as errors:
+        dead = read_topic(broker, dlq_topic(src), expected=1).messages
+    assert errors == [] and dict(dead[0].headers() or [])["error_code"] == b"schema_empty"
+
+
 def test_a_transient_fault_past_the_retry_budget_is_fatal_and_commits_nothing_past_it(
     broker: str, unique_name: Callable[[str], str], create_topics: Callable[..., list[str]]
 ) -> None:

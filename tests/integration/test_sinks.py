@@ -7,7 +7,8 @@ process) and reads the engine back through a plain connection of its own:
 * a job lands with exactly its point ids, each with the store's vector (cosine 1.0);
 * a new version of one source replaces exactly its changed chunks, and no id of the old text is left;
 * kill -9 of the sink mid-job: every point lands once;
-* ``docstream sink verify`` finds a difference planted behind docstream's back, and ``--repair`` fixes it.
+* ``docstream sink verify`` finds a difference planted behind docstream's back, and ``--repair`` fixes it;
+* a source deleted by ``docstream delete``, and an upload by a producer's own tombstone, leave the sink.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import random
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -125,12 +126,13 @@ def _paragraphs(rng: random.Random, n: int, tag: str) -> list[str]:
 
 @pytest.fixture
 def sink_case(engine_uri: tuple[str, str], kafka_bootstrap: str, cassandra_settings: CassandraSettings,
-              cassandra_store: ResultStore, unique_name, create_topics) -> Iterator[tuple[Settings, SinkEngine, str]]:
+              cassandra_store: ResultStore, unique_name: Callable[[str], str],
+              create_topics: Callable[..., list[str]]) -> Iterator[tuple[Settings, SinkEngine, str]]:
     kind, uri = engine_uri
     prefix = unique_name("sink")
     settings = _settings(kafka_bootstrap, prefix, cassandra_settings, kind, uri,
                          collection=prefix.replace("-", "_")[:60])
-    create_topics(kafka_bootstrap, Topics(prefix).completed, partitions=3)
+    create_topics(kafka_bootstrap, Topics(prefix).completed, Topics(prefix).submitted, partitions=3)
     engine = open_engine(settings.sinks[SINK])  # the test's own connection to read the engine back
     try:
         yield settings, engine, prefix
@@ -216,6 +218,40 @@ def test_verify_finds_and_repair_fixes_a_sink_changed_behind_its_back(
     assert "repaired: upserted 3, deleted 1" in repaired.stdout, repaired.stdout
     _assert_holds_exactly(engine, tenant, expected)
     assert verify_sink(writer, tenant).differences.total == 0
+
+
+def test_a_source_deleted_by_docstream_delete_or_by_a_tombstone_leaves_the_sink(
+    sink_case: tuple[Settings, SinkEngine, str], kafka_bootstrap: str, cassandra_store: ResultStore,
+    tmp_path: Path,
+) -> None:
+    settings, engine, prefix = sink_case
+    rng, tenant = random.Random(13), f"t{prefix[-8:]}"
+    job = seed_job(cassandra_store, f"{prefix}-j1", tenant, [
+        (f"{prefix}-p", "s3://bucket/p.pdf", _paragraphs(rng, 5, "p")),
+        (f"{prefix}-q", "s3://bucket/q.pdf", _paragraphs(rng, 5, "q")),
+        (f"{prefix}-u", None, _paragraphs(rng, 5, "u"))], rng=rng)
+    topics = Topics(prefix)
+    _publish(kafka_bootstrap, topics.completed, job.completed, settings)
+    expected = _expected(job)
+    sink = _Running(settings, cassandra_store, open_engine(settings.sinks[SINK]))
+    try:
+        wait_until(lambda: len(_held(engine, tenant)) >= len(expected), 60, "the job's points")
+        # docstream delete, as a user runs it against the deployment's Kafka and store
+        env = service_env(kafka_bootstrap, prefix, settings.cassandra, tmp_path)
+        deleted = subprocess.run([str(DOCSTREAM), "delete", "s3://bucket/p.pdf", "--tenant", tenant, "--yes"],
+                                 env=env, capture_output=True, text=True, timeout=120)
+        assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+        assert cassandra_store.get_source(tenant, "s3://bucket/p.pdf") is None
+        # a producer's own tombstone for the upload (no source key): its points leave too
+        producer = Producer(producer_config(settings.kafka))
+        producer.produce(topics.submitted, key=f"{prefix}-u".encode(), value=None)
+        assert producer.flush(30) == 0
+        kept = {i: v for i, v in expected.items() if v[0] == f"{prefix}-q"}
+        wait_until(lambda: set(_held(engine, tenant)) == set(kept), 60, "p's and u's points deleted")
+    finally:
+        sink.stop()
+    _assert_holds_exactly(engine, tenant, kept)
+    assert sink.metrics.sink_documents.labels(f"sink-{SINK}", "removed")._value.get() == 2
 
 
 def test_kill_9_of_the_sink_mid_job_loses_and_doubles_nothing(

@@ -521,7 +521,7 @@ def test_a_job_shows_its_tasks_and_embed_alone_by_default(api: Api) -> None:
     assert jobs["j2"]["tasks"] == [{"name": "embed", "labels": [], "prompt": None}]
 
 
-def test_a_source_is_deleted_with_every_version_and_only_by_its_tenant(api: Api) -> None:
+def test_a_source_in_flight_or_of_another_tenant_is_refused_before_anything_is_published(api: Api) -> None:
     key = "s3://bucket/report.pdf"
     _job(api.store, "j1")
     _document(api.store, "j1", "v1", "completed", source_key=key)
@@ -530,17 +530,11 @@ def test_a_source_is_deleted_with_every_version_and_only_by_its_tenant(api: Api)
     api.store.upsert_source(SourceRow("acme", key, "v2", "ab" * 32, "j1", AT))
     busy = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
     assert busy.status_code == 409 and busy.json()["error_code"] == "source_in_flight"  # v2 still in flight
-    _document(api.store, "j1", "v2", "completed", source_key=key, previous_doc_id="v1")
-    _result(api.store, "j1", "v2", 3)
     other = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("globex"))
     assert other.status_code == 404 and other.json()["error_code"] == "source_not_found"
-    done = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
-    assert done.status_code == 200, done.text
-    assert done.json() == {"source_key": key, "doc_id": "v2", "versions": 2, "results": 2}
-    assert api.store.get_source("acme", key) is None
-    assert api.store.count_chunks("v1", MODEL) == api.store.count_chunks("v2", MODEL) == 0
-    assert api.store.get_job("j1") is not None  # the job keeps its counts
-    gone = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
-    assert gone.status_code == 404
+    assert api.store.get_source("acme", key) is not None and api.store.count_chunks("v1", MODEL) == 2
     assert api.client.delete("/v1/sources", params={"key": key}).status_code == 401
     assert api.client.delete("/v1/sources", headers=api.as_("acme")).status_code == 422  # no key
+    # the delete itself publishes a tombstone first: tests/integration/test_api.py, on a real broker
+
+

@@ -1,4 +1,5 @@
-"""docstream_ingest.sources: deleting a source over a real SQLite store, and `docstream delete`'s exit statuses."""
+"""Deleting a source over a real SQLite store (docstream.store.sources), by name, by an intake-topic tombstone, and
+`docstream delete`'s exit statuses."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from rich.console import Console
 
 from docstream.errors import InputError
 from docstream.settings import Settings
-from docstream.store.base import DocumentRow, SourceRow
+from docstream.store.base import DocumentResultRow, DocumentRow, JobRow, SourceRow
+from docstream.store.sources import SourceInFlightError, delete_by_tombstone, delete_source, tombstoned
 from docstream.store.sqlite import SqliteStore
-from docstream_ingest.sources import delete_command, delete_source, source_key_of
+from docstream_ingest.sources import delete_command, source_key_of
 
 AT = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
 
@@ -38,6 +40,7 @@ def _store(tmp_path: Path, *statuses: str) -> SqliteStore:
         store.upsert_document(DocumentRow(f"v{n}", "j", f"file:///o/{n}", "ab" * 32, status, AT,  # type: ignore[arg-type]
                                           source_key="s3://b/a.pdf", previous_doc_id=f"v{n - 1}" if n > 1 else None))
     store.upsert_source(SourceRow("acme", "s3://b/a.pdf", f"v{len(statuses)}", "ab" * 32, "j", AT))
+    store.upsert_job(JobRow("j", "acme", AT, "running", len(statuses)))
     return store
 
 
@@ -58,15 +61,68 @@ def test_docstream_delete_says_what_it_did_and_exits_by_the_worst_outcome(tmp_pa
     _store(tmp_path, "completed", "chunked").close()  # the current version still in flight
     out = io.StringIO()
     console = Console(file=out, width=200)
-    assert delete_command(settings, ["s3://b/a.pdf"], tenant="acme", console=console, confirm=lambda _: False) == 2
-    assert delete_command(settings, ["s3://b/a.pdf"], tenant="acme", console=console) == 1
+
+    def delete(*sources: str, **options: object) -> int:  # a docstream run's store: no broker, no tombstone
+        return delete_command(settings, list(sources), tenant="acme", console=console, publish=False,
+                              **options)  # type: ignore[arg-type]
+
+    assert delete("s3://b/a.pdf", confirm=lambda _: False) == 2
+    assert delete("s3://b/a.pdf") == 1
     assert "source_in_flight" in out.getvalue()
-    assert delete_command(settings, ["s3://b/none.pdf"], tenant="acme", console=console) == 2
+    assert delete("s3://b/none.pdf") == 2
     store = SqliteStore(tmp_path / "s.db")
     store.upsert_document(DocumentRow("v2", "j", "file:///o/2", "ab" * 32, "completed", AT,
                                       source_key="s3://b/a.pdf", previous_doc_id="v1"))
     store.close()
-    assert delete_command(settings, ["s3://b/a.pdf"], tenant="acme", console=console) == 0
+    assert delete("s3://b/a.pdf") == 0
     assert "s3://b/a.pdf" in out.getvalue() and " v2 " in out.getvalue()
+    assert "no tombstone published" in out.getvalue()
     with pytest.raises(InputError):
-        delete_command(settings, ["s3://b/a.pdf"], tenant="bad tenant!", console=console)
+        delete_command(settings, ["s3://b/a.pdf"], tenant="bad tenant!", console=console, publish=False)
+
+
+def test_the_announcement_comes_before_any_delete_and_a_failed_one_deletes_nothing(tmp_path: Path) -> None:
+    store = _store(tmp_path, "completed", "completed")
+    store.upsert_document_result(DocumentResultRow("v2", "m", "j", "completed", 1, 0, 1, [1.0], "s", AT))
+
+    def refuse(doc_id: str) -> None:
+        assert doc_id == "v2"
+        raise RuntimeError("broker down")
+
+    try:
+        with pytest.raises(RuntimeError):
+            delete_source(store, "acme", "s3://b/a.pdf", announce=refuse)
+        assert store.get_source("acme", "s3://b/a.pdf") is not None
+        assert store.get_document_result("v2", "m") is not None
+        told: list[str] = []
+        assert delete_source(store, "acme", "s3://b/a.pdf", announce=told.append).results == 1
+        assert told == ["v2"] and store.get_document_result("v2", "m") is None
+    finally:
+        store.close()
+
+
+def test_a_tombstone_deletes_its_versions_source_once_and_never_a_source_that_started_over(tmp_path: Path) -> None:
+    store = _store(tmp_path, "completed", "completed")
+    try:
+        assert tombstoned(store, "nope") is None
+        found = tombstoned(store, "v1")  # an earlier version names the source too
+        assert found is not None and found[0] == "acme" and found[1].doc_id == "v1"
+        done = delete_by_tombstone(store, "v1")
+        assert done is not None and (done.doc_id, done.versions) == ("v2", 2)
+        assert delete_by_tombstone(store, "v1") is None  # redelivered: nothing left to delete
+        # the source submitted again after the delete starts over: the old tombstone does not apply to it
+        store.upsert_document(DocumentRow("w1", "j", "file:///o/w", "cd" * 32, "completed", AT,
+                                          source_key="s3://b/a.pdf"))
+        store.upsert_source(SourceRow("acme", "s3://b/a.pdf", "w1", "cd" * 32, "j", AT))
+        assert tombstoned(store, "v1") is None and delete_by_tombstone(store, "v1") is None
+        assert store.get_source("acme", "s3://b/a.pdf") is not None
+        # an upload without a source key: its own results
+        store.upsert_document(DocumentRow("u1", "j", "upload://u1", "ef" * 32, "completed", AT))
+        store.upsert_document_result(DocumentResultRow("u1", "m", "j", "completed", 1, 0, 1, [1.0], "s", AT))
+        gone = delete_by_tombstone(store, "u1")
+        assert gone is not None and gone.source_key is None and gone.results == 1
+        store.upsert_document(DocumentRow("u2", "j", "upload://u2", "ef" * 32, "chunked", AT))
+        with pytest.raises(SourceInFlightError):
+            delete_by_tombstone(store, "u2")
+    finally:
+        store.close()

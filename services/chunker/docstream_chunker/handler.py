@@ -27,6 +27,7 @@ from docstream.store.base import (
     ResultStore,
     SourceRow,
 )
+from docstream.store.sources import delete_by_tombstone
 from docstream.topics import Topics
 from docstream.usage import STAGE_CHUNKER, Usage, apportion
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
@@ -123,6 +124,21 @@ class ChunkerHandler:
         self._job_status_ttl_s = job_status_ttl_s
         self._monotonic = monotonic
         self._cancelled: dict[str, tuple[float, bool]] = {}
+
+    def on_tombstone(self, topic: str, doc_id: str) -> Sequence[Output]:
+        """A tombstone on the intake topic, keyed by a version's doc_id: delete that version's source (or the
+        document's own results, without one; ``docstream.store.sources.delete_by_tombstone``). Nothing to delete
+        (already deleted, unknown, or a source that started over) is done.
+
+        Raises:
+            SourceInFlightError: the source's current version is still processed (after the loop's attempts, the
+                tombstone goes to the DLQ; send it again from there once that version is done).
+            RetryableError: the store is unavailable.
+        """
+        done = delete_by_tombstone(self._store, doc_id)
+        _log.info("tombstone_applied", doc_id=doc_id, deleted=done is not None,
+                  versions=done.versions if done is not None else 0)
+        return []
 
     def __call__(self, envelope: Envelope) -> Sequence[Output]:
         """Handle one intake record.

@@ -53,11 +53,13 @@ def build_chunker(
         update={"max_poll_interval_ms": max_poll_interval_ms(settings.kafka, settings.chunker)})
     extractor = ProcessExtractor(ExtractorSettings.of(settings))
     topics = Topics(kafka.topic_prefix)
+    handler = ChunkerHandler(settings.chunker, topics, store, extractor, metrics=metrics)
     loop = ConsumeLoop(
         kafka, settings.retry,
         group_id=settings.chunker.group_id or topics.group("chunker"),
         topics=[topics.submitted],
-        handler=ChunkerHandler(settings.chunker, topics, store, extractor, metrics=metrics),
+        handler=handler,
+        on_tombstone=handler.on_tombstone,
         serde=AvroSerde(kafka),
         service="chunker",
         metrics=metrics,

@@ -510,11 +510,14 @@ def delete(
     config: str | None = _ConfigOpt,
     state_dir: str | None = _StateDirOpt,
 ) -> None:
-    """Delete documents by their source: every version's chunks, vectors and results leave the store
-    (docs/intake.md "Versions of a document"). Exit 0 deleted, 2 unknown, 1 still in flight."""
+    """Delete documents by their source: every version's chunks, vectors and results leave the store, and a
+    tombstone on the intake topic tells the sinks (docs/intake.md "Deleting a source"). Exit 0 deleted,
+    2 unknown, 1 still in flight."""
     from docstream_ingest import sources as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.delete_command(
-        settings, sources, tenant=tenant, console=console, confirm=None if yes else _confirm)))
+        settings, sources, tenant=tenant, console=console, confirm=None if yes else _confirm,
+        # a tombstone goes to the Kafka the settings name; a docstream run's broker is gone with its run
+        publish="kafka" in _settings(config).model_fields_set)))
 
 
 @app.command()

@@ -119,10 +119,13 @@ class Upload:
     Attributes:
         filename: the name its sender gave it (the document's filename; ``.zip`` etc. mark archives).
         stream: its bytes; must be seekable (a spooled temporary file is).
+        source_key: the identity its sender gives it across versions (docs/intake.md "Versions of a document");
+            None: none, each upload is a document of its own.
     """
 
     filename: str
     stream: IO[bytes]
+    source_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,7 @@ class SubmittedDocument:
     size_bytes: int
     media_type: str | None = None
     source_key: str | None = None
-    """Its identity across versions (``_Candidate.source_key``); None: an upload, which has none."""
+    """Its identity across versions (``_Candidate.source_key``); None: an upload its sender gave none."""
     previous_doc_id: str | None = None
     """The source's version current when this one was submitted (``_versions``)."""
 
@@ -202,6 +205,7 @@ def _upload_candidate(upload: Upload) -> _Candidate:
         upload.filename,
         partial(_borrowed, upload.stream),
         partial(_stream_size, upload.stream),
+        source_key=upload.source_key,
     )
 
 

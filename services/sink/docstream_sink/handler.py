@@ -7,7 +7,8 @@ the DocumentCompleted is published), decides (``points.decide``), writes the poi
 write in as few engine calls as ``batch_size`` allows, then deletes what each one retires, through
 ``SinkWriter``, which ``docstream sink verify --repair`` uses too. A batch that fails runs again one document at
 a time (the loop's rule), so a document the engine refuses goes to the DLQ alone. A crash anywhere re-runs the
-documents: upserts by id and deletes by filter leave the same contents.
+documents: upserts by id and deletes by filter leave the same contents. The sink reads the intake topic too, for
+its tombstones only (``on_tombstone``): a deleted source's points are deleted.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from docstream.errors import PoisonRecord
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.records import DocumentCompleted
+from docstream.records import DocumentCompleted, DocumentSubmitted
 from docstream.store import ResultStore
 from docstream.store.base import ChunkRow, DocumentRow
 from docstream.store.completion import latest_completed
+from docstream.store.sources import tombstoned
 from docstream_sink.engine import SinkEngine
-from docstream_sink.points import Remove, SinkPoint, Skip, Write, decide, points_of
+from docstream_sink.points import Remove, SinkPoint, Skip, Write, decide, points_of, source_of
 
 __all__ = ["SinkHandler", "SinkWriter"]
 
@@ -121,8 +123,8 @@ class SinkWriter:
         versions' chunks whose text is gone)."""
         if document.previous_doc_id is None:
             # the first version of a source has no other version's points to delete (a delete by filter
-            # scans, in Milvus Lite: 50 ms per document at 6,000 points); a source deleted and submitted again
-            # starts over as a first version, and what its deleted versions left is verify's extra
+            # scans, in Milvus Lite: 50 ms per document at 6,000 points): a source deleted and submitted again
+            # starts over as a first version, its earlier points removed by its delete's tombstone
             return
         deleted = self.engine.delete_other_versions(tenant, action.source, action.doc_id)
         if deleted > 0:
@@ -148,6 +150,19 @@ class SinkHandler:
     def __call__(self, envelope: Envelope) -> list[Output]:
         return self.handle_batch([envelope])[0]
 
+    def on_tombstone(self, topic: str, doc_id: str) -> list[Output]:
+        """A tombstone on the intake topic (``docstream delete``, ``DELETE /v1/sources``, a producer's own): remove
+        the points of that version's source, unless the source started over since (``store.sources.tombstoned``)."""
+        found = tombstoned(self._writer.store, doc_id)
+        if found is None:
+            self._metrics.sink_documents.labels(self._label, "unknown_document").inc()
+            return []
+        tenant, document = found
+        self._writer.remove(tenant, Remove(source_of(document.doc_id, document.source_key)))
+        self._metrics.sink_documents.labels(self._label, "removed").inc()
+        _log.info("sink_source_removed", sink=self._writer.name, doc_id=doc_id)
+        return []
+
     def handle_batch(self, envelopes: Sequence[Envelope]) -> list[list[Output]]:
         """Plan every document, upsert all the points of those to write at once, then delete what each asks
         (other versions of a written source, every point of a removed one)."""
@@ -158,6 +173,8 @@ class SinkHandler:
         removed: list[tuple[str, Remove]] = []
         for envelope in envelopes:
             completed = envelope.value
+            if isinstance(completed, DocumentSubmitted):
+                continue  # the intake topic: only its tombstones (on_tombstone) concern a sink
             if not isinstance(completed, DocumentCompleted):
                 raise PoisonRecord(f"a sink reads DocumentCompleted, not {type(completed).__name__}",
                                    code="unexpected_record")

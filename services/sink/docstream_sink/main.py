@@ -39,15 +39,18 @@ def sink_writer(settings: Settings, name: str, *, store: ResultStore, engine: Si
 
 def build_sink(settings: Settings, name: str, *, store: ResultStore, engine: SinkEngine, metrics: Metrics,
                poll_timeout_s: float = 1.0) -> ConsumeLoop:
-    """The consume loop of the sink ``name``: its own consumer group on the completed topic."""
+    """The consume loop of the sink ``name``: its own consumer group on the completed topic, and on the intake
+    topic for its tombstones."""
     sink = sink_settings(settings, name)
     topics = Topics(settings.kafka.topic_prefix)
     writer = sink_writer(settings, name, store=store, engine=engine, metrics=metrics)
+    handler = SinkHandler(writer, metrics)
     return ConsumeLoop(
         settings.kafka, settings.retry,
         group_id=sink.group_id or topics.group(f"sink-{name}"),
-        topics=[topics.completed],
-        handler=SinkHandler(writer, metrics),
+        topics=[topics.completed, topics.submitted],  # the intake topic for its tombstones: deleted sources
+        handler=handler,
+        on_tombstone=handler.on_tombstone,
         serde=AvroSerde(settings.kafka),
         service=f"sink-{name}",
         metrics=metrics,

@@ -17,6 +17,10 @@ as one poll returns them (no wait beyond the poll's): steps 2-5 run for the batc
 or a failure past its attempts) its records run again one at a time, so that only the record at fault goes to the
 DLQ and its neighbours succeed (the sinks write one engine call for many documents this way).
 
+A record with no value (a tombstone: a delete, by Kafka's convention) goes to ``on_tombstone`` with its key, where
+the service takes them (the chunker and the sinks, on the intake topic: docs/intake.md "Deleting a source");
+elsewhere it is poison (``schema_empty``).
+
 A delivery failure is kept by the ReliableProducer and ends ``run`` with its error after a
 final commit of what is done: a restart resumes from there (at-least-once).
 
@@ -48,7 +52,7 @@ from docstream.metrics import Metrics
 from docstream.records import AnyRecord
 from docstream.settings import KafkaSettings, RetrySettings
 
-__all__ = ["BatchHandler", "ConsumeLoop", "Envelope", "Handler", "Output"]
+__all__ = ["BatchHandler", "ConsumeLoop", "Envelope", "Handler", "Output", "TombstoneHandler"]
 
 _log = get_logger(__name__)
 _Encoded = list[tuple[str, str, bytes]]
@@ -87,6 +91,8 @@ class Output:
 
 
 Handler = Callable[[Envelope], Sequence[Output]]
+TombstoneHandler = Callable[[str, str], Sequence[Output]]
+"""Takes a tombstone's topic and key (UTF-8); may raise as a Handler does."""
 
 
 @runtime_checkable
@@ -125,6 +131,8 @@ class ConsumeLoop:
         flush_timeout_s: how long revoke and exit wait for in-flight outputs.
         rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced.
         max_batch: most records one poll hands a ``BatchHandler`` (1: one at a time, whatever the handler).
+        on_tombstone: takes the records without a value (by topic and key), under the same retries and DLQ; None:
+            such a record is poison.
     """
 
     def __init__(
@@ -146,6 +154,7 @@ class ConsumeLoop:
         flush_timeout_s: float = 30.0,
         rejoin_timeout_s: float = 120.0,
         max_batch: int = 1,
+        on_tombstone: TombstoneHandler | None = None,
     ) -> None:
         if not topics:
             raise ValueError("ConsumeLoop needs at least one topic")
@@ -155,6 +164,7 @@ class ConsumeLoop:
         self._topics = list(topics)
         self._handler = handler
         self._max_batch = max_batch if isinstance(handler, BatchHandler) else 1
+        self._on_tombstone = on_tombstone
         self._serde = serde
         self._service = service
         self._metrics = metrics if metrics is not None else Metrics()
@@ -296,6 +306,9 @@ class ConsumeLoop:
             tp = self._accept(msg)
             if tp is None:
                 continue
+            if msg.value() is None and self._on_tombstone is not None:
+                self._handle_one(producer, dlq, msg, tp)
+                continue
             try:
                 batch.append((msg, tp, self._envelope(msg)))
             except PoisonRecord as exc:
@@ -343,6 +356,14 @@ class ConsumeLoop:
         )
 
     def _attempt(self, msg: Message) -> _Encoded:
+        if msg.value() is None and self._on_tombstone is not None:
+            key = msg.key()
+            if not key:
+                raise SchemaError("a tombstone without a key", code="tombstone_without_key", raw=None)
+            text = key.decode("utf-8", errors="replace") if isinstance(key, bytes) else str(key)
+            structlog.contextvars.bind_contextvars(tombstone=text[:200])
+            outputs = self._on_tombstone(str(msg.topic()), text)
+            return [(o.topic, o.key, self._serde.serialize(o.value, o.topic)) for o in outputs]
         envelope = self._envelope(msg)
         structlog.contextvars.bind_contextvars(
             job_id=getattr(envelope.value, "job_id", None), doc_id=getattr(envelope.value, "doc_id", None)

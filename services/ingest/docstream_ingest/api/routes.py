@@ -22,8 +22,10 @@ from docstream.ids import MAX_SOURCE_KEY_CHARS
 from docstream.logging import get_logger
 from docstream.progress import job_progress
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.sources import SourceInFlightError, delete_source
 from docstream.tasks.base import Label, Prompt, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
+from docstream.topics import Topics
 from docstream.usage import Usage, seconds, total_usage
 from docstream_ingest.api.auth import Principal
 from docstream_ingest.api.context import ApiContext
@@ -61,7 +63,7 @@ from docstream_ingest.api.schemas import (
 from docstream_ingest.api.uploads import read_json, read_multipart
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_uploads, submit_uris
 from docstream_ingest.request import JobRequest
-from docstream_ingest.sources import SourceInFlightError, delete_source
+from docstream_ingest.sources import tombstone_announcer
 
 __all__ = ["NdjsonResponse", "health_router", "jobs_router"]
 
@@ -587,15 +589,18 @@ def delete_source_route(
                               description="The source key: the URI it was submitted from (docs/intake.md).")],
 ) -> SourceDeleted:
     """Retire every version of one of the tenant's sources: their chunks, vectors and results leave the store;
-    the jobs keep their counts. 404 for a source the tenant does not have, 409 while its current version is in
-    flight."""
+    the jobs keep their counts. A tombstone on the intake topic tells the sinks to remove it too (published
+    first: 503 when it cannot be, and nothing is deleted). 404 for a source the tenant does not have, 409 while
+    its current version is in flight."""
+    announce = tombstone_announcer(ctx.producer, Topics(ctx.settings.kafka.topic_prefix),
+                                   ctx.settings.api.flush_timeout_s)
     try:
-        done = delete_source(ctx.store, caller.tenant, key)
+        done = delete_source(ctx.store, caller.tenant, key, announce=announce)
     except SourceInFlightError as exc:
         raise ApiError(409, exc.code, exc.message) from exc
     except InputError as exc:
         raise ApiError(404 if exc.code == "source_not_found" else 422, exc.code, exc.message) from exc
-    return SourceDeleted(source_key=done.source_key, doc_id=done.doc_id, versions=done.versions,
+    return SourceDeleted(source_key=done.source_key or key, doc_id=done.doc_id, versions=done.versions,
                          results=done.results)
 
 

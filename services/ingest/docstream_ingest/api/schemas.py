@@ -128,6 +128,12 @@ MULTIPART_SCHEMA: dict[str, Any] = {
             "items": {"type": "string", "format": "binary"},
             "description": "Documents and .zip/.tar/.tar.gz/.tgz archives (expanded safely, docs/intake.md).",
         },
+        "source_keys": {
+            "type": "string",
+            "description": "JSON object from a file's name to its source key, the identity of the document across "
+                           "versions (docs/intake.md \"Versions of a document\"): an upload with a key its tenant "
+                           "sent before is that source's next version. A file without one is a document of its own.",
+        },
         "model_id": {"type": "string", "pattern": _MODEL_PATTERN, "description": "Model for the job."},
         "chunk_max_tokens": {"type": "integer", "minimum": 8, "maximum": 8192, "description": "Chunk size."},
         "chunk_overlap_tokens": {"type": "integer", "minimum": 0, "maximum": 8191, "description": "Chunk overlap."},

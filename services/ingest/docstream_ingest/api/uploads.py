@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import Request
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from docstream.ids import MAX_SOURCE_KEY_CHARS
 from docstream_ingest.api.errors import ApiError
 from docstream_ingest.api.schemas import MAX_FORM_FIELD_BYTES, JobOptionsIn
 from docstream_ingest.intake import Upload
@@ -28,6 +29,7 @@ _MAX_FIELD_BYTES = MAX_FORM_FIELD_BYTES
 _MAX_FIELDS = 16
 _MAX_FILENAME = 255
 _FILES_FIELD = "files"
+_SOURCE_KEYS_FIELD = "source_keys"
 _OPTION_FIELDS = frozenset(JobOptionsIn.model_fields)
 _JSON_FIELDS = frozenset({"tasks"})
 
@@ -97,9 +99,32 @@ def _filename(raw: str | None, index: int) -> str:
     return name if name not in ("", ".", "..") else f"upload-{index}"
 
 
+def _source_keys(raw: str | None, uploads: list[Upload]) -> list[Upload]:
+    """``uploads`` with the source keys of the ``source_keys`` field: a JSON object from a file's name (as the job
+    lists it) to its source key."""
+    if raw is None:
+        return uploads
+    try:
+        keys = json.loads(raw)
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", f"source_keys: not JSON ({exc})") from exc
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
+        raise ApiError(422, "invalid_request", "source_keys: a JSON object from file name to source key")
+    names = {upload.filename for upload in uploads}
+    unknown = sorted(set(keys) - names)
+    if unknown:
+        raise ApiError(422, "invalid_request", f"source_keys names files the request does not hold: {unknown[:5]}")
+    for key in keys.values():
+        if not key.strip() or len(key) > MAX_SOURCE_KEY_CHARS:
+            raise ApiError(422, "invalid_source_key",
+                           f"a source key is 1 to {MAX_SOURCE_KEY_CHARS} characters, not blank")
+    return [replace(upload, source_key=keys.get(upload.filename)) for upload in uploads]
+
+
 def _collect(form: FormData) -> tuple[list[Upload], dict[str, str]]:
     uploads: list[Upload] = []
     fields: dict[str, str] = {}
+    source_keys: str | None = None
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
             if name != _FILES_FIELD:
@@ -107,13 +132,17 @@ def _collect(form: FormData) -> tuple[list[Upload], dict[str, str]]:
             uploads.append(Upload(_filename(value.filename, len(uploads)), value.file))
         elif name == _FILES_FIELD:
             raise ApiError(422, "invalid_request", "'files' must be file parts (with a filename)")
+        elif name == _SOURCE_KEYS_FIELD:
+            if source_keys is not None:
+                raise ApiError(422, "invalid_request", f"form field {name!r} given twice")
+            source_keys = value
         elif name not in _OPTION_FIELDS:
             raise ApiError(422, "invalid_request", f"unexpected form field {name!r}")
         elif name in fields:
             raise ApiError(422, "invalid_request", f"form field {name!r} given twice")
         else:
             fields[name] = value
-    return uploads, fields
+    return _source_keys(source_keys, uploads), fields
 
 
 def _decoded(fields: dict[str, str]) -> dict[str, Any]:
