@@ -110,17 +110,23 @@ def end_to_end(pages: int, per_page: int, work: Path) -> None:
 
     write(v1)
     first = _run(folder, work / "versions")
+    key, model_id = report.resolve().as_uri(), Settings().inference.model_id
+    # version 1's texts, read now: version 2's completion retires its rows (docs/intake.md "Versions of a document")
+    store = SqliteStore(work / "versions" / "docstream.db")
+    try:
+        before = store.get_source("default", key)
+        old_texts = {row.text for row in store.iter_chunks(before.doc_id, model_id)} if before is not None else set()
+    finally:
+        store.close()
     write(v2)
     incremental = _run(folder, work / "versions")
     full = _run(folder, work / "fresh")
-    key, model_id = report.resolve().as_uri(), Settings().inference.model_id
     store = SqliteStore(work / "versions" / "docstream.db")
     try:
         source = store.get_source("default", key)
         document = store.get_document(source.doc_id) if source is not None else None
         if source is None or document is None or document.previous_doc_id is None:
             raise SystemExit("version 2 is not recorded as the next version of version 1")
-        old_texts = {row.text for row in store.iter_chunks(document.previous_doc_id, model_id)}
         rows = list(store.iter_chunks(source.doc_id, model_id))
         ran = sum(1 for row in rows if row.text not in old_texts)
         model_incremental = _model_seconds(store, source.doc_id)

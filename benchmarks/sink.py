@@ -12,8 +12,8 @@ side on the same engine, into two collections:
   delete the source's other versions, commit), timed from its start to the last point written, and from its
   first write to its last (its throughput, without the consumer group's join).
 
-It prints points/s for both and their ratios (sink / plain). No model runs: both sides write the same stored
-vectors.
+It prints points/s for both and their ratios (sink / plain), ``--repeat`` times per engine (each into fresh
+collections), and the median ratios. No model runs: both sides write the same stored vectors.
 
     .venv/bin/python benchmarks/sink.py --docs 500 --chunks 20
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import tempfile
 import threading
@@ -69,7 +70,7 @@ def _rows(store: ResultStore, job: SeededJob) -> list[dict[str, object]]:
     return out
 
 
-def _plain_milvus(uri: str, store: ResultStore, job: SeededJob, batch: int, dimensions: int) -> float:
+def _plain_milvus(uri: str, store: ResultStore, job: SeededJob, batch: int, dimensions: int, name: str) -> float:
     from pymilvus import DataType, MilvusClient
 
     client = MilvusClient(uri=uri)
@@ -82,22 +83,22 @@ def _plain_milvus(uri: str, store: ResultStore, job: SeededJob, batch: int, dime
     schema.add_field("payload", DataType.JSON)
     index = client.prepare_index_params()
     index.add_index("vector", metric_type="COSINE", index_type="AUTOINDEX")
-    client.create_collection("plain", schema=schema, index_params=index)
+    client.create_collection(name, schema=schema, index_params=index)
     began = time.perf_counter()
     rows = _rows(store, job)
     for start in range(0, len(rows), batch):
-        client.upsert("plain", rows[start:start + batch])
+        client.upsert(name, rows[start:start + batch])
     took = time.perf_counter() - began
     client.close()
     return took
 
 
-def _plain_postgres(uri: str, store: ResultStore, job: SeededJob, batch: int) -> float:
+def _plain_postgres(uri: str, store: ResultStore, job: SeededJob, batch: int, name: str) -> float:
     import psycopg
     from psycopg.types.json import Jsonb
 
     with psycopg.connect(uri) as conn:
-        conn.execute("CREATE TABLE plain (id uuid PRIMARY KEY, tenant text, source text, doc_id text, "
+        conn.execute(f"CREATE TABLE {name} (id uuid PRIMARY KEY, tenant text, source text, doc_id text, "
                      "vector real[], payload jsonb)")
         conn.commit()
         began = time.perf_counter()
@@ -105,7 +106,7 @@ def _plain_postgres(uri: str, store: ResultStore, job: SeededJob, batch: int) ->
         for start in range(0, len(rows), batch):
             with conn.transaction(), conn.cursor() as cursor:
                 cursor.executemany(
-                    "INSERT INTO plain VALUES (%s, %s, %s, %s, %s::real[], %s) ON CONFLICT (id) DO UPDATE SET "
+                    f"INSERT INTO {name} VALUES (%s, %s, %s, %s, %s::real[], %s) ON CONFLICT (id) DO UPDATE SET "
                     "vector = EXCLUDED.vector, payload = EXCLUDED.payload",
                     [(r["id"], r["tenant"], r["source"], r["doc_id"], r["vector"], Jsonb(r["payload"]))
                      for r in rows[start:start + batch]])
@@ -144,6 +145,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="rows per engine call, both sides")
     parser.add_argument("--engine", choices=["milvus", "postgres", "both"], default="both")
     parser.add_argument("--bootstrap", default="127.0.0.1:19092", help="the local stack's Kafka")
+    parser.add_argument("--repeat", type=int, default=3, help="plain then sink, this many times per engine")
     args = parser.parse_args()
     configure_logging(level="WARNING", fmt="console")
     print(cpu_line())
@@ -162,27 +164,32 @@ def main() -> None:
         points = args.docs * args.chunks
         for kind in engines:
             server = milvus_lite_server(folder) if kind == "milvus" else postgres_server()
+            ratios: list[tuple[float, float]] = []
             with server as uri:
-                prefix = f"bench-sink-{uuid.uuid4().hex[:8]}"
-                settings = Settings().with_overrides(
-                    kafka={"bootstrap_servers": args.bootstrap, "topic_prefix": prefix},
-                    store={"backend": "sqlite", "sqlite_path": str(folder / "store.db")},
-                    sinks={SINK: {"kind": kind, "uri": uri, "collection": "sink", "batch_size": args.batch}})
-                topic = Topics(prefix).completed
-                create_topics(settings.kafka, [TopicSpec(topic, 3, 1, {})], timeout_s=30)
-                serde, producer = AvroSerde(settings.kafka), ReliableProducer(settings.kafka, client_id="bench")
-                for record in job.completed:
-                    producer.produce(topic, record.doc_id, serde.serialize(record, topic))
-                producer.flush(60)
-                producer.close()
-                plain = (_plain_milvus(uri, store, job, args.batch, 384) if kind == "milvus"
-                         else _plain_postgres(uri, store, job, args.batch))
-                total, steady = _sink(settings, store, points)
-                # the first write's points are counted after it: the steady figure spans points written after it
-                print(f"{kind}: plain {points / plain:,.0f} points/s ({plain:.2f} s); sink {points / total:,.0f} "
-                      f"points/s from its start ({total:.2f} s, group join included: {plain / total:.2f}x), "
-                      f"{points / steady:,.0f} points/s from its first write ({steady:.2f} s): sink/plain "
-                      f"{plain / steady:.2f}x")
+                for run in range(1, args.repeat + 1):
+                    prefix = f"bench-sink-{uuid.uuid4().hex[:8]}"
+                    settings = Settings().with_overrides(
+                        kafka={"bootstrap_servers": args.bootstrap, "topic_prefix": prefix},
+                        store={"backend": "sqlite", "sqlite_path": str(folder / "store.db")},
+                        sinks={SINK: {"kind": kind, "uri": uri, "collection": f"sink{run}", "batch_size": args.batch}})
+                    topic = Topics(prefix).completed
+                    create_topics(settings.kafka, [TopicSpec(t, 3, 1, {}) for t in (topic, Topics(prefix).submitted)],
+                                  timeout_s=30)
+                    serde, producer = AvroSerde(settings.kafka), ReliableProducer(settings.kafka, client_id="bench")
+                    for record in job.completed:
+                        producer.produce(topic, record.doc_id, serde.serialize(record, topic))
+                    producer.flush(60)
+                    producer.close()
+                    plain = (_plain_milvus(uri, store, job, args.batch, 384, f"plain{run}") if kind == "milvus"
+                             else _plain_postgres(uri, store, job, args.batch, f"plain{run}"))
+                    total, steady = _sink(settings, store, points)
+                    ratios.append((plain / total, plain / steady))
+                    print(f"{kind} run {run}: plain {points / plain:,.0f} points/s ({plain:.2f} s); sink "
+                          f"{points / total:,.0f} points/s from its start ({total:.2f} s, group join included: "
+                          f"{plain / total:.2f}x), {points / steady:,.0f} points/s from its first write "
+                          f"({steady:.2f} s): {plain / steady:.2f}x")
+            print(f"{kind}: sink/plain median of {args.repeat} runs: {statistics.median(r[1] for r in ratios):.2f}x "
+                  f"from the first write, {statistics.median(r[0] for r in ratios):.2f}x from the sink's start")
         store.close()
 
 

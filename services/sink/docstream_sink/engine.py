@@ -26,6 +26,11 @@ HeldPoint = tuple[str, str, list[float]]
 class SinkEngine(Protocol):
     """An external store a sink writes points to."""
 
+    overlaps_reads: bool
+    """Its writes wait on the engine with the GIL released (gRPC), so a write on the sink's writer thread overlaps
+    the reads of the next documents; False where the client's own Python work dominates a write (psycopg adapting
+    vectors), and a second thread only contends for the GIL. Measured: benchmarks/sink.py, docs/performance.md."""
+
     def ensure(self, dimensions: int) -> None:
         """Create the collection for vectors of ``dimensions`` when it is not there (once per process).
 

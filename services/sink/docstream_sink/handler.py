@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from docstream.errors import PoisonRecord
 from docstream.kafka.loop import Envelope, Output
@@ -23,7 +24,7 @@ from docstream.metrics import Metrics
 from docstream.records import DocumentCompleted, DocumentSubmitted
 from docstream.store import ResultStore
 from docstream.store.base import ChunkRow, DocumentRow
-from docstream.store.completion import latest_completed
+from docstream.store.completion import RETIRING, latest_completed
 from docstream.store.sources import tombstoned
 from docstream_sink.engine import SinkEngine
 from docstream_sink.points import Remove, SinkPoint, Skip, Write, decide, points_of, source_of
@@ -57,6 +58,7 @@ class SinkWriter:
         self._batch_size = batch_size
         self._metrics = metrics
         self._tenants: dict[str, str] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sink-{name}-writes")
 
     def tenant_of(self, job_id: str) -> str | None:
         """The tenant of a job (cached: a job's tenant never changes); None: the store has no such job."""
@@ -80,7 +82,9 @@ class SinkWriter:
         if document.source_key:
             source = self.store.get_source(tenant, document.source_key)
             deleted = source is None
-            if source is not None:
+            if source is not None and source.doc_id == document.doc_id and result is not None:
+                shown = document.doc_id if result.status in RETIRING else None  # the current version: no walk
+            elif source is not None:
                 shown = latest_completed(self.store, source.doc_id, self.model_id)
         return decide(document, result.status if result is not None else None, shown_doc_id=shown,
                       source_deleted=deleted)
@@ -95,18 +99,28 @@ class SinkWriter:
         return points_of(tenant, document, chunks, others)
 
     def upsert(self, points: Sequence[SinkPoint]) -> None:
-        """Upsert ``points`` in batches of the sink's ``batch_size``, creating the collection on the first."""
-        if not points:
-            return
-        # one point per id in a write (a document handled twice in one batch: a replay); the last one wins
-        points = list({p.id: p for p in points}.values())
-        self.engine.ensure(len(points[0].vector))
-        for start in range(0, len(points), self._batch_size):
-            batch = points[start:start + self._batch_size]
-            began = time.perf_counter()
-            self.engine.upsert(batch)
-            self._metrics.sink_write_latency.labels(self._service).observe(time.perf_counter() - began)
-            self._metrics.sink_points.labels(self._service, "upsert").inc(len(batch))
+        """Upsert ``points`` in writes of the sink's ``batch_size``, one at a time, creating the collection on the
+        first."""
+        with self.writes() as writes:
+            writes.add(points)
+
+    def writes(self) -> _Writes:
+        """A pipeline of writes: ``add`` points as they are read, and each ``batch_size`` of them goes to the
+        engine, on the writer's thread while the next are read where the engine's writes overlap reads
+        (``SinkEngine.overlaps_reads``), else at once; leaving the block waits for the last write (and raises its
+        error). One write in flight at a time."""
+        return _Writes(self)
+
+    def _write(self, batch: Sequence[SinkPoint]) -> None:
+        self.engine.ensure(len(batch[0].vector))
+        began = time.perf_counter()
+        self.engine.upsert(batch)
+        self._metrics.sink_write_latency.labels(self._service).observe(time.perf_counter() - began)
+        self._metrics.sink_points.labels(self._service, "upsert").inc(len(batch))
+
+    def close(self) -> None:
+        """Stop the writer's thread (after its write in flight)."""
+        self._pool.shutdown(wait=True)
 
     def points_to_write(self, tenant: str, document: DocumentRow) -> list[SinkPoint] | None:
         """The points of a document to write, or None when the store no longer holds its chunks (a newer version
@@ -137,6 +151,49 @@ class SinkWriter:
             self._metrics.sink_points.labels(self._service, "delete").inc(deleted)
 
 
+class _Writes:
+    """``SinkWriter.writes``: points in, writes of ``batch_size`` out, at most one in flight."""
+
+    def __init__(self, writer: SinkWriter) -> None:
+        self._writer = writer
+        self._pending: list[SinkPoint] = []
+        self._in_flight: Future[None] | None = None
+
+    def __enter__(self) -> _Writes:
+        return self
+
+    def add(self, points: Sequence[SinkPoint]) -> None:
+        self._pending.extend(points)
+        size = self._writer._batch_size
+        while len(self._pending) >= size:
+            self._send(self._pending[:size])
+            self._pending = self._pending[size:]
+
+    def _send(self, batch: list[SinkPoint]) -> None:
+        self._wait()
+        if not self._writer.engine.overlaps_reads:
+            self._writer._write(batch)
+            return
+        self._in_flight = self._writer._pool.submit(self._writer._write, batch)
+
+    def _wait(self) -> None:
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.result()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
+        if kind is None:
+            if self._pending:
+                self._send(self._pending)
+                self._pending = []
+            self._wait()
+            return
+        # failing: the write in flight ends before the error goes up (the batch may run again at once)
+        if self._in_flight is not None:
+            wait([self._in_flight])
+            self._in_flight = None
+
+
 class SinkHandler:
     """The ConsumeLoop handler of ``docstream sink run``: it writes and produces nothing. It takes a batch of
     completed documents (``handle_batch``): their points go to the engine in as few writes as ``batch_size``
@@ -164,39 +221,42 @@ class SinkHandler:
         return []
 
     def handle_batch(self, envelopes: Sequence[Envelope]) -> list[list[Output]]:
-        """Plan every document, upsert all the points of those to write at once, then delete what each asks
-        (other versions of a written source, every point of a removed one)."""
+        """Plan every document, write the points of those to write (read and written in a pipeline), then delete
+        what each asks (other versions of a written source, every point of a removed one)."""
         writer = self._writer
         outcomes: list[str] = []
-        points: list[SinkPoint] = []
         written: list[tuple[str, DocumentRow, Write]] = []
         removed: list[tuple[str, Remove]] = []
-        for envelope in envelopes:
-            completed = envelope.value
-            if isinstance(completed, DocumentSubmitted):
-                continue  # the intake topic: only its tombstones (on_tombstone) concern a sink
-            if not isinstance(completed, DocumentCompleted):
-                raise PoisonRecord(f"a sink reads DocumentCompleted, not {type(completed).__name__}",
-                                   code="unexpected_record")
-            tenant = writer.tenant_of(completed.job_id)
-            document = writer.store.get_document(completed.doc_id) if tenant is not None else None
-            action = writer.plan(document, tenant) if tenant is not None else Skip("unknown_document")
-            if isinstance(action, Skip):
-                outcomes.append(action.reason)
-            elif isinstance(action, Remove):
-                assert tenant is not None
-                removed.append((tenant, action))
-                outcomes.append("removed")
-            else:
-                assert tenant is not None and document is not None
-                mine = writer.points_to_write(tenant, document)
-                if mine is None:
-                    outcomes.append("retired")
-                    continue
-                points.extend(mine)
-                written.append((tenant, document, action))
-                outcomes.append("written")
-        writer.upsert(points)
+        seen: set[str] = set()
+        with writer.writes() as writes:
+            for envelope in envelopes:
+                completed = envelope.value
+                if isinstance(completed, DocumentSubmitted):
+                    continue  # the intake topic: only its tombstones (on_tombstone) concern a sink
+                if not isinstance(completed, DocumentCompleted):
+                    raise PoisonRecord(f"a sink reads DocumentCompleted, not {type(completed).__name__}",
+                                       code="unexpected_record")
+                if completed.doc_id in seen:
+                    continue  # another task's completion of a document this batch handles already
+                seen.add(completed.doc_id)
+                tenant = writer.tenant_of(completed.job_id)
+                document = writer.store.get_document(completed.doc_id) if tenant is not None else None
+                action = writer.plan(document, tenant) if tenant is not None else Skip("unknown_document")
+                if isinstance(action, Skip):
+                    outcomes.append(action.reason)
+                elif isinstance(action, Remove):
+                    assert tenant is not None
+                    removed.append((tenant, action))
+                    outcomes.append("removed")
+                else:
+                    assert tenant is not None and document is not None
+                    mine = writer.points_to_write(tenant, document)
+                    if mine is None:
+                        outcomes.append("retired")
+                        continue
+                    writes.add(mine)
+                    written.append((tenant, document, action))
+                    outcomes.append("written")
         for tenant, document, write in written:
             writer.delete_other_versions(tenant, document, write)
         for tenant, remove in removed:

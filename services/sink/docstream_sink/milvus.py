@@ -56,6 +56,8 @@ def _call(what: str, fn: Callable[[], _T]) -> _T:
 class MilvusEngine:
     """A sink's points in one Milvus collection."""
 
+    overlaps_reads = True
+
     def __init__(self, settings: SinkSettings) -> None:
         self._name = settings.collection
         self._timeout = settings.timeout_s

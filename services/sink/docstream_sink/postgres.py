@@ -29,6 +29,8 @@ _SCAN_BATCH = 1000
 class PostgresEngine:
     """A sink's points in one PostgreSQL table."""
 
+    overlaps_reads = False
+
     def __init__(self, settings: SinkSettings) -> None:
         self._uri = settings.uri.get_secret_value()
         self._timeout = settings.timeout_s

@@ -97,10 +97,11 @@ def verify_command(settings: Settings, name: str, *, tenant: str, repair: bool, 
     validate_id(tenant, "tenant")
     engine = open_engine(sink_settings(settings, name))
     store = open_store(settings)
+    writer = sink_writer(settings, name, store=store, engine=engine, metrics=Metrics())
     try:
-        writer = sink_writer(settings, name, store=store, engine=engine, metrics=Metrics())
         found = verify_sink(writer, tenant, repair=repair)
     finally:
+        writer.close()
         store.close()
         engine.close()
     counts = found.differences.counts()
