@@ -1,6 +1,6 @@
 """Which chunk the model takes next when several jobs wait: priority lanes, and tenants shared fairly inside a
-lane (issue 31; not wired into the inference pipeline yet). Pure: the caller pushes what it polled and takes
-what the rule gives; no clock, no I/O.
+lane (not wired into the inference pipeline yet). Pure: the caller pushes what it polled and takes what the
+rule gives; no clock, no I/O.
 
 Two lanes, ``interactive`` and ``batch``. While both hold work, interactive goes first, but batch keeps a
 guaranteed share of the tokens served (``batch_share``), so a steady stream of interactive jobs never starves a
