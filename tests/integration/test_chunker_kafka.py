@@ -280,7 +280,9 @@ def test_a_job_of_22_pdfs_chunks_as_expected_and_replays_to_the_same_ids(
 def test_a_mixed_job_chunks_the_good_and_fails_each_bad_with_its_code(
     kafka_bootstrap: str, service_factory: Callable[..., Service]
 ) -> None:
-    service = service_factory(kafka_bootstrap, timeout_s=4.0, max_pages=30, max_document_bytes=600_000)
+    # 10 s: long enough for a good document on 2 cores loaded by three test workers (4 s timed a.pdf out in
+    # one clean-clone run), short enough for the document that hangs on a FIFO to time out soon
+    service = service_factory(kafka_bootstrap, timeout_s=10.0, max_pages=30, max_document_bytes=600_000)
     job_id = f"job-{uuid.uuid4().hex}"
     good = [
         service.submission(make_pdf(3, seed=1).data, "a.pdf", job_id),
