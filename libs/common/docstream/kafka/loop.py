@@ -324,7 +324,7 @@ class ConsumeLoop:
 
         def attempt() -> list[_Encoded]:
             outputs = handler.handle_batch([envelope for _, _, envelope in batch])
-            return [[(o.topic, o.key, self._serde.serialize(o.value, o.topic)) for o in out] for out in outputs]
+            return [self._encode(out) for out in outputs]
 
         outcome = run_with_retries(attempt, retry=self._retry, wait=self._wait, on_retry=self._on_retry)
         if outcome.interrupted:
@@ -363,12 +363,16 @@ class ConsumeLoop:
             text = key.decode("utf-8", errors="replace") if isinstance(key, bytes) else str(key)
             structlog.contextvars.bind_contextvars(tombstone=text[:200])
             outputs = self._on_tombstone(str(msg.topic()), text)
-            return [(o.topic, o.key, self._serde.serialize(o.value, o.topic)) for o in outputs]
+            return self._encode(outputs)
         envelope = self._envelope(msg)
         structlog.contextvars.bind_contextvars(
             job_id=getattr(envelope.value, "job_id", None), doc_id=getattr(envelope.value, "doc_id", None)
         )
-        return [(o.topic, o.key, self._serde.serialize(o.value, o.topic)) for o in self._handler(envelope)]
+        return self._encode(self._handler(envelope))
+
+    def _encode(self, outputs: Sequence[Output]) -> _Encoded:
+        """A handler's outputs as (topic, key, bytes) for the producer."""
+        return [(o.topic, o.key, self._serde.serialize(o.value, o.topic)) for o in outputs]
 
     def _produce(
         self, producer: ReliableProducer, dlq: DlqRouter, msg: Message, tp: TopicPartitionKey, encoded: _Encoded
