@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from docstream.admission import TenantLoad
 from docstream.errors import InputError, StoreError
 from docstream.settings import CassandraSettings
 from docstream.store import (
@@ -288,6 +290,50 @@ def test_a_sources_current_version_round_trips_per_tenant_and_a_document_names_i
     store.delete_source("acme", key)
     assert store.get_source("acme", key) is None
     store.delete_source("acme", key)  # again: nothing to delete, nothing fails
+
+
+def test_a_tenants_admitted_documents_count_until_they_end_and_their_tokens_count_on_their_day(
+    store: ResultStore,
+) -> None:
+    tenant, other, job = _uid("tenant"), _uid("tenant"), _uid("job")
+    day = "2026-12-04"
+    assert store.tenant_load(tenant, day) == TenantLoad(0, 0, 0)
+    store.admit_documents(tenant, job, ["d1", "d2", "d3"], T0)
+    store.admit_documents(tenant, job, ["d3"], T0)  # again: the same rows
+    store.admit_documents(other, job, ["d9"], T0)
+    assert store.tenant_load(tenant, day) == TenantLoad(3, 0, 0)
+    store.set_document_tokens(tenant, "d1", 500)
+    store.set_document_tokens(tenant, "d2", 300)
+    store.set_document_tokens(tenant, "never-admitted", 10_000)  # a replay's chunking: not counted
+    assert store.tenant_load(tenant, day) == TenantLoad(3, 800, 0)
+    store.end_document(tenant, "d1", day, 500)
+    store.end_document(tenant, "d1", day, 500)  # a redelivered end: counted once
+    store.end_document(tenant, "d2", "2026-12-05", 300)
+    assert store.tenant_load(tenant, day) == TenantLoad(1, 0, 500)
+    assert store.tenant_load(tenant, "2026-12-05") == TenantLoad(1, 0, 300)
+    assert store.tenant_load(other, day) == TenantLoad(1, 0, 0)
+
+
+def test_one_admission_at_a_time_holds_a_tenants_lease(store: ResultStore) -> None:
+    tenant = _uid("tenant")
+    order: list[str] = []
+    inside = threading.Event()
+
+    def second() -> None:
+        inside.wait(30)
+        with store.admission_lease(tenant):
+            order.append("second")
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    with store.admission_lease(tenant):
+        inside.set()
+        time.sleep(0.5)  # the other waits for the lease meanwhile
+        order.append("first")
+    waiter.join(30)
+    assert order == ["first", "second"]
+    with store.admission_lease(_uid("tenant")), store.admission_lease(tenant):
+        pass  # free again; another tenant's lease is its own
 
 
 def test_provenance_of_documents_and_chunks_round_trips(store: ResultStore) -> None:

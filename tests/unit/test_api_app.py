@@ -538,3 +538,39 @@ def test_a_source_in_flight_or_of_another_tenant_is_refused_before_anything_is_p
     # the delete itself publishes a tombstone first: tests/integration/test_api.py, on a real broker
 
 
+
+
+def test_a_submission_past_the_tenants_quota_is_429_with_retry_after_and_capacity_says_why(tmp_path: Path) -> None:
+    settings = Settings().with_overrides(
+        store={"backend": "sqlite", "sqlite_path": str(tmp_path / "store.db")},
+        object_store={"url": str(tmp_path / "objects")},
+        kafka={"bootstrap_servers": "127.0.0.1:1"},  # never contacted: the refusal comes before any record
+        fairness={"tenants": {"acme": {"max_documents_in_flight": 2, "max_tokens_per_day": 10_000}}},
+    )
+    store = SqliteStore(tmp_path / "store.db")
+    store.migrate()
+    keys = {}
+    for tenant in ("acme", "globex"):
+        new = generate_api_key()
+        store.upsert_api_key(ApiKeyRow(new.key_id, tenant, new.key_hash, AT))
+        keys[tenant] = f"Bearer {new.key}"
+    store.admit_documents("acme", "job-0", ["d1", "d2"], NOW)
+    store.set_document_tokens("acme", "d1", 700)
+    store.end_document("acme", "d0", NOW.strftime("%Y-%m-%d"), 300)
+    with TestClient(create_app(settings, store=store, clock=lambda: NOW), raise_server_exceptions=False) as client:
+        response = client.post("/v1/jobs", headers={"Authorization": keys["acme"]},
+                               files=_files(("a.pdf", b"%PDF-1.4 a")))
+        assert response.status_code == 429, response.text
+        assert response.headers["retry-after"] == "5"
+        body = response.json()
+        assert (body["error_code"], body["limit"]) == ("quota_exceeded", "max_documents_in_flight")
+        assert store.list_jobs("acme") == []  # nothing enqueued, no job
+        capacity = client.get("/v1/capacity", headers={"Authorization": keys["acme"]}).json()
+        assert capacity == {
+            "tenant": "acme", "documents": 0, "limited_by": "max_documents_in_flight", "retry_after_s": 5,
+            "documents_in_flight": 2, "enqueued_tokens": 700, "tokens_today": 300,
+            "limits": {"max_documents_in_flight": 2, "max_enqueued_tokens": None, "max_tokens_per_day": 10_000}}
+        free = client.get("/v1/capacity", headers={"Authorization": keys["globex"]}).json()
+        assert (free["documents"], free["limited_by"], free["limits"]["max_documents_in_flight"]) == (None, None, None)
+        assert client.get("/v1/capacity").status_code == 401
+    store.close()

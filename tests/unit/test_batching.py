@@ -301,3 +301,35 @@ def test_discard_in_a_pool_keeps_the_others_and_their_tokens() -> None:
     assert batcher.discard(lambda item: item.startswith("p0")) == ["p0-a", "p0-c"]
     assert (batcher.pending, batcher.pending_tokens) == (2, 6)
     assert [b.items for b in batcher.flush()] == [("p1-b", "p1-d")]
+
+
+def test_an_urgent_record_is_cut_into_the_next_batch_before_older_ones_with_urgent_ones_first() -> None:
+    batcher, clock = _batcher(size=4, pool=4)
+    closed: list[Batch[str]] = []
+    for i in range(12):  # a backlog: the pool holds three batches' worth of older records
+        clock.advance(0.001)
+        closed.extend(batcher.add(f"old{i}", 50))
+    assert closed == []
+    for i in range(3):
+        clock.advance(0.001)
+        closed.extend(batcher.add(f"urgent{i}", 50, urgent=True))
+    clock.advance(0.001)
+    closed.extend(batcher.add("old12", 50))  # the pool is full: a batch closes
+    assert [b.items for b in closed] == [("old0", "urgent0", "urgent1", "urgent2")]  # in arrival order
+    rest = batcher.flush()
+    assert [item for b in rest for item in b.items] == [f"old{i}" for i in range(1, 13)]  # then oldest first again
+
+
+def test_urgent_records_of_any_length_go_together_and_the_oldest_others_fill_the_batch() -> None:
+    batcher, clock = _batcher(size=8, tokens=10_000, pool=4)
+    closed: list[Batch[str]] = []
+    for i in range(24):  # with the 5 below, 29: under the pool's 32
+        clock.advance(0.001)
+        closed.extend(batcher.add(f"old{i}", 10 + (i * 37) % 190))
+    for i, tokens in enumerate((12, 180, 64, 150, 33)):
+        clock.advance(0.001)
+        closed.extend(batcher.add(f"urgent{i}", tokens, urgent=True))
+    assert closed == []
+    closed.extend(batcher.flush())
+    assert set(closed[0].items) == {f"urgent{i}" for i in range(5)} | {"old0", "old1", "old2"}
+    assert not any(item.startswith("urgent") for b in closed[1:] for item in b.items)

@@ -53,3 +53,18 @@ def test_chunks_and_the_document_record_where_their_text_came_from(tmp_path: Pat
     assert metrics.registry.get_sample_value("docstream_ocr_pages_total", {"service": "chunker", "engine": engine}) == 1
     assert metrics.registry.get_sample_value(
         "docstream_page_verdicts_total", {"service": "chunker", "verdict": "ok"}) == 3
+
+
+def test_an_interactive_documents_chunks_travel_on_the_interactive_lane_with_their_tenant(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.migrate()
+    topics = Topics("p")
+    handler = ChunkerHandler(ChunkerSettings(), topics, store, _Extractor(), metrics=Metrics())
+    for priority, topic in (("interactive", "p.chunks.interactive"), ("batch", "p.chunks")):
+        submitted = DocumentSubmitted(job_id=f"job-{priority}", doc_id=f"doc-{priority}", source_uri="file:///x",
+                                      content_sha256="ab" * 32, size_bytes=10, submitted_at=AT, tenant="acme",
+                                      priority=priority)
+        outputs = handler.handle(submitted)
+        assert {o.topic for o in outputs} == {topic}
+        assert {(c.tenant, c.priority) for c in (o.value for o in outputs) if isinstance(c, ChunkCreated)} == {
+            ("acme", priority)}

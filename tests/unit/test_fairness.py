@@ -1,4 +1,4 @@
-"""docstream_inference.fairness: lanes and deficit round robin between tenants, with injected queues. Pure."""
+"""docstream.fairness: lanes and deficit round robin between tenants, with injected queues. Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docstream_inference.fairness import LANES, FairQueue, Lane, Waiting
+from docstream.fairness import LANES, FairQueue, Lane, Waiting
 
 
 def _push(queue: FairQueue[str], lane: Lane, tenant: str, count: int, tokens: int | list[int]) -> None:
@@ -131,3 +131,20 @@ def test_batches_take_exactly_what_single_takes_would_in_the_same_order(
         batched.extend(w.item for w in batch)
     assert batched == singles
     assert sorted(singles) == list(range(len(items)))  # every item once
+
+
+def test_removed_items_leave_and_the_others_keep_their_order_and_counts() -> None:
+    queue: FairQueue[str] = FairQueue(quantum=100)
+    _push(queue, "batch", "a", 4, 100)
+    _push(queue, "batch", "b", 4, 50)
+    _push(queue, "interactive", "c", 2, 10)
+    first = queue.take()
+    assert first is not None and first.lane == "interactive"
+    removed = queue.remove(lambda w: w.item.endswith(("-1", "-3")) or w.tenant == "c")
+    assert sorted(w.item for w in removed) == ["a-batch-1", "a-batch-3", "b-batch-1", "b-batch-3", "c-interactive-1"]
+    assert queue.count("interactive") == 0 and queue.count("batch") == 4 and len(queue) == 4
+    assert queue.tokens("batch") == 300 and queue.tenant_tokens("batch") == {"a": 200, "b": 100}
+    rest = [w.item for w in _drain(queue, 10)]
+    assert [i for i in rest if i.startswith("a")] == ["a-batch-0", "a-batch-2"]
+    assert [i for i in rest if i.startswith("b")] == ["b-batch-0", "b-batch-2"]
+    assert queue.take() is None and queue.remove(lambda w: True) == []

@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 import pytest
 
 from docstream import ids
-from docstream.errors import ConfigError, InputError
+from docstream.admission import TenantLoad
+from docstream.errors import ConfigError, InputError, QuotaExceeded
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted
 from docstream.settings import Settings
@@ -23,7 +24,15 @@ from docstream.tasks.fold_embed import EmbedFold
 from docstream.tasks.selection import job_tasks
 from docstream.topics import Topics
 from docstream_ingest.commands import cli_tasks
-from docstream_ingest.intake import IntakeClients, SubmitResult, Upload, submit_paths, submit_uploads, submit_uris
+from docstream_ingest.intake import (
+    Gradually,
+    IntakeClients,
+    SubmitResult,
+    Upload,
+    submit_paths,
+    submit_uploads,
+    submit_uris,
+)
 from docstream_ingest.request import JobRequest, validate_job_request
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
@@ -402,3 +411,110 @@ def test_submitting_to_a_job_with_other_tasks_is_refused(intake: Intake) -> None
         assert caught.value.code == "job_tasks_mismatch"
     job = intake.store.get_job("job-1")
     assert job is not None and job.document_count == 2 and job_tasks(job) == TASKS
+
+
+# -- priority lanes ------------------------------------------------------------------------
+
+
+def test_a_priority_is_a_lane_and_a_tenant_capped_at_batch_may_not_ask_for_interactive() -> None:
+    assert _check(JobRequest(priority="interactive")).priority == "interactive"
+    with pytest.raises(InputError) as caught:
+        _check(JobRequest(priority="urgent"))
+    assert caught.value.code == "invalid_priority"
+    with pytest.raises(InputError) as caught:
+        validate_job_request(JobRequest(tenant="bulk", priority="interactive"), default_max_tokens=DEFAULT_MAX_TOKENS,
+                             max_priority="batch")
+    assert caught.value.code == "priority_not_allowed"
+    batch = validate_job_request(JobRequest(tenant="bulk"), default_max_tokens=DEFAULT_MAX_TOKENS,
+                                 max_priority="batch")
+    assert batch.priority == "batch" and "priority" not in batch.job_options()
+    assert JobRequest(priority="interactive").job_options() == {"priority": "interactive"}
+
+
+@ENTRY_POINTS
+def test_an_interactive_job_marks_its_records_and_its_row(intake: Intake, submit: Submit) -> None:
+    submit(intake, {"a.txt": b"urgent"}, dataclasses.replace(REQUEST, priority="interactive"))
+    records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
+    assert [(r.priority, r.tenant) for r in records] == [("interactive", "acme")]
+    job = intake.store.get_job("job-1")
+    assert job is not None and job.options["priority"] == "interactive"
+
+
+def test_a_tenants_cap_and_a_jobs_priority_hold_at_intake(intake: Intake) -> None:
+    capped = dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
+        fairness={"tenants": {"bulk": {"max_priority": "batch"}}}))
+    with pytest.raises(InputError) as caught:
+        submit_paths([], JobRequest(job_id="job-2", tenant="bulk", priority="interactive"), capped)
+    assert caught.value.code == "priority_not_allowed"
+    _by_paths(intake, {"a.txt": b"first"}, JobRequest(job_id="job-1", priority="interactive"))
+    with pytest.raises(InputError) as caught:
+        _by_paths(intake, {"b.txt": b"second"}, JobRequest(job_id="job-1"))  # the job is interactive
+    assert caught.value.code == "job_priority_mismatch"
+    assert intake.store.get_job("job-2") is None and len(intake.producer.produced) == 1
+
+
+# -- quotas and admission ------------------------------------------------------------------
+
+
+def _limited(intake: Intake, **limits: int) -> IntakeClients:
+    return dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
+        fairness={"tenants": {"acme": limits}}))
+
+
+@ENTRY_POINTS
+def test_a_submission_past_a_quota_is_refused_whole_and_enqueues_nothing(intake: Intake, submit: Submit) -> None:
+    clients = _limited(intake, max_documents_in_flight=2)
+    limited = dataclasses.replace(intake, clients=clients)
+    submit(limited, {"a.txt": b"first"}, dataclasses.replace(REQUEST, job_id="job-1"))
+    assert intake.store.tenant_load("acme", "2024-05-17").documents_in_flight == 1
+    with pytest.raises(QuotaExceeded) as caught:
+        submit(limited, {"b.txt": b"second", "c.txt": b"third"}, dataclasses.replace(REQUEST, job_id="job-2"))
+    assert (caught.value.code, caught.value.limit, caught.value.retry_after_s) == (
+        "quota_exceeded", "max_documents_in_flight", 5)
+    assert intake.store.get_job("job-2") is None and len(intake.producer.produced) == 1  # no half-admitted job
+    assert intake.store.tenant_load("acme", "2024-05-17").documents_in_flight == 1
+    submit(limited, {"b.txt": b"second"}, dataclasses.replace(REQUEST, job_id="job-2"))  # one fits
+    intake.store.end_document("acme", intake.producer.produced[0][1], "2024-05-17", 100)  # type: ignore[arg-type]
+    assert intake.store.tenant_load("acme", "2024-05-17") == TenantLoad(1, 0, 100)
+
+
+def test_a_token_quota_reached_refuses_until_the_day_or_the_documents_end(intake: Intake) -> None:
+    clients = _limited(intake, max_tokens_per_day=1000, max_enqueued_tokens=500)
+    intake.store.admit_documents("acme", "job-0", ["earlier"], AT)
+    intake.store.set_document_tokens("acme", "earlier", 600)
+    with pytest.raises(QuotaExceeded) as caught:
+        _by_paths(dataclasses.replace(intake, clients=clients), {"a.txt": b"a"}, dataclasses.replace(REQUEST))
+    assert caught.value.limit == "max_enqueued_tokens"
+    intake.store.end_document("acme", "earlier", "2024-05-17", 1000)
+    with pytest.raises(QuotaExceeded) as caught:
+        _by_paths(dataclasses.replace(intake, clients=clients), {"a.txt": b"a"}, dataclasses.replace(REQUEST))
+    assert caught.value.limit == "max_tokens_per_day" and caught.value.retry_after_s == 12 * 3600 + 1
+    assert intake.producer.produced == []
+
+
+def test_a_gradual_admission_completes_a_job_larger_than_the_quota_as_documents_end(intake: Intake) -> None:
+    clients = _limited(intake, max_documents_in_flight=2)
+    files = {f"d{i}.txt": f"document {i}".encode() for i in range(5)}
+    progress: list[tuple[int, int]] = []
+    in_flight_seen: list[int] = []
+
+    def documents_end(_seconds: float) -> None:  # the pipeline, between two rounds: what is in flight ends
+        in_flight_seen.append(intake.store.tenant_load("acme", "2024-05-17").documents_in_flight)
+        for _topic, doc_id in intake.producer.produced:
+            intake.store.end_document("acme", str(doc_id), "2024-05-17", 10)
+
+    gradually = Gradually(on_progress=lambda done, total, _cap: progress.append((done, total)), sleep=documents_end)
+    for name, data in files.items():
+        (intake.inbox / name).write_bytes(data)
+    result = submit_paths([intake.inbox / name for name in files], REQUEST, clients, gradually=gradually)
+
+    assert len(result.documents) == 5 and len(intake.producer.produced) == 5
+    assert progress == [(2, 5), (4, 5), (5, 5)] and max(in_flight_seen) == 2
+    job = intake.store.get_job("job-1")
+    assert job is not None and job.document_count == 5  # every row first: the job never looks complete early
+    assert intake.store.tenant_load("acme", "2024-05-17") == TenantLoad(1, 0, 40)
+
+
+def test_a_tenant_without_quotas_writes_no_admission_rows(intake: Intake) -> None:
+    _by_paths(intake, {"a.txt": b"a"}, REQUEST)
+    assert intake.store.tenant_load("acme", "2024-05-17") == TenantLoad(0, 0, 0)

@@ -89,6 +89,17 @@ def test_each_service_replays_its_input_topic_as_its_group() -> None:
     assert not any(s.new_group for s in (chunker, inference, reducer))
 
 
+def test_the_interactive_lane_replays_its_own_topics_in_the_same_groups() -> None:
+    settings = _settings()
+    chunker, inference = (replay_source(settings, s, lane="interactive") for s in ("chunker", "inference"))
+    assert (chunker.topic, chunker.group_id) == ("t1.documents.submitted.interactive", "t1-chunker")
+    assert (inference.topic, inference.group_id) == ("t1.chunks.interactive", "t1-inference")
+    for service, lane in (("inference", "urgent"), ("reducer", "interactive")):
+        with pytest.raises(InputError) as caught:
+            replay_source(settings, service, lane=lane)
+        assert caught.value.code == "replay_lane"
+
+
 def test_group_overrides_and_new_groups() -> None:
     settings = _settings(inference={"group_id": "custom"})
     assert replay_source(settings, "inference").group_id == "custom"

@@ -83,4 +83,8 @@ def test_topics() -> None:
     assert topics.submitted == "p.documents.submitted"
     assert topics.embedded == "p.chunks.embedded"
     assert dlq_topic(topics.chunks) == "p.chunks.dlq"
-    assert len(set(topics.all())) == 6
+    assert topics.lanes() == ("p.chunks.interactive", "p.chunks")
+    assert (topics.lane("interactive"), topics.lane("batch"), topics.lane("anything else")) == (
+        "p.chunks.interactive", "p.chunks", "p.chunks")
+    assert topics.intakes() == ("p.documents.submitted.interactive", "p.documents.submitted")
+    assert len(set(topics.all())) == 8

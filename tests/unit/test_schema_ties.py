@@ -55,6 +55,8 @@ NOT_HELD: dict[tuple[type[Any], type[Any]], dict[str, str]] = {
         "page_breaks": "used by the entities task to give mentions their pages, then not needed",
         "table": "held as table_part, its typed record (TablePart)",
         "previous_doc_id": "the document's, in its documents row",
+        "tenant": "the job's, in its jobs row",
+        "priority": "the job's, in its options",
     },
     (ChunkEmbedded, ChunkRow): {
         "chunk_count": "the document's, in its documents row once chunked",
@@ -83,6 +85,7 @@ NOT_HELD: dict[tuple[type[Any], type[Any]], dict[str, str]] = {
         "size_bytes": "checked at intake, not kept",
         "submitted_at": "the row's updated_at",
         "tenant": "the job's, in its jobs row",
+        "priority": "the job's, in its options",
         "model_id": "the job's, in its options",
         "chunk_max_tokens": "the job's, in its options",
         "chunk_overlap_tokens": "the job's, in its options",

@@ -10,7 +10,9 @@ token count. A model pads every record of a batch to the batch's longest, so a b
 runs with almost no padding (the plain ``SentenceTransformer.encode`` over a whole list sorts it
 by length for the same reason); every batch takes the oldest record, so none waits behind more
 than ``pool_batches`` batches, and a lone record leaves as before. ``pool_batches=1``: a batch is
-the records in arrival order.
+the records in arrival order. Urgent records (an interactive job's chunks, docs/operations.md "Sharing the
+service") are cut into batches before the others, whatever their length; the others fill those batches oldest
+first, and what share of the pool they hold is the caller's rule (``docstream.fairness``).
 
 Time comes from an injected clock (seconds, monotonic), so the rules are tested with a fake
 clock; the caller uses ``time_left()`` as its poll timeout and calls ``poll()`` when it
@@ -140,6 +142,7 @@ class _Waiting(Generic[T]):
     item: T
     tokens: int
     arrived_at: float
+    urgent: bool = False
 
 
 class Batcher(Generic[T]):
@@ -183,13 +186,16 @@ class Batcher(Generic[T]):
             return None
         return max(0.0, deadline - self._clock())
 
-    def add(self, item: T, tokens: int, *, arrived_at: float | None = None) -> list[Batch[T]]:
+    def add(self, item: T, tokens: int, *, arrived_at: float | None = None, urgent: bool = False
+            ) -> list[Batch[T]]:
         """Add a record; return the batches this closes (none, one, or more).
 
         Args:
             item: the record.
             tokens: its token count (its share of ``max_batch_tokens``).
             arrived_at: when it arrived (clock time), if before now: its wait counts from there.
+            urgent: an interactive job's record: the next batch is cut from the urgent records first, and filled
+                with the oldest others.
 
         Raises:
             ValueError: a negative token count.
@@ -204,7 +210,7 @@ class Batcher(Generic[T]):
         while self._waiting and self._tokens + tokens > room_tokens:
             closed.append(self._close("tokens", now))
         arrival = now if arrived_at is None else min(arrived_at, now)
-        self._waiting.append(_Waiting(self._seq, item, tokens, arrival))
+        self._waiting.append(_Waiting(self._seq, item, tokens, arrival, urgent))
         self._seq += 1
         self._tokens += tokens
         while self._waiting:
@@ -267,18 +273,35 @@ class Batcher(Generic[T]):
 
 
 def _next_batch(waiting: Sequence[_Waiting[T]], policy: BatchPolicy) -> list[_Waiting[T]]:
-    """The records of the next batch, in arrival order: the oldest waiting one and its length neighbours.
+    """The records of the next batch, in arrival order.
 
-    Of the windows of ``max_batch_size`` consecutive records in token order that hold the oldest
-    record, the one with the least padding (records x its longest, less its tokens); then, while it
-    holds more than ``max_batch_tokens``, its longest record other than the oldest leaves it.
-    When everything waiting fits one batch, that is the batch.
+    Urgent records (an interactive job's) go first: the batch is cut from them (the oldest and its length
+    neighbours, as below), and filled with the oldest others. Otherwise, of the windows of ``max_batch_size``
+    consecutive records in token order that hold the oldest record, the one with the least padding (records x
+    its longest, less its tokens); then, while it holds more than ``max_batch_tokens``, its longest record other
+    than the oldest leaves it. When everything waiting fits one batch, that is the batch.
     """
     if not waiting:
         return []
     fits = len(waiting) <= policy.max_batch_size and sum(w.tokens for w in waiting) <= policy.max_batch_tokens
     if fits:
         return list(waiting)
+    urgent = [w for w in waiting if w.urgent]
+    if not urgent:
+        return _around_the_oldest(waiting, policy)
+    chosen = _around_the_oldest(urgent, policy)
+    total = sum(w.tokens for w in chosen)
+    for other in sorted((w for w in waiting if not w.urgent), key=lambda w: (w.arrived_at, w.seq)):
+        if len(chosen) >= policy.max_batch_size:
+            break
+        if total + other.tokens <= policy.max_batch_tokens:
+            chosen.append(other)
+            total += other.tokens
+    return sorted(chosen, key=lambda w: w.seq)
+
+
+def _around_the_oldest(waiting: Sequence[_Waiting[T]], policy: BatchPolicy) -> list[_Waiting[T]]:
+    """The oldest of ``waiting`` and its length neighbours: at most one batch, by size and tokens."""
     oldest = min(waiting, key=lambda w: (w.arrived_at, w.seq))
     by_length = sorted(waiting, key=lambda w: (w.tokens, w.seq))
     at = by_length.index(oldest)

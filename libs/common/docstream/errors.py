@@ -20,6 +20,7 @@ __all__ = [
     "InputError",
     "PartialBatchError",
     "PoisonRecord",
+    "QuotaExceeded",
     "RetryableError",
     "SchemaError",
     "StoreError",
@@ -128,3 +129,20 @@ class InputError(DocstreamError):
     """User input refused at a boundary (CLI, HTTP): bad path, archive rules, limits."""
 
     code = "invalid_input"
+
+
+class QuotaExceeded(DocstreamError):  # noqa: N818 - a refusal, named for what it says
+    """A submission past one of its tenant's quotas (docs/operations.md "Quotas and admission"): nothing was
+    enqueued. HTTP 429 with ``Retry-After``.
+
+    Attributes:
+        limit: the limit's name (``max_documents_in_flight``, ``max_enqueued_tokens``, ``max_tokens_per_day``).
+        retry_after_s: seconds until trying again is worth it.
+    """
+
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s

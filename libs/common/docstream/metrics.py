@@ -70,6 +70,15 @@ class Metrics:
             buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.paused = Gauge("docstream_consumer_paused", "1 while partitions are paused.", ["service"], registry=r)
+        self.lane_waiting_tokens = Gauge(
+            "docstream_lane_waiting_tokens", "Tokens of the chunks an inference process has read ahead and not batched "
+            "yet, by lane and tenant (docs/operations.md \"Sharing the service\").", ["service", "lane", "tenant"],
+            registry=r,
+        )
+        self.lane_paused = Gauge(
+            "docstream_lane_paused", "1 while a lane's partitions are paused (its read-ahead is full).",
+            ["service", "lane"], registry=r,
+        )
         self.pauses = Counter(
             "docstream_consumer_pauses", "Times the partitions were paused (backpressure; short pauses too).",
             ["service"], registry=r,

@@ -98,6 +98,8 @@ class DocumentSubmitted(_Record):
     """The document's identity across versions: the user's key, else the absolute path or URI it came from."""
     previous_doc_id: str | None = None
     """The doc_id of the source's version current when this one was submitted (None: no earlier one)."""
+    priority: str = "batch"
+    """The job's lane, ``interactive`` or ``batch`` (``docstream.fairness.LANES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,10 @@ class ChunkCreated(_Record):
     previous_doc_id: str | None = None
     """The doc_id of the source's earlier version (DocumentSubmitted): its stored results of unchanged chunk texts
     are reused."""
+    tenant: str = "default"
+    """The job's tenant (DocumentSubmitted): inference shares the model fairly between tenants."""
+    priority: str = "batch"
+    """The job's lane (DocumentSubmitted); the chunk travels on that lane's topic (``Topics.lane``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from docstream.admission import Limits
 from docstream.errors import ConfigError
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "CassandraSettings",
     "ChunkerSettings",
     "EndpointSettings",
+    "FairnessSettings",
     "FaultSettings",
     "InferenceSettings",
     "IngestSettings",
@@ -44,6 +46,7 @@ __all__ = [
     "SinkSettings",
     "StoreSettings",
     "TasksSettings",
+    "TenantSettings",
     "load_settings",
     "user_dir",
 ]
@@ -611,6 +614,72 @@ class SinkSettings(BaseModel):
                           "document, at its own pace.")
 
 
+class TenantSettings(BaseModel):
+    """One tenant's share of the service (docs/operations.md "Sharing the service")."""
+
+    model_config = _FROZEN
+
+    weight: float = Field(
+        1.0, gt=0, le=1000,
+        description="The tenant's share of the model inside a lane against the others': a weight of 2 is served "
+                    "twice the tokens of a weight of 1 while both have chunks waiting.")
+    max_priority: Literal["interactive", "batch"] = Field(
+        "interactive",
+        description="The highest priority the tenant's jobs may ask for: batch refuses interactive jobs "
+                    "(priority_not_allowed).")
+    max_documents_in_flight: int | None = Field(
+        None, ge=1, description="Most of the tenant's documents admitted and not ended; a submission past it: "
+                                "429 (docs/operations.md \"Quotas and admission\"). Unset: no limit.")
+    max_enqueued_tokens: int | None = Field(
+        None, ge=1, description="Submissions wait (429) while the tenant's chunked documents not ended hold this many "
+                                "tokens. Unset: no limit.")
+    max_tokens_per_day: int | None = Field(
+        None, ge=1, description="Submissions wait (429) once the tenant's documents that ended this UTC day used "
+                                "this many tokens. Unset: no limit.")
+
+    def limits(self) -> Limits:
+        """The tenant's quotas (``docstream.admission``)."""
+        return Limits(self.max_documents_in_flight, self.max_enqueued_tokens, self.max_tokens_per_day)
+
+
+class FairnessSettings(BaseModel):
+    """Priority lanes and fair shares between tenants (docs/operations.md "Sharing the service")."""
+
+    model_config = _FROZEN
+
+    batch_share: float = Field(
+        0.2, gt=0, lt=1,
+        description="The least share of the model's tokens the batch lane gets while interactive chunks wait too "
+                    "(interactive goes first; batch never starves).")
+    quantum_tokens: int = Field(
+        256, ge=1, le=1_000_000,
+        description="Tokens a tenant is served per turn of the round robin between tenants, at weight 1.")
+    read_ahead: int = Field(
+        2048, ge=16, le=1_000_000,
+        description="Chunks per lane an inference process holds in memory to choose from (fairly) before it "
+                    "pauses that lane's partitions. A tenant's chunks further back in a partition than this wait "
+                    "their turn in Kafka.")
+    tenants: dict[str, TenantSettings] = Field(
+        default_factory=dict, description="Tenants' weights, caps and quotas by name ([fairness.tenants.NAME]); a "
+                                          "tenant not named has fairness.default's.")
+    default: TenantSettings = Field(
+        default_factory=TenantSettings,  # type: ignore[arg-type]
+        description="The settings of a tenant not named in fairness.tenants (default: weight 1, any priority, "
+                    "no quota).")
+
+    def tenant(self, name: str) -> TenantSettings:
+        """``name``'s settings, or the default tenant's."""
+        return self.tenants.get(name) or self.default
+
+    def limited(self, name: str) -> bool:
+        """Whether tenant ``name`` has any quota (its admissions and documents are counted in the store)."""
+        return self.tenant(name).limits().any
+
+    def weights(self) -> dict[str, float]:
+        """Each named tenant's weight, and fairness.default's under ``""`` for the others."""
+        return {"": self.default.weight, **{name: tenant.weight for name, tenant in self.tenants.items()}}
+
+
 class RetrySettings(BaseModel):
     """Retries of transient faults (exponential backoff with full jitter)."""
 
@@ -707,6 +776,8 @@ class Settings(BaseSettings):
     inference: InferenceSettings = Field(default_factory=InferenceSettings, description="Inference.")  # type: ignore[arg-type]
     tasks: TasksSettings = Field(default_factory=TasksSettings, description="Tasks.")  # type: ignore[arg-type]
     reducer: ReducerSettings = Field(default_factory=ReducerSettings, description="Reducer.")  # type: ignore[arg-type]
+    fairness: FairnessSettings = Field(
+        default_factory=FairnessSettings, description="Priority lanes, tenants' shares.")  # type: ignore[arg-type]
     retry: RetrySettings = Field(default_factory=RetrySettings, description="Retries.")  # type: ignore[arg-type]
     log: LogSettings = Field(default_factory=LogSettings, description="Logging.")  # type: ignore[arg-type]
     metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Metrics.")  # type: ignore[arg-type]

@@ -24,9 +24,37 @@ class Topics:
         return f"{self.prefix}.documents.submitted"
 
     @property
+    def submitted_interactive(self) -> str:
+        """Intake of interactive jobs: DocumentSubmitted, key doc_id (the chunker reads it beside ``submitted``;
+        tombstones go to ``submitted``)."""
+        return f"{self.prefix}.documents.submitted.interactive"
+
+    def intake(self, priority: str) -> str:
+        """The intake topic of a job's lane: ``submitted_interactive`` for interactive, ``submitted`` for batch."""
+        return self.submitted_interactive if priority == "interactive" else self.submitted
+
+    def intakes(self) -> tuple[str, str]:
+        """Both intake topics, interactive first: what the chunker reads."""
+        return (self.submitted_interactive, self.submitted)
+
+    @property
     def chunks(self) -> str:
         """ChunkCreated, key doc_id."""
         return f"{self.prefix}.chunks"
+
+    @property
+    def chunks_interactive(self) -> str:
+        """ChunkCreated of interactive jobs, key doc_id: the interactive lane (docs/operations.md "Sharing the
+        service"); ``chunks`` is the batch lane."""
+        return f"{self.prefix}.chunks.interactive"
+
+    def lane(self, priority: str) -> str:
+        """The chunks topic of a job's lane: ``chunks_interactive`` for interactive, ``chunks`` for batch."""
+        return self.chunks_interactive if priority == "interactive" else self.chunks
+
+    def lanes(self) -> tuple[str, str]:
+        """Both chunks topics, interactive first: what inference reads."""
+        return (self.chunks_interactive, self.chunks)
 
     @property
     def embedded(self) -> str:
@@ -61,4 +89,5 @@ class Topics:
 
     def all(self) -> tuple[str, ...]:
         """Every main topic (without DLQs)."""
-        return (self.submitted, self.chunks, self.embedded, self.completed, self.mapped, self.jobs)
+        return (self.submitted, self.submitted_interactive, self.chunks, self.chunks_interactive, self.embedded,
+                self.completed, self.mapped, self.jobs)

@@ -101,6 +101,8 @@ class ChunkerHandler:
             again: documents of a job cancelled (``POST /v1/jobs/{id}/cancel``) are skipped
             (rows status skipped, error_code job_cancelled, no chunks) within this time.
         monotonic: the clock of that cache and of the OCR progress writes.
+        limited: whether a tenant has quotas (``FairnessSettings.limited``): a chunked document of one has its
+            tokens written to the tenant's admission ledger; None: no tenant has.
     """
 
     def __init__(
@@ -114,7 +116,9 @@ class ChunkerHandler:
         clock: Callable[[], datetime] = utc_now,
         job_status_ttl_s: float = _JOB_STATUS_TTL_S,
         monotonic: Callable[[], float] = time.monotonic,
+        limited: Callable[[str], bool] | None = None,
     ) -> None:
+        self._limited = limited
         self._chunker = chunker
         self._topics = topics
         self._store = store
@@ -179,6 +183,9 @@ class ChunkerHandler:
         else:
             self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
                              sources=result.sources)
+            if self._limited is not None and self._limited(submitted.tenant):
+                # its tokens are enqueued until it ends (docs/operations.md "Quotas and admission")
+                self._store.set_document_tokens(submitted.tenant, submitted.doc_id, result.token_count)
             if becomes_current:
                 self._make_current(submitted, now)
         self._count_pages(result.sources)
@@ -204,7 +211,7 @@ class ChunkerHandler:
         sources = result.chunk_sources or (_TEXT_LAYER,) * count
         return [
             Output(
-                topic=self._topics.chunks,
+                topic=self._topics.lane(submitted.priority),
                 key=submitted.doc_id,
                 value=carry(
                     ChunkCreated, submitted, chunk, source,

@@ -17,6 +17,9 @@ from docstream_chunker.worker import ExtractorSettings, ProcessExtractor
 
 __all__ = ["ChunkerService", "build_chunker", "main"]
 
+_PREFETCH = {"queued.min.messages": 8}
+"""Documents librdkafka keeps fetched ahead per partition: an interactive document waits behind at most these."""
+
 
 @dataclass
 class ChunkerService:
@@ -53,11 +56,12 @@ def build_chunker(
         update={"max_poll_interval_ms": max_poll_interval_ms(settings.kafka, settings.chunker)})
     extractor = ProcessExtractor(ExtractorSettings.of(settings))
     topics = Topics(kafka.topic_prefix)
-    handler = ChunkerHandler(settings.chunker, topics, store, extractor, metrics=metrics)
+    handler = ChunkerHandler(settings.chunker, topics, store, extractor, metrics=metrics,
+                             limited=settings.fairness.limited)
     loop = ConsumeLoop(
         kafka, settings.retry,
         group_id=settings.chunker.group_id or topics.group("chunker"),
-        topics=[topics.submitted],
+        topics=list(topics.intakes()),
         handler=handler,
         on_tombstone=handler.on_tombstone,
         serde=AvroSerde(kafka),
@@ -66,6 +70,9 @@ def build_chunker(
         static_assignment=static_assignment,
         poll_timeout_s=poll_timeout_s,
         producer=producer,
+        # each document takes the chunker milliseconds to minutes: a prefetch of librdkafka's default (100,000
+        # records a partition) would put a batch lane's backlog ahead of an interactive document fetched later
+        consumer_options=_PREFETCH,
     )
     return ChunkerService(loop, extractor)
 

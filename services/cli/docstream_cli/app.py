@@ -257,6 +257,14 @@ def submit(
         "--wait", help="Wait until the job ends, with a progress bar (docs/s, ETA); the exit status says how it ended."
     )] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after N seconds.")] = None,
+    priority: Annotated[str, typer.Option(
+        "--priority", help="The job's lane: interactive (served first) or batch (keeps a guaranteed share; default). "
+        "docs/operations.md \"Sharing the service\"."
+    )] = "batch",
+    admit: Annotated[str, typer.Option(
+        "--admit", help="Past the tenant's quotas: refuse (submit nothing, exit 1; default) or gradually (admit the "
+        "documents as the quotas free, waiting). docs/operations.md \"Quotas and admission\"."
+    )] = "refuse",
     task: list[str] | None = _TaskOpt,
     labels: str | None = _LabelsOpt,
     prompt: str | None = _PromptOpt,
@@ -289,6 +297,8 @@ def submit(
             webhook_url=webhook,
             wait=wait,
             timeout_s=timeout,
+            priority=priority,
+            admit=admit,
             tasks=task or (),
             labels=labels,
             prompt=PromptFlags(prompt, prompt_file, schema),
@@ -379,6 +389,9 @@ def replay(
         str | None, typer.Option("--task", help="Inference: replay into this task's group (a new task runs over "
                                  "chunks already on the topic, beside the old results).")
     ] = None,
+    lane: Annotated[str, typer.Option(
+        "--lane", help="Chunker and inference: the lane whose topic to replay, batch (default) or interactive.")
+    ] = "batch",
     force: Annotated[bool, typer.Option("--force", help="Do not refuse a group with live members.")] = False,
     yes: bool = _YesOpt,
     dry_run: bool = _DryRunOpt,
@@ -389,7 +402,8 @@ def replay(
     from docstream_cli.ops import replay as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_replay(
         settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime, to_offset=to_offset,
-        new_group=new_group, model_id=model, task=task, force=force, yes=yes, dry_run=dry_run), broker=True))
+        new_group=new_group, model_id=model, task=task, lane=lane, force=force, yes=yes, dry_run=dry_run),
+        broker=True))
 
 
 sink_app = typer.Typer(help="Sinks: keep an external vector store in step with the completed documents "

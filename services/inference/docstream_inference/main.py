@@ -44,7 +44,7 @@ def build_inference(
                              task=task if task is not None else load_model(settings),
                              store=store, serde=AvroSerde(settings.kafka), metrics=metrics, producer=producer,
                              static_assignment=static_assignment, run_unrequested=settings.tasks.run_unrequested,
-                             hooks=stage_hooks(settings.faults))
+                             hooks=stage_hooks(settings.faults), fairness=settings.fairness)
 
 
 def main(settings: Settings) -> int:

@@ -1,14 +1,17 @@
-"""InferencePipeline: docstream.chunks → micro-batched model → store → docstream.chunks.embedded → commit.
+"""InferencePipeline: docstream.chunks.interactive + docstream.chunks → micro-batched model → store →
+docstream.chunks.embedded → commit.
 
-The calling thread owns the Kafka consumer: it polls and decodes, feeds Q0, pauses the
-assigned partitions while Q0 is full and resumes them once it has drained to half, serves
-rebalances, and commits. The other stages run on their own threads (docstream_inference.stages).
-Commits come from the AckLedger only: a partition is committed up to its lowest record whose
-store write and ChunkEmbedded delivery (and DLQ delivery, for a failed chunk) are not both
+The calling thread owns the Kafka consumer of both lanes' topics: it polls and decodes, feeds Q0 (a
+``FairInbox``: the batch stage takes interactive chunks first, keeps the batch lane's guaranteed share, and
+serves tenants by deficit round robin), pauses a lane's partitions while its part of Q0 is full and resumes
+them once it has drained to half, serves rebalances, and commits. The other stages run on their own threads
+(docstream_inference.stages). Commits come from the AckLedger only: a partition is committed up to its lowest
+record whose store write and ChunkEmbedded delivery (and DLQ delivery, for a failed chunk) are not both
 acknowledged; membership, rebalances, commits and the lag gauge are the Committer's
-(docstream.kafka.committer). ``stop()`` (SIGTERM) drains: no more polling, the open batch closes, every
-record in flight is finished and committed, then ``run`` returns. A fatal fault ends ``run``
-with FatalError after committing only what is done.
+(docstream.kafka.committer). ``stop()`` (SIGTERM) drains: no more polling, the chunks read ahead and not batched
+yet are left uncommitted to the next consumer, the open batch closes, every batch in flight is finished and
+committed, then ``run`` returns. A revoke leaves the revoked partitions' unbatched chunks the same way. A fatal
+fault ends ``run`` with FatalError after committing only what is done.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Message
 from docstream.avro.serde import AvroSerde
 from docstream.batching import Batcher, BatchPolicy
 from docstream.errors import DocstreamError, FatalError, SchemaError
+from docstream.fairness import BATCH, INTERACTIVE, LANES, Lane
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer, kafka_error
 from docstream.kafka.committer import Committer, RebalanceHooks
@@ -34,7 +38,7 @@ from docstream.kafka.offsets import TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
-from docstream.settings import InferenceSettings, KafkaSettings, RetrySettings
+from docstream.settings import FairnessSettings, InferenceSettings, KafkaSettings, RetrySettings
 from docstream.store.base import ResultStore
 from docstream.tasks.base import EMBED, GENERATE, Task, bind_task_metrics
 from docstream.topics import Topics
@@ -45,7 +49,7 @@ from docstream_inference.stages import (
     Assignments,
     BatchStage,
     BatchStats,
-    Inbox,
+    FairInbox,
     ModelBatch,
     ModelStage,
     ResultBatch,
@@ -62,7 +66,8 @@ _log = get_logger(__name__)
 _POLL_S = 0.1
 _MAX_FETCH = 500
 _ROOM_SLICE_S = 0.02  # a wait for room in Q0 looks for a stop this often (a take from Q0 ends it at once)
-_PAUSE_AFTER_S = 0.1  # Q0 full this long: pause the partitions (a shorter stall just stops fetching)
+_WAITING_EVERY_S = 1.0  # the lanes' waiting-tokens gauges are set this often
+_PAUSE_AFTER_S = 0.1  # a lane's Q0 full this long: pause its partitions (a shorter stall just stops fetching)
 
 
 def group_id(kafka: KafkaSettings, inference: InferenceSettings, task: str = EMBED) -> str:
@@ -104,6 +109,7 @@ class InferencePipeline:
         run_unrequested: run every chunk, also those whose job did not ask for the task
             (``tasks.run_unrequested``: a replay of a new task over old chunks).
         hooks: callbacks into the stages (the chaos tests' faults: ``faults.stage_hooks``); none by default.
+        fairness: the lanes' rule and read-ahead, and the tenants' weights (``docstream.fairness``).
     """
 
     def __init__(
@@ -125,7 +131,9 @@ class InferencePipeline:
         static_assignment: bool = False,
         run_unrequested: bool = False,
         hooks: StageHooks | None = None,
+        fairness: FairnessSettings | None = None,
     ) -> None:
+        fairness = fairness or FairnessSettings.model_validate({})
         self._kafka = kafka
         self._inference = inference
         self._retry = retry
@@ -144,8 +152,11 @@ class InferencePipeline:
         self._commit_interval_s = commit_interval_s
         self._clock = clock
         self._topics = Topics(kafka.topic_prefix)
-        self._q0: Inbox[Any] = Inbox(maxsize=inference.queue_batches * inference.max_batch_size)
-        self._held: deque[Work] = deque()
+        self._lane_of: dict[str, Lane] = {self._topics.chunks_interactive: INTERACTIVE, self._topics.chunks: BATCH}
+        self._q0 = FairInbox(max(fairness.read_ahead, inference.queue_batches * inference.max_batch_size),
+                             batch_share=fairness.batch_share, quantum=fairness.quantum_tokens,
+                             weights=fairness.weights())
+        self._held: dict[Lane, deque[Work]] = {lane: deque() for lane in LANES}
         self._positions: dict[TopicPartitionKey, tuple[int, int]] = {}  # (generation, next offset) taken
         self._ledger = AckLedger()
         self._assignments = Assignments()
@@ -154,13 +165,15 @@ class InferencePipeline:
         self._halt = threading.Event()
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
-        self._paused = False
-        self._full_since: float | None = None  # since when Q0 has been full (a long stall pauses the consumer)
+        self._paused: set[Lane] = set()
+        self._full_since: dict[Lane, float] = {}  # since when a lane's Q0 has been full (a long stall pauses it)
         self._assignment_changed = False
+        self._waiting_labels: set[tuple[Lane, str]] = set()
+        self._waiting_at = clock() - _WAITING_EVERY_S
         self._ready = False
         self._stages: list[Any] = []
         self._committer = Committer(
-            kafka, group_id=self._group_id, topics=[self._topics.chunks], service=SERVICE,
+            kafka, group_id=self._group_id, topics=list(self._topics.lanes()), service=SERVICE,
             book=self._ledger, metrics=self._metrics, clock=clock, static_assignment=static_assignment,
             rejoin_timeout_s=rejoin_timeout_s, member_id=self._member_id,
             hooks=RebalanceHooks(assigned=self._assigned, revoking=self._finish_revoked,
@@ -213,7 +226,7 @@ class InferencePipeline:
         writer = self._start_stages(producer)
         try:
             self._ready = True
-            _log.info("inference_started", group_id=self._group_id, topic=self._topics.chunks, task=self._task.name,
+            _log.info("inference_started", group_id=self._group_id, topics=self._topics.lanes(), task=self._task.name,
                       model_id=self._task.model_id)
             self._consume(writer)
             if self._error is None:
@@ -282,90 +295,125 @@ class InferencePipeline:
                     last[(str(msg.topic()), int(msg.partition() or 0))] = int(msg.offset() or 0)
             committer.observe_lag(last)
             now = self._clock()
+            if now - self._waiting_at >= _WAITING_EVERY_S:
+                self._observe_waiting()
+                self._waiting_at = now
             # periodically, and at once when everything taken is done (the tail of a burst)
             if now - last_commit >= self._commit_interval_s or not self._ledger.pending_count():
                 committer.commit(asynchronous=True)
                 last_commit = now
+
+    def _observe_waiting(self) -> None:
+        """The gauges of the tokens read ahead per lane and tenant; a tenant with none waiting leaves them."""
+        gauge = self._metrics.lane_waiting_tokens
+        waiting = self._q0.waiting_tokens()
+        for lane, tenant in self._waiting_labels - set(waiting):
+            gauge.remove(SERVICE, lane, tenant)
+        for (lane, tenant), tokens in waiting.items():
+            gauge.labels(SERVICE, lane, tenant).set(tokens)
+        self._waiting_labels = set(waiting)
 
     def _member_id(self, consumer: Consumer) -> str | None:
         """The consumer's group member id; empty or None while it is outside the group."""
         return consumer.memberid()
 
     def _replaced(self) -> None:
-        self._paused = False  # a new consumer pauses nothing; flow control decides again
+        self._paused.clear()  # a new consumer pauses nothing; flow control decides again
         self._metrics.paused.labels(SERVICE).set(0)
+        for lane in LANES:
+            self._metrics.lane_paused.labels(SERVICE, lane).set(0)
+
+    def _backlog(self, lane: Lane) -> int:
+        return self._q0.size(lane) + len(self._held[lane])
+
+    def _release_held(self) -> None:
+        for lane, held in self._held.items():
+            while held:
+                try:
+                    self._q0.put_nowait(held[0], lane)
+                except queue.Full:
+                    break
+                held.popleft()
 
     def _fetch(self, consumer: Consumer) -> list[Message]:
-        while self._held:
-            try:
-                self._q0.put_nowait(self._held[0])
-            except queue.Full:
-                break
-            self._held.popleft()
-        room = self._q0.maxsize - self._q0.qsize() - len(self._held)
-        if self._paused:
+        self._release_held()
+        open_lanes = [lane for lane in LANES if lane not in self._paused]
+        if not open_lanes:
             msg = consumer.poll(0)  # serves rebalances and commits; paused partitions return nothing
             if msg is not None:
                 return [msg]
             self._wait_for_room()
             return []
+        # a fetch may bring records of any open lane: it takes no more than the fullest open lane has room for
+        room = min(self._q0.capacity - self._backlog(lane) for lane in open_lanes)
         if room <= 0:
             # a short stall: librdkafka keeps its prefetched records (a pause would drop them and refetch
-            # only at its next fetch decision, up to a second later); a long one pauses (_flow_control)
-            if self._full_since is None:
-                self._full_since = self._clock()  # the stall starts now, not when flow control next looks
+            # only at its next fetch decision, up to a second later); a long one pauses the full lane
+            # (_flow_control), and the other lane is fetched again
+            now = self._clock()
+            for lane in open_lanes:
+                if self._backlog(lane) >= self._q0.capacity:
+                    self._full_since.setdefault(lane, now)  # the stall starts now, not when flow control next looks
             self._wait_for_room()
             return []
         return list(consumer.consume(num_messages=min(room, _MAX_FETCH), timeout=_POLL_S))
 
     def _wait_for_room(self) -> None:
-        """Backpressure: wait (at most one poll interval) until Q0 has drained to the resume mark.
+        """Backpressure: wait (at most one poll interval) until a full lane has drained to the resume mark.
 
-        The wait ends at the take that brings Q0 down to the mark (``Inbox.wait_at_most``), not at
+        The wait ends at the take that brings the lane down to the mark (``FairInbox.wait_for_room``), not at
         the end of a sleep: the stages drain a full Q0 in milliseconds, and a consumer that slept a
         whole poll interval would leave the model idle that long. It looks for a halt or a stop
         every ``_ROOM_SLICE_S``.
         """
         deadline = self._clock() + _POLL_S
-        level = self._q0.maxsize // 2 - len(self._held)
+        levels = {lane: self._q0.capacity // 2 - len(self._held[lane]) for lane in LANES
+                  if lane in self._paused or self._backlog(lane) >= self._q0.capacity}
         while not self._halt.is_set() and not self._stop.is_set():
             left = deadline - self._clock()
-            if left <= 0 or self._q0.wait_at_most(level, min(left, _ROOM_SLICE_S)):
+            if left <= 0 or self._q0.wait_for_room(levels, min(left, _ROOM_SLICE_S)):
                 return
 
     def _flow_control(self, consumer: Consumer) -> None:
-        backlog = self._q0.qsize() + len(self._held)
         now = self._clock()
-        if backlog < self._q0.maxsize:
-            self._full_since = None
-        elif self._full_since is None:
-            self._full_since = now
-        if not self._paused and self._full_since is not None and now - self._full_since >= _PAUSE_AFTER_S:
-            self._set_paused(consumer, True)
-        elif self._paused and backlog <= self._q0.maxsize // 2:
-            self._set_paused(consumer, False)
-        elif self._assignment_changed:
-            # librdkafka keeps an application pause across unassign/assign: partitions lost while
-            # paused come back paused. New partitions get the pipeline's state, whichever it is.
-            assignment = consumer.assignment()
-            if self._paused:
-                consumer.pause(assignment)
-            else:
-                consumer.resume(assignment)
+        changed = self._assignment_changed
         self._assignment_changed = False
+        for lane in LANES:
+            backlog = self._backlog(lane)
+            if backlog < self._q0.capacity:
+                self._full_since.pop(lane, None)
+            else:
+                self._full_since.setdefault(lane, now)
+            since = self._full_since.get(lane)
+            if lane not in self._paused and since is not None and now - since >= _PAUSE_AFTER_S:
+                self._set_paused(consumer, lane, True)
+            elif lane in self._paused and backlog <= self._q0.capacity // 2:
+                self._set_paused(consumer, lane, False)
+            elif changed:
+                # librdkafka keeps an application pause across unassign/assign: partitions lost while
+                # paused come back paused. New partitions get their lane's state, whichever it is.
+                partitions = self._lane_partitions(consumer, lane)
+                if partitions:
+                    (consumer.pause if lane in self._paused else consumer.resume)(partitions)
 
-    def _set_paused(self, consumer: Consumer, paused: bool) -> None:
-        assignment = consumer.assignment()
+    def _lane_partitions(self, consumer: Consumer, lane: Lane) -> list[Any]:
+        return [tp for tp in consumer.assignment() if self._lane_of.get(tp.topic) == lane]
+
+    def _set_paused(self, consumer: Consumer, lane: Lane, paused: bool) -> None:
+        partitions = self._lane_partitions(consumer, lane)
         if paused:
-            consumer.pause(assignment)
-        else:
-            consumer.resume(assignment)
-        self._paused = paused
-        if paused:
+            if partitions:
+                consumer.pause(partitions)
+            self._paused.add(lane)
             self._metrics.pauses.labels(SERVICE).inc()
-        self._metrics.paused.labels(SERVICE).set(1 if paused else 0)
-        _log.debug("consumer_paused" if paused else "consumer_resumed", partitions=len(assignment),
-                   backlog=self._q0.qsize())
+        else:
+            if partitions:
+                consumer.resume(partitions)
+            self._paused.discard(lane)
+        self._metrics.paused.labels(SERVICE).set(1 if self._paused else 0)
+        self._metrics.lane_paused.labels(SERVICE, lane).set(1 if paused else 0)
+        _log.debug("consumer_paused" if paused else "consumer_resumed", lane=lane, partitions=len(partitions),
+                   backlog=self._q0.size(lane))
 
     def _take(self, msg: Message, writer: WriteStage) -> None:
         err = msg.error()
@@ -401,10 +449,14 @@ class InferencePipeline:
             return
         self._ledger.track(tp, offset)
         work = Work(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock(), request)
+        lane = self._lane_of.get(tp[0], BATCH)
+        if self._held[lane]:
+            self._held[lane].append(work)  # behind the lane's earlier ones
+            return
         try:
-            self._q0.put_nowait(work)
+            self._q0.put_nowait(work, lane)
         except queue.Full:
-            self._held.append(work)  # fetched before the pause took effect; bounded by one fetch
+            self._held[lane].append(work)  # fetched before the pause took effect; bounded by one fetch
 
     def _decode(self, msg: Message) -> ChunkCreated:
         value = msg.value()
@@ -435,9 +487,16 @@ class InferencePipeline:
         self._assignment_changed = True
 
     def _finish_revoked(self, tps: list[TopicPartitionKey]) -> None:
-        """Revoke: give the stages a grace period to finish the revoked partitions' records."""
+        """Revoke: the revoked partitions' records not batched yet are left to their next owner (they are not
+        committed); the stages get a grace period to finish the ones already batched."""
+        revoked = set(tps)
+        left = len(self._q0.remove(lambda work: work.tp in revoked))
+        for lane, held in self._held.items():
+            kept = [work for work in held if work.tp not in revoked]
+            left += len(held) - len(kept)
+            self._held[lane] = deque(kept)
         deadline = self._clock() + self._revoke_grace_s
-        while self._ledger.pending_count(tps) and self._clock() < deadline and not self._halt.is_set():
+        while self._ledger.pending_count(tps) > left and self._clock() < deadline and not self._halt.is_set():
             self._halt.wait(0.02)
 
     # -- drain and close ----------------------------------------------------------------------
@@ -447,25 +506,25 @@ class InferencePipeline:
         consumer = self._committer.consumer
         consumer.pause(consumer.assignment())
         deadline = self._clock() + self._drain_timeout_s
-        pending_input: list[Any] = [*self._held, FLUSH]
-        self._held.clear()
+        # the chunks read ahead and not batched yet are left, uncommitted, to the next consumer: a stop waits for
+        # the batches in flight only, not for a lane's whole read-ahead
+        left = len(self._q0.remove(lambda _work: True)) + sum(len(held) for held in self._held.values())
+        for held in self._held.values():
+            held.clear()
+        self._q0.put_control(FLUSH)
         last_commit = self._clock()
         while self._error is None and self._clock() < deadline:
-            while pending_input:
-                try:
-                    self._q0.put_nowait(pending_input[0])
-                except queue.Full:
-                    break
-                pending_input.pop(0)
-            if not pending_input and not self._ledger.pending_count():
+            if self._ledger.pending_count() <= left:
                 break
             consumer.poll(_POLL_S)  # serves rebalances and commit callbacks; nothing is taken any more
             if self._clock() - last_commit >= self._commit_interval_s:
                 self._committer.commit(asynchronous=True)
                 last_commit = self._clock()
-        left = self._ledger.pending_count()
-        if left:
-            _log.warning("inference_drain_incomplete", in_flight=left)
+        unfinished = self._ledger.pending_count() - left
+        if unfinished > 0:
+            _log.warning("inference_drain_incomplete", in_flight=unfinished)
+        elif left:
+            _log.info("inference_left_unbatched", records=left)
 
     def _close(self, producer: ReliableProducer) -> None:
         self._halt.set()

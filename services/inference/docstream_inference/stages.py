@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, Message
 
 from docstream.batching import Batch, Batcher, CloseReason, order_by_length
 from docstream.errors import BackendUnavailable, DocstreamError, FatalError, PoisonRecord
+from docstream.fairness import INTERACTIVE, LANES, FairQueue, Lane, Waiting
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.dlq import DlqRouter, error_code_of
@@ -54,8 +55,8 @@ __all__ = [
     "Assignments",
     "BatchStage",
     "BatchStats",
+    "FairInbox",
     "Halted",
-    "Inbox",
     "ModelBatch",
     "ModelStage",
     "ResultBatch",
@@ -258,17 +259,99 @@ class StageHooks:
     on_embedded: Callable[[Sequence[str]], None] | None = None
 
 
-class Inbox(queue.Queue[_T]):
-    """Q0: a bounded queue whose producer waits, without polling, until it has drained to a level.
+class FairInbox:
+    """Q0: the chunks polled and not batched yet, per lane and tenant, taken in the order of the fair rule
+    (``docstream.fairness.FairQueue``: interactive first with a guaranteed batch share, deficit round robin between
+    tenants). Thread-safe: the consumer thread puts, the batch stage takes.
 
-    The consumer thread waits here while the stages are behind, most of a backlog run; waking every
-    few milliseconds to look cost the model's cores a thread that woke 500 times a second.
+    Each lane holds at most ``capacity`` chunks (``put_nowait`` raises ``queue.Full`` past it), so a full batch lane
+    never keeps an interactive chunk out. A control item (FLUSH) is taken once nothing else waits. The consumer
+    thread waits here, without polling, while a lane is full (``wait_for_room``).
     """
 
-    def wait_at_most(self, level: int, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` until at most ``level`` items are queued (each take wakes it); True once so."""
-        with self.not_full:
-            return self.not_full.wait_for(lambda: self._qsize() <= level, timeout_s)
+    def __init__(self, capacity: int, *, batch_share: float = 0.2, quantum: int = 256,
+                 weights: Mapping[str, float] | None = None) -> None:
+        if capacity < 1:
+            raise ValueError("a lane holds at least one chunk")
+        self.capacity = capacity
+        self._fair: FairQueue[Work] = FairQueue(batch_share=batch_share, quantum=quantum, weights=weights)
+        self._control: deque[object] = deque()
+        self._lock = threading.Lock()
+        self._added = threading.Condition(self._lock)
+        self._taken = threading.Condition(self._lock)
+
+    def size(self, lane: Lane | None = None) -> int:
+        """Chunks waiting in ``lane``, or in both."""
+        with self._lock:
+            return len(self._fair) if lane is None else self._fair.count(lane)
+
+    def waiting_tokens(self) -> dict[tuple[Lane, str], int]:
+        """Tokens waiting per (lane, tenant)."""
+        with self._lock:
+            return {(lane, tenant): tokens for lane in LANES
+                    for tenant, tokens in self._fair.tenant_tokens(lane).items()}
+
+    def put_nowait(self, work: Work, lane: Lane) -> None:
+        """Add a chunk behind its tenant's earlier ones in ``lane``.
+
+        Raises:
+            queue.Full: the lane holds ``capacity`` chunks.
+        """
+        with self._lock:
+            if self._fair.count(lane) >= self.capacity:
+                raise queue.Full
+            self._fair.push(Waiting(lane, work.chunk.tenant, max(1, work.chunk.token_count), work))
+            self._added.notify()
+
+    def put_control(self, item: object) -> None:
+        """Add a control item (FLUSH), taken once no chunk waits."""
+        with self._lock:
+            self._control.append(item)
+            self._added.notify()
+
+    def _take(self) -> Work | object:
+        waiting = self._fair.take()
+        if waiting is not None:
+            self._taken.notify_all()
+            return waiting.item
+        if self._control:
+            return self._control.popleft()
+        raise queue.Empty
+
+    def get(self, timeout: float) -> Work | object:
+        """The next item, waiting up to ``timeout`` seconds for one.
+
+        Raises:
+            queue.Empty: nothing arrived in time.
+        """
+        with self._lock:
+            if not self._added.wait_for(lambda: len(self._fair) > 0 or bool(self._control), timeout):
+                raise queue.Empty
+            return self._take()
+
+    def get_nowait(self) -> Work | object:
+        """The next item.
+
+        Raises:
+            queue.Empty: nothing waits.
+        """
+        with self._lock:
+            return self._take()
+
+    def remove(self, unwanted: Callable[[Work], bool]) -> list[Work]:
+        """Take out the waiting chunks ``unwanted`` names (a revoked partition's, or every one at a stop)."""
+        with self._lock:
+            removed = [waiting.item for waiting in self._fair.remove(lambda w: unwanted(w.item))]
+            self._taken.notify_all()
+            return removed
+
+    def wait_for_room(self, levels: Mapping[Lane, int], timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until some lane of ``levels`` holds at most its level (each take wakes it); True
+        once so (at once when ``levels`` is empty)."""
+        with self._taken:
+            return self._taken.wait_for(
+                lambda: not levels or any(self._fair.count(lane) <= level for lane, level in levels.items()),
+                timeout_s)
 
 
 def put_until(q: queue.Queue[_T], item: _T, halt: threading.Event) -> None:
@@ -316,7 +399,7 @@ class BatchStage(_StageThread):
     def __init__(
         self,
         *,
-        inbox: queue.Queue[Any],
+        inbox: FairInbox,
         outbox: queue.Queue[ModelBatch],
         batcher: Batcher[Work],
         task: Task,
@@ -370,7 +453,8 @@ class BatchStage(_StageThread):
                 self._emit(batch)
         elif isinstance(item, Work):
             tokens = max(1, min(item.chunk.token_count, self._task.max_tokens))
-            for batch in self._batcher.add(item, tokens, arrived_at=item.received_at):
+            urgent = item.chunk.priority == INTERACTIVE
+            for batch in self._batcher.add(item, tokens, arrived_at=item.received_at, urgent=urgent):
                 self._emit(batch)
 
     def _emit(self, batch: Batch[Work] | None) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from docstream.admission import Capacity
 from docstream.avro.serde import AvroSerde
-from docstream.errors import DocstreamError, InputError, StoreError
+from docstream.errors import DocstreamError, InputError, QuotaExceeded, StoreError
 from docstream.ids import new_job_id, validate_id
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
@@ -36,7 +37,7 @@ from docstream.tasks.base import MAX_PROMPT_CHARS, MAX_SCHEMA_CHARS, Prompt, Tas
 from docstream.tasks.registry import resolve_task
 from docstream.tasks.selection import command_line_prompt, command_line_tasks, parse_labels
 from docstream.topics import Topics
-from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
+from docstream_ingest.intake import Gradually, IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome
 from docstream_ingest.request import JobRequest
 
@@ -225,6 +226,8 @@ def submit_command(
     webhook_url: str | None = None,
     wait: bool = False,
     timeout_s: float | None = None,
+    priority: str = "batch",
+    admit: str = "refuse",
     tasks: Sequence[str] = (),
     labels: str | None = None,
     prompt: PromptFlags | None = None,
@@ -232,6 +235,8 @@ def submit_command(
     """Run `docstream submit`; returns the exit status (see the module docstring).
 
     ``tasks``, ``labels`` and ``prompt`` are the ``--task``, ``--labels`` and generate options (``cli_tasks``).
+    ``admit`` is ``refuse`` (a submission past its tenant's quotas submits nothing: exit 1, quota_exceeded) or
+    ``gradually`` (the documents are admitted as the quotas free; the command waits, and says how far it is).
     """
     errors = Console(stderr=True)
     try:
@@ -240,17 +245,21 @@ def submit_command(
         # the job id is checked (and printed) before any work; the other options, by submit_paths
         job_id = validate_id(job_id or new_job_id())
         requested = cli_tasks(tasks, labels, settings, prompt)
+        if admit not in ("refuse", "gradually"):
+            raise InputError("--admit is refuse or gradually", code="invalid_admit")
     except DocstreamError as exc:
         errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
         return EXIT_FAILED
     request = JobRequest(job_id=job_id, tenant=tenant, model_id=model_id, chunk_max_tokens=chunk_max_tokens,
-                         chunk_overlap_tokens=chunk_overlap_tokens, webhook_url=webhook_url, tasks=requested)
+                         chunk_overlap_tokens=chunk_overlap_tokens, webhook_url=webhook_url, tasks=requested,
+                         priority=priority)
     sys.stdout.write(job_id + "\n")
     sys.stdout.flush()
     console = Console()
     try:
         with intake_clients(settings) as clients:
-            result = submit_paths(paths, request, clients)
+            gradually = Gradually(on_progress=_admission_progress(errors)) if admit == "gradually" else None
+            result = submit_paths(paths, request, clients, gradually=gradually)
             _print_summary(console, result)
             if not result.documents:
                 errors.print("nothing was submitted", highlight=False)
@@ -258,7 +267,25 @@ def submit_command(
             if wait:
                 return wait_for_job(clients.store, job_id, timeout_s=timeout_s, console=console, errors=errors,
                                     object_store_url=settings.object_store.url)
+    except QuotaExceeded as exc:
+        errors.print(f"error [{exc.code}]: {exc.message} (limit {exc.limit}; try again in {exc.retry_after_s} s, "
+                     "or submit with --admit gradually)", highlight=False, markup=False)
+        return EXIT_FAILED
     except DocstreamError as exc:
         errors.print(f"error [{exc.code}]: {exc.message}", highlight=False, markup=False)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _admission_progress(errors: Console) -> Callable[[int, int, Capacity], None]:
+    """Says how far a gradual admission is, at most once per change."""
+    said: list[int] = [-1]
+
+    def progress(done: int, total: int, cap: Capacity) -> None:
+        if done == said[0]:
+            return
+        said[0] = done
+        waiting = f"; waiting on {cap.limited_by or 'max_documents_in_flight'}" if done < total else ""
+        errors.print(f"admitted {done} of {total} documents{waiting}", highlight=False, markup=False)
+
+    return progress

@@ -25,6 +25,7 @@ import hashlib
 import mimetypes
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,7 @@ from fsspec.core import url_to_fs
 
 from docstream import ids
 from docstream.errors import ConfigError, InputError
+from docstream.fairness import BATCH
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
@@ -47,11 +49,13 @@ from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
 from docstream.tasks.selection import job_tasks, task_records
 from docstream.topics import Topics
+from docstream_ingest.admission import Admitting, admit, admit_some
 from docstream_ingest.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
 from docstream_ingest.request import JobRequest, validate_job_request
 
 __all__ = [
     "DuplicateFile",
+    "Gradually",
     "IntakeClients",
     "IntakeProducer",
     "RecordSerializer",
@@ -466,6 +470,9 @@ def _existing_job(
         asked = ", ".join(task.name for task in job_tasks(job))
         raise InputError(f"job {job_id} asks for tasks {asked} (with their labels): submit to it with the same "
                          "--task and --labels", code="job_tasks_mismatch")
+    if job.options.get("priority", BATCH) != request.priority:
+        raise InputError(f"job {job_id} is a {job.options.get('priority', BATCH)} job: submit to it with that "
+                         "priority", code="job_priority_mismatch")
     return job, {row.doc_id: row.status for row in store.iter_job_documents(job_id)}
 
 
@@ -529,7 +536,7 @@ def _write_rows(
 def _produce(
     documents: Sequence[SubmittedDocument], job_id: str, request: JobRequest, clients: IntakeClients, now: datetime
 ) -> None:
-    topic = Topics(clients.settings.kafka.topic_prefix).submitted
+    topic = Topics(clients.settings.kafka.topic_prefix).intake(request.priority)
     for doc in documents:
         record = DocumentSubmitted(
             job_id=job_id,
@@ -547,6 +554,7 @@ def _produce(
             tasks=task_records(request.tasks),
             source_key=doc.source_key,
             previous_doc_id=doc.previous_doc_id,
+            priority=request.priority,
         )
         clients.producer.produce(topic, doc.doc_id, clients.serde.serialize(record, topic))
     clients.producer.flush(clients.flush_timeout_s)
@@ -556,15 +564,51 @@ _Sources = Callable[[_Collector], Iterable[_Candidate]]
 """A submission's documents, as candidates; refusals found on the way go to the collector."""
 
 
+@dataclass(frozen=True, slots=True)
+class Gradually:
+    """Admit a job's documents as its tenant's quotas free, instead of refusing it (``--admit gradually``).
+
+    Attributes:
+        on_progress: called after each round with documents admitted so far, of how many, and the capacity then.
+        sleep: waits between rounds (seconds); ``time.sleep`` by default.
+        poll_s: seconds between rounds while nothing can be admitted.
+    """
+
+    on_progress: Admitting | None = None
+    sleep: Callable[[float], None] = time.sleep
+    poll_s: float = 1.0
+
+
+def _admit_gradually(
+    documents: Sequence[SubmittedDocument], job_id: str, request: JobRequest, clients: IntakeClients,
+    gradually: Gradually, now: datetime,
+) -> None:
+    """Produce ``documents`` (their rows written) as the tenant's quotas admit them, in order."""
+    fairness, store = clients.settings.fairness, clients.store
+    done = 0
+    while done < len(documents):
+        taken, cap = admit_some(store, fairness, request.tenant, job_id, [d.doc_id for d in documents[done:]],
+                                clients.clock())
+        if taken:
+            _produce(documents[done:done + taken], job_id, request, clients, now)
+            done += taken
+        if gradually.on_progress is not None:
+            gradually.on_progress(done, len(documents), cap)
+        if done < len(documents):
+            gradually.sleep(max(gradually.poll_s, min(cap.retry_after_s, 60)) if not taken else gradually.poll_s)
+
+
 def _submit(
     sources: _Sources,
     request: JobRequest,
     clients: IntakeClients,
     resubmit: Callable[[str, DocState], bool] | None = None,
+    gradually: Gradually | None = None,
 ) -> SubmitResult:
     settings, store = clients.settings, clients.store
     request = validate_job_request(request, default_max_tokens=settings.chunker.max_tokens,
-                                   default_labels=settings.tasks.classify.labels)
+                                   default_labels=settings.tasks.classify.labels,
+                                   max_priority=settings.fairness.tenant(request.tenant).max_priority)
     _check_tasks_known(request.tasks, dict(settings.tasks.custom))
     job_id = request.job_id or ids.new_job_id()
     log = _log.bind(job_id=job_id, tenant=request.tenant)
@@ -581,8 +625,14 @@ def _submit(
                             duplicates=tuple(collected.duplicates), document_count=len(existing))
     if documents:
         now = clients.clock()
-        _write_rows(store, job_id, earlier, collected, documents, request, now)
-        _produce(documents, job_id, request, clients, now)
+        if gradually is not None:
+            # every row first: the job counts all its documents and completes only once each ended
+            _write_rows(store, job_id, earlier, collected, documents, request, now)
+            _admit_gradually(documents, job_id, request, clients, gradually, now)
+        else:
+            admit(store, settings.fairness, request.tenant, job_id, [d.doc_id for d in documents], now)
+            _write_rows(store, job_id, earlier, collected, documents, request, now)
+            _produce(documents, job_id, request, clients, now)
     log.info(
         "job_submitted",
         documents=len(documents),
@@ -605,6 +655,7 @@ def submit_paths(
     clients: IntakeClients,
     *,
     resubmit: Callable[[str, DocState], bool] | None = None,
+    gradually: Gradually | None = None,
 ) -> SubmitResult:
     """Submit files, folders and archives as one job.
 
@@ -620,8 +671,12 @@ def submit_paths(
         clients: the settings, stores, producer and serde the submission goes through.
         resubmit: for a document already in the job, whether to produce it again, given its
             doc_id and status; default: only while it is still ``submitted``.
+        gradually: admit the documents as the tenant's quotas free (blocking until every one is), instead of
+            refusing a submission past them (docs/operations.md "Quotas and admission").
 
     Raises:
+        QuotaExceeded: without ``gradually``, the tenant's quotas hold the documents back: nothing was written
+            or produced.
         InputError: bad job id, tenant, chunk options, webhook URL or tasks (``task_invalid``,
             ``labels_*``, ``task_unavailable``: no registry knows the name); the job belongs to
             another tenant, is cancelled, or asks for other tasks (``job_tasks_mismatch``).
@@ -629,7 +684,7 @@ def submit_paths(
             written, and submitting again with the same job id completes the job.
         FatalError: the broker refused the records.
     """
-    return _submit(lambda collected: _walk(paths, collected.refuse), request, clients, resubmit)
+    return _submit(lambda collected: _walk(paths, collected.refuse), request, clients, resubmit, gradually)
 
 
 def submit_uploads(uploads: Sequence[Upload], request: JobRequest, clients: IntakeClients) -> SubmitResult:

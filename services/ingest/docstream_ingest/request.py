@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from docstream.errors import InputError
+from docstream.fairness import BATCH, LANES
 from docstream.ids import validate_id
 from docstream.tasks.base import TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, TASKS_OPTION, check_job_tasks, tasks_option
@@ -37,6 +38,7 @@ class JobRequest:
         atomic: when anything is refused, submit nothing (no rows, no records).
         tasks: what inference runs on the job's chunks (default: embed alone); checked by
             ``validate_job_request``, which also fills in classify's default labels.
+        priority: the job's lane, ``interactive`` or ``batch`` (docs/operations.md "Sharing the service").
     """
 
     job_id: str | None = None
@@ -47,6 +49,7 @@ class JobRequest:
     webhook_url: str | None = None
     atomic: bool = False
     tasks: tuple[TaskRequest, ...] = DEFAULT_TASKS
+    priority: str = BATCH
 
     def job_options(self) -> dict[str, str]:
         """The options kept on the jobs row (``JobRow.options``): the ones given, as strings.
@@ -59,12 +62,14 @@ class JobRequest:
             "chunk_max_tokens": self.chunk_max_tokens,
             "chunk_overlap_tokens": self.chunk_overlap_tokens,
             TASKS_OPTION: tasks_option(self.tasks),
+            "priority": self.priority if self.priority != BATCH else None,
         }
         return {key: str(value) for key, value in values.items() if value is not None}
 
 
 def validate_job_request(
-    request: JobRequest, *, default_max_tokens: int, default_labels: Sequence[str] = ()
+    request: JobRequest, *, default_max_tokens: int, default_labels: Sequence[str] = (),
+    max_priority: str = "interactive",
 ) -> JobRequest:
     """``request`` when every option is valid; checks run in the order of the codes below.
 
@@ -74,6 +79,7 @@ def validate_job_request(
             the overlap must stay below it.
         default_labels: ``tasks.classify.labels``: a classify task without labels gets these
             (``docstream.tasks.selection.check_job_tasks``).
+        max_priority: the highest priority the request's tenant may ask for (``fairness.tenants``).
 
     Returns:
         ``request`` itself, or a copy whose classify task holds the default labels.
@@ -81,7 +87,8 @@ def validate_job_request(
     Raises:
         InputError: ``invalid_job_id``, ``invalid_tenant``, ``invalid_chunk_options`` (size
             outside 8-8192, overlap negative or not below the size), ``invalid_webhook_url``
-            (not http or https), then the tasks' ``task_invalid``, ``labels_without_classify``,
+            (not http or https), ``invalid_priority`` (not a lane), ``priority_not_allowed`` (interactive for a
+            tenant capped at batch), then the tasks' ``task_invalid``, ``labels_without_classify``,
             ``labels_missing``, ``labels_invalid``.
     """
     if request.job_id:
@@ -95,5 +102,9 @@ def validate_job_request(
         )
     if request.webhook_url is not None and urlsplit(request.webhook_url).scheme not in _WEBHOOK_SCHEMES:
         raise InputError("webhook_url must be an http(s) URL", code="invalid_webhook_url")
+    if request.priority not in LANES:
+        raise InputError(f"priority must be one of {', '.join(LANES)}", code="invalid_priority")
+    if request.priority != BATCH and max_priority == BATCH:
+        raise InputError(f"tenant {request.tenant} may submit batch jobs only", code="priority_not_allowed")
     tasks = check_job_tasks(request.tasks, default_labels=default_labels)
     return request if tasks == request.tasks else replace(request, tasks=tasks)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeGuard, TypeVar
 
+from docstream.admission import day_of
 from docstream.avro import AvroSerde
 from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError
 from docstream.kafka.dlq import dlq_headers
@@ -382,7 +383,8 @@ class JobReducer:
     def __init__(self, jobs: Table, job_documents: Table, serde: AvroSerde, store: StoreCalls, sink: Sink,
                  jobs_topic: str, *, by_job_topic: str, throttle_s: float, clock: Callable[[], float],
                  reconcile_after_s: float = RECONCILE_AFTER_S, webhooks: WebhookNotifier | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, limited: Callable[[str], bool] | None = None) -> None:
+        self._limited = limited
         self._jobs = jobs
         self._docs = job_documents
         self._serde = serde
@@ -447,6 +449,7 @@ class JobReducer:
             if counted is not updated:
                 if previous != current:
                     self._count_usage(progress.tenant, previous, current)
+                    await self._end_in_flight(progress.tenant, doc_id, current)
                 updated = counted
                 if len(entry.required) > 1 and ANY_TASK not in entry.results and previous != current:
                     await self._write_document_status(job_id, doc_id, current, code)  # (the chunker wrote its own)
@@ -499,6 +502,14 @@ class JobReducer:
         if document is not None:
             await store(store.store.upsert_document, replace(document, status=tally.status, updated_at=now,
                                                              error_code=error_code))
+
+    async def _end_in_flight(self, tenant: str, doc_id: str, tally: DocumentTally) -> None:
+        """A document of a tenant with quotas ended: it leaves the tenant's documents in flight, and its tokens count
+        on today's figure (docs/operations.md "Quotas and admission")."""
+        if self._limited is None or not self._limited(tenant):
+            return
+        store = self._store
+        await store(store.store.end_document, tenant, doc_id, day_of(utc_now()), tally.usage.tokens)
 
     def _count_usage(self, tenant: str, previous: DocumentTally | None, current: DocumentTally) -> None:
         """Prometheus: what the document added to its tenant's totals (a document counted again adds its growth)."""

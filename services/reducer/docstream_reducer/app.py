@@ -235,6 +235,7 @@ def build_reducer(
     clock: Callable[[], float],
     on_stuck: Callable[[Stall], None] | None = None,
     idempotent_producer: bool,
+    limited: Callable[[str], bool] | None = None,
 ) -> Reducer:
     """Build the Faust app: three agents, three tables, the status timer and the partition watch.
 
@@ -245,6 +246,8 @@ def build_reducer(
         on_stuck: called when a stalled partition did not move after a re-fetch either (the
             process restarts itself: main.py); None keeps re-fetching.
         idempotent_producer: at-least-once sends are idempotent (``resolve_producer_idempotence``).
+        limited: whether a tenant has quotas (``FairnessSettings.limited``): its ended documents leave its
+            admission ledger (docs/operations.md "Quotas and admission"); None: no tenant has.
     """
     topics = Topics(kafka.topic_prefix)
     app = faust.App(reducer.app_id, **faust_settings(kafka, reducer))
@@ -268,7 +271,7 @@ def build_reducer(
     relay = CompletedRelay(serde, sink, by_job.get_topic_name(), metrics=metrics)
     jobs = JobReducer(jobs_table, job_documents_table, serde, store, sink, topics.jobs,
                       by_job_topic=by_job.get_topic_name(), throttle_s=reducer.job_status_interval_s,
-                      clock=clock, webhooks=webhooks, metrics=metrics)
+                      clock=clock, webhooks=webhooks, metrics=metrics, limited=limited)
     started = {"ready": False}
 
     stall_s = reducer.stall_timeout_s

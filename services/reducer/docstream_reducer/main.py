@@ -53,6 +53,7 @@ def main(settings: Settings) -> int:
             webhooks=WebhookNotifier(settings.reducer, settings.retry), metrics=host.metrics, clock=time.monotonic,
             on_stuck=lambda stall: restart_process(stall, restarts),
             idempotent_producer=resolve_producer_idempotence(settings.kafka, settings.reducer),
+            limited=settings.fairness.limited,
         )
         if settings.faults.reducer_stall_partition is not None and restarts == 0:  # chaos tests only
             keep_partition_paused(reducer, Topics(settings.kafka.topic_prefix).embedded,

@@ -53,6 +53,7 @@ class ReducerService:
             serde=AvroSerde(settings.kafka), webhooks=WebhookNotifier(settings.reducer, settings.retry),
             metrics=self._metrics, clock=time.monotonic,
             idempotent_producer=resolve_producer_idempotence(settings.kafka, settings.reducer),
+            limited=settings.fairness.limited,
         )
         self._worker = ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
                                     redirect_stdouts=False, loop=self._loop)

@@ -41,7 +41,7 @@ def topic_specs(kafka: KafkaSettings, topics: Topics, *, include_dlq: bool = Tru
     """The specs of docstream's topics: intake and chunks keep ``intake_retention_ms``, results
     ``results_retention_ms``, DLQs ``dlq_retention_ms``; all get ``max.message.bytes``, and
     ``min.insync.replicas`` when ``kafka.min_insync_replicas`` is set."""
-    intake = {topics.submitted, topics.chunks}
+    intake = {*topics.intakes(), *topics.lanes()}
     specs: list[TopicSpec] = []
     for name in topics.all():
         retention = kafka.intake_retention_ms if name in intake else kafka.results_retention_ms

@@ -203,9 +203,10 @@ def create_consumer(
     group_id: str,
     client_id: str | None = None,
     on_commit: Callable[[KafkaError | None, list[Any]], None] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Consumer:
-    """A Consumer with ``consumer_config``; ``on_commit`` is served by ``poll``."""
-    conf = consumer_config(kafka, group_id=group_id, client_id=client_id)
+    """A Consumer with ``consumer_config`` and ``options`` over it; ``on_commit`` is served by ``poll``."""
+    conf = {**consumer_config(kafka, group_id=group_id, client_id=client_id), **(options or {})}
     if on_commit is not None:
         conf["on_commit"] = on_commit
     _log.debug("kafka_consumer_created", config=redact_config(conf))

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, Message
@@ -43,7 +43,7 @@ from confluent_kafka import Consumer, KafkaError, Message
 from docstream.avro.serde import AvroSerde
 from docstream.errors import DocstreamError, PoisonRecord, RetryableError, SchemaError
 from docstream.kafka.attempts import run_with_retries
-from docstream.kafka.clients import ReliableProducer, raise_for_message
+from docstream.kafka.clients import ReliableProducer, create_consumer, raise_for_message
 from docstream.kafka.committer import Committer, RebalanceHooks
 from docstream.kafka.dlq import DlqRouter, error_code_of
 from docstream.kafka.offsets import OffsetTracker, TopicPartitionKey
@@ -133,6 +133,7 @@ class ConsumeLoop:
         max_batch: most records one poll hands a ``BatchHandler`` (1: one at a time, whatever the handler).
         on_tombstone: takes the records without a value (by topic and key), under the same retries and DLQ; None:
             such a record is poison.
+        consumer_options: librdkafka options over the consumer's (``consumer_config``), e.g. a smaller prefetch.
     """
 
     def __init__(
@@ -155,6 +156,7 @@ class ConsumeLoop:
         rejoin_timeout_s: float = 120.0,
         max_batch: int = 1,
         on_tombstone: TombstoneHandler | None = None,
+        consumer_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not topics:
             raise ValueError("ConsumeLoop needs at least one topic")
@@ -179,6 +181,8 @@ class ConsumeLoop:
             kafka, group_id=group_id, topics=self._topics, service=service, book=self._tracker,
             metrics=self._metrics, hooks=RebalanceHooks(revoking=self._flush_before_revoke),
             static_assignment=static_assignment, rejoin_timeout_s=rejoin_timeout_s, member_id=self._member_id,
+            new_consumer=lambda on_commit: create_consumer(kafka, group_id=group_id, client_id=service,
+                                                           on_commit=on_commit, options=consumer_options),
         )
 
     @property

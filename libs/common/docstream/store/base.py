@@ -8,10 +8,12 @@ no lightweight transactions on the hot path.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Final, Literal, Protocol, runtime_checkable
 
+from docstream.admission import TenantLoad
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
@@ -309,3 +311,22 @@ class ResultStore(Protocol):
 
     def delete_source(self, tenant: str, source_key: str) -> None:
         """Delete a sources row (``docstream_ingest.sources.delete_source`` retires its versions first)."""
+
+    # -- admission (docs/operations.md "Quotas and admission"; written only for tenants with limits) --
+
+    def admit_documents(self, tenant: str, job_id: str, doc_ids: Sequence[str], at: datetime) -> None:
+        """The tenant's documents were admitted: in flight from now (tenant_inflight)."""
+
+    def set_document_tokens(self, tenant: str, doc_id: str, tokens: int) -> None:
+        """An admitted document was chunked into ``tokens`` tokens, enqueued until it ends (a document not in
+        flight stays out: a Cassandra row of tokens alone is not counted, and expires)."""
+
+    def end_document(self, tenant: str, doc_id: str, day: str, tokens: int) -> None:
+        """A document ended: out of flight, and its ``tokens`` count on the tenant's ``day`` (``YYYY-MM-DD``)."""
+
+    def tenant_load(self, tenant: str, day: str) -> TenantLoad:
+        """The tenant's documents in flight, their enqueued tokens, and the tokens of ``day``."""
+
+    def admission_lease(self, tenant: str) -> AbstractContextManager[None]:
+        """Hold the tenant's admission lease while the block reads its load and admits: one admission at a time per
+        tenant across processes. Raises ``StoreError`` (``admission_busy``) when another holds it too long."""

@@ -45,12 +45,14 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import ErrorMessage, IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
 
+from docstream.admission import TenantLoad
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.retry import backoff_delay
 from docstream.settings import CassandraSettings
 from docstream.store.base import ChunkRow, JobRow, JobState, SearchHit
 from docstream.store.codec import embedding_array, utc_millis
+from docstream.store.leases import acquire_lease
 from docstream.store.paging import at_least_one
 from docstream.store.ranking import cosine_scores, search_query
 from docstream.store.rows import (
@@ -81,6 +83,9 @@ _SCHEMA_TIMEOUT_S = 120.0
 # the migration lease (docs/storage.md "Migrations"): one process at a time changes the schema
 _LEASE_NAME = "migrate"
 _LEASE_TTL_S = 300  # renewed after every migration; a holder that died frees it after this
+_ADMISSION_TTL_S = 30  # an admission lease of a holder that died frees after this
+_ADMISSION_WAIT_S = 10.0  # how long an admission waits for another of its tenant
+_TOKENS_TTL_S = 30 * 86_400  # a chunker's tokens of a document no longer in flight (a replay) expire after this
 _LEASE_WAIT_S = 900.0  # how long a migrate waits for another's to finish before it gives up
 _CAS_WRITE_UNKNOWN = 0x1700  # protocol v5; the driver has no class of its own for it
 
@@ -647,6 +652,95 @@ class CassandraStore(TableStore):
         self._execute(f"DELETE FROM {self._ks}.chunks WHERE doc_id = ? AND model_id = ?", key, "delete_results")
         self._execute(f"DELETE FROM {self._ks}.document_results WHERE doc_id = ? AND model_id = ?", key,
                       "delete_results")
+
+    # -- admission ---------------------------------------------------------------------
+
+    def admit_documents(self, tenant: str, job_id: str, doc_ids: Sequence[str], at: datetime) -> None:
+        """Write the tenant's in-flight rows of ``doc_ids`` (one partition: unlogged batches of 100).
+
+        Raises:
+            StoreError: a write failed transiently (run it again: the rows are upserts).
+        """
+        insert = self._prepare(f"INSERT INTO {self._ks}.tenant_inflight (tenant, doc_id, job_id, admitted_at) "
+                               "VALUES (?, ?, ?, ?)")
+        requests: list[tuple[BatchStatement, None]] = []
+        for start in range(0, len(doc_ids), 100):
+            batch = _batch(BatchType.UNLOGGED)
+            for doc_id in doc_ids[start:start + 100]:
+                batch.add(insert, (tenant, doc_id, job_id, _ts(at)))
+            requests.append((batch, None))
+        if not requests:
+            return
+        with self._errors("admit_documents"):
+            execute_concurrent(self._connect(), requests, concurrency=self._settings.write_concurrency,
+                               raise_on_first_error=True)
+
+    def set_document_tokens(self, tenant: str, doc_id: str, tokens: int) -> None:
+        """Set a document's tokens; a document not in flight gets a row of tokens alone, not counted, which expires.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._execute(f"UPDATE {self._ks}.tenant_inflight USING TTL {_TOKENS_TTL_S} SET tokens = ? "
+                      "WHERE tenant = ? AND doc_id = ?", (tokens, tenant, doc_id), "set_document_tokens")
+
+    def end_document(self, tenant: str, doc_id: str, day: str, tokens: int) -> None:
+        """Count the document's tokens on ``day``, then take it out of flight.
+
+        Raises:
+            StoreError: a write failed transiently (run it again: both are idempotent).
+        """
+        self._execute(f"INSERT INTO {self._ks}.tenant_daily (tenant, day, doc_id, tokens) VALUES (?, ?, ?, ?)",
+                      (tenant, day, doc_id, tokens), "end_document")
+        self._execute(f"DELETE FROM {self._ks}.tenant_inflight WHERE tenant = ? AND doc_id = ?", (tenant, doc_id),
+                      "end_document")
+
+    def tenant_load(self, tenant: str, day: str) -> TenantLoad:
+        """The tenant's in-flight documents (rows with an admission), their tokens, and the tokens of ``day``: two
+        partitions read whole.
+
+        Raises:
+            StoreError: a read failed transiently.
+        """
+        rows = self._execute(f"SELECT admitted_at, tokens FROM {self._ks}.tenant_inflight WHERE tenant = ?",
+                             (tenant,), "tenant_load")
+        admitted = [row for row in rows if row["admitted_at"] is not None]
+        daily = self._execute(f"SELECT tokens FROM {self._ks}.tenant_daily WHERE tenant = ? AND day = ?",
+                              (tenant, day), "tenant_load")
+        return TenantLoad(len(admitted), sum(int(row["tokens"] or 0) for row in admitted),
+                          sum(int(row["tokens"] or 0) for row in daily))
+
+    @contextmanager
+    def admission_lease(self, tenant: str) -> Iterator[None]:
+        """Hold the tenant's admission lease: a leases row taken by a lightweight transaction, with a TTL for a
+        holder that died. A take repeated after a transient failure finds its own row.
+
+        Raises:
+            StoreError: ``admission_busy``, another process held it for ``_ADMISSION_WAIT_S``; or Cassandra failed.
+        """
+        name, owner = f"admission/{tenant}", uuid.uuid4().hex
+        take = (f"INSERT INTO {self._ks}.leases (name, owner, taken_at) VALUES (?, ?, ?) IF NOT EXISTS "
+                f"USING TTL {_ADMISSION_TTL_S}")
+
+        def taken() -> bool:
+            try:
+                row = self._execute(take, (name, owner, _ts(datetime.now(UTC))), "admission_lease")[0]
+            except StoreError as exc:  # a take repeated after this finds our own row if this one landed
+                _log.info("admission_lease_retry", tenant=tenant, code=exc.code)
+                return False
+            return bool(row["[applied]"] or row.get("owner") == owner)
+
+        acquire_lease(taken, wait_s=_ADMISSION_WAIT_S, base_s=0.02,
+                      busy=f"another admission of tenant {tenant} held its lease for {_ADMISSION_WAIT_S:.0f} s")
+        try:
+            yield
+        finally:
+            try:
+                self._execute(f"DELETE FROM {self._ks}.leases WHERE name = ? IF owner = ?", (name, owner),
+                              "admission_lease")
+            except StoreError as exc:  # its TTL frees it
+                _log.warning("admission_lease_not_released", tenant=tenant, error=str(exc),
+                             expires_in_s=_ADMISSION_TTL_S)
 
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model (one partition).

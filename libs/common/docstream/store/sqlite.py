@@ -14,6 +14,8 @@ import functools
 import json
 import sqlite3
 import threading
+import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -22,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from docstream.admission import TenantLoad
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.store.base import ChunkRow, JobState, SearchHit
 from docstream.store.codec import encode_embedding, none_if_empty, utc_millis
+from docstream.store.leases import acquire_lease
 from docstream.store.paging import at_least_one, keyset_pages
 from docstream.store.ranking import TopK, cosine_scores, search_query
 from docstream.store.rows import (
@@ -44,6 +48,8 @@ from docstream.store.table_store import TableStore
 __all__ = ["SqliteStore"]
 
 _log = get_logger(__name__)
+_ADMISSION_TTL_S = 30.0  # a lease of a holder that died frees after this
+_ADMISSION_WAIT_S = 10.0  # how long an admission waits for another of its tenant
 
 _MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -398,6 +404,81 @@ class SqliteStore(TableStore):
             "SELECT COUNT(*) AS n FROM chunks WHERE doc_id = ? AND model_id = ?", (doc_id, model_id), "count_chunks"
         )
         return int(found["n"]) if found else 0
+
+    # -- admission ---------------------------------------------------------------------
+
+    def admit_documents(self, tenant: str, job_id: str, doc_ids: Sequence[str], at: datetime) -> None:
+        """Write the tenant's in-flight rows of ``doc_ids`` (one transaction).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        conn = self._connection()
+        with self._errors("admit_documents"), self._transaction(conn):
+            conn.executemany(
+                "INSERT INTO tenant_inflight (tenant, doc_id, job_id, admitted_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (tenant, doc_id) DO UPDATE SET job_id = excluded.job_id",
+                [(tenant, doc_id, job_id, utc_millis(at).isoformat(timespec="milliseconds")) for doc_id in doc_ids])
+
+    def set_document_tokens(self, tenant: str, doc_id: str, tokens: int) -> None:
+        """Set an in-flight document's tokens (nothing when it is not in flight).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._write("UPDATE tenant_inflight SET tokens = ? WHERE tenant = ? AND doc_id = ?", (tokens, tenant, doc_id),
+                    "set_document_tokens")
+
+    def end_document(self, tenant: str, doc_id: str, day: str, tokens: int) -> None:
+        """Take a document out of flight and count its tokens on ``day`` (one transaction).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        conn = self._connection()
+        with self._errors("end_document"), self._transaction(conn):
+            conn.execute("DELETE FROM tenant_inflight WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
+            conn.execute("INSERT INTO tenant_daily (tenant, day, doc_id, tokens) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT (tenant, day, doc_id) DO UPDATE SET tokens = excluded.tokens",
+                         (tenant, day, doc_id, tokens))
+
+    def tenant_load(self, tenant: str, day: str) -> TenantLoad:
+        """The tenant's in-flight documents, their tokens, and the tokens of ``day``.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        flight = self._one("SELECT COUNT(*) AS documents, COALESCE(SUM(tokens), 0) AS tokens FROM tenant_inflight "
+                           "WHERE tenant = ?", (tenant,), "tenant_load")
+        daily = self._one("SELECT COALESCE(SUM(tokens), 0) AS tokens FROM tenant_daily WHERE tenant = ? AND day = ?",
+                          (tenant, day), "tenant_load")
+        assert flight is not None and daily is not None
+        return TenantLoad(int(flight["documents"]), int(flight["tokens"]), int(daily["tokens"]))
+
+    @contextmanager
+    def admission_lease(self, tenant: str) -> Iterator[None]:
+        """Hold the tenant's admission lease (a leases row that expires, for a holder that died).
+
+        Raises:
+            StoreError: ``admission_busy``, another process held it for ``_ADMISSION_WAIT_S``; or the store failed.
+        """
+        name, owner = f"admission/{tenant}", uuid.uuid4().hex
+
+        def take() -> bool:
+            now = time.time()
+            self._write(
+                "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "owner = excluded.owner, expires_at = excluded.expires_at WHERE leases.expires_at < ?",
+                (name, owner, now + _ADMISSION_TTL_S, now), "admission_lease")
+            row = self._one("SELECT owner FROM leases WHERE name = ?", (name,), "admission_lease")
+            return row is not None and row["owner"] == owner
+
+        acquire_lease(take, wait_s=_ADMISSION_WAIT_S, base_s=0.01,
+                      busy=f"another admission of tenant {tenant} held its lease for {_ADMISSION_WAIT_S:.0f} s")
+        try:
+            yield
+        finally:
+            self._write("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner), "admission_lease")
 
     def search(
         self, embedding: Sequence[float], model_id: str, *, k: int = 10, job_id: str | None = None

@@ -209,6 +209,7 @@ def run_replay(
     new_group: str | None = None,
     model_id: str | None = None,
     task: str | None = None,
+    lane: str = "batch",
     force: bool = False,
     yes: bool = False,
     dry_run: bool = False,
@@ -223,7 +224,7 @@ def run_replay(
         InputError: bad options (the CLI turns it into a message and status 2).
     """
     target = parse_target(to_datetime, to_offset)
-    source = replay_source(settings, service, new_group=new_group, task=task)
+    source = replay_source(settings, service, new_group=new_group, task=task, lane=lane)
     admin = admin or GroupAdmin(settings.kafka)
     try:
         group = admin.describe_group(source.group_id)

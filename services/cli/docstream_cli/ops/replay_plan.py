@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from rich.table import Table
 
 from docstream.errors import InputError
+from docstream.fairness import BATCH, LANES
 from docstream.tasks.base import check_task_name
 from docstream.topics import Topics
 
@@ -139,8 +140,11 @@ class ReplaySource:
 
 
 def replay_source(settings: Settings, service: str, *, new_group: str | None = None,
-                  task: str | None = None) -> ReplaySource:
+                  task: str | None = None, lane: str = "batch") -> ReplaySource:
     """The input topic and consumer group of ``service`` under ``settings``.
+
+    The chunker and inference read a topic per lane (docs/operations.md "Sharing the service"): ``lane``
+    (``batch`` by default, or ``interactive``) names the one to replay; the group is the same.
 
     chunker reads the intake topic as ``chunker.group_id`` (default ``<prefix>-chunker``);
     inference reads the chunks topic as ``inference.group_id`` (default ``<prefix>-inference``, and
@@ -149,19 +153,24 @@ def replay_source(settings: Settings, service: str, *, new_group: str | None = N
     mapped topic as ``<prefix>-document-stage``.
 
     Raises:
-        InputError: an unknown service, a ``task`` for another service than inference, or an empty ``new_group``.
+        InputError: an unknown service, a ``task`` for another service than inference, an empty ``new_group``, or
+            an unknown ``lane`` (``replay_lane``) or one for a service with no lanes.
     """
     topics = Topics(settings.kafka.topic_prefix)
+    if lane not in LANES:
+        raise InputError(f"--lane must be one of {', '.join(LANES)}, got {lane!r}", code="replay_lane")
+    if lane != BATCH and service not in ("chunker", "inference"):
+        raise InputError("--lane is an option of --service chunker and inference", code="replay_lane")
     if task is not None and service != "inference":
         raise InputError("--task is an option of --service inference", code="replay_task")
     if task is not None:
         check_task_name(task)
     if service == "inference" and task is not None:
-        topic, default = topics.chunks, settings.inference.group_id or topics.inference_group(task)
+        topic, default = topics.lane(lane), settings.inference.group_id or topics.inference_group(task)
     elif service == "chunker":
-        topic, default = topics.submitted, settings.chunker.group_id or topics.group("chunker")
+        topic, default = topics.intake(lane), settings.chunker.group_id or topics.group("chunker")
     elif service == "inference":
-        topic, default = topics.chunks, settings.inference.group_id or topics.group("inference")
+        topic, default = topics.lane(lane), settings.inference.group_id or topics.group("inference")
     elif service == "reducer":
         topic, default = topics.embedded, settings.reducer.app_id
     elif service == "document-stage":

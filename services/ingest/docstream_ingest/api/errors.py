@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from docstream.errors import DocstreamError, InputError, RetryableError
+from docstream.errors import DocstreamError, InputError, QuotaExceeded, RetryableError, StoreError
 from docstream.logging import get_logger
 
 __all__ = ["ApiError", "error_response", "install_error_handlers", "status_of_input_error"]
@@ -109,6 +109,12 @@ async def _on_docstream_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DocstreamError)
     if isinstance(exc, InputError):
         return error_response(status_of_input_error(exc.code), exc.code, exc.message)
+    if isinstance(exc, QuotaExceeded):
+        # nothing was enqueued: the same request later is admitted once the tenant's figures allow it
+        return error_response(429, exc.code, exc.message, extra={"limit": exc.limit},
+                              headers={"Retry-After": str(exc.retry_after_s)})
+    if isinstance(exc, StoreError) and exc.code == "admission_busy":
+        return error_response(429, exc.code, exc.message, headers={"Retry-After": "1"})
     if isinstance(exc, RetryableError):
         _log.warning("http_dependency_unavailable", path=request.url.path, error_code=exc.code, error=exc.message)
         return error_response(503, exc.code, exc.message, headers={"Retry-After": _RETRY_AFTER_S})

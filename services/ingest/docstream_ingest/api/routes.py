@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError, InputError
+from docstream.fairness import BATCH, lane_of
 from docstream.ids import MAX_SOURCE_KEY_CHARS
 from docstream.logging import get_logger
 from docstream.progress import job_progress
@@ -27,6 +28,7 @@ from docstream.tasks.base import Label, Prompt, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
 from docstream.topics import Topics
 from docstream.usage import Usage, seconds, total_usage
+from docstream_ingest.admission import tenant_capacity
 from docstream_ingest.api.auth import Principal
 from docstream_ingest.api.context import ApiContext
 from docstream_ingest.api.delivery import RequestDeliveries
@@ -36,6 +38,7 @@ from docstream_ingest.api.schemas import (
     ID_PATTERN,
     MULTIPART_SCHEMA,
     AcceptedDocument,
+    CapacityOut,
     ChunkOut,
     ChunkTableOut,
     DocumentDetail,
@@ -52,6 +55,7 @@ from docstream_ingest.api.schemas import (
     JobOptionsIn,
     JobSummary,
     LabelSpec,
+    LimitsOut,
     PromptSpec,
     Readiness,
     RefusalOut,
@@ -81,6 +85,8 @@ _ERROR_MESSAGES = {
     413: "The body, or a document in it, is too large.",
     415: "Neither application/json nor multipart/form-data.",
     422: "Invalid request, or documents refused (see error_code and refused).",
+    429: "Past one of the tenant's quotas (error_code quota_exceeded, limit): nothing was enqueued; try again after "
+         "Retry-After seconds (docs/operations.md \"Quotas and admission\").",
     503: "The store or the broker is unavailable; retry later.",
 }
 
@@ -177,6 +183,7 @@ def job_summary(job: JobRow, now: datetime) -> JobSummary:
         eta_s=None if progress.eta_s is None else round(progress.eta_s, 1),
         options=dict(job.options),
         tasks=[task_spec(task) for task in job_tasks(job)],
+        priority=lane_of(job.options.get("priority", BATCH)),
         webhook_url=job.webhook_url,
         usage=None if job.usage is None else usage_out(job.usage),
     )
@@ -335,6 +342,7 @@ def _job_request(caller: Principal, options: JobOptionsIn) -> JobRequest:
         webhook_url=options.webhook_url,
         atomic=True,
         tasks=tuple(task_request(spec) for spec in options.tasks) or DEFAULT_TASKS,
+        priority=options.priority,
     )
 
 
@@ -362,7 +370,7 @@ def _submit(
     result = submit(items, _job_request(caller, options), _intake_clients(ctx))
     if result.refused or not result.documents:
         raise _refusal(result) if result.refused else ApiError(422, "no_documents", "nothing to submit")
-    ctx.metrics.records_out.labels("api", ctx.topics.submitted).inc(len(result.documents))
+    ctx.metrics.records_out.labels("api", ctx.topics.intake(options.priority)).inc(len(result.documents))
     _log.info("job_accepted", job_id=result.job_id, tenant=caller.tenant, documents=len(result.documents))
     return _accepted(result, ctx.store)
 
@@ -429,7 +437,7 @@ _SUBMIT_BODY: dict[str, Any] = {
     status_code=202,
     response_model=JobAccepted,
     summary="Submit a job",
-    responses=_errors(400, 401, 408, 413, 415, 422, 503),
+    responses=_errors(400, 401, 408, 413, 415, 422, 429, 503),
     openapi_extra=_SUBMIT_BODY,
 )
 async def create_job(request: Request, ctx: Ctx, caller: Caller) -> JSONResponse:
@@ -450,6 +458,22 @@ async def create_job(request: Request, ctx: Ctx, caller: Caller) -> JSONResponse
 
 
 # -- reading jobs -----------------------------------------------------------------------
+
+
+@jobs_router.get("/capacity", response_model=CapacityOut, summary="What the tenant may submit now",
+                 responses=_errors(401, 503))
+def get_capacity(ctx: Ctx, caller: Caller) -> CapacityOut:
+    """The caller's tenant's quotas, its figures now (from the store, the same for every API process), and how many
+    documents a submission may hold now (docs/operations.md "Quotas and admission")."""
+    cap = tenant_capacity(ctx.store, ctx.settings.fairness, caller.tenant, ctx.clock())
+    limits, load = cap.limits, cap.load
+    return CapacityOut(
+        tenant=caller.tenant, documents=cap.documents, limited_by=cap.limited_by,
+        retry_after_s=cap.retry_after_s if cap.documents == 0 else 0, documents_in_flight=load.documents_in_flight,
+        enqueued_tokens=load.enqueued_tokens, tokens_today=load.tokens_today,
+        limits=LimitsOut(max_documents_in_flight=limits.max_documents_in_flight,
+                         max_enqueued_tokens=limits.max_enqueued_tokens, max_tokens_per_day=limits.max_tokens_per_day),
+    )
 
 
 @jobs_router.get("/jobs", response_model=JobList, summary="List the tenant's jobs", responses=_errors(401, 422, 503))

@@ -14,6 +14,7 @@ __all__ = [
     "MAX_FORM_FIELD_BYTES",
     "MULTIPART_SCHEMA",
     "AcceptedDocument",
+    "CapacityOut",
     "ChunkOut",
     "ChunkTableOut",
     "DocumentDetail",
@@ -30,6 +31,7 @@ __all__ = [
     "JobOptionsIn",
     "JobSummary",
     "LabelSpec",
+    "LimitsOut",
     "Readiness",
     "RefusalOut",
     "TableCellOut",
@@ -107,6 +109,9 @@ class JobOptionsIn(BaseModel):
         default_factory=list, max_length=MAX_TASKS,
         description="What inference runs on the job's chunks, each task once; empty: embed alone.",
     )
+    priority: Literal["interactive", "batch"] = Field(
+        "batch", description="The job's lane: interactive jobs are served first, batch keeps a guaranteed share "
+                             "(docs/operations.md \"Sharing the service\"). A tenant may be capped at batch.")
 
 
 class JobCreateJson(JobOptionsIn):
@@ -264,6 +269,7 @@ class JobSummary(BaseModel):
     )
     options: dict[str, str]
     tasks: list[TaskSpec] = Field(..., description="What inference runs on the job's chunks (embed alone by default).")
+    priority: Literal["interactive", "batch"] = Field("batch", description="The job's lane.")
     webhook_url: str | None
     usage: UsageOut | None = Field(
         None, description="What the job's terminal documents cost so far; null before any was counted."
@@ -287,6 +293,28 @@ class JobDetail(JobSummary):
     next_errors_cursor: str | None = Field(
         ..., description="Pass as errors_after for the next page of errors; null on the last page."
     )
+
+
+class LimitsOut(BaseModel):
+    """A tenant's quotas (null: no limit of that kind)."""
+
+    max_documents_in_flight: int | None
+    max_enqueued_tokens: int | None
+    max_tokens_per_day: int | None
+
+
+class CapacityOut(BaseModel):
+    """What the caller's tenant may submit now (docs/operations.md "Quotas and admission")."""
+
+    tenant: str
+    documents: int | None = Field(..., description="How many more documents a submission may hold now; null: no "
+                                                    "limit on documents; 0: none until the figures free.")
+    limited_by: str | None = Field(..., description="The limit that holds submissions back now, or null.")
+    retry_after_s: int = Field(..., description="When documents is 0: seconds until asking again is worth it.")
+    documents_in_flight: int = Field(..., description="The tenant's documents admitted and not ended.")
+    enqueued_tokens: int = Field(..., description="Tokens of those documents once chunked.")
+    tokens_today: int = Field(..., description="Tokens of the tenant's documents that ended this UTC day.")
+    limits: LimitsOut
 
 
 class DocumentOut(BaseModel):

@@ -232,13 +232,14 @@
     if (after) query.set("after", after);
     const page = await get(`/v1/jobs?${query}`);
     const withUsage = page.items.some((job) => usageOf(job));
-    const headers = [["Job"], ["Status"], ["Progress"], ["Rate", "num"], ["ETA", "num"], ["Elapsed", "num"],
-      ["Failed", "num"], ["Created"]];
+    const headers = [["Job"], ["Status"], ["Lane"], ["Progress"], ["Rate", "num"], ["ETA", "num"],
+      ["Elapsed", "num"], ["Failed", "num"], ["Created"]];
     if (withUsage) headers.push(["Tokens", "num"], ["Model time", "num"]);
     const rows = page.items.map((job) => {
       const cells = [
         el("td", { class: "id" }, link(`#/jobs/${encodeURIComponent(job.job_id)}`, job.job_id)),
         el("td", {}, statusBadge(job.status)),
+        el("td", { class: "lane" }, job.priority || "batch"),
         el("td", {}, progressOf(job)),
         el("td", { class: "num rate" }, rate(job.rate_docs_per_s)),
         el("td", { class: "num eta" }, duration(job.eta_s)),
@@ -330,6 +331,7 @@
       el("div", { class: "actions" }, statusBadge(job.status), progressOf(job)),
       el("br"),
       facts([
+        ["Lane", job.priority || "batch"],
         ["Documents", number(job.document_count)], ["Completed", number(job.completed)],
         ["Partial", number(job.partial)], ["Failed", number(job.failed)],
         ["Pending", number(job.pending)], ["Rate", rate(job.rate_docs_per_s), "rate"],

@@ -1,6 +1,6 @@
 """Which chunk the model takes next when several jobs wait: priority lanes, and tenants shared fairly inside a
-lane (not wired into the inference pipeline yet). Pure: the caller pushes what it polled and takes what the
-rule gives; no clock, no I/O.
+lane (the inference pipeline's Q0, ``docstream_inference.stages.FairInbox``). Pure: the caller pushes what it
+polled and takes what the rule gives; no clock, no I/O.
 
 Two lanes, ``interactive`` and ``batch``. While both hold work, interactive goes first, but batch keeps a
 guaranteed share of the tokens served (``batch_share``), so a steady stream of interactive jobs never starves a
@@ -16,14 +16,21 @@ backfill does not hold another tenant's 3-page job behind it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-__all__ = ["LANES", "FairQueue", "Lane", "Waiting"]
+__all__ = ["BATCH", "INTERACTIVE", "LANES", "FairQueue", "Lane", "Waiting", "lane_of"]
 
 Lane = Literal["interactive", "batch"]
-LANES: tuple[Lane, ...] = ("interactive", "batch")
+INTERACTIVE: Lane = "interactive"
+BATCH: Lane = "batch"
+LANES: tuple[Lane, ...] = (INTERACTIVE, BATCH)
+
+
+def lane_of(priority: str) -> Lane:
+    """The lane of a record's ``priority``: interactive, or batch for anything else (a record from before lanes)."""
+    return INTERACTIVE if priority == INTERACTIVE else BATCH
 
 _T = TypeVar("_T", bound=Hashable)
 
@@ -39,7 +46,7 @@ class Waiting(Generic[_T]):
 
 
 def _step(quantum: int, weights: Mapping[str, float], tenant: str) -> int:
-    return max(1, round(quantum * weights.get(tenant, 1.0)))
+    return max(1, round(quantum * weights.get(tenant, weights.get("", 1.0))))
 
 
 @dataclass
@@ -75,6 +82,23 @@ class _Tenants(Generic[_T]):
         assert best is not None
         return best[1]
 
+    def remove(self, unwanted: Callable[[Waiting[_T]], bool]) -> list[Waiting[_T]]:
+        """Take out every item ``unwanted`` names, in each tenant's order; the others keep their places."""
+        removed: list[Waiting[_T]] = []
+        for tenant in list(self.order):
+            queue = self.queues[tenant]
+            kept = deque(w for w in queue if not unwanted(w))
+            if len(kept) == len(queue):
+                continue
+            removed.extend(w for w in queue if unwanted(w))
+            self.tokens -= sum(w.tokens for w in queue) - sum(w.tokens for w in kept)
+            if kept:
+                self.queues[tenant] = kept
+            else:
+                del self.queues[tenant], self.deficit[tenant]
+                self.order.remove(tenant)
+        return removed
+
     def take(self, quantum: int, weights: Mapping[str, float]) -> Waiting[_T]:
         """The next item by deficit round robin (the lane holds one)."""
         while True:
@@ -100,7 +124,8 @@ class FairQueue(Generic[_T]):
         batch_share: the least share of the tokens served that the batch lane gets while both lanes hold work
             (0 < share < 1).
         quantum: tokens a tenant's deficit grows by per round-robin turn, at weight 1 (about one chunk).
-        weights: tenants' weights inside a lane (default 1.0): a weight of 2 is served twice the tokens.
+        weights: tenants' weights inside a lane: a weight of 2 is served twice the tokens; a tenant not named has the
+            weight under ``""`` (default 1.0).
     """
 
     def __init__(self, *, batch_share: float = 0.2, quantum: int = 256,
@@ -123,6 +148,19 @@ class FairQueue(Generic[_T]):
     def tokens(self, lane: Lane) -> int:
         """Tokens waiting in ``lane``."""
         return self._lanes[lane].tokens
+
+    def count(self, lane: Lane) -> int:
+        """Items waiting in ``lane``."""
+        return sum(len(q) for q in self._lanes[lane].queues.values())
+
+    def tenant_tokens(self, lane: Lane) -> dict[str, int]:
+        """Tokens waiting in ``lane`` per tenant."""
+        return {tenant: sum(w.tokens for w in queue) for tenant, queue in self._lanes[lane].queues.items()}
+
+    def remove(self, unwanted: Callable[[Waiting[_T]], bool]) -> list[Waiting[_T]]:
+        """Take out every waiting item ``unwanted`` names (a revoked partition's, or all at a stop); the others keep
+        their order and their tenants' deficits."""
+        return [w for lane in LANES for w in self._lanes[lane].remove(unwanted)]
 
     def push(self, waiting: Waiting[_T]) -> None:
         """Add an item behind its tenant's earlier ones."""

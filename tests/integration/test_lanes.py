@@ -1,0 +1,298 @@
+"""Sharing the service on real Kafka + Cassandra (docs/operations.md "Sharing the service"): a backfill with an
+interactive job and a batch job beside it, then a kill -9 of inference while both lanes hold work; two tenants in
+one lane; a gradual admission of a job larger than its tenant's quota.
+
+`docstream chunker`, `docstream inference` and `docstream reducer` run as processes (at least once). Each
+model batch sleeps ``DELAY_MS`` more (fault injection), so that a backlog of a few thousand chunks lasts on any
+CPU. Nothing here asserts a wall-clock time: what a job waited is counted in other chunks embedded before its own
+last one (the order of the ChunkEmbedded records' ``embedded_at``), which is the same on a slow machine and a fast
+one; the seconds are printed.
+
+The bound of an interactive job, in chunks of others embedded from the moment its last chunk exists to the moment
+that chunk is embedded: its chunks are taken from Q0 ahead of every batch chunk but the batch lane's share, and
+cut into the next batch ahead of older batch chunks in the batcher's pool; they wait at most for the batches past
+the pool: one closed and waiting for room, ``queue_batches`` in the queue to the model, one in the model,
+``queue_batches`` in the queue to the writer and one being written: ``(2 * queue_batches + 3) * max_batch_size``.
+While its own chunks run, the batch lane keeps its share: ``batch_share / (1 - batch_share)`` batch chunks per
+interactive one, and one batch more for the rounding. (The chunker's part is not in it: the interactive intake
+topic holds the job's documents, which wait behind at most the chunker's prefetch, ``queued.min.messages`` 8 a
+partition.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from docstream.admission import day_of
+from docstream.avro import AvroSerde
+from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted
+from docstream.settings import CassandraSettings, Settings
+from docstream.store import ResultStore
+from tests.fixtures.documents import make_pdf
+from tests.fixtures.kafka import read_topic
+from tests.fixtures.services import Pipeline, running_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+DELAY_MS = 100
+BATCH = Settings().inference.max_batch_size
+QUEUE = Settings().inference.queue_batches
+SHARE = Settings().fairness.batch_share
+CHUNK_TOKENS = 64  # about 12 chunks a page
+SERVICES = ("chunker", "inference", "reducer")
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    tenant: str
+    priority: str
+
+
+def _pdfs(root: Path, name: str, pages: list[int], seed: int) -> list[Path]:
+    folder = root / name
+    folder.mkdir()
+    paths = []
+    for i, count in enumerate(pages):
+        path = folder / f"{name}-{i}.pdf"
+        path.write_bytes(make_pdf(count, seed=seed + i).data)
+        paths.append(path)
+    return paths
+
+
+def _submit(pipeline: Pipeline, paths: list[Path], tenant: str, priority: str) -> Job:
+    job = Job(f"{tenant}-{priority}-{uuid.uuid4().hex[:8]}", tenant, priority)
+    pipeline.submit(paths, job.job_id, "--tenant", tenant, "--priority", priority,
+                    "--chunk-max-tokens", str(CHUNK_TOKENS))
+    return job
+
+
+def _done(store: ResultStore, *jobs: Job) -> bool:
+    rows = [store.get_job(job.job_id) for job in jobs]
+    return all(row is not None and row.status == "completed" for row in rows)
+
+
+def _embedded(bootstrap: str, pipeline: Pipeline) -> list[ChunkEmbedded]:
+    records = read_topic(bootstrap, pipeline.topics.embedded, serde=AvroSerde(Settings().kafka), timeout_s=90).records
+    return [r for r in records if isinstance(r, ChunkEmbedded)]
+
+
+@dataclass(frozen=True)
+class Made:
+    """A ChunkCreated and where it is on its lane's topic."""
+
+    chunk: ChunkCreated
+    topic: str
+    partition: int
+    offset: int
+
+
+def _created(bootstrap: str, pipeline: Pipeline) -> list[Made]:
+    serde = AvroSerde(Settings().kafka)
+    made = []
+    for topic in pipeline.topics.lanes():
+        for received in read_topic(bootstrap, topic, serde=serde, timeout_s=90).received:
+            if isinstance(received.record, ChunkCreated):
+                made.append(Made(received.record, topic, int(received.message.partition() or 0),
+                                 int(received.message.offset() or 0)))
+    return made
+
+
+def _first_embedded(embedded: Iterable[ChunkEmbedded]) -> dict[tuple[str, int], datetime]:
+    """When each chunk was first embedded (a kill -9 runs some again)."""
+    first: dict[tuple[str, int], datetime] = {}
+    for e in embedded:
+        key = (e.doc_id, e.chunk_index)
+        first[key] = min(first.get(key, e.embedded_at), e.embedded_at)
+    return first
+
+
+def _ahead_in_its_partitions(job: Job, made: list[Made], embedded: list[ChunkEmbedded]) -> int:
+    """The most chunks of other jobs ahead of ``job``'s last chunk in one of its partitions and not embedded yet
+    when ``job``'s first chunk was made: what first in, first out makes it wait for at least."""
+    start = min(m.chunk.created_at for m in made if m.chunk.job_id == job.job_id)
+    done_at = _first_embedded(embedded)
+    most = 0
+    for partition in {(m.topic, m.partition) for m in made if m.chunk.job_id == job.job_id}:
+        last = max(m.offset for m in made if m.chunk.job_id == job.job_id and (m.topic, m.partition) == partition)
+        most = max(most, sum(1 for m in made if (m.topic, m.partition) == partition and m.offset < last
+                             and m.chunk.job_id != job.job_id
+                             and done_at.get((m.chunk.doc_id, m.chunk.chunk_index), start) >= start))
+    return most
+
+
+def _completed_once(bootstrap: str, pipeline: Pipeline, store: ResultStore, *jobs: Job) -> None:
+    """Every document of ``jobs`` has one DocumentCompleted (read_committed), completed, and all its chunk rows."""
+    docs = {row.doc_id for job in jobs for row in store.iter_job_documents(job.job_id)}
+    records = read_topic(bootstrap, pipeline.topics.completed, serde=AvroSerde(Settings().kafka), timeout_s=90).records
+    completed = [r for r in records if isinstance(r, DocumentCompleted) and r.doc_id in docs]
+    per_doc = Counter(r.doc_id for r in completed)
+    assert set(per_doc) == docs and set(per_doc.values()) == {1}, per_doc
+    assert {r.status for r in completed} == {"completed"}
+    model = Settings().inference.model_id
+    for record in completed:
+        assert store.count_chunks(record.doc_id, model) == record.chunk_count, record.doc_id
+
+
+@dataclass(frozen=True)
+class Waited:
+    """What one job's chunks waited for: the chunks of others embedded from its first chunk's creation to its
+    last chunk's embedding, and those seconds."""
+
+    others: int
+    seconds: float
+    chunks: int
+
+
+def _waited(job: Job, created: list[Made], embedded: list[ChunkEmbedded], *, since_last: bool = False) -> Waited:
+    """From the job's first chunk's creation (or its last's, ``since_last``) to its last chunk's embedding."""
+    made = [m.chunk.created_at for m in created if m.chunk.job_id == job.job_id]
+    start = max(made) if since_last else min(made)
+    end = max(e.embedded_at for e in embedded if e.job_id == job.job_id)
+    others = {(e.doc_id, e.chunk_index) for e in embedded if e.job_id != job.job_id and start <= e.embedded_at <= end}
+    own = {(e.doc_id, e.chunk_index) for e in embedded if e.job_id == job.job_id}
+    return Waited(len(others), (end - start).total_seconds(), len(own))
+
+
+def _waiting_at(job: Job, at: datetime, created: list[Made], embedded: list[ChunkEmbedded]) -> int:
+    """Chunks of ``job`` created by ``at`` and not embedded yet then."""
+    done_by = _first_embedded(e for e in embedded if e.job_id == job.job_id)
+    return sum(1 for m in created if m.chunk.job_id == job.job_id and m.chunk.created_at <= at
+               and done_by.get((m.chunk.doc_id, m.chunk.chunk_index), at) >= at)
+
+
+def _print_timeline(job: Job, created: list[Made], embedded: list[ChunkEmbedded]) -> None:
+    """The batches (by embedded_at) from the job's first chunk's creation to its last's embedding: how many of the
+    job's chunks each held, of how many."""
+    made = sorted(m.chunk.created_at for m in created if m.chunk.job_id == job.job_id)
+    end = max(e.embedded_at for e in embedded if e.job_id == job.job_id)
+    batches: dict[datetime, list[int]] = {}
+    for e in embedded:
+        if made[0] <= e.embedded_at <= end:
+            counts = batches.setdefault(e.embedded_at, [0, 0])
+            counts[0] += e.job_id == job.job_id
+            counts[1] += 1
+    shown = " ".join(f"{at.time().isoformat(timespec='milliseconds')}:{own}/{n}"
+                     for at, (own, n) in sorted(batches.items()))
+    print(f"\n{job.job_id}: chunks made from {made[0].time()} to {made[-1].time()}; batches: {shown}")
+
+
+@pytest.fixture(scope="module")
+def pipeline(kafka_bootstrap: str, cassandra_settings: CassandraSettings,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    root = tmp_path_factory.mktemp("lanes")
+    # at least once (the default): a chunk is readable once produced, not at the chunker's next transaction commit
+    with running_pipeline(kafka_bootstrap, cassandra_settings, root, "lanes",
+                          DOCSTREAM_FAULTS__INFERENCE_DELAY_MS=str(DELAY_MS),
+                          DOCSTREAM_FAIRNESS__TENANTS=json.dumps({"g": {"max_documents_in_flight": 2}})) as pipeline:
+        yield pipeline
+
+
+def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_is_lost_to_a_kill_9(
+    pipeline: Pipeline, kafka_bootstrap: str, cassandra_store: ResultStore, tmp_path: Path,
+) -> None:
+    # read_ahead 64, the Q0 of before lanes: a batch job behind a backfill is served as it was then (FIFO), and
+    # shows the before beside the after
+    pipeline.start(*SERVICES, DOCSTREAM_FAIRNESS__READ_AHEAD="64")
+    backfill = _submit(pipeline, _pdfs(tmp_path, "a", [10] * 16, 100), "a", "batch")  # spread over the partitions
+    time.sleep(10)
+    after = _submit(pipeline, _pdfs(tmp_path, "b", [1, 1, 1], 200), "b", "interactive")
+    before = _submit(pipeline, _pdfs(tmp_path, "c", [1, 1, 1], 300), "c", "batch")
+    pipeline.until(lambda: _done(cassandra_store, after), "the interactive job to complete", 600, poll_s=0.5,
+                   alive=SERVICES)
+    # kill -9 of inference while both lanes hold work: another interactive job, the backfill, the batch job
+    again = _submit(pipeline, _pdfs(tmp_path, "d", [1, 1, 1], 400), "b", "interactive")
+    time.sleep(1)
+    inference = pipeline.service("inference")
+    inference.kill9()
+    inference.start(DOCSTREAM_FAIRNESS__READ_AHEAD="64")
+    pipeline.until(lambda: _done(cassandra_store, backfill, after, before, again), "every job to complete", 600,
+                   poll_s=1.0, alive=SERVICES)
+
+    created, embedded = _created(kafka_bootstrap, pipeline), _embedded(kafka_bootstrap, pipeline)
+    total = sum(1 for m in created if m.chunk.job_id == backfill.job_id)
+    assert total >= 2000, f"the backfill made {total} chunks"
+    first_b = min(m.chunk.created_at for m in created if m.chunk.job_id == after.job_id)
+    waiting = _waiting_at(backfill, first_b, created, embedded)
+    interactive, batch = _waited(after, created, embedded), _waited(before, created, embedded)
+    last = _waited(after, created, embedded, since_last=True)
+    ahead = _ahead_in_its_partitions(before, created, embedded)
+    bound = (2 * QUEUE + 3) * BATCH + math.ceil(interactive.chunks * SHARE / (1 - SHARE)) + BATCH
+    rate = total / (max(e.embedded_at for e in embedded) - min(e.embedded_at for e in embedded)).total_seconds()
+    print(f"\nbackfill {total} chunks, {waiting} waiting when the 3-document jobs came; model {rate:.0f} chunks/s;"
+          f" interactive job ({interactive.chunks} chunks): {interactive.others} chunks of others before its last,"
+          f" {last.others} after its last was made (bound {bound}), {interactive.seconds:.1f} s; the same job as"
+          f" batch ({batch.chunks} chunks): {ahead} ahead of it in its partitions, {batch.others} chunks of others"
+          f" before its last, {batch.seconds:.1f} s")
+    _print_timeline(after, created, embedded)
+    assert waiting >= 4 * bound and ahead >= 2 * bound, "the backfill had a backlog when the small jobs came"
+    assert last.others <= bound
+    # before lanes (and past a 64-chunk read-ahead), a small job waits for the backlog ahead of it in its partitions
+    assert batch.others >= ahead - 64 - (2 * QUEUE + 3) * BATCH
+    # while the interactive job's chunks ran, the backfill kept at least its guaranteed share
+    span = [e for e in embedded if min(x.embedded_at for x in embedded if x.job_id == after.job_id) <= e.embedded_at
+            <= max(x.embedded_at for x in embedded if x.job_id == after.job_id)]
+    tokens = Counter()
+    for e in span:
+        tokens[e.job_id] += e.token_count
+    assert tokens[backfill.job_id] >= SHARE * (tokens[backfill.job_id] + tokens[after.job_id]) * 0.9, tokens
+    _completed_once(kafka_bootstrap, pipeline, cassandra_store, backfill, after, before, again)
+    pipeline.check_alive(*SERVICES)
+
+
+def test_two_tenants_with_equal_weights_in_one_lane_get_the_model_in_equal_shares(
+    pipeline: Pipeline, kafka_bootstrap: str, cassandra_store: ResultStore, tmp_path: Path,
+) -> None:
+    pipeline.stop("inference")
+    pipeline.start("inference")  # the default read-ahead (2,048 chunks a lane): both backlogs fit in it
+    for name in SERVICES:
+        if not pipeline.service(name).alive():
+            pipeline.start(name)
+    first = _submit(pipeline, _pdfs(tmp_path, "x", [20, 20], 400), "x", "batch")
+    second = _submit(pipeline, _pdfs(tmp_path, "y", [20, 20], 500), "y", "batch")
+    pipeline.until(lambda: _done(cassandra_store, first, second), "both jobs to complete", 600, alive=SERVICES,
+                   poll_s=1.0)
+
+    embedded = [e for e in _embedded(kafka_bootstrap, pipeline) if e.job_id in (first.job_id, second.job_id)]
+    start = min(e.embedded_at for e in embedded if e.job_id == second.job_id)
+    end = min(max(e.embedded_at for e in embedded if e.job_id == job.job_id) for job in (first, second))
+    tokens = Counter()
+    for e in embedded:
+        if start <= e.embedded_at <= end:
+            tokens[e.job_id] += e.token_count
+    a, b = tokens[first.job_id], tokens[second.job_id]
+    print(f"\nwhile both were backlogged ({(end - start).total_seconds():.1f} s): tenant x {a} tokens, tenant y {b}")
+    assert a > 0 and b > 0 and abs(a - b) <= 0.2 * max(a, b), tokens
+    _completed_once(kafka_bootstrap, pipeline, cassandra_store, first, second)
+
+
+def test_a_gradual_admission_completes_a_job_larger_than_its_quota_with_never_more_in_flight(
+    pipeline: Pipeline, kafka_bootstrap: str, cassandra_store: ResultStore, tmp_path: Path,
+) -> None:
+    for name in SERVICES:
+        if not pipeline.service(name).alive():
+            pipeline.start(name)
+    paths = _pdfs(tmp_path, "g", [1] * 6, 600)
+    job = Job(f"g-{uuid.uuid4().hex[:8]}", "g", "batch")
+    refused = pipeline.cli("submit", *map(str, paths), "--job-id", job.job_id, "--tenant", "g")
+    assert refused.returncode == 1 and "quota_exceeded" in refused.stderr, refused.stderr  # 6 > 2: all or nothing
+    assert cassandra_store.get_job(job.job_id) is None
+    done = pipeline.cli("submit", *map(str, paths), "--job-id", job.job_id, "--tenant", "g", "--admit", "gradually",
+                        "--wait", "--timeout", "600", timeout_s=660)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "admitted 2 of 6 documents; waiting on max_documents_in_flight" in done.stderr
+    assert "admitted 6 of 6 documents" in done.stderr
+    _completed_once(kafka_bootstrap, pipeline, cassandra_store, job)
+    today = datetime.now(UTC)
+    load = cassandra_store.tenant_load("g", day_of(today))
+    assert load.documents_in_flight == 0 and load.enqueued_tokens == 0 and load.tokens_today > 0
