@@ -21,6 +21,7 @@ from docstream.embedding import load_embedder
 from docstream.endpoint import EndpointEmbedder
 from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded
+from docstream.settings import FairnessSettings
 from docstream.store import ResultStore
 from docstream.topics import Topics, dlq_topic
 from docstream_inference.pipeline import group_id
@@ -50,8 +51,9 @@ def test_an_endpoint_outage_pauses_consumption_then_completes_with_nothing_lost(
 ) -> None:
     prefix = unique_name("endout")
     # small queues, so that a stalled model fills them and the consumer pauses its partitions: the
-    # chunks produced during the outage outnumber what the stages hold before Q0 stays full (Q0 and
-    # Q1 one batch each, the batch in the model, the length pool's 8 batches: 88 records)
+    # chunks produced during the outage outnumber what the stages hold before Q0 stays full (Q0 at
+    # its least read-ahead and Q1 one batch each, the batch in the model, the length pool's 8 batches:
+    # 88 records)
     settings = endpoint_settings(pipeline_settings(kafka_bootstrap, prefix, tmp_path,
                                                    inference={"max_batch_size": 8, "queue_batches": 1}),
                                  fault_proxy.url, infinity.api_key, max_attempts=2)
@@ -62,7 +64,8 @@ def test_an_endpoint_outage_pauses_consumption_then_completes_with_nothing_lost(
     assert isinstance(embedder, EndpointEmbedder)
     metrics = Metrics()
     try:
-        with running_pipeline(settings, embedder, cassandra_store, metrics=metrics) as (pipeline, _):
+        with running_pipeline(settings, embedder, cassandra_store, metrics=metrics,
+                              fairness=FairnessSettings.model_validate({"read_ahead": 1})) as (pipeline, _):
             produced = produce_chunks(kafka_bootstrap, topics.chunks, chunks[:8], serde)
             read_topic(kafka_bootstrap, topics.embedded, expected=8, timeout_s=60)
             fault_proxy.outage(OUTAGE_S)

@@ -695,6 +695,9 @@ def test_backpressure_slow_inference_the_chunker_keeps_going_memory_stays_bounde
     inference.start(DOCSTREAM_FAULTS__INFERENCE_DELAY_MS=str(SCALE.inference_delay_ms),
                     DOCSTREAM_INFERENCE__MAX_BATCH_SIZE=str(batch),
                     DOCSTREAM_INFERENCE__QUEUE_BATCHES=str(queue_batches),
+                    # the least read-ahead (queue_batches x max_batch_size, as before lanes): the job's chunks
+                    # outnumber what inference holds, so it pauses
+                    DOCSTREAM_FAIRNESS__READ_AHEAD="1",
                     DOCSTREAM_METRICS__PORT=str(port), DOCSTREAM_METRICS__HOST="127.0.0.1")
     wait_ready(pipeline, "inference")
     exp = JobExpectations(new_job_id("backpressure"), good_documents(

@@ -48,7 +48,7 @@ DELAY_MS = 100
 BATCH = Settings().inference.max_batch_size
 QUEUE = Settings().inference.queue_batches
 SHARE = Settings().fairness.batch_share
-CHUNK_TOKENS = 64  # about 12 chunks a page
+CHUNK_TOKENS = 16  # about 47 chunks a page: the scheduling is what is tested, and short chunks cost little CPU
 SERVICES = ("chunker", "inference", "reducer")
 
 
@@ -204,7 +204,7 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
     # read_ahead 64, the Q0 of before lanes: a batch job behind a backfill is served as it was then (FIFO), and
     # shows the before beside the after
     pipeline.start(*SERVICES, DOCSTREAM_FAIRNESS__READ_AHEAD="64")
-    backfill = _submit(pipeline, _pdfs(tmp_path, "a", [10] * 16, 100), "a", "batch")  # spread over the partitions
+    backfill = _submit(pipeline, _pdfs(tmp_path, "a", [2] * 17, 100), "a", "batch")  # spread over the partitions
     time.sleep(10)
     after = _submit(pipeline, _pdfs(tmp_path, "b", [1, 1, 1], 200), "b", "interactive")
     before = _submit(pipeline, _pdfs(tmp_path, "c", [1, 1, 1], 300), "c", "batch")
@@ -258,8 +258,8 @@ def test_two_tenants_with_equal_weights_in_one_lane_get_the_model_in_equal_share
     for name in SERVICES:
         if not pipeline.service(name).alive():
             pipeline.start(name)
-    first = _submit(pipeline, _pdfs(tmp_path, "x", [20, 20], 400), "x", "batch")
-    second = _submit(pipeline, _pdfs(tmp_path, "y", [20, 20], 500), "y", "batch")
+    first = _submit(pipeline, _pdfs(tmp_path, "x", [5, 5], 400), "x", "batch")
+    second = _submit(pipeline, _pdfs(tmp_path, "y", [5, 5], 500), "y", "batch")
     pipeline.until(lambda: _done(cassandra_store, first, second), "both jobs to complete", 600, alive=SERVICES,
                    poll_s=1.0)
 

@@ -57,6 +57,7 @@ class _Tenants(Generic[_T]):
     order: deque[str] = field(default_factory=deque)
     deficit: dict[str, int] = field(default_factory=dict)
     tokens: int = 0
+    count: int = 0
 
     def push(self, waiting: Waiting[_T]) -> None:
         queue = self.queues.get(waiting.tenant)
@@ -66,6 +67,7 @@ class _Tenants(Generic[_T]):
             self.deficit[waiting.tenant] = 0
         queue.append(waiting)
         self.tokens += waiting.tokens
+        self.count += 1
 
     def peek(self, quantum: int, weights: Mapping[str, float]) -> Waiting[_T]:
         """The item ``take`` would give, changing nothing: tenant i of the round-robin order, short of its head's
@@ -92,6 +94,7 @@ class _Tenants(Generic[_T]):
                 continue
             removed.extend(w for w in queue if unwanted(w))
             self.tokens -= sum(w.tokens for w in queue) - sum(w.tokens for w in kept)
+            self.count -= len(queue) - len(kept)
             if kept:
                 self.queues[tenant] = kept
             else:
@@ -109,6 +112,7 @@ class _Tenants(Generic[_T]):
                 queue.popleft()
                 self.deficit[tenant] -= head.tokens
                 self.tokens -= head.tokens
+                self.count -= 1
                 if not queue:  # a tenant with nothing waiting keeps no credit (DRR)
                     del self.queues[tenant], self.deficit[tenant]
                     self.order.popleft()
@@ -143,7 +147,7 @@ class FairQueue(Generic[_T]):
         self._served: dict[Lane, int] = dict.fromkeys(LANES, 0)
 
     def __len__(self) -> int:
-        return sum(len(q) for lane in self._lanes.values() for q in lane.queues.values())
+        return sum(lane.count for lane in self._lanes.values())
 
     def tokens(self, lane: Lane) -> int:
         """Tokens waiting in ``lane``."""
@@ -151,7 +155,7 @@ class FairQueue(Generic[_T]):
 
     def count(self, lane: Lane) -> int:
         """Items waiting in ``lane``."""
-        return sum(len(q) for q in self._lanes[lane].queues.values())
+        return self._lanes[lane].count
 
     def tenant_tokens(self, lane: Lane) -> dict[str, int]:
         """Tokens waiting in ``lane`` per tenant."""

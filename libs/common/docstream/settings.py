@@ -655,10 +655,10 @@ class FairnessSettings(BaseModel):
         256, ge=1, le=1_000_000,
         description="Tokens a tenant is served per turn of the round robin between tenants, at weight 1.")
     read_ahead: int = Field(
-        2048, ge=16, le=1_000_000,
+        2048, ge=1, le=1_000_000,
         description="Chunks per lane an inference process holds in memory to choose from (fairly) before it "
-                    "pauses that lane's partitions. A tenant's chunks further back in a partition than this wait "
-                    "their turn in Kafka.")
+                    "pauses that lane's partitions (at least inference.queue_batches x max_batch_size). A tenant's "
+                    "chunks further back in a partition than this wait their turn in Kafka.")
     tenants: dict[str, TenantSettings] = Field(
         default_factory=dict, description="Tenants' weights, caps and quotas by name ([fairness.tenants.NAME]); a "
                                           "tenant not named has fairness.default's.")
