@@ -50,11 +50,12 @@ test-deps: setup
 	@bash deploy/local/install-infinity.sh $(VENV)
 	@bash deploy/local/install-llm.sh $(VENV)
 
-# The single-node chaos suite, then the cluster scenarios on a 3-broker, 3-node cluster that
+# The single-node chaos suite and the lanes scenario at the issue's scale (tests/integration/test_lanes.py; make
+# test runs its short version), then the cluster scenarios on a 3-broker, 3-node cluster that
 # tests/run-cluster.sh starts and removes (docs/reliability.md "On a cluster").
 chaos: setup
 	@bash deploy/local/install-infinity.sh $(VENV)
-	@DOCSTREAM_CHAOS_FULL=1 bash tests/run.sh $(BIN) tests/chaos -m "not cluster"
+	@DOCSTREAM_CHAOS_FULL=1 bash tests/run.sh $(BIN) tests/chaos tests/integration/test_lanes.py -m "not cluster"
 	@DOCSTREAM_CHAOS_FULL=1 bash tests/run-cluster.sh $(BIN)
 
 stack-up:

@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlsplit
 from fsspec.core import url_to_fs
 
 from docstream import ids
+from docstream.admission import DAILY
 from docstream.errors import ConfigError, InputError
 from docstream.fairness import BATCH
 from docstream.logging import get_logger
@@ -595,7 +596,9 @@ def _admit_gradually(
         if gradually.on_progress is not None:
             gradually.on_progress(done, len(documents), cap)
         if done < len(documents):
-            gradually.sleep(max(gradually.poll_s, min(cap.retry_after_s, 60)) if not taken else gradually.poll_s)
+            # documents in flight free as they end, seconds apart: look again soon; the day's limit frees at midnight
+            wait = min(cap.retry_after_s, 60) if cap.limited_by == DAILY else gradually.poll_s
+            gradually.sleep(max(gradually.poll_s, wait))
 
 
 def _submit(
