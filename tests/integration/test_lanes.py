@@ -47,9 +47,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 FULL = os.environ.get("DOCSTREAM_CHAOS_FULL") == "1"
 """`make chaos`: the issue's scale (a backfill of 2,000 chunks and more, the small jobs 10 s later); `make test` runs
-a shorter version (about 1,300 chunks, the small jobs 2 s after the backfill started), which needs less of a 2-core
+a shorter version (about 1,300 chunks, the small jobs as soon as the backfill started), which needs less of a 2-core
 machine beside the other tests."""
-BACKFILL_PAGES, SMALL_JOBS_AFTER_S, TENANT_PAGES = ([2] * 17, 10, [5, 5]) if FULL else ([2] * 11, 2, [4, 4])
+BACKFILL_PAGES, SMALL_JOBS_AFTER_S, TENANT_PAGES = ([2] * 17, 10, [5, 5]) if FULL else ([2] * 11, 0, [4, 4])
 DELAY_MS = 100
 BATCH = Settings().inference.max_batch_size
 QUEUE = Settings().inference.queue_batches
@@ -250,7 +250,8 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
           f" batch ({batch.chunks} chunks): {ahead} ahead of it in its partitions, {batch.others} chunks of others"
           f" before its last, {batch.seconds:.1f} s")
     _print_timeline(after, created, embedded)
-    assert waiting >= 2 * bound, "the backfill had a backlog when the small jobs came"
+    # the short version's backlog at that moment depends on how long its submits took on a loaded machine
+    assert waiting >= (4 if FULL else 1) * bound, "the backfill had a backlog when the small jobs came"
     assert ahead >= bound or not FULL, "the batch job had a backlog ahead of it in its partitions"
     assert last.others <= bound
     # before lanes (and past a 64-chunk read-ahead), a small job waits for the backlog ahead of it in its partitions
