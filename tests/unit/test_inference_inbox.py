@@ -20,14 +20,14 @@ _CHUNK = ChunkCreated(job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk
                       chunker_settings="s", created_at=_AT)
 
 
-def _work(tenant: str, offset: int, *, partition: int = 0, tokens: int = 100) -> Work:
+def _work(tenant: str, offset: int, lane: Lane = "batch", *, partition: int = 0, tokens: int = 100) -> Work:
     chunk = replace(_CHUNK, tenant=tenant, chunk_index=offset, token_count=tokens)
-    return Work(("t", partition), offset, 1, b"d", b"", chunk, 0.0)
+    return Work(("t", partition), offset, 1, b"d", b"", chunk, 0.0, lane=lane)
 
 
 def _fill(inbox: FairInbox, lane: Lane, tenant: str, count: int, *, start: int = 0, partition: int = 0) -> None:
     for offset in range(start, start + count):
-        inbox.put_nowait(_work(tenant, offset, partition=partition), lane)
+        inbox.put_nowait(_work(tenant, offset, lane, partition=partition))
 
 
 def _drain(inbox: FairInbox) -> list[object]:
@@ -43,8 +43,8 @@ def test_a_full_batch_lane_leaves_room_for_interactive_chunks_which_are_taken_fi
     inbox = FairInbox(4)
     _fill(inbox, "batch", "a", 4)
     with pytest.raises(queue.Full):
-        inbox.put_nowait(_work("a", 4), "batch")
-    inbox.put_nowait(_work("b", 0), "interactive")
+        inbox.put_nowait(_work("a", 4))
+    inbox.put_nowait(_work("b", 0, "interactive"))
     assert (inbox.size("batch"), inbox.size("interactive"), inbox.size()) == (4, 1, 5)
     first = inbox.get(timeout=1)
     assert isinstance(first, Work) and first.chunk.tenant == "b"
@@ -80,7 +80,7 @@ def test_a_get_waits_for_a_put_and_times_out_when_nothing_comes() -> None:
     got: list[object] = []
     taker = threading.Thread(target=lambda: got.append(inbox.get(timeout=30)))
     taker.start()
-    inbox.put_nowait(_work("a", 0), "batch")
+    inbox.put_nowait(_work("a", 0))
     taker.join(10)
     assert not taker.is_alive() and len(got) == 1
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-__all__ = ["BATCH", "INTERACTIVE", "LANES", "FairQueue", "Lane", "Waiting", "lane_of"]
+__all__ = ["BATCH", "INTERACTIVE", "LANES", "PRIORITY_OPTION", "FairQueue", "Lane", "Waiting", "job_lane", "lane_of"]
 
 Lane = Literal["interactive", "batch"]
 INTERACTIVE: Lane = "interactive"
@@ -28,9 +28,18 @@ BATCH: Lane = "batch"
 LANES: tuple[Lane, ...] = (INTERACTIVE, BATCH)
 
 
+PRIORITY_OPTION = "priority"
+"""The key of a job's lane in its options (``JobRow.options``); absent: batch."""
+
+
 def lane_of(priority: str) -> Lane:
     """The lane of a record's ``priority``: interactive, or batch for anything else (a record from before lanes)."""
     return INTERACTIVE if priority == INTERACTIVE else BATCH
+
+
+def job_lane(options: Mapping[str, str]) -> Lane:
+    """A job's lane, from its options."""
+    return lane_of(options.get(PRIORITY_OPTION, BATCH))
 
 _T = TypeVar("_T", bound=Hashable)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from docstream.fairness import INTERACTIVE, lane_of
+
 __all__ = ["Topics", "dlq_topic"]
 
 
@@ -31,7 +33,7 @@ class Topics:
 
     def intake(self, priority: str) -> str:
         """The intake topic of a job's lane: ``submitted_interactive`` for interactive, ``submitted`` for batch."""
-        return self.submitted_interactive if priority == "interactive" else self.submitted
+        return self.submitted_interactive if lane_of(priority) == INTERACTIVE else self.submitted
 
     def intakes(self) -> tuple[str, str]:
         """Both intake topics, interactive first: what the chunker reads."""
@@ -50,7 +52,7 @@ class Topics:
 
     def lane(self, priority: str) -> str:
         """The chunks topic of a job's lane: ``chunks_interactive`` for interactive, ``chunks`` for batch."""
-        return self.chunks_interactive if priority == "interactive" else self.chunks
+        return self.chunks_interactive if lane_of(priority) == INTERACTIVE else self.chunks
 
     def lanes(self) -> tuple[str, str]:
         """Both chunks topics, interactive first: what inference reads."""

@@ -327,10 +327,10 @@ class InferencePipeline:
         return self._q0.size(lane) + len(self._held[lane])
 
     def _release_held(self) -> None:
-        for lane, held in self._held.items():
+        for held in self._held.values():
             while held:
                 try:
-                    self._q0.put_nowait(held[0], lane)
+                    self._q0.put_nowait(held[0])
                 except queue.Full:
                     break
                 held.popleft()
@@ -448,13 +448,13 @@ class InferencePipeline:
             self._ledger.skip(tp, offset)  # the job did not ask for this task: nothing to do, nothing owed
             return
         self._ledger.track(tp, offset)
-        work = Work(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock(), request)
         lane = self._lane_of.get(tp[0], BATCH)
+        work = Work(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock(), request, lane)
         if self._held[lane]:
             self._held[lane].append(work)  # behind the lane's earlier ones
             return
         try:
-            self._q0.put_nowait(work, lane)
+            self._q0.put_nowait(work)
         except queue.Full:
             self._held[lane].append(work)  # fetched before the pause took effect; bounded by one fetch
 

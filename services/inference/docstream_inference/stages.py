@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, Message
 
 from docstream.batching import Batch, Batcher, CloseReason, order_by_length
 from docstream.errors import BackendUnavailable, DocstreamError, FatalError, PoisonRecord
-from docstream.fairness import INTERACTIVE, LANES, FairQueue, Lane, Waiting
+from docstream.fairness import BATCH, INTERACTIVE, LANES, FairQueue, Lane, Waiting
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.dlq import DlqRouter, error_code_of
@@ -97,6 +97,8 @@ class Work:
     received_at: float
     request: TaskRequest = _EMBED_REQUEST
     """The request of the pipeline's task in the chunk's job (its labels, for classify)."""
+    lane: Lane = BATCH
+    """The lane whose topic it came by (``Topics.lanes``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,16 +293,16 @@ class FairInbox:
             return {(lane, tenant): tokens for lane in LANES
                     for tenant, tokens in self._fair.tenant_tokens(lane).items()}
 
-    def put_nowait(self, work: Work, lane: Lane) -> None:
-        """Add a chunk behind its tenant's earlier ones in ``lane``.
+    def put_nowait(self, work: Work) -> None:
+        """Add a chunk behind its tenant's earlier ones in its lane.
 
         Raises:
             queue.Full: the lane holds ``capacity`` chunks.
         """
         with self._lock:
-            if self._fair.count(lane) >= self.capacity:
+            if self._fair.count(work.lane) >= self.capacity:
                 raise queue.Full
-            self._fair.push(Waiting(lane, work.chunk.tenant, max(1, work.chunk.token_count), work))
+            self._fair.push(Waiting(work.lane, work.chunk.tenant, max(1, work.chunk.token_count), work))
             self._added.notify()
 
     def put_control(self, item: object) -> None:
@@ -453,7 +455,7 @@ class BatchStage(_StageThread):
                 self._emit(batch)
         elif isinstance(item, Work):
             tokens = max(1, min(item.chunk.token_count, self._task.max_tokens))
-            urgent = item.chunk.priority == INTERACTIVE
+            urgent = item.lane == INTERACTIVE
             for batch in self._batcher.add(item, tokens, arrived_at=item.received_at, urgent=urgent):
                 self._emit(batch)
 

@@ -40,7 +40,7 @@ from fsspec.core import url_to_fs
 from docstream import ids
 from docstream.admission import DAILY
 from docstream.errors import ConfigError, InputError
-from docstream.fairness import BATCH
+from docstream.fairness import job_lane
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
@@ -471,9 +471,9 @@ def _existing_job(
         asked = ", ".join(task.name for task in job_tasks(job))
         raise InputError(f"job {job_id} asks for tasks {asked} (with their labels): submit to it with the same "
                          "--task and --labels", code="job_tasks_mismatch")
-    if job.options.get("priority", BATCH) != request.priority:
-        raise InputError(f"job {job_id} is a {job.options.get('priority', BATCH)} job: submit to it with that "
-                         "priority", code="job_priority_mismatch")
+    if job_lane(job.options) != request.priority:
+        raise InputError(f"job {job_id} is a {job_lane(job.options)} job: submit to it with that priority",
+                         code="job_priority_mismatch")
     return job, {row.doc_id: row.status for row in store.iter_job_documents(job_id)}
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from docstream.errors import InputError
-from docstream.fairness import BATCH, LANES
+from docstream.fairness import BATCH, LANES, PRIORITY_OPTION
 from docstream.ids import validate_id
 from docstream.tasks.base import TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, TASKS_OPTION, check_job_tasks, tasks_option
@@ -62,7 +62,7 @@ class JobRequest:
             "chunk_max_tokens": self.chunk_max_tokens,
             "chunk_overlap_tokens": self.chunk_overlap_tokens,
             TASKS_OPTION: tasks_option(self.tasks),
-            "priority": self.priority if self.priority != BATCH else None,
+            PRIORITY_OPTION: self.priority if self.priority != BATCH else None,
         }
         return {key: str(value) for key, value in values.items() if value is not None}
 

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from docstream.errors import DocstreamError, InputError
 from docstream.export import ExportFormat, export_results
-from docstream.fairness import BATCH
+from docstream.fairness import job_lane
 from docstream.logging import configure_logging
 from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
@@ -64,7 +64,7 @@ def _status_table(job: JobRow, ocr: Sequence[DocumentRow] = ()) -> Table:
     rows: list[tuple[str, Any]] = [
         ("state", job.status),
         ("tenant", job.tenant),
-        ("lane", job.options.get("priority", BATCH)),
+        ("lane", job_lane(job.options)),
         ("tasks", ", ".join(job_task_names(job))),
         ("documents", job.document_count),
         ("terminal", f"{done}{share}"),

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError, InputError
-from docstream.fairness import BATCH, lane_of
+from docstream.fairness import job_lane
 from docstream.ids import MAX_SOURCE_KEY_CHARS
 from docstream.logging import get_logger
 from docstream.progress import job_progress
@@ -183,7 +183,7 @@ def job_summary(job: JobRow, now: datetime) -> JobSummary:
         eta_s=None if progress.eta_s is None else round(progress.eta_s, 1),
         options=dict(job.options),
         tasks=[task_spec(task) for task in job_tasks(job)],
-        priority=lane_of(job.options.get("priority", BATCH)),
+        priority=job_lane(job.options),
         webhook_url=job.webhook_url,
         usage=None if job.usage is None else usage_out(job.usage),
     )
