@@ -17,7 +17,7 @@ import json
 import os
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from docstream.settings import CassandraSettings
-from docstream.store.base import JobRow, ResultStore
+from docstream.store.base import JobRow, QueuedJobRow, ResultStore
 from docstream.usage import Usage
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.services import Pipeline, free_port, service_env
@@ -95,6 +95,7 @@ def test_a_job_is_watched_to_completion_on_the_dashboard_and_another_tenant_sees
     shots = tmp_path / "screenshots"
     shots.mkdir()
     mine, theirs = browser.new_context(viewport={"width": 1280, "height": 760}), browser.new_context()
+    seeded: list[QueuedJobRow] = []
     try:
         pipeline.start("api")  # creates the topics and the schema, then serves
         pipeline.until(lambda: _ready(url), "the API to be ready", 120)
@@ -176,8 +177,32 @@ def test_a_job_is_watched_to_completion_on_the_dashboard_and_another_tenant_sees
             chunks=3, chat_tokens={"prompt": 12_345, "completion": 678})))
         page.goto(f"{url}/ui#/jobs/{chat_job}")
         expect(page.locator("#usage .chat-tokens")).to_have_text("12,345 prompt, 678 completion")
+
+        # where a running job stands in its lane, as the reducer's rows say (docs/operations.md "Where a job
+        # stands"): a job of 40,000 tokens waiting submitted before it, and the service's rate
+        waiting_job, queued_job = f"backfill-{uuid.uuid4().hex[:8]}", f"queued-{uuid.uuid4().hex[:8]}"
+        queued_at = datetime.now(UTC)
+        seeded.append(QueuedJobRow(f"{prefix}.chunks", waiting_job, "bulk", queued_at - timedelta(minutes=1),
+                                   40_000, 0, queued_at))
+        cassandra_store.upsert_queued_job(seeded[-1])
+        cassandra_store.record_throughput(f"{prefix}-inference", "e2e", 1_000.0, queued_at, 300)
+        cassandra_store.upsert_job(JobRow(queued_job, tenant, queued_at, "running", 2))
+        page.goto(f"{url}/ui#/jobs/{queued_job}")
+        expect(page.locator("#job .queue")).to_have_text("40,000 tokens ahead")
+        # 40 s at the 1,000 tokens/s written here, sooner if the pipeline's inference measured a rate of its own
+        expect(page.locator("#job .starts")).to_have_text(re.compile(r"^in \d+(\.\d)? s$"))
+        standing = httpx.get(f"{url}/v1/jobs/{queued_job}", headers={"Authorization": f"Bearer {key}"},
+                             timeout=10).json()["queue"]
+        assert (standing["lane"], standing["started"], standing["tokens_ahead"]) == ("batch", False, 40_000)
+        assert 0 < standing["start_in_s"] <= 40.0
+        page.goto(f"{url}/ui#/")
+        expect(page.locator(f'#jobs tr[data-job-id="{queued_job}"] .queue')).to_have_text("40,000 tokens ahead")
+        expect(page.locator(f'#jobs tr[data-job-id="{job_id}"] .queue')).to_have_text("—")  # it ended
+        _shoot(page, shots, "dashboard-queue.png")
         assert errors == []
     finally:
+        for row in seeded:
+            cassandra_store.delete_queued_job(row.lane, row.job_id)
         mine.close()
         theirs.close()
         pipeline.stop()

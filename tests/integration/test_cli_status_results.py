@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from docstream.export import TASK_DOCUMENT_SCHEMA, chunks_path
 from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.store.base import TaskTally
+from docstream.store.base import QueuedJobRow, TaskTally
 from docstream.tasks.base import EntitySummary, Mention, TaskRequest
 from docstream.tasks.selection import tasks_option
 from docstream.usage import Usage
@@ -182,3 +182,36 @@ def test_status_shows_what_the_job_cost(cli_store: ResultStore) -> None:
     for expected in ("pages │ 3", "chunks │ 4", "tokens │ 1234", "model-seconds │ 2.500 s on cpu",
                      "stage seconds │ chunker 0.400 s, inference 3.000 s"):
         assert expected in lines, result.stdout
+
+
+def test_status_shows_where_a_running_job_stands_in_its_lane(cli_store: ResultStore,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # the reducer's rows of a deployment of its own (docs/operations.md "Where a job stands")
+    prefix = f"stand-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("DOCSTREAM_KAFKA__TOPIC_PREFIX", prefix)
+    now = datetime.now(UTC)
+    backfill, mine, urgent = (f"job-{uuid.uuid4().hex}" for _ in range(3))
+    cli_store.upsert_queued_job(QueuedJobRow(f"{prefix}.chunks", backfill, "bulk", now - timedelta(minutes=5),
+                                             120_000, 3, now))
+    cli_store.upsert_queued_job(QueuedJobRow(f"{prefix}.chunks", mine, "acme", now - timedelta(minutes=1), 900, 0,
+                                             now))
+    cli_store.upsert_queued_job(QueuedJobRow(f"{prefix}.chunks.interactive", urgent, "acme",
+                                             now - timedelta(minutes=2), 5_000, 0, now))
+    cli_store.record_throughput(f"{prefix}-inference", "inference-1", 1_000.0, now, 60)  # the embed group
+    cli_store.upsert_job(JobRow(mine, "acme", now - timedelta(minutes=1), "running", 2))
+    cli_store.upsert_job(JobRow(urgent, "acme", now - timedelta(minutes=2), "running", 1,
+                                options={"priority": "interactive"}))
+    runner = CliRunner()
+
+    def rows(job_id: str) -> set[str]:
+        result = runner.invoke(app, ["status", job_id], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return {" ".join(line.strip("│ ").split()) for line in result.stdout.splitlines()}
+
+    # the batch job: the backfill ahead of it, and the interactive tokens served meanwhile (batch keeps 0.2 of
+    # the model: 4 interactive tokens for each of its own, up to the 5,000 waiting)
+    batch = rows(mine)
+    assert {"lane │ batch", "queue │ 125,000 tokens ahead; 900 of its own chunked"} <= batch, batch
+    assert any(re.fullmatch(r"starts │ in 2m 05s \(\d\d:\d\d:\d\d UTC\)", line) for line in batch), batch
+    # the interactive job is first in its lane: it starts now
+    assert {"lane │ interactive", "queue │ first in its lane; 5,000 of its own chunked", "starts │ now"} <= rows(urgent)

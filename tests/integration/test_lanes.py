@@ -38,7 +38,11 @@ from docstream.admission import day_of
 from docstream.avro import AvroSerde
 from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
+from docstream.standing import QueueStanding
 from docstream.store import ResultStore
+from docstream.store.base import QueuedJobRow
+from docstream.store.standings import standings
+from docstream.topics import Topics
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import Pipeline, running_pipeline
@@ -86,6 +90,47 @@ def _submit(pipeline: Pipeline, paths: list[Path], tenant: str, priority: str) -
 def _any_embedded(store: ResultStore, job: Job) -> bool:
     row = store.get_job(job.job_id)
     return row is not None and (row.completed + row.partial + row.failed) > 0
+
+
+def _standing_behind(store: ResultStore, pipeline: Pipeline, waiting: Job, ahead: Job, *others: Job
+                     ) -> tuple[dict[str, QueueStanding], QueuedJobRow] | None:
+    """Where the jobs stand (docs/operations.md "Where a job stands"), once the reducer wrote the tokens ``ahead``
+    has waiting and while ``waiting`` has not started; None before."""
+    topics = Topics(pipeline.prefix)
+    row = next((r for r in store.list_queue(topics.lane(ahead.priority)) if r.job_id == ahead.job_id), None)
+    jobs = [store.get_job(job.job_id) for job in (waiting, *others)]
+    found = standings(store, [job for job in jobs if job is not None], topics, SHARE, datetime.now(UTC))
+    if row is None or not row.waiting_tokens or waiting.job_id not in found or found[waiting.job_id].started:
+        return None
+    return found, row
+
+
+def _estimated(store: ResultStore, pipeline: Pipeline, job: Job) -> tuple[datetime, QueueStanding] | None:
+    """When and where ``job`` stood once it has a start estimate; (now, its standing) once it started; else None."""
+    row = store.get_job(job.job_id)
+    assert row is not None
+    standing = standings(store, [row], Topics(pipeline.prefix), SHARE, datetime.now(UTC)).get(job.job_id)
+    if standing is None or not (standing.started or standing.estimated_start is not None):
+        return None
+    return datetime.now(UTC), standing
+
+
+def _served(embedded: list[ChunkEmbedded], job: Job, since: datetime, tokens: int) -> tuple[float | None, float]:
+    """Seconds from ``since`` until the model embedded ``tokens`` tokens of other jobs (None: never), and the
+    longest pause between two chunks meanwhile."""
+    total, last, gap = 0, since, 0.0
+    for e in sorted((e for e in embedded if e.embedded_at >= since and e.job_id != job.job_id),
+                    key=lambda e: e.embedded_at):
+        gap = max(gap, (e.embedded_at - last).total_seconds())
+        last = e.embedded_at
+        total += e.token_count
+        if total >= tokens:
+            return (e.embedded_at - since).total_seconds(), gap
+    return None, gap
+
+
+def _seconds(value: float | None) -> str:
+    return "not known yet" if value is None else f"{value:.1f} s"
 
 
 def _done(store: ResultStore, *jobs: Job) -> bool:
@@ -222,6 +267,19 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
     time.sleep(SMALL_JOBS_AFTER_S)
     after = _submit(pipeline, _pdfs(tmp_path, "b", [1, 1, 1], 200), "b", "interactive")
     before = _submit(pipeline, _pdfs(tmp_path, "c", [1, 1, 1], 300), "c", "batch")
+    # where they stand: the batch job behind the backfill's waiting tokens, the interactive job first in its lane
+    stand, backfill_row = pipeline.until(lambda: _standing_behind(cassandra_store, pipeline, before, backfill, after),
+                                         "the batch job to stand behind the backfill", 60, poll_s=0.2,
+                                         alive=SERVICES)
+    observed_at, queued = datetime.now(UTC), stand[before.job_id]
+    assert queued.lane == "batch" and queued.tokens_ahead is not None
+    assert queued.tokens_ahead >= backfill_row.waiting_tokens > 0
+    assert stand[after.job_id].started or stand[after.job_id].tokens_ahead == 0
+    status = pipeline.cli("status", before.job_id)
+    assert status.returncode == 0 and "tokens ahead" in status.stdout, status.stdout + status.stderr
+    # the estimated start, once inference has written a rate (every 10 s), if the job still waits then
+    timed = pipeline.until(lambda: _estimated(cassandra_store, pipeline, before), "a start estimate or the start",
+                           60, poll_s=0.5, alive=SERVICES)
     pipeline.until(lambda: _done(cassandra_store, after), "the interactive job to complete", 600, poll_s=0.5,
                    alive=SERVICES)
     # kill -9 of inference while both lanes hold work: another interactive job, the backfill, the batch job
@@ -250,6 +308,21 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
           f" batch ({batch.chunks} chunks): {ahead} ahead of it in its partitions, {batch.others} chunks of others"
           f" before its last, {batch.seconds:.1f} s")
     _print_timeline(after, created, embedded)
+    mine = sorted(e.embedded_at for e in embedded if e.job_id == before.job_id)
+    print(f"the batch job stood behind {queued.tokens_ahead:,} tokens ({backfill_row.waiting_tokens:,} of the"
+          f" backfill's), estimated start {_seconds(queued.start_in_s)} after it was read; its first chunk was"
+          f" embedded {(mine[0] - observed_at).total_seconds():.1f} s after, its last"
+          f" {(mine[-1] - observed_at).total_seconds():.1f} s after")
+    estimated_at, estimate = timed
+    if not estimate.started and estimate.tokens_ahead:
+        served, gap = _served(embedded, before, estimated_at, estimate.tokens_ahead)
+        print(f"{(estimated_at - observed_at).total_seconds():.1f} s later: {estimate.tokens_ahead:,} tokens ahead,"
+              f" estimated start {_seconds(estimate.start_in_s)} after; its first chunk was embedded"
+              f" {(mine[0] - estimated_at).total_seconds():.1f} s after, its last"
+              f" {(mine[-1] - estimated_at).total_seconds():.1f} s after; the model served that many tokens of"
+              f" others in {_seconds(served)}, {gap:.1f} s of it the kill -9 and restart of inference")
+    lanes = [row.job_id for topic in Topics(pipeline.prefix).lanes() for row in cassandra_store.list_queue(topic)]
+    assert not {backfill.job_id, after.job_id, before.job_id, again.job_id} & set(lanes)  # ended: rows gone
     # the short version's backlog at that moment depends on how long its submits took on a loaded machine
     assert waiting >= (4 if FULL else 1) * bound, "the backfill had a backlog when the small jobs came"
     assert ahead >= bound or not FULL, "the batch job had a backlog ahead of it in its partitions"

@@ -32,7 +32,7 @@ from docstream.store import (
 )
 from docstream.store import schema as store_schema
 from docstream.store import sqlite as sqlite_module
-from docstream.store.base import SourceRow, TaskTally
+from docstream.store.base import QueuedJobRow, SourceRow, TaskTally
 from docstream.store.codec import float32_values
 from docstream.store.rows import (
     CHUNK_ROWS,
@@ -334,6 +334,70 @@ def test_one_admission_at_a_time_holds_a_tenants_lease(store: ResultStore) -> No
     assert order == ["first", "second"]
     with store.admission_lease(_uid("tenant")), store.admission_lease(tenant):
         pass  # free again; another tenant's lease is its own
+
+
+# -- where jobs stand: the lanes' queues and the reducers' throughput ---------------------------------------------
+
+
+def _queued(lane: str, job_id: str, created_at: datetime, **changes: object) -> QueuedJobRow:
+    row = QueuedJobRow(lane=lane, job_id=job_id, tenant="acme", created_at=created_at, waiting_tokens=12_000_000_000,
+                       ended_documents=0, updated_at=created_at + timedelta(seconds=3))
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+def test_a_lanes_queue_lists_its_jobs_by_created_at_then_job_id_across_pages(store: ResultStore) -> None:
+    # lanes of their own: the reducers of this session's other tests write "interactive" and "batch"
+    lane, other = _uid("lane"), _uid("lane")
+    rows = [_queued(lane, f"job-{i}", T0 + timedelta(minutes=(7 - i) // 2)) for i in range(STORE_PAGE_SIZE * 2 + 1)]
+    for row in rows:
+        store.upsert_queued_job(row)
+    beside = _queued(other, "job-0", T0)
+    store.upsert_queued_job(beside)
+    assert store.list_queue(lane) == sorted(rows, key=lambda row: (row.created_at, row.job_id))
+    assert store.list_queue(other) == [beside]
+    assert store.list_queue(_uid("lane")) == []
+
+
+def test_an_upserted_queued_job_replaces_its_row_and_a_deleted_one_leaves_its_lane(store: ResultStore) -> None:
+    lane, other = _uid("lane"), _uid("lane")
+    first, second = _queued(lane, "job-1", T0), _queued(lane, "job-2", T0 + timedelta(seconds=1))
+    store.upsert_queued_job(first)
+    store.upsert_queued_job(second)
+    store.upsert_queued_job(_queued(other, "job-1", T0))
+    progressed = replace(first, waiting_tokens=300, ended_documents=4, updated_at=T0 + timedelta(minutes=1))
+    store.upsert_queued_job(progressed)
+    store.upsert_queued_job(progressed)  # again: the same row
+    assert store.list_queue(lane) == [progressed, second]
+    store.delete_queued_job(lane, "job-1")
+    store.delete_queued_job(lane, "job-1")  # again: nothing to delete, nothing fails
+    assert store.list_queue(lane) == [second]
+    assert [row.job_id for row in store.list_queue(other)] == ["job-1"]  # the other lane's job-1 stays
+
+
+def test_throughput_sums_a_deployments_reducer_processes_and_a_process_writes_over_its_own_row(
+        store: ResultStore) -> None:
+    now, name, other = datetime.now(UTC), _uid("deploy"), _uid("deploy")
+    first, second = _uid("reducer"), _uid("reducer")
+    assert store.throughput(name, now) == 0.0
+    store.record_throughput(name, first, 100.0, now, 10)
+    store.record_throughput(name, second, 250.5, now, 10)
+    store.record_throughput(other, first, 7.0, now, 10)  # another deployment's
+    assert store.throughput(name, now) == pytest.approx(350.5)
+    store.record_throughput(name, first, 40.0, now, 10)
+    assert store.throughput(name, now) == pytest.approx(290.5)
+    assert store.throughput(other, now) == pytest.approx(7.0)
+
+
+def test_a_throughput_row_past_its_ttl_is_not_counted(store: ResultStore) -> None:
+    now, name = datetime.now(UTC), _uid("deploy")
+    store.record_throughput(name, _uid("reducer"), 100.0, now, 2)
+    assert store.throughput(name, now) == pytest.approx(100.0)
+    if isinstance(store, SqliteStore):
+        later = now + timedelta(seconds=3)
+    else:
+        time.sleep(3)  # Cassandra's TTL expires it
+        later = datetime.now(UTC)
+    assert store.throughput(name, later) == 0.0
 
 
 def test_provenance_of_documents_and_chunks_round_trips(store: ResultStore) -> None:

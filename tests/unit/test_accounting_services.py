@@ -15,7 +15,7 @@ from docstream.chunking import Chunk
 from docstream.errors import DocumentError
 from docstream.kafka.dlq import DlqRouter
 from docstream.metrics import Metrics
-from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted
+from docstream.records import ChunkCreated, ChunkEmbedded, DocumentChunked, DocumentCompleted, DocumentSubmitted
 from docstream.settings import ChunkerSettings, RetrySettings
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
@@ -53,8 +53,15 @@ def test_the_chunker_shares_its_time_on_a_document_over_its_chunks(tmp_path: Pat
     store = SqliteStore(tmp_path / "s.db")
     store.migrate()
     outputs = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor([10, 30, 0])).handle(_submitted())
-    chunks = [o.value for o in outputs]
+    *chunk_outputs, chunked = outputs
+    chunks = [o.value for o in chunk_outputs]
     assert all(isinstance(c, ChunkCreated) for c in chunks)
+    # last, the document's notice: what waits for the model (docs/operations.md "Where a job stands")
+    assert chunked.topic == Topics().chunked and chunked.key == "doc-1"
+    assert isinstance(chunked.value, DocumentChunked)
+    assert (chunked.value.job_id, chunked.value.chunk_count, chunked.value.tenant, chunked.value.priority) == (
+        "job-1", 3, "acme", "batch")
+    assert chunked.value.token_count == sum(c.token_count for c in chunks)  # type: ignore[union-attr]
     shares = [c.stage_us.get("chunker", 0) for c in chunks]  # type: ignore[union-attr]
     assert sum(shares) > 0 and set().union(*(c.stage_us for c in chunks)) <= {"chunker"}  # type: ignore[union-attr]
 

@@ -27,6 +27,7 @@ from docstream.store.base import (
     DocumentRow,
     JobDocumentRow,
     JobRow,
+    QueuedJobRow,
     SourceRow,
 )
 from docstream.store.sqlite import SqliteStore
@@ -183,6 +184,22 @@ def test_a_job_shows_what_it_cost_and_null_before_anything_was_counted(api: Api)
     assert api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["usage"] == usage
     listed = api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]
     assert [j["usage"] for j in listed] == [None, usage]
+
+
+def test_a_running_job_shows_where_it_stands_in_its_lane_and_an_ended_one_null(api: Api) -> None:
+    # another tenant's backfill ahead in the batch lane counts as tokens, and nothing of it is shown but the sum
+    api.store.upsert_queued_job(QueuedJobRow("docstream.chunks", "their-backfill", "globex", AT - timedelta(hours=1),
+                                             60_000, 2, AT))
+    api.store.upsert_queued_job(QueuedJobRow("docstream.chunks", "j1", "acme", AT, 300, 0, AT))
+    api.store.record_throughput("docstream-inference", "inference-1", 500.0, NOW, 60)  # the embed group's rate
+    _job(api.store, "j1", document_count=2)
+    _job(api.store, "j2", document_count=1, status="completed")
+    queue = api.client.get("/v1/jobs/j1", headers=api.as_("acme")).json()["queue"]
+    assert queue == {"lane": "batch", "started": False, "tokens_ahead": 60_000, "waiting_tokens": 300,
+                     "start_in_s": 120.0, "estimated_start": (NOW + timedelta(seconds=120)).isoformat().replace(
+                         "+00:00", "Z")}
+    listed = {j["job_id"]: j["queue"] for j in api.client.get("/v1/jobs", headers=api.as_("acme")).json()["items"]}
+    assert listed == {"j1": queue, "j2": None}
 
 
 def test_the_tenant_usage_adds_up_its_jobs_and_only_its_own(api: Api) -> None:

@@ -42,7 +42,7 @@ def test_chunks_and_the_document_record_where_their_text_came_from(tmp_path: Pat
 
     outputs = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor(), metrics=metrics).handle(submitted)
 
-    chunks = [o.value for o in outputs]
+    chunks = [o.value for o in outputs if o.topic == Topics().chunks]
     assert all(isinstance(c, ChunkCreated) for c in chunks)
     assert [(c.text_source, c.ocr_engine, c.page_verdicts) for c in chunks] == [  # type: ignore[union-attr]
         ("text_layer", None, ["ok", "ok"]), ("ocr", "tesseract", ["ok"])]
@@ -65,6 +65,6 @@ def test_an_interactive_documents_chunks_travel_on_the_interactive_lane_with_the
                                       content_sha256="ab" * 32, size_bytes=10, submitted_at=AT, tenant="acme",
                                       priority=priority)
         outputs = handler.handle(submitted)
-        assert {o.topic for o in outputs} == {topic}
+        assert {o.topic for o in outputs} == {topic, "p.documents.chunked"}
         assert {(c.tenant, c.priority) for c in (o.value for o in outputs) if isinstance(c, ChunkCreated)} == {
             ("acme", priority)}

@@ -14,10 +14,11 @@ import pytest
 
 from docstream.avro import AvroSerde
 from docstream.errors import FatalError, PoisonRecord, StoreError
-from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
+from docstream.metrics import Metrics
+from docstream.records import ChunkEmbedded, DocumentChunked, DocumentCompleted, JobStatus
 from docstream.settings import RetrySettings, Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
-from docstream.store.base import TaskTally
+from docstream.store.base import QueuedJobRow, TaskTally
 from docstream.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 
@@ -57,6 +58,7 @@ class FakeStore:
     documents: dict[str, DocumentRow] = field(default_factory=dict)
     results: dict[tuple[str, str], DocumentResultRow] = field(default_factory=dict)
     job_documents: dict[tuple[str, str], JobDocumentRow] = field(default_factory=dict)
+    queue: dict[tuple[str, str], QueuedJobRow] = field(default_factory=dict)
     fail: int = 0
     calls: int = 0
 
@@ -104,6 +106,15 @@ class FakeStore:
     def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
         self._maybe_fail()
         yield from (row for (job, _), row in sorted(self.job_documents.items()) if job == job_id)
+
+    def upsert_queued_job(self, row: QueuedJobRow) -> None:
+        self._maybe_fail()
+        self.queue[(row.lane, row.job_id)] = row
+
+    def delete_queued_job(self, lane: str, job_id: str) -> None:
+        self._maybe_fail()
+        self.queue.pop((lane, job_id), None)
+
 
 
 async def _no_sleep(_: float) -> None:
@@ -620,3 +631,87 @@ def test_partition_watch_forgets_spans_without_records() -> None:
     assert watch.stalled({("t", 0): 14}, {("t", 0): 4}) == []  # a new record: the clock starts again
     clock.now += 20
     assert watch.stalled({("t", 0): 14}, {("t", 0): 4}) == [Stall("t", 0, 4, 14, 1)]
+
+
+def _chunked_notice(doc_id: str, tokens: int, job_id: str = "j1") -> Incoming:
+    body = {"kind": "chunked", "job_id": job_id, "doc_id": doc_id, "tokens": tokens}
+    return _msg(json.dumps(body).encode(), topic=BY_JOB, key=job_id.encode())
+
+
+def test_relay_forwards_a_documents_chunked_tokens_keyed_by_job() -> None:
+    sink = FakeSink()
+    relay = CompletedRelay(SERDE, sink, BY_JOB)
+    record = DocumentChunked(job_id="j1", doc_id="d1", chunk_count=3, token_count=120, chunked_at=T0)
+    asyncio.run(relay.handle(_msg(_encode(record, "t.documents.chunked"), topic="t.documents.chunked")))
+    (forwarded,) = sink.sent
+    assert (forwarded.topic, forwarded.key) == (BY_JOB, b"j1")
+    assert json.loads(forwarded.value or b"") == {"kind": "chunked", "job_id": "j1", "doc_id": "d1", "tokens": 120}
+
+
+def test_a_jobs_chunked_tokens_wait_in_its_lane_row_until_its_documents_end_once_each() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = replace(_job_row(3), options={"priority": "interactive"})
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_chunked_notice("a", 100))
+        await reducer.handle(_chunked_notice("b", 50))
+        await reducer.handle(_chunked_notice("a", 100))  # redelivered: counted once
+        await reducer.flush()
+        row = store.queue[("docstream.chunks.interactive", "j1")]  # the lane's topic names its queue
+        assert (row.waiting_tokens, row.ended_documents, row.tenant, row.created_at) == (150, 0, "acme", T0)
+        await reducer.handle(_by_job("a"))
+        await reducer.handle(_chunked_notice("a", 100))  # late, after its end: nothing waits
+        await reducer.handle(_by_job("c"))  # ended before its notice came
+        await reducer.handle(_chunked_notice("c", 70))
+        await reducer.flush()
+        row = store.queue[("docstream.chunks.interactive", "j1")]
+        assert (row.waiting_tokens, row.ended_documents) == (50, 2)
+        await reducer.handle(_by_job("b"))
+
+    asyncio.run(run())
+    assert store.queue == {}  # the job ended: its row is gone
+    assert sink.records(JOBS)[-1].final
+
+
+def test_a_failed_lane_queue_write_waits_for_the_next_flush_and_statuses_still_go_out() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(10)
+    reducer = _jobs(store, sink, clock, jobs, docs)
+
+    async def run() -> None:
+        await reducer.handle(_chunked_notice("a", 400))
+        await reducer.handle(_by_job("b"))
+        store.fail = 1
+        await reducer.flush()  # the queue row's write fails: kept for the next flush
+        assert store.queue == {}
+        await reducer.flush()
+        assert store.queue[("docstream.chunks", "j1")].waiting_tokens == 400
+
+    asyncio.run(run())
+    assert [s.completed for s in sink.records(JOBS)] == [1]
+
+
+def test_the_tokens_waiting_per_lane_and_tenant_are_a_gauge_that_a_tenant_leaves_when_its_jobs_end() -> None:
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store.jobs["j1"] = _job_row(1)
+    store.jobs["j2"] = replace(_job_row(2, "j2"), tenant="globex", options={"priority": "interactive"})
+    metrics = Metrics()
+    reducer = JobReducer(jobs, docs, SERDE, _calls(store), sink, JOBS, by_job_topic=BY_JOB, throttle_s=1.0,
+                         clock=clock, metrics=metrics)
+
+    def gauge(lane: str, tenant: str) -> float | None:
+        return metrics.registry.get_sample_value("docstream_queued_tokens",
+                                                 {"service": "reducer", "lane": lane, "tenant": tenant})
+
+    async def run() -> None:
+        await reducer.handle(_chunked_notice("a", 300))
+        await reducer.handle(_chunked_notice("b", 20, job_id="j2"))
+        await reducer.handle(_chunked_notice("c", 5, job_id="j2"))
+        await reducer.flush()
+        assert (gauge("batch", "acme"), gauge("interactive", "globex")) == (300, 25)
+        await reducer.handle(_by_job("a"))  # j1 ends
+        await reducer.flush()
+        assert (gauge("batch", "acme"), gauge("interactive", "globex")) == (None, 25)
+
+    asyncio.run(run())

@@ -75,7 +75,8 @@ def test_from_record_makes_naive_times_utc_and_ignores_unknown_fields() -> None:
 
 
 def test_record_types_match_schema_files() -> None:
-    assert set(RECORD_TYPES) == {"DocumentSubmitted", "ChunkCreated", "ChunkEmbedded", "DocumentCompleted", "JobStatus"}
+    assert set(RECORD_TYPES) == {"DocumentSubmitted", "ChunkCreated", "ChunkEmbedded", "DocumentChunked",
+                                 "DocumentCompleted", "JobStatus"}
 
 
 def test_topics() -> None:
@@ -87,4 +88,5 @@ def test_topics() -> None:
     assert (topics.lane("interactive"), topics.lane("batch"), topics.lane("anything else")) == (
         "p.chunks.interactive", "p.chunks", "p.chunks")
     assert topics.intakes() == ("p.documents.submitted.interactive", "p.documents.submitted")
-    assert len(set(topics.all())) == 8
+    assert topics.chunked == "p.documents.chunked"
+    assert len(set(topics.all())) == 9

@@ -202,14 +202,15 @@ def _newest_history(name: str) -> tuple[dict[str, Any], str] | None:
     return json.loads(versions[-1].read_text(encoding="utf-8")), versions[-1].name
 
 
-@pytest.mark.parametrize("path", sorted(_SCHEMAS.glob("*.avsc")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(p for p in _SCHEMAS.glob("*.avsc") if _newest_history(p.stem)),
+                         ids=lambda p: p.stem)
 def test_a_consumer_holding_the_previous_schema_decodes_new_records(path: Path) -> None:
     """Forward compatibility: records written with today's schema read with the newest schemas/history version
-    (a downstream consumer not upgraded yet) give that version's fields, with the values written."""
+    (a downstream consumer not upgraded yet) give that version's fields, with the values written (schemas with an
+    older version only)."""
     new = json.loads(path.read_text(encoding="utf-8"))
     found = _newest_history(path.stem)
-    if found is None:
-        pytest.skip(f"{path.name} has no older version in schemas/history")
+    assert found is not None
     old, origin = found
     old_fields = {f["name"] for f in old["fields"]}
     for sample in sample_records(new):

@@ -75,6 +75,11 @@ class Metrics:
             "yet, by lane and tenant (docs/operations.md \"Sharing the service\").", ["service", "lane", "tenant"],
             registry=r,
         )
+        self.queued_tokens = Gauge(
+            "docstream_queued_tokens", "Tokens of the documents chunked and not ended yet, by lane and tenant, of the "
+            "jobs a reducer process counts (sum over the processes; docs/operations.md \"Where a job stands\").",
+            ["service", "lane", "tenant"], registry=r,
+        )
         self.lane_paused = Gauge(
             "docstream_lane_paused", "1 while a lane's partitions are paused (its read-ahead is full).",
             ["service", "lane"], registry=r,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from docstream.store.base import JobRow
 
-__all__ = ["JobProgress", "format_duration", "format_rate", "job_progress"]
+__all__ = ["JobProgress", "aware", "format_duration", "format_rate", "job_progress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,8 @@ class JobProgress:
     eta_s: float | None
 
 
-def _aware(moment: datetime) -> datetime:
+def aware(moment: datetime) -> datetime:
+    """``moment`` with its time zone; a naive one read as UTC (what the stores give back)."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -48,7 +49,7 @@ def job_progress(job: JobRow, now: datetime) -> JobProgress:
     """The progress of ``job`` at ``now`` (naive datetimes are read as UTC)."""
     running = job.status == "running"
     end = now if running or job.updated_at is None else job.updated_at
-    elapsed = max((_aware(end) - _aware(job.created_at)).total_seconds(), 0.0)
+    elapsed = max((aware(end) - aware(job.created_at)).total_seconds(), 0.0)
     done = job.completed + job.partial + job.failed
     total = job.document_count
     rate = done / elapsed if elapsed > 0 else None

@@ -17,6 +17,7 @@ __all__ = [
     "AnyRecord",
     "ChunkCreated",
     "ChunkEmbedded",
+    "DocumentChunked",
     "DocumentCompleted",
     "DocumentSubmitted",
     "JobStatus",
@@ -180,6 +181,22 @@ class ChunkEmbedded(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentChunked(_Record):
+    """A document was chunked and its chunks wait for the model (documents.chunked topic)."""
+
+    schema_name: ClassVar[str] = "DocumentChunked"
+
+    job_id: str
+    doc_id: str
+    chunk_count: int
+    token_count: int
+    chunked_at: datetime
+    tenant: str = "default"
+    priority: str = "batch"
+    page_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DocumentCompleted(_Record):
     """A document reached a terminal state (documents.completed topic)."""
 
@@ -247,11 +264,11 @@ class JobStatus(_Record):
         return self.job_id
 
 
-AnyRecord = DocumentSubmitted | ChunkCreated | ChunkEmbedded | DocumentCompleted | JobStatus
+AnyRecord = DocumentSubmitted | ChunkCreated | ChunkEmbedded | DocumentChunked | DocumentCompleted | JobStatus
 
 RECORD_TYPES: dict[str, type[_Record]] = {
     cls.schema_name: cls
-    for cls in (DocumentSubmitted, ChunkCreated, ChunkEmbedded, DocumentCompleted, JobStatus)
+    for cls in (DocumentSubmitted, ChunkCreated, ChunkEmbedded, DocumentChunked, DocumentCompleted, JobStatus)
 }
 
 

@@ -69,6 +69,12 @@ class Topics:
         return f"{self.prefix}.documents.completed"
 
     @property
+    def chunked(self) -> str:
+        """DocumentChunked, key doc_id: a document's chunks wait for the model (the reducer counts each job's
+        tokens waiting from it, docs/operations.md "Where a job stands")."""
+        return f"{self.prefix}.documents.chunked"
+
+    @property
     def mapped(self) -> str:
         """DocumentCompleted whose document-level step is left to make (generate's map-reduce), key doc_id: the
         reducer writes them, the document stage reads them and publishes the finished document on ``completed``."""
@@ -92,4 +98,4 @@ class Topics:
     def all(self) -> tuple[str, ...]:
         """Every main topic (without DLQs)."""
         return (self.submitted, self.submitted_interactive, self.chunks, self.chunks_interactive, self.embedded,
-                self.completed, self.mapped, self.jobs)
+                self.chunked, self.completed, self.mapped, self.jobs)

@@ -17,7 +17,7 @@ from docstream.ids import chunk_id
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, carry, utc_now
+from docstream.records import ChunkCreated, DocumentChunked, DocumentCompleted, DocumentSubmitted, carry, utc_now
 from docstream.settings import ChunkerSettings, KafkaSettings
 from docstream.store.base import (
     TERMINAL_DOC_STATES,
@@ -209,6 +209,15 @@ class ChunkerHandler:
         # each chunk carries its share of the document's time: the reducer adds each index once
         shares = apportion(busy_us, [chunk.token_count for chunk in result.chunks])
         sources = result.chunk_sources or (_TEXT_LAYER,) * count
+        # after its chunks: the reducer counts the job's tokens waiting for the model (docs/operations.md
+        # "Where a job stands"); a document without chunks waits for nothing
+        chunked = [] if not count else [Output(
+            topic=self._topics.chunked,
+            key=submitted.doc_id,
+            value=DocumentChunked(job_id=submitted.job_id, doc_id=submitted.doc_id, chunk_count=count,
+                                  token_count=result.token_count, chunked_at=now, tenant=submitted.tenant,
+                                  priority=submitted.priority, page_count=result.page_count),
+        )]
         return [
             Output(
                 topic=self._topics.lane(submitted.priority),
@@ -225,7 +234,7 @@ class ChunkerHandler:
                 ),
             )
             for chunk, share, source in zip(result.chunks, shares, sources, strict=True)
-        ]
+        ] + chunked
 
     def _count_pages(self, sources: DocumentSources) -> None:
         if self._metrics is None:

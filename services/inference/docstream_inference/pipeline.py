@@ -55,6 +55,7 @@ from docstream_inference.stages import (
     ResultBatch,
     StageHooks,
     StoredResults,
+    ThroughputWriter,
     Work,
     WriteStage,
 )
@@ -255,7 +256,8 @@ class InferencePipeline:
         writer = WriteStage(
             inbox=q2, store=self._store, producer=producer, dlq=DlqRouter(producer, SERVICE),
             serialize=self._serde.serialize, embedded_topic=self._topics.embedded, ledger=self._ledger,
-            assignments=self._assignments, retry=self._retry, after_write=self._hooks.after_write, **common,
+            assignments=self._assignments, retry=self._retry, after_write=self._hooks.after_write,
+            rate=ThroughputWriter(self._store, self._group_id, clock=self._clock), **common,
         )
         model = ModelStage(inbox=q1, outbox=q2, task=self._task, attempts=self._retry.handler_attempts,
                            on_embedded=self._hooks.on_embedded, **common)

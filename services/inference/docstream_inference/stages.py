@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, Message
 
 from docstream.batching import Batch, Batcher, CloseReason, order_by_length
-from docstream.errors import BackendUnavailable, DocstreamError, FatalError, PoisonRecord
+from docstream.errors import BackendUnavailable, DocstreamError, FatalError, PoisonRecord, StoreError
 from docstream.fairness import BATCH, INTERACTIVE, LANES, FairQueue, Lane, Waiting
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer
@@ -33,6 +34,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, utc_now
 from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
+from docstream.standing import RATE_EVERY_S, RATE_TTL_S, TokenRate
 from docstream.store.base import ChunkRow, ResultStore
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest, failure_output
 from docstream.usage import apportion
@@ -62,6 +64,7 @@ __all__ = [
     "ResultBatch",
     "StageHooks",
     "StoredResults",
+    "ThroughputWriter",
     "Work",
     "WriteStage",
     "put_until",
@@ -629,6 +632,35 @@ class _Send:
     on_ok: list[Callable[[], None]] = field(default_factory=list)
 
 
+class ThroughputWriter:
+    """This process's rate, tokens written per second over the last minute, written to the store every
+    ``RATE_EVERY_S`` under its consumer group (``ResultStore.record_throughput``), for where jobs stand in their
+    lanes (docs/operations.md "Where a job stands"). Driven by the write stage's thread, never by the consume loop:
+    a slow store delays no fetch. A failed write is logged and made again at the next tick."""
+
+    def __init__(self, store: ResultStore, group: str, *, clock: Callable[[], float] = time.monotonic,
+                 instance: str | None = None) -> None:
+        self._store = store
+        self._group = group
+        self._clock = clock
+        self._instance = instance or uuid.uuid4().hex[:12]
+        self._rate = TokenRate()
+        self._due = clock()
+        self._rate.observe(self._due, 0)
+
+    def tick(self, total: int) -> None:
+        """Write the rate if it is due; ``total``: tokens written so far."""
+        now = self._clock()
+        if now < self._due:
+            return
+        self._due = now + RATE_EVERY_S
+        self._rate.observe(now, total)
+        try:
+            self._store.record_throughput(self._group, self._instance, self._rate.rate(), utc_now(), RATE_TTL_S)
+        except StoreError as exc:
+            _log.warning("throughput_write_failed", error_code=exc.code, error=str(exc)[:200])
+
+
 class WriteStage(_StageThread):
     """Q2 → store write (acknowledged) → produce ChunkEmbedded (+ DLQ for failures) → ledger acks.
 
@@ -653,8 +685,10 @@ class WriteStage(_StageThread):
         halt: threading.Event,
         on_error: Callable[[BaseException], None],
         after_write: Callable[[], None] | None = None,
+        rate: ThroughputWriter | None = None,
     ) -> None:
         super().__init__("inference-write", halt, on_error)
+        self._rate = rate
         self._inbox = inbox
         self._store = store
         self._producer = producer
@@ -668,10 +702,14 @@ class WriteStage(_StageThread):
         self._metrics = metrics
         self._service = service
         self._failed: deque[_Send] = deque()
+        self.tokens_written = 0
+        """Tokens of the chunks whose rows this stage wrote: the running total of the process's rate."""
 
     def step(self) -> None:
         self._producer.poll(0)
         self._resend_failed()
+        if self._rate is not None:
+            self._rate.tick(self.tokens_written)
         try:
             batch = self._inbox.get(timeout=_IDLE_S)
         except queue.Empty:
@@ -692,6 +730,7 @@ class WriteStage(_StageThread):
         shares = apportion(batch.busy_us + write_us, [r.chunk.token_count for _, r in live])
         for work, _ in live:
             self._ledger.ack(work.tp, work.offset, WRITE)
+        self.tokens_written += sum(r.chunk.token_count for _, r in live)
         if self._after_write is not None:
             self._after_write()
         embedded_at = utc_now()

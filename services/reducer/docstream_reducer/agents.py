@@ -1,9 +1,11 @@
 """What the reducer's agents do with one record; the Faust wiring is in app.py (docs/reducer.md).
 
 * ``DocumentReducer``: ChunkEmbedded → document state (table) → store rows → DocumentCompleted.
-* ``CompletedRelay``: DocumentCompleted (ours and the chunker's failures) → the by-job topic, keyed by job_id.
+* ``CompletedRelay``: DocumentCompleted (ours and the chunker's failures) and DocumentChunked → the by-job topic,
+  keyed by job_id.
 * ``JobReducer``: by-job records → per-job counts (table) → jobs row, throttled JobStatus, final
-  JobStatus and the webhook.
+  JobStatus and the webhook; the job's tokens waiting in its lane (``lane_queue``), for where a job stands
+  (``docstream.standing``).
 
 Tables are plain mutable mappings here (Faust tables in the service, dicts in tests). A handler
 returns only when every effect of its record is done: rows acknowledged, outputs delivered.
@@ -23,19 +25,21 @@ from typing import Any, Protocol, TypeGuard, TypeVar
 
 from docstream.admission import day_of
 from docstream.avro import AvroSerde
-from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError
+from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError, StoreError
+from docstream.fairness import job_lane
 from docstream.kafka.dlq import dlq_headers
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.records import ChunkEmbedded, DocumentCompleted, utc_now
+from docstream.records import ChunkEmbedded, DocumentChunked, DocumentCompleted, utc_now
 from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
 from docstream.store import DocumentRow, JobRow, ResultStore
+from docstream.store.base import QueuedJobRow
 from docstream.store.completion import record_completion
 from docstream.tasks.base import EMBED, TaskFold
 from docstream.tasks.registry import task_fold
 from docstream.tasks.selection import job_task_names
-from docstream.topics import dlq_topic
+from docstream.topics import Topics, dlq_topic
 from docstream.usage import Usage, document_usage
 from docstream_reducer.aggregation import (
     ANY_TASK,
@@ -53,11 +57,14 @@ from docstream_reducer.aggregation import (
     document_key,
     job_document_key,
     job_status,
+    note_chunked,
+    settle_waiting,
     waits_for_document_step,
 )
 from docstream_reducer.webhook import WebhookNotifier
 
 __all__ = [
+    "CHUNKED",
     "RECONCILE",
     "RECONCILE_AFTER_S",
     "SERVICE",
@@ -74,6 +81,8 @@ MARKER_TTL_MS = 3600 * 1000
 """How long (event time) a completed document's marker catches redelivered chunks."""
 RECONCILE = "reconcile"
 """``kind`` of a by-job control record: recount the job from its job_documents rows."""
+CHUNKED = "chunked"
+"""``kind`` of a by-job record relayed from DocumentChunked: a document's tokens wait for the model."""
 RECONCILE_AFTER_S = 30.0
 """A job whose counts did not move for this long is recounted from the store (then 2x, 4x, ... up to 10 min)."""
 _RECONCILE_MAX_S = 600.0
@@ -133,6 +142,10 @@ class StoreCalls:
         self._executor = executor
         self._sleep = sleep
         self._rng = rng
+
+    async def once(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """One try, in the store's executor: for writes that may wait for the next round (estimates)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
 
     async def __call__(self, fn: Callable[..., _T], *args: Any) -> _T:
         loop = asyncio.get_running_loop()
@@ -334,7 +347,8 @@ def _emitted(raw: Any) -> tuple[int, int] | None:
 
 
 class CompletedRelay:
-    """Re-keys DocumentCompleted records by job_id onto the by-job topic (the repartition step)."""
+    """Re-keys DocumentCompleted and DocumentChunked records by job_id onto the by-job topic (the repartition
+    step)."""
 
     def __init__(self, serde: AvroSerde, sink: Sink, by_job_topic: str, *, metrics: Metrics | None = None) -> None:
         self._serde = serde
@@ -343,16 +357,21 @@ class CompletedRelay:
         self._metrics = metrics
 
     async def handle(self, msg: Incoming) -> None:
-        """Forward one DocumentCompleted as a small JSON record keyed by job_id."""
+        """Forward one DocumentCompleted or DocumentChunked as a small JSON record keyed by job_id."""
         try:
             if msg.value is None:
                 raise SchemaError("record without a value", code="schema_empty_value")
             record = self._serde.deserialize(msg.value, msg.topic)
-            if not isinstance(record, DocumentCompleted):
-                raise SchemaError(f"expected DocumentCompleted, got {type(record).__name__}",
+            if not isinstance(record, DocumentCompleted | DocumentChunked):
+                raise SchemaError(f"expected DocumentCompleted or DocumentChunked, got {type(record).__name__}",
                                   code="schema_unexpected_record", raw=msg.value)
         except PoisonRecord as exc:
             await dead_letter(self._sink, msg, exc, self._metrics, now_ms=msg.timestamp_ms)
+            return
+        if isinstance(record, DocumentChunked):
+            chunked = {"kind": CHUNKED, "job_id": record.job_id, "doc_id": record.doc_id,
+                       "tokens": record.token_count}
+            await self._sink.send(self._topic, record.job_id.encode(), json.dumps(chunked).encode())
             return
         body = {"job_id": record.job_id, "doc_id": record.doc_id, "status": record.status,
                 "error_code": record.error_code, "usage": document_usage(record).to_json(),
@@ -378,13 +397,20 @@ class JobReducer:
         reconcile_after_s: a job whose counts do not move for this long is recounted from the store.
         webhooks: the webhook caller, or None to never call webhooks.
         metrics: counters, optional.
+        limited: whether a tenant has quotas (its ended documents leave its admission ledger).
+        topics: the deployment's topics: its lanes name the ``lane_queue`` partitions.
     """
 
     def __init__(self, jobs: Table, job_documents: Table, serde: AvroSerde, store: StoreCalls, sink: Sink,
                  jobs_topic: str, *, by_job_topic: str, throttle_s: float, clock: Callable[[], float],
                  reconcile_after_s: float = RECONCILE_AFTER_S, webhooks: WebhookNotifier | None = None,
-                 metrics: Metrics | None = None, limited: Callable[[str], bool] | None = None) -> None:
+                 metrics: Metrics | None = None, limited: Callable[[str], bool] | None = None,
+                 topics: Topics | None = None) -> None:
+        self._topics = topics or Topics()
         self._limited = limited
+        self._queued: set[str] = set()
+        self._waiting: dict[str, tuple[str, str, int]] = {}  # job_id → (lane, tenant, waiting tokens): the gauge
+        self._gauged: set[tuple[str, str]] = set()
         self._jobs = jobs
         self._docs = job_documents
         self._serde = serde
@@ -411,6 +437,9 @@ class JobReducer:
         progress = await self._progress(job_id)
         if progress.final:
             _log.debug("job_record_after_final_ignored", job_id=job_id)
+            return
+        if body.get("kind") == CHUNKED:
+            self._note_chunked(progress, str(body["doc_id"]), int(body["tokens"]))
             return
         reconcile = body.get("kind") == RECONCILE
         heard: list[_Heard]
@@ -445,6 +474,8 @@ class JobReducer:
             if reconcile and previous is not None and previous.status == current.status:
                 current = previous  # what the records said stays
             counted = count_document(updated, None if reconcile else previous, current)
+            if previous is None:
+                counted = settle_waiting(counted, entry)
             self._docs[doc_key] = replace(entry, counted=current).to_json()
             if counted is not updated:
                 if previous != current:
@@ -461,6 +492,7 @@ class JobReducer:
                       terminal=updated.terminal, document_count=updated.document_count)
         if updated is progress:
             return
+        self._queued.add(job_id)
         self._stalled.pop(job_id, None)
         self._changed[job_id] = self._clock()
         if updated.is_complete:
@@ -472,8 +504,61 @@ class JobReducer:
         if self._throttle.changed(job_id, self._clock()):
             await self._publish(updated)
 
+    def _note_chunked(self, progress: JobProgress, doc_id: str, tokens: int) -> None:
+        """A document of the job was chunked: its tokens wait until it is counted (written by ``flush``)."""
+        doc_key = job_document_key(progress.job_id, doc_id)
+        raw = self._docs.get(doc_key)
+        entry = DocumentTasks() if raw is None else DocumentTasks.from_json(raw)
+        noted, entry_after = note_chunked(progress, entry, tokens)
+        if entry_after is entry:
+            return
+        self._docs[doc_key] = entry_after.to_json()
+        self._jobs[progress.job_id] = noted.to_json()
+        self._queued.add(progress.job_id)
+
+    async def _write_queue(self) -> None:
+        """Write the lane_queue rows of the jobs whose waiting tokens changed. A store that fails here keeps them
+        for the next flush: they are estimates, not worth stalling the agent."""
+        store, now = self._store.store, utc_now()
+        for job_id in sorted(self._queued):
+            raw = self._jobs.get(job_id)
+            row = await self._job_row(job_id)
+            progress = None if raw is None else JobProgress.from_json(raw)
+            if progress is None or progress.final or row is None or job_id in self._finishing:
+                self._queued.discard(job_id)
+                self._waiting.pop(job_id, None)
+                continue
+            queued = QueuedJobRow(lane=self._topics.lane(job_lane(row.options)), job_id=job_id, tenant=row.tenant,
+                                  created_at=row.created_at, waiting_tokens=progress.waiting_tokens,
+                                  ended_documents=progress.terminal, updated_at=now)
+            self._waiting[job_id] = (job_lane(row.options), row.tenant, progress.waiting_tokens)
+            try:
+                await self._store.once(store.upsert_queued_job, queued)
+            except StoreError as exc:
+                _log.warning("lane_queue_write_failed", job_id=job_id, error_code=exc.code, error=str(exc)[:200])
+                break
+            self._queued.discard(job_id)
+        self._gauge_waiting()
+
+    def _gauge_waiting(self) -> None:
+        """``docstream_queued_tokens{lane,tenant}``: the waiting tokens of the jobs this process counts (their
+        figures as last written; a tenant with none leaves the gauge)."""
+        if self._metrics is None:
+            return
+        sums: dict[tuple[str, str], int] = {}
+        for lane, tenant, tokens in self._waiting.values():
+            sums[(lane, tenant)] = sums.get((lane, tenant), 0) + tokens
+        gauge = self._metrics.queued_tokens
+        for lane, tenant in self._gauged - sums.keys():
+            gauge.remove(SERVICE, lane, tenant)
+        for (lane, tenant), tokens in sums.items():
+            gauge.labels(SERVICE, lane, tenant).set(tokens)
+        self._gauged = set(sums)
+
     async def flush(self) -> None:
-        """Publish statuses held back by the throttle; ask stalled jobs to reconcile with the store."""
+        """Publish statuses held back by the throttle; ask stalled jobs to reconcile with the store; write where
+        jobs stand in their lanes."""
+        await self._write_queue()
         now = self._clock()
         for job_id in self._throttle.due_pending(now):
             async with self._publishing:
@@ -524,7 +609,10 @@ class JobReducer:
             body = json.loads(msg.value or b"")
             if not isinstance(body, dict) or not isinstance(body.get("job_id"), str):
                 raise ValueError("no job_id")
-            if body.get("kind") != RECONCILE and body.get("status") not in _TERMINAL_STATUSES:
+            if body.get("kind") == CHUNKED:
+                if not isinstance(body.get("doc_id"), str) or not isinstance(body.get("tokens"), int):
+                    raise ValueError("chunked without doc_id or tokens")
+            elif body.get("kind") != RECONCILE and body.get("status") not in _TERMINAL_STATUSES:
                 raise ValueError(f"status {body.get('status')!r}")
             return body
         except (ValueError, TypeError) as exc:
@@ -580,6 +668,11 @@ class JobReducer:
         final = replace(progress, final=True)
         await self._publish(final, final=True)
         row = self._rows.get(progress.job_id)
+        if row is not None:
+            await self._store(self._store.store.delete_queued_job, self._topics.lane(job_lane(row.options)),
+                              progress.job_id)
+        self._queued.discard(progress.job_id)
+        self._waiting.pop(progress.job_id, None)
         if not final.webhook_done and row is not None and row.webhook_url and self._webhooks is not None:
             try:
                 await self._webhooks.notify(row.webhook_url, job_status(final, utc_now(), final=True))

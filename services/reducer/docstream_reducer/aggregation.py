@@ -58,7 +58,9 @@ __all__ = [
     "fold_input",
     "job_document_key",
     "job_status",
+    "note_chunked",
     "record_document",
+    "settle_waiting",
 ]
 
 TerminalStatus = Literal["completed", "partial", "failed"]
@@ -526,6 +528,8 @@ class JobProgress:
         final: the final JobStatus has been published; later records are ignored.
         webhook_done: the webhook has been called (or given up on) for the final status.
         usage: what the counted documents cost, each document's latest tally once.
+        waiting_tokens: tokens of the documents chunked and not counted yet: what the job has waiting for the
+            model (docs/operations.md "Where a job stands").
     """
 
     job_id: str
@@ -537,6 +541,7 @@ class JobProgress:
     final: bool = False
     webhook_done: bool = False
     usage: Usage = field(default_factory=Usage)
+    waiting_tokens: int = 0
 
     @property
     def terminal(self) -> int:
@@ -553,7 +558,7 @@ class JobProgress:
         return {"v": _STATE_VERSION, "job_id": self.job_id, "tenant": self.tenant,
                 "document_count": self.document_count, "completed": self.completed, "partial": self.partial,
                 "failed": self.failed, "final": self.final, "webhook_done": self.webhook_done,
-                "usage": self.usage.to_json()}
+                "usage": self.usage.to_json(), "waiting_tokens": self.waiting_tokens}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobProgress:
@@ -567,7 +572,8 @@ class JobProgress:
                 raise ValueError(f"not a v{_STATE_VERSION} job progress")
             return cls(str(data["job_id"]), str(data["tenant"]), int(data["document_count"]),
                        int(data["completed"]), int(data["partial"]), int(data["failed"]), bool(data["final"]),
-                       bool(data["webhook_done"]), Usage.from_json(data.get("usage")))
+                       bool(data["webhook_done"]), Usage.from_json(data.get("usage")),
+                       int(data.get("waiting_tokens") or 0))
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptStateError(f"corrupt job progress: {exc}") from exc
 
@@ -645,11 +651,14 @@ class DocumentTasks:
         required: the names of the tasks the document's job asks for.
         results: task name → (its tally, its error_code); ``ANY_TASK`` for a failure before inference.
         counted: the combined tally the job counts for the document; None while not every task is terminal.
+        chunked_tokens: the document's tokens, once the chunker said it was chunked (DocumentChunked); None
+            before, or when it was counted first.
     """
 
     required: tuple[str, ...] = (EMBED,)
     results: Mapping[str, tuple[DocumentTally, str | None]] = field(default_factory=dict)
     counted: DocumentTally | None = None
+    chunked_tokens: int | None = None
 
     def with_result(self, task: str | None, tally: DocumentTally, error_code: str | None,
                     required: Sequence[str]) -> DocumentTasks:
@@ -681,7 +690,8 @@ class DocumentTasks:
         return {"v": 2, "required": list(self.required),
                 "results": {task: {**tally.to_json(), "error_code": code}
                             for task, (tally, code) in sorted(self.results.items())},
-                "counted": None if self.counted is None else self.counted.to_json()}
+                "counted": None if self.counted is None else self.counted.to_json(),
+                "chunked_tokens": self.chunked_tokens}
 
     @classmethod
     def from_json(cls, data: Any) -> DocumentTasks:
@@ -697,13 +707,36 @@ class DocumentTasks:
             results = {str(task): (DocumentTally.from_json(value), value.get("error_code"))
                        for task, value in dict(data["results"]).items()}
             counted = None if data.get("counted") is None else DocumentTally.from_json(data["counted"])
-            return cls(tuple(str(t) for t in data["required"]), results, counted)
+            chunked = data.get("chunked_tokens")
+            return cls(tuple(str(t) for t in data["required"]), results, counted,
+                       None if chunked is None else int(chunked))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptStateError(f"corrupt document tasks: {exc}") from exc
 
 
 def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
     return status in _TERMINAL
+
+
+def note_chunked(progress: JobProgress, entry: DocumentTasks, tokens: int) -> tuple[JobProgress, DocumentTasks]:
+    """A document of the job was chunked: its tokens wait for the model until it is counted.
+
+    Returns ``(progress, entry)`` themselves when the notice changes nothing: the document was heard chunked
+    before (a redelivered or rechunked document) or was counted already (the notice came late, or a replay).
+    """
+    if entry.counted is not None or entry.chunked_tokens is not None:
+        return progress, entry
+    tokens = max(0, int(tokens))
+    return (replace(progress, waiting_tokens=progress.waiting_tokens + tokens),
+            replace(entry, chunked_tokens=tokens))
+
+
+def settle_waiting(progress: JobProgress, entry: DocumentTasks) -> JobProgress:
+    """A document is counted for the first time: its chunked tokens no longer wait (``entry`` as before it was
+    counted; nothing to take out when the chunker's notice has not come)."""
+    if entry.counted is not None or not entry.chunked_tokens:
+        return progress
+    return replace(progress, waiting_tokens=max(0, progress.waiting_tokens - entry.chunked_tokens))
 
 
 def count_document(progress: JobProgress, previous: DocumentTally | None, current: DocumentTally) -> JobProgress:

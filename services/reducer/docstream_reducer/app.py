@@ -262,6 +262,7 @@ def build_reducer(
 
     embedded = app.topic(topics.embedded, key_serializer="raw", value_serializer="raw")
     completed = app.topic(topics.completed, key_serializer="raw", value_serializer="raw")
+    chunked = app.topic(topics.chunked, key_serializer="raw", value_serializer="raw")
     by_job = app.topic(by_job_topic(reducer), key_serializer="raw", value_serializer="raw", internal=True,
                        partitions=partitions, retention=kafka.results_retention_ms / 1000)
     sink = FaustSink(app)
@@ -271,7 +272,7 @@ def build_reducer(
     relay = CompletedRelay(serde, sink, by_job.get_topic_name(), metrics=metrics)
     jobs = JobReducer(jobs_table, job_documents_table, serde, store, sink, topics.jobs,
                       by_job_topic=by_job.get_topic_name(), throttle_s=reducer.job_status_interval_s,
-                      clock=clock, webhooks=webhooks, metrics=metrics, limited=limited)
+                      clock=clock, webhooks=webhooks, metrics=metrics, limited=limited, topics=topics)
     started = {"ready": False}
 
     stall_s = reducer.stall_timeout_s
@@ -300,6 +301,7 @@ def build_reducer(
 
     app.agent(embedded, name="documents")(_agent(documents.handle, "documents"))
     app.agent(completed, name="completed-relay")(_agent(relay.handle, "completed-relay"))
+    app.agent(chunked, name="chunked-relay")(_agent(relay.handle, "chunked-relay"))
     app.agent(by_job, name="jobs")(_agent(jobs.handle, "jobs"))
 
     @documents_table.on_recover
@@ -312,7 +314,7 @@ def build_reducer(
         await jobs.flush()
 
     app.timer(reducer.job_status_interval_s, name="job-status-flush")(_flush)
-    sources = {topics.embedded, topics.completed, by_job.get_topic_name()}
+    sources = {topics.embedded, topics.completed, topics.chunked, by_job.get_topic_name()}
 
     async def _watch_partitions() -> None:
         consumer: Any = app.consumer

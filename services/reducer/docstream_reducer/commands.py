@@ -20,11 +20,15 @@ from docstream.fairness import job_lane
 from docstream.logging import configure_logging
 from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
+from docstream.standing import QueueStanding
 from docstream.store import DocumentRow, JobRow, ResultStore, open_store
+from docstream.store.standings import standings
 from docstream.tasks.selection import job_task_names
+from docstream.topics import Topics
 from docstream.usage import Usage
 
-__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "results_command", "status_command", "usage_rows"]
+__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "queue_rows", "results_command", "status_command",
+           "usage_rows"]
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_FOUND = 0, 1, 4
 
@@ -54,7 +58,26 @@ def ocr_rows(documents: Sequence[DocumentRow]) -> list[tuple[str, str]]:
     return rows
 
 
-def _status_table(job: JobRow, ocr: Sequence[DocumentRow] = ()) -> Table:
+def queue_rows(standing: QueueStanding | None) -> list[tuple[str, str]]:
+    """Where a running job stands in its lane (docs/operations.md "Where a job stands"): the tokens ahead of it and
+    its estimated start, or that it started."""
+    if standing is None:
+        return []
+    if standing.started:
+        return [("queue", "started")]
+    ahead = f"{standing.tokens_ahead:,} tokens ahead" if standing.tokens_ahead else "first in its lane"
+    if standing.waiting_tokens:
+        ahead += f"; {standing.waiting_tokens:,} of its own chunked"
+    if standing.estimated_start is None:
+        start = "not known yet (no documents ended lately to measure the rate)"
+    elif not standing.start_in_s:
+        start = "now"
+    else:
+        start = f"in {format_duration(standing.start_in_s)} ({standing.estimated_start:%H:%M:%S} UTC)"
+    return [("queue", ahead), ("starts", start)]
+
+
+def _status_table(job: JobRow, ocr: Sequence[DocumentRow] = (), standing: QueueStanding | None = None) -> Table:
     progress = job_progress(job, datetime.now(UTC))
     done, rate = progress.done, progress.rate
     table = Table(title=f"job {job.job_id}", title_justify="left", show_header=False)
@@ -79,6 +102,7 @@ def _status_table(job: JobRow, ocr: Sequence[DocumentRow] = ()) -> Table:
     ]
     if job.webhook_url:
         rows.append(("webhook", "set"))
+    rows[3:3] = queue_rows(standing)
     rows += ocr_rows(ocr)
     rows += usage_rows(job.usage)
     for name, value in rows:
@@ -106,11 +130,16 @@ def status_command(
     console = console or Console()
     err = Console(stderr=True)
     configure_logging(level="WARNING", fmt="console")
+    standing: QueueStanding | None = None
     try:
-        store = open_store(settings or load_settings(config))
+        settings = settings or load_settings(config)
+        store = open_store(settings)
         try:
             job = store.get_job(job_id)
             ocr = in_ocr(store, job_id) if job is not None and job.status == "running" else []
+            if job is not None:
+                standing = standings(store, [job], Topics(settings.kafka.topic_prefix), settings.fairness.batch_share,
+                                     datetime.now(UTC), group_id=settings.inference.group_id).get(job_id)
         finally:
             store.close()
     except DocstreamError as exc:
@@ -119,7 +148,7 @@ def status_command(
     if job is None:
         err.print(f"no job {job_id}", highlight=False)
         return EXIT_NOT_FOUND
-    console.print(_status_table(job, ocr))
+    console.print(_status_table(job, ocr, standing))
     return EXIT_OK
 
 

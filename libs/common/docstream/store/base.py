@@ -7,6 +7,7 @@ no lightweight transactions on the hot path.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -26,10 +27,12 @@ __all__ = [
     "DocumentRow",
     "JobDocumentRow",
     "JobRow",
+    "QueuedJobRow",
     "ResultStore",
     "SearchHit",
     "SourceRow",
     "TaskTally",
+    "check_throughput",
 ]
 
 FLOAT32: Final = "float32"
@@ -40,8 +43,6 @@ JobState = Literal["running", "completed", "cancelled"]
 DocState = Literal["submitted", "chunking", "chunked", "completed", "partial", "failed", "skipped"]
 TERMINAL_DOC_STATES: frozenset[str] = frozenset({"completed", "partial", "failed", "skipped"})
 """Document states nothing moves a document out of (a new job resubmits it under another doc_id)."""
-
-
 @dataclass(frozen=True, slots=True)
 class JobRow:
     """jobs: (job_id)."""
@@ -208,11 +209,41 @@ class SourceRow:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedJobRow:
+    """lane_queue: ((lane), job_id). A job that has not ended, as the reducer sees it: the tokens of its chunked
+    documents that have not ended yet (docs/operations.md "Where a job stands")."""
+
+    lane: str
+    """The lane's chunks topic (``Topics.lane``: ``docstream.chunks.interactive`` or ``docstream.chunks``): one queue
+    per lane of each deployment."""
+    job_id: str
+    tenant: str
+    created_at: datetime
+    waiting_tokens: int
+    ended_documents: int
+    """Its documents that ended (completed, partial or failed)."""
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class SearchHit:
     """One result of a similarity search."""
 
     chunk: ChunkRow
     score: float
+
+
+def check_throughput(tokens_per_s: float, ttl_s: int) -> None:
+    """Refuse a throughput row no store keeps: a rate must be finite and not negative (one NaN would spoil every
+    sum until it expires), a TTL at least 1 s (Cassandra's TTL 0 never expires).
+
+    Raises:
+        ValueError: tokens_per_s negative or not finite, or ttl_s < 1.
+    """
+    if not math.isfinite(tokens_per_s) or tokens_per_s < 0:
+        raise ValueError(f"tokens_per_s must be finite and not negative, got {tokens_per_s}")
+    if ttl_s < 1:
+        raise ValueError(f"ttl_s must be at least 1, got {ttl_s}")
 
 
 @runtime_checkable
@@ -330,3 +361,23 @@ class ResultStore(Protocol):
     def admission_lease(self, tenant: str) -> AbstractContextManager[None]:
         """Hold the tenant's admission lease while the block reads its load and admits: one admission at a time per
         tenant across processes. Raises ``StoreError`` (``admission_busy``) when another holds it too long."""
+
+    # -- where jobs stand (docs/operations.md "Where a job stands"; written by the reducer) --
+
+    def upsert_queued_job(self, row: QueuedJobRow) -> None:
+        """Write a lane_queue row: a job not ended yet, as the reducer last saw it."""
+
+    def delete_queued_job(self, lane: str, job_id: str) -> None:
+        """Delete a lane_queue row: the job ended (nothing when there is none)."""
+
+    def list_queue(self, lane: str) -> list[QueuedJobRow]:
+        """Every lane_queue row of ``lane`` (a lane's chunks topic), by created_at then job_id."""
+
+    def record_throughput(self, name: str, instance: str, tokens_per_s: float, at: datetime, ttl_s: int) -> None:
+        """Write the recent rate of reducer process ``instance`` of the deployment ``name`` (its topic prefix; its
+        row replaced), which expires ``ttl_s`` after ``at``. Raises ``ValueError`` for a rate or TTL no store keeps
+        (``check_throughput``)."""
+
+    def throughput(self, name: str, at: datetime) -> float:
+        """The sum of the rates of the deployment ``name``'s reducer processes whose rows have not expired at ``at``
+        (0.0: none)."""

@@ -50,10 +50,17 @@ from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.retry import backoff_delay
 from docstream.settings import CassandraSettings
-from docstream.store.base import ChunkRow, JobRow, JobState, SearchHit
+from docstream.store.base import (
+    ChunkRow,
+    JobRow,
+    JobState,
+    QueuedJobRow,
+    SearchHit,
+    check_throughput,
+)
 from docstream.store.codec import embedding_array, utc_millis
 from docstream.store.leases import acquire_lease
-from docstream.store.paging import at_least_one
+from docstream.store.paging import at_least_one, keyset_rows
 from docstream.store.ranking import cosine_scores, search_query
 from docstream.store.rows import (
     CHUNK_ROWS,
@@ -62,6 +69,7 @@ from docstream.store.rows import (
     JOB_DOCUMENTS,
     JOB_ROWS,
     JOBS,
+    QUEUE_ROWS,
     ColumnEncoding,
     Columns,
     Table,
@@ -742,6 +750,46 @@ class CassandraStore(TableStore):
                 _log.warning("admission_lease_not_released", tenant=tenant, error=str(exc),
                              expires_in_s=_ADMISSION_TTL_S)
 
+    # -- where jobs stand ---------------------------------------------------------------
+
+    def list_queue(self, lane: str) -> list[QueuedJobRow]:
+        """Every lane_queue row of ``lane`` (one partition, paged by job_id), sorted by created_at then job_id.
+
+        Raises:
+            StoreError: a page read failed transiently.
+        """
+
+        def _page(after: str, limit: int) -> list[QueuedJobRow]:
+            found = self._select(QUEUE_ROWS.table, "lane_queue", "lane = ? AND job_id > ? LIMIT ?",
+                                 (lane, after, limit), "list_queue")
+            return [QUEUE_ROWS.from_columns(row, _ENCODING) for row in found]
+
+        rows = keyset_rows(_page, start="", key=_job_id, page_size=self._page_size)
+        return sorted(rows, key=_queue_order)
+
+    def record_throughput(self, name: str, instance: str, tokens_per_s: float, at: datetime, ttl_s: int) -> None:
+        """Write ``instance``'s rate with a TTL of ``ttl_s`` (a plain upsert: its row replaced, expired by Cassandra).
+
+        Raises:
+            ValueError: ttl_s < 1, or tokens_per_s negative or not finite.
+            StoreError: the write failed transiently.
+        """
+        check_throughput(tokens_per_s, ttl_s)
+        self._execute(f"INSERT INTO {self._ks}.throughput (name, instance, tokens_per_s, updated_at) "
+                      "VALUES (?, ?, ?, ?) USING TTL ?",
+                      (name, instance, float(tokens_per_s), _ts(at), ttl_s), "record_throughput")
+
+    def throughput(self, name: str, at: datetime) -> float:
+        """The sum of the live rates: the partition read whole. The rows' TTLs do the expiry, so ``at`` is not
+        read (the rows alive now are those not expired).
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        rows = self._execute(f"SELECT tokens_per_s FROM {self._ks}.throughput WHERE name = ?",
+                             (name,), "throughput")
+        return float(sum(float(row["tokens_per_s"] or 0.0) for row in rows))
+
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model (one partition).
 
@@ -803,6 +851,14 @@ class CassandraStore(TableStore):
                 raise_on_first_error=True,
             )
         return [CHUNK_ROWS.from_columns(row, _ENCODING) for result in results for row in result.result_or_exc]
+
+
+def _job_id(row: QueuedJobRow) -> str:
+    return row.job_id
+
+
+def _queue_order(row: QueuedJobRow) -> tuple[datetime, str]:
+    return row.created_at, row.job_id
 
 
 def _batch(kind: Any) -> BatchStatement:

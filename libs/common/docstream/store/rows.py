@@ -47,6 +47,7 @@ from docstream.store.base import (
     DocumentRow,
     JobDocumentRow,
     JobRow,
+    QueuedJobRow,
     SourceRow,
     TaskTally,
 )
@@ -68,7 +69,9 @@ __all__ = [
     "JOB_DOCUMENTS",
     "JOB_DOCUMENT_ROWS",
     "JOB_ROWS",
+    "LANE_QUEUE",
     "MAPPINGS",
+    "QUEUE_ROWS",
     "SOURCES",
     "SOURCE_ROWS",
     "USAGE_COLUMNS",
@@ -490,9 +493,10 @@ DOCUMENT_RESULT_ROWS = RowMapping(DocumentResultRow, "document_results", key=("d
 CHUNK_ROWS = RowMapping(ChunkRow, "chunks", key=("doc_id", "model_id", "chunk_index"))
 API_KEY_ROWS = RowMapping(ApiKeyRow, "api_keys", key=("key_id",))
 SOURCE_ROWS = RowMapping(SourceRow, "sources", key=("tenant", "source_key"))
+QUEUE_ROWS = RowMapping(QueuedJobRow, "lane_queue", key=("lane", "job_id"))
 
 MAPPINGS: tuple[RowMapping[Any], ...] = (JOB_ROWS, JOB_DOCUMENT_ROWS, DOCUMENT_ROWS, DOCUMENT_RESULT_ROWS, CHUNK_ROWS,
-                                         API_KEY_ROWS, SOURCE_ROWS)
+                                         API_KEY_ROWS, SOURCE_ROWS, QUEUE_ROWS)
 """Every table's mapping (the schema tests walk them)."""
 
 JOBS = JOB_ROWS.table
@@ -502,4 +506,5 @@ DOCUMENT_RESULTS = DOCUMENT_RESULT_ROWS.table
 CHUNKS = CHUNK_ROWS.table
 API_KEYS = API_KEY_ROWS.table
 SOURCES = SOURCE_ROWS.table
+LANE_QUEUE = QUEUE_ROWS.table
 

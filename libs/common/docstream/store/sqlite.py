@@ -27,7 +27,13 @@ import numpy as np
 from docstream.admission import TenantLoad
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
-from docstream.store.base import ChunkRow, JobState, SearchHit
+from docstream.store.base import (
+    ChunkRow,
+    JobState,
+    QueuedJobRow,
+    SearchHit,
+    check_throughput,
+)
 from docstream.store.codec import encode_embedding, none_if_empty, utc_millis
 from docstream.store.leases import acquire_lease
 from docstream.store.paging import at_least_one, keyset_pages
@@ -38,6 +44,7 @@ from docstream.store.rows import (
     DOCUMENT_RESULTS,
     JOB_DOCUMENTS,
     JOBS,
+    QUEUE_ROWS,
     ColumnEncoding,
     Columns,
     Table,
@@ -479,6 +486,49 @@ class SqliteStore(TableStore):
             yield
         finally:
             self._write("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner), "admission_lease")
+
+    # -- where jobs stand ---------------------------------------------------------------
+
+    def list_queue(self, lane: str) -> list[QueuedJobRow]:
+        """Every lane_queue row of ``lane``, by created_at then job_id (ISO-8601 UTC text sorts by time).
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._all(f"SELECT {QUEUE_ROWS.table.select_list} FROM lane_queue WHERE lane = ? "
+                          "ORDER BY created_at, job_id", (lane,), "list_queue")
+        return [QUEUE_ROWS.from_columns(row, _ENCODING) for row in found]
+
+    def record_throughput(self, name: str, instance: str, tokens_per_s: float, at: datetime, ttl_s: int) -> None:
+        """Write ``instance``'s rate, expiring ``ttl_s`` after ``at``, and delete the rows expired at ``at`` (one
+        transaction).
+
+        Raises:
+            ValueError: ttl_s < 1, or tokens_per_s negative or not finite.
+            StoreError: the write failed transiently.
+        """
+        check_throughput(tokens_per_s, ttl_s)
+        now = utc_millis(at)
+        conn = self._connection()
+        with self._errors("record_throughput"), self._transaction(conn):
+            conn.execute("DELETE FROM throughput WHERE name = ? AND expires_at <= ?",
+                         (name, now.timestamp()))
+            conn.execute("INSERT INTO throughput (name, instance, tokens_per_s, updated_at, expires_at) "
+                         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name, instance) DO UPDATE SET "
+                         "tokens_per_s = excluded.tokens_per_s, updated_at = excluded.updated_at, "
+                         "expires_at = excluded.expires_at",
+                         (name, instance, float(tokens_per_s), _ts(now), now.timestamp() + ttl_s))
+
+    def throughput(self, name: str, at: datetime) -> float:
+        """The sum of the rates whose rows expire after ``at`` (0.0: none).
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._one("SELECT COALESCE(SUM(tokens_per_s), 0.0) AS total FROM throughput "
+                          "WHERE name = ? AND expires_at > ?", (name, utc_millis(at).timestamp()),
+                          "throughput")
+        return float(found["total"]) if found is not None else 0.0
 
     def search(
         self, embedding: Sequence[float], model_id: str, *, k: int = 10, job_id: str | None = None

@@ -24,6 +24,7 @@ from docstream.store.base import (
     DocumentRow,
     JobDocumentRow,
     JobRow,
+    QueuedJobRow,
     SourceRow,
     TaskTally,
 )
@@ -36,6 +37,7 @@ from docstream.store.rows import (
     JOB_DOCUMENT_ROWS,
     JOB_DOCUMENTS,
     JOB_ROWS,
+    QUEUE_ROWS,
     SOURCE_ROWS,
     SOURCES,
     USAGE_COLUMNS,
@@ -336,6 +338,23 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         return self._read(SOURCE_ROWS, (tenant, source_key), "get_source")
+
+    def upsert_queued_job(self, row: QueuedJobRow) -> None:
+        """Write a lane_queue row (a plain upsert: a write repeated leaves the same row).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._put(QUEUE_ROWS, row, "upsert_queued_job")
+
+    def delete_queued_job(self, lane: str, job_id: str) -> None:
+        """Delete a lane_queue row (nothing when there is none; on Cassandra a tombstone in the lane's partition,
+        which the table's short gc_grace_seconds drops soon).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._delete(QUEUE_ROWS.table, (lane, job_id), "delete_queued_job")
 
     def delete_source(self, tenant: str, source_key: str) -> None:
         """Delete a sources row (nothing when there is none).

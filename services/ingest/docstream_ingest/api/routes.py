@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from confluent_kafka import KafkaException
@@ -18,12 +18,14 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError, InputError
-from docstream.fairness import job_lane
+from docstream.fairness import INTERACTIVE, job_lane
 from docstream.ids import MAX_SOURCE_KEY_CHARS
 from docstream.logging import get_logger
-from docstream.progress import job_progress
+from docstream.progress import aware, job_progress
+from docstream.standing import QueueStanding
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.sources import SourceInFlightError, delete_source
+from docstream.store.standings import standings
 from docstream.tasks.base import Label, Prompt, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
 from docstream.topics import Topics
@@ -57,6 +59,7 @@ from docstream_ingest.api.schemas import (
     LabelSpec,
     LimitsOut,
     PromptSpec,
+    QueueOut,
     Readiness,
     RefusalOut,
     SourceDeleted,
@@ -165,8 +168,19 @@ def task_request(spec: TaskSpec) -> TaskRequest:
     return TaskRequest(spec.name, tuple(Label(label.name, label.description) for label in spec.labels), prompt)
 
 
-def job_summary(job: JobRow, now: datetime) -> JobSummary:
-    """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.progress.job_progress``'s."""
+def queue_out(standing: QueueStanding | None) -> QueueOut | None:
+    """Where a job stands as the API shows it (None: it ended)."""
+    if standing is None or standing.tokens_ahead is None:
+        return None
+    return QueueOut(lane="interactive" if standing.lane == INTERACTIVE else "batch", started=standing.started,
+                    tokens_ahead=standing.tokens_ahead, waiting_tokens=standing.waiting_tokens,
+                    start_in_s=None if standing.start_in_s is None else round(standing.start_in_s, 1),
+                    estimated_start=standing.estimated_start)
+
+
+def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = None) -> JobSummary:
+    """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.progress.job_progress``'s, where it
+    stands in its lane ``docstream.store.standings``'."""
     progress = job_progress(job, now)
     return JobSummary(
         job_id=job.job_id,
@@ -186,6 +200,7 @@ def job_summary(job: JobRow, now: datetime) -> JobSummary:
         priority=job_lane(job.options),
         webhook_url=job.webhook_url,
         usage=None if job.usage is None else usage_out(job.usage),
+        queue=queue_out(standing),
     )
 
 
@@ -293,7 +308,10 @@ def _job_detail(ctx: ApiContext, caller: Principal, job_id: str, after: str | No
                 error=document.error if document else None,
             )
         )
-    summary = job_summary(job, ctx.clock())
+    now = ctx.clock()
+    standing = standings(ctx.store, [job], ctx.topics, ctx.settings.fairness.batch_share, now,
+                         group_id=ctx.settings.inference.group_id).get(job_id)
+    summary = job_summary(job, now, standing)
     return JobDetail(
         **summary.model_dump(), errors=errors, next_errors_cursor=rows[-1].doc_id if more and rows else None
     )
@@ -486,8 +504,11 @@ def list_jobs(
     """The caller's tenant's jobs, ordered by job_id, one page at a time."""
     rows = ctx.store.list_jobs(caller.tenant, limit=limit, after=after)
     now = ctx.clock()
+    stand = standings(ctx.store, rows, ctx.topics, ctx.settings.fairness.batch_share, now,
+                      group_id=ctx.settings.inference.group_id)
     return JobList(
-        items=[job_summary(row, now) for row in rows], next_cursor=rows[-1].job_id if len(rows) == limit else None
+        items=[job_summary(row, now, stand.get(row.job_id)) for row in rows],
+        next_cursor=rows[-1].job_id if len(rows) == limit else None,
     )
 
 
@@ -663,12 +684,8 @@ def get_usage(
 
 
 def _created_in(row: JobRow, since: datetime | None, until: datetime | None) -> bool:
-    created = _aware(row.created_at)
-    return (since is None or created >= _aware(since)) and (until is None or created < _aware(until))
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    created = aware(row.created_at)
+    return (since is None or created >= aware(since)) and (until is None or created < aware(until))
 
 
 # -- operations -------------------------------------------------------------------------

@@ -204,6 +204,21 @@ class JobAccepted(BaseModel):
     duplicates: list[DuplicateOut]
 
 
+class QueueOut(BaseModel):
+    """Where a running job stands in its lane (docs/operations.md "Where a job stands")."""
+
+    lane: Literal["interactive", "batch"] = Field(..., description="The job's lane.")
+    started: bool = Field(..., description="A document of the job has ended: the model is on it.")
+    tokens_ahead: int = Field(
+        ..., description="Tokens the model serves before the job starts: the waiting tokens of the jobs of its lane "
+        "submitted before it, and what the other lane is served meanwhile; 0 once started.")
+    waiting_tokens: int = Field(..., description="The job's own tokens chunked and not ended yet.")
+    start_in_s: float | None = Field(
+        ..., description="Seconds until it should start at the service's recent rate; 0 once started; null while "
+        "no rate is known.")
+    estimated_start: datetime | None = Field(..., description="When it should start (UTC); null while not known.")
+
+
 class UsageOut(BaseModel):
     """What a job's terminal documents cost (docs/operations.md "What a job cost")."""
 
@@ -274,6 +289,7 @@ class JobSummary(BaseModel):
     usage: UsageOut | None = Field(
         None, description="What the job's terminal documents cost so far; null before any was counted."
     )
+    queue: QueueOut | None = Field(None, description="Where the job stands in its lane; null once it ended.")
 
 
 class DocumentErrorOut(BaseModel):

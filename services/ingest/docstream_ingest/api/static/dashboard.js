@@ -225,6 +225,23 @@
     input.focus();
   }
 
+  // -- where a running job stands in its lane (docs/operations.md "Where a job stands") -----
+
+  function queueOf(job) {
+    const queue = job.queue;
+    if (!queue) return "—";
+    if (queue.started) return "started";
+    return queue.tokens_ahead ? `${number(queue.tokens_ahead)} tokens ahead` : "first in its lane";
+  }
+
+  function startOf(job) {
+    const queue = job.queue;
+    if (!queue) return "—";
+    if (queue.started || queue.start_in_s === 0) return "now";
+    if (queue.start_in_s === null || queue.start_in_s === undefined) return "not known yet";
+    return `in ${duration(queue.start_in_s)}`;
+  }
+
   // -- jobs -------------------------------------------------------------------------------
 
   async function jobsView(after) {
@@ -232,7 +249,7 @@
     if (after) query.set("after", after);
     const page = await get(`/v1/jobs?${query}`);
     const withUsage = page.items.some((job) => usageOf(job));
-    const headers = [["Job"], ["Status"], ["Lane"], ["Progress"], ["Rate", "num"], ["ETA", "num"],
+    const headers = [["Job"], ["Status"], ["Lane"], ["Queue"], ["Starts"], ["Progress"], ["Rate", "num"], ["ETA", "num"],
       ["Elapsed", "num"], ["Failed", "num"], ["Created"]];
     if (withUsage) headers.push(["Tokens", "num"], ["Model time", "num"]);
     const rows = page.items.map((job) => {
@@ -240,6 +257,8 @@
         el("td", { class: "id" }, link(`#/jobs/${encodeURIComponent(job.job_id)}`, job.job_id)),
         el("td", {}, statusBadge(job.status)),
         el("td", { class: "lane" }, job.priority || "batch"),
+        el("td", { class: "queue" }, queueOf(job)),
+        el("td", { class: "starts" }, startOf(job)),
         el("td", {}, progressOf(job)),
         el("td", { class: "num rate" }, rate(job.rate_docs_per_s)),
         el("td", { class: "num eta" }, duration(job.eta_s)),
@@ -332,6 +351,7 @@
       el("br"),
       facts([
         ["Lane", job.priority || "batch"],
+        ["Queue", queueOf(job), "queue"], ["Starts", startOf(job), "starts"],
         ["Documents", number(job.document_count)], ["Completed", number(job.completed)],
         ["Partial", number(job.partial)], ["Failed", number(job.failed)],
         ["Pending", number(job.pending)], ["Rate", rate(job.rate_docs_per_s), "rate"],

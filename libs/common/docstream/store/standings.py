@@ -1,0 +1,45 @@
+"""Where jobs stand in their lanes, read from the store: the I/O edge of ``docstream.standing`` (docs/operations.md
+"Where a job stands"). ``docstream status``, the API's job views and ``/ui`` all call ``standings``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from docstream.fairness import LANES, job_lane
+from docstream.standing import QueueStanding, queue_standing
+from docstream.store.base import JobRow, ResultStore
+from docstream.tasks.selection import job_task_names
+from docstream.topics import Topics
+
+__all__ = ["standings"]
+
+
+def standings(store: ResultStore, jobs: Sequence[JobRow], topics: Topics, batch_share: float, now: datetime, *,
+              group_id: str | None = None) -> dict[str, QueueStanding]:
+    """Where each running job of ``jobs`` stands at ``now`` in the lanes of ``topics``, by job_id (ended jobs stand
+    nowhere: left out).
+
+    Reads each lane's queue once and the rate of each inference group the jobs' tasks run in once (``group_id``:
+    ``inference.group_id``, the group of every task when set), and only when a job is running. A job of several
+    tasks goes at its slowest group's rate among those measured.
+
+    Raises:
+        StoreError: a read failed transiently.
+    """
+    running = [job for job in jobs if job.status == "running"]
+    if not running:
+        return {}
+    queues = {lane: store.list_queue(topics.lane(lane)) for lane in LANES}
+    rates: dict[str, float] = {}
+    found: dict[str, QueueStanding] = {}
+    for job in running:
+        groups = {group_id or topics.inference_group(task) for task in job_task_names(job)}
+        for group in groups - rates.keys():
+            rates[group] = store.throughput(group, now)
+        measured = [rates[group] for group in groups if rates[group] > 0]
+        lane = job_lane(job.options)
+        other = next(name for name in LANES if name != lane)
+        found[job.job_id] = queue_standing(job, queues[lane], queues[other], min(measured, default=0.0),
+                                           batch_share, now)
+    return found
