@@ -16,7 +16,7 @@ from docstream import ids
 from docstream.errors import ConfigError, DocumentError
 from docstream.kafka.loop import Envelope
 from docstream.objectstore import ObjectStore
-from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
+from docstream.records import ChunkCreated, DocumentChunked, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
 from docstream.store.base import JobDocumentRow
 from docstream.store.sqlite import SqliteStore
@@ -73,7 +73,9 @@ def env(tmp_path: Path) -> Iterator[Env]:
 
 
 def outputs_of(handler: ChunkerHandler, submitted: DocumentSubmitted) -> list[object]:
-    return [o.value for o in handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))]
+    """The records of a submission but the DocumentChunked notice that follows a document's chunks."""
+    return [o.value for o in handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))
+            if not isinstance(o.value, DocumentChunked)]
 
 
 def _handler(env: Env) -> ChunkerHandler:
@@ -84,11 +86,16 @@ def _handler(env: Env) -> ChunkerHandler:
 def test_a_good_document_gives_its_chunks_and_rows(env: Env) -> None:
     handler = _handler(env)
     submitted = env.submit(make_pdf(12, seed=1, toc=True).data)
-    outputs = handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))
+    *outputs, notice = handler(Envelope("intake", 0, 0, submitted.doc_id, submitted))
     chunks = [o.value for o in outputs]
     assert chunks and all(isinstance(c, ChunkCreated) for c in chunks)
     assert {o.topic for o in outputs} == {Topics("unit").chunks}
     assert {o.key for o in outputs} == {submitted.doc_id}
+    # then the notice the reducer counts the job's waiting tokens from (docs/operations.md "Where a job stands")
+    assert (notice.topic, notice.key) == (Topics("unit").chunked, submitted.doc_id)
+    assert isinstance(notice.value, DocumentChunked)
+    assert (notice.value.chunk_count, notice.value.page_count) == (len(chunks), 12)
+    assert notice.value.token_count == sum(c.token_count for c in chunks)  # type: ignore[attr-defined]
     assert [c.chunk_index for c in chunks] == list(range(len(chunks)))  # type: ignore[attr-defined]
     for c in chunks:
         assert isinstance(c, ChunkCreated)
