@@ -95,6 +95,11 @@ def _any_embedded(store: ResultStore, job: Job) -> bool:
     return row is not None and (row.completed + row.partial + row.failed) > 0
 
 
+def _settings(pipeline: Pipeline) -> Settings:
+    """The pipeline's settings as ``docstream status`` reads them: its topic prefix, the default fairness."""
+    return Settings().with_overrides(kafka={"topic_prefix": pipeline.prefix})
+
+
 def _standing_behind(store: ResultStore, pipeline: Pipeline, waiting: Job, ahead: Job, *others: Job
                      ) -> tuple[dict[str, QueueStanding], QueuedJobRow] | None:
     """Where the jobs stand (docs/operations.md "Where a job stands"), once the reducer wrote the tokens ``ahead``
@@ -102,7 +107,7 @@ def _standing_behind(store: ResultStore, pipeline: Pipeline, waiting: Job, ahead
     topics = Topics(pipeline.prefix)
     row = next((r for r in store.list_queue(topics.lane(ahead.priority)) if r.job_id == ahead.job_id), None)
     jobs = [store.get_job(job.job_id) for job in (waiting, *others)]
-    found = standings(store, [job for job in jobs if job is not None], topics, SHARE, datetime.now(UTC))
+    found = standings(store, [job for job in jobs if job is not None], _settings(pipeline), datetime.now(UTC))
     if row is None or not row.waiting_tokens or waiting.job_id not in found or found[waiting.job_id].started:
         return None
     return found, row
@@ -112,7 +117,7 @@ def _estimated(store: ResultStore, pipeline: Pipeline, job: Job) -> tuple[dateti
     """When and where ``job`` stood once it has a start estimate; (now, its standing) once it started; else None."""
     row = store.get_job(job.job_id)
     assert row is not None
-    standing = standings(store, [row], Topics(pipeline.prefix), SHARE, datetime.now(UTC)).get(job.job_id)
+    standing = standings(store, [row], _settings(pipeline), datetime.now(UTC)).get(job.job_id)
     if standing is None or not (standing.started or standing.estimated_start is not None):
         return None
     return datetime.now(UTC), standing

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from docstream.fairness import INTERACTIVE, job_lane
+from docstream.fairness import INTERACTIVE, Lane, job_lane
 from docstream.progress import aware
 from docstream.store.base import JobRow, QueuedJobRow
 
@@ -55,7 +55,7 @@ class QueueStanding:
         estimated_start: ``now + start_in_s``, or None.
     """
 
-    lane: str
+    lane: Lane
     started: bool
     tokens_ahead: int | None
     waiting_tokens: int
@@ -100,7 +100,7 @@ def queue_standing(job: JobRow, lane_rows: Sequence[QueuedJobRow], other_rows: S
     return QueueStanding(lane, False, ahead, waiting, start_in, aware(now) + timedelta(seconds=start_in))
 
 
-def _served_meanwhile(lane: str, before: int, other: int, batch_share: float) -> int:
+def _served_meanwhile(lane: Lane, before: int, other: int, batch_share: float) -> int:
     """Tokens of the other lane the model serves while it serves ``before`` tokens of this one."""
     share = min(max(batch_share, 0.0), 1.0)
     # interactive: batch keeps its share of what is served while both wait; batch: interactive goes first, and

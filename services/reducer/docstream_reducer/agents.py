@@ -528,10 +528,11 @@ class JobReducer:
                 self._queued.discard(job_id)
                 self._waiting.pop(job_id, None)
                 continue
-            queued = QueuedJobRow(lane=self._topics.lane(job_lane(row.options)), job_id=job_id, tenant=row.tenant,
+            lane = job_lane(row.options)
+            queued = QueuedJobRow(lane=self._topics.lane(lane), job_id=job_id, tenant=row.tenant,
                                   created_at=row.created_at, waiting_tokens=progress.waiting_tokens,
                                   ended_documents=progress.terminal, updated_at=now)
-            self._waiting[job_id] = (job_lane(row.options), row.tenant, progress.waiting_tokens)
+            self._waiting[job_id] = (lane, row.tenant, progress.waiting_tokens)
             try:
                 await self._store.once(store.upsert_queued_job, queued)
             except StoreError as exc:

@@ -24,7 +24,6 @@ from docstream.standing import QueueStanding
 from docstream.store import DocumentRow, JobRow, ResultStore, open_store
 from docstream.store.standings import standings
 from docstream.tasks.selection import job_task_names
-from docstream.topics import Topics
 from docstream.usage import Usage
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "queue_rows", "results_command", "status_command",
@@ -69,7 +68,7 @@ def queue_rows(standing: QueueStanding | None) -> list[tuple[str, str]]:
     if standing.waiting_tokens:
         ahead += f"; {standing.waiting_tokens:,} of its own chunked"
     if standing.estimated_start is None:
-        start = "not known yet (no documents ended lately to measure the rate)"
+        start = "not known yet (inference wrote no rate in the last minute)"
     elif not standing.start_in_s:
         start = "now"
     else:
@@ -138,8 +137,7 @@ def status_command(
             job = store.get_job(job_id)
             ocr = in_ocr(store, job_id) if job is not None and job.status == "running" else []
             if job is not None:
-                standing = standings(store, [job], Topics(settings.kafka.topic_prefix), settings.fairness.batch_share,
-                                     datetime.now(UTC), group_id=settings.inference.group_id).get(job_id)
+                standing = standings(store, [job], settings, datetime.now(UTC)).get(job_id)
         finally:
             store.close()
     except DocstreamError as exc:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from docstream.fairness import LANES, job_lane
+from docstream.settings import Settings
 from docstream.standing import QueueStanding, queue_standing
 from docstream.store.base import JobRow, ResultStore
 from docstream.tasks.selection import job_task_names
@@ -15,14 +16,15 @@ from docstream.topics import Topics
 __all__ = ["standings"]
 
 
-def standings(store: ResultStore, jobs: Sequence[JobRow], topics: Topics, batch_share: float, now: datetime, *,
-              group_id: str | None = None) -> dict[str, QueueStanding]:
-    """Where each running job of ``jobs`` stands at ``now`` in the lanes of ``topics``, by job_id (ended jobs stand
-    nowhere: left out).
+def standings(store: ResultStore, jobs: Sequence[JobRow], settings: Settings, now: datetime
+              ) -> dict[str, QueueStanding]:
+    """Where each running job of ``jobs`` stands at ``now`` in the lanes of ``settings``' topics, by job_id (ended
+    jobs stand nowhere: left out).
 
-    Reads each lane's queue once and the rate of each inference group the jobs' tasks run in once (``group_id``:
-    ``inference.group_id``, the group of every task when set), and only when a job is running. A job of several
-    tasks goes at its slowest group's rate among those measured.
+    Reads each lane's queue once and the rate of each inference group the jobs' tasks run in once
+    (``inference.group_id``, the group of every task when set), and only when a job is running. A job of several
+    tasks goes at its slowest group's rate among those measured; the share between lanes is
+    ``fairness.batch_share``.
 
     Raises:
         StoreError: a read failed transiently.
@@ -30,6 +32,7 @@ def standings(store: ResultStore, jobs: Sequence[JobRow], topics: Topics, batch_
     running = [job for job in jobs if job.status == "running"]
     if not running:
         return {}
+    topics, group_id = Topics(settings.kafka.topic_prefix), settings.inference.group_id
     queues = {lane: store.list_queue(topics.lane(lane)) for lane in LANES}
     rates: dict[str, float] = {}
     found: dict[str, QueueStanding] = {}
@@ -41,5 +44,5 @@ def standings(store: ResultStore, jobs: Sequence[JobRow], topics: Topics, batch_
         lane = job_lane(job.options)
         other = next(name for name in LANES if name != lane)
         found[job.job_id] = queue_standing(job, queues[lane], queues[other], min(measured, default=0.0),
-                                           batch_share, now)
+                                           settings.fairness.batch_share, now)
     return found

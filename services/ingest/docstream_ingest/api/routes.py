@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError, InputError
-from docstream.fairness import INTERACTIVE, job_lane
+from docstream.fairness import job_lane
 from docstream.ids import MAX_SOURCE_KEY_CHARS
 from docstream.logging import get_logger
 from docstream.progress import aware, job_progress
@@ -172,7 +172,7 @@ def queue_out(standing: QueueStanding | None) -> QueueOut | None:
     """Where a job stands as the API shows it (None: it ended)."""
     if standing is None or standing.tokens_ahead is None:
         return None
-    return QueueOut(lane="interactive" if standing.lane == INTERACTIVE else "batch", started=standing.started,
+    return QueueOut(lane=standing.lane, started=standing.started,
                     tokens_ahead=standing.tokens_ahead, waiting_tokens=standing.waiting_tokens,
                     start_in_s=None if standing.start_in_s is None else round(standing.start_in_s, 1),
                     estimated_start=standing.estimated_start)
@@ -309,9 +309,7 @@ def _job_detail(ctx: ApiContext, caller: Principal, job_id: str, after: str | No
             )
         )
     now = ctx.clock()
-    standing = standings(ctx.store, [job], ctx.topics, ctx.settings.fairness.batch_share, now,
-                         group_id=ctx.settings.inference.group_id).get(job_id)
-    summary = job_summary(job, now, standing)
+    summary = job_summary(job, now, standings(ctx.store, [job], ctx.settings, now).get(job_id))
     return JobDetail(
         **summary.model_dump(), errors=errors, next_errors_cursor=rows[-1].doc_id if more and rows else None
     )
@@ -504,8 +502,7 @@ def list_jobs(
     """The caller's tenant's jobs, ordered by job_id, one page at a time."""
     rows = ctx.store.list_jobs(caller.tenant, limit=limit, after=after)
     now = ctx.clock()
-    stand = standings(ctx.store, rows, ctx.topics, ctx.settings.fairness.batch_share, now,
-                      group_id=ctx.settings.inference.group_id)
+    stand = standings(ctx.store, rows, ctx.settings, now)
     return JobList(
         items=[job_summary(row, now, stand.get(row.job_id)) for row in rows],
         next_cursor=rows[-1].job_id if len(rows) == limit else None,
