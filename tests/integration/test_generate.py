@@ -26,6 +26,7 @@ from docstream.tasks.fold_generate import GenerateFold
 from docstream.tasks.generate import GenerateTask
 from docstream.tasks.generation import chat_body, prompt_messages
 from docstream.tasks.registry import load_task
+from docstream_inference.isolation import Isolated, embed_isolating
 from tests.fixtures.fault_proxy import FaultProxy
 from tests.fixtures.llm import LlmServer
 
@@ -176,3 +177,35 @@ def test_a_document_longer_than_one_reduce_call_reduces_in_a_tree_with_its_level
     assert output["document_step"] == "done"
     assert output["prompt_tokens"] == sum(level["prompt_tokens"] for level in levels) > 0  # the server's usage
     assert output["completion_tokens"] == sum(level["completion_tokens"] for level in levels) > 0
+
+
+def test_a_batch_split_around_a_nested_answer_bills_what_the_job_counts_and_asks_no_chunk_again(
+    llm: LlmServer,
+) -> None:
+    """The proxy answers the middle chunk with JSON nested 10,000 deep (a RecursionError in the decoder, once, that
+    escaped ``run`` and made the inference service split the batch and ask the others again). Run as the service
+    runs a batch (``embed_isolating`` over ``run``): every chunk is asked once, and the tokens the chunks count,
+    the failed one's included, are the proxy's bill."""
+    fits = TaskRequest("generate", prompt=Prompt.of("extract", "", SUBJECT))
+    texts = [EXTRACT_TEXTS[0], f"{BUILT_TO_FAIL} {EXTRACT_TEXTS[1]}", EXTRACT_TEXTS[2]]
+    with FaultProxy(llm.url) as proxy:
+        proxy.garble(BUILT_TO_FAIL, "[" * 10_000 + "]" * 10_000)
+        task = load_task("generate", _settings(proxy.url, invalid_retries=0))
+        warm = proxy.stats()
+        try:
+            prepared = task.prepare(texts, [fits] * 3)
+
+            def run(indices: Any) -> Any:
+                if len(indices) == len(texts):
+                    return task.run(prepared)
+                return task.run(task.prepare([texts[i] for i in indices], [fits] * len(indices)))
+
+            outcomes = embed_isolating(run, len(texts), attempts=2)
+        finally:
+            task.close()  # type: ignore[attr-defined]
+        stats = proxy.stats()
+    assert isinstance(outcomes[1], Isolated) and getattr(outcomes[1].error, "code", None) == "generation_invalid"
+    assert (stats.garbled, stats.forwarded - warm.forwarded) == (1, 2)  # each chunk asked once, no split
+    parts = [failure_output(o.error) or {} if isinstance(o, Isolated) else o.output for o in outcomes]
+    counted = (sum(p.get("prompt_tokens", 0) for p in parts), sum(p.get("completion_tokens", 0) for p in parts))
+    assert counted == (stats.prompt_tokens - warm.prompt_tokens, stats.completion_tokens - warm.completion_tokens)

@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
+from docstream.endpoint import EndpointUnavailable
 from docstream.endpoint_protocol import EndpointRejected
 from docstream.errors import PartialBatchError
 from docstream.tasks.base import FoldInput, Prompt, TaskOutputError, TaskRequest, failure_output
 from docstream.tasks.fold_generate import GenerateFold, merge_values
 from docstream.tasks.generation import GenerationTruncated
+from docstream_inference.isolation import Isolated, embed_isolating
 from tests.fixtures.chat import asked, chat_answer, scripted_task
 
 FOLD = GenerateFold()
@@ -222,3 +224,70 @@ def test_disagreeing_extract_values_are_reconciled_by_the_model_and_validated() 
     assert output["levels"][0]["groups"] == [[0, 1]]  # the two non-null values
     assert "not valid" in client.bodies[1]["messages"][-1]["content"]
     assert (output["prompt_tokens"], output["completion_tokens"]) == (15 + 22, 3 + 6)
+
+
+# -- accounting: no chunk with an answer is asked again (docs/security.md "Generate accounting") -------------------
+
+NESTED = "[" * 10_000 + "]" * 10_000
+
+
+def _isolated(task: Any, texts: list[str], requests: list[TaskRequest]) -> list[Any]:
+    """The batch as the inference service runs it: ``embed_isolating`` over ``task.run``, halves re-prepared."""
+    prepared = task.prepare(texts, requests)
+
+    def run(indices: Any) -> Any:
+        if len(indices) == len(texts):
+            return task.run(prepared)
+        return task.run(task.prepare([texts[i] for i in indices], [requests[i] for i in indices]))
+
+    return embed_isolating(run, len(texts), attempts=2)
+
+
+def _spent(outcomes: list[Any]) -> tuple[int, int]:
+    costs = [o.error if isinstance(o, Isolated) else o for o in outcomes]
+    parts = [failure_output(c) or {} if isinstance(c, BaseException) else c.output for c in costs]
+    return sum(p.get("prompt_tokens", 0) for p in parts), sum(p.get("completion_tokens", 0) for p in parts)
+
+
+def test_a_nested_answer_fails_its_chunk_alone_and_no_other_chunk_is_asked_again() -> None:
+    task, client = scripted_task(lambda body: chat_answer(NESTED if "nested" in asked(body) else '{"vendor": "A"}'),
+                                 invalid_retries=1)
+    outcomes = _isolated(task, ["good one", "nested one", "good two"], [EXTRACT] * 3)
+    assert [isinstance(o, Isolated) for o in outcomes] == [False, True, False]
+    error = outcomes[1].error
+    assert getattr(error, "code", None) == "generation_invalid" and "levels deep" in str(error)
+    assert len(client.bodies) == 3 + 1  # each chunk once, the nested one's retry: no split asked any again
+    assert _spent(outcomes) == (len(client.bodies) * 20, len(client.bodies) * 5)  # every answer's usage
+
+
+def test_a_chunk_whose_schema_is_refused_fails_alone_and_is_never_asked(tmp_path: Any) -> None:
+    outside = TaskRequest("generate", prompt=Prompt.of("extract", "", {
+        "type": "object", "properties": {"vendor": {"$ref": (tmp_path / "secret.json").as_uri()}}}))
+    task, client = scripted_task(lambda body: chat_answer('{"vendor": "A"}'))
+    outcomes = _isolated(task, ["one", "two"], [EXTRACT, outside])
+    assert isinstance(outcomes[1], Isolated) and getattr(outcomes[1].error, "code", None) == "prompt_invalid"
+    assert outcomes[0].output["value"] == {"vendor": "A"}
+    assert len(client.bodies) == 1
+
+
+def test_an_endpoint_gone_while_an_invalid_answer_is_asked_again_keeps_every_answer_and_its_cost() -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][-1]["content"].startswith("That answer is not valid"):
+            raise EndpointUnavailable("the endpoint is gone")
+        return chat_answer("no JSON" if "bad" in asked(body) else '{"vendor": "A"}')
+
+    task, client = scripted_task(answer, invalid_retries=2)
+    outcomes = _isolated(task, ["good one", "bad one"], [EXTRACT] * 2)
+    assert outcomes[0].output["value"] == {"vendor": "A"}
+    assert isinstance(outcomes[1], Isolated) and getattr(outcomes[1].error, "code", None) == "generation_invalid"
+    assert failure_output(outcomes[1].error) == {"kind": "extract", "prompt_tokens": 20, "completion_tokens": 5}
+    assert len(client.bodies) == 3  # two answered, one retry the endpoint did not answer; none asked again
+
+
+def test_an_endpoint_gone_before_any_answer_runs_the_batch_again() -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        raise EndpointUnavailable("the endpoint is gone")
+
+    task, _ = scripted_task(answer)
+    with pytest.raises(EndpointUnavailable):
+        task.run(task.prepare(["one"], [EXTRACT]))

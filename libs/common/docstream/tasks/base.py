@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from docstream.errors import InputError, PoisonRecord
+from docstream.json_input import loads_bounded
 
 __all__ = [
     "BUILTIN_TASKS",
@@ -226,10 +227,8 @@ class Prompt:
 
 
 def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"the JSON Schema is not JSON: {exc}", code="prompt_invalid") from exc
+    """A schema's text decoded within ``loads_bounded``'s size and depth (never a ``RecursionError``)."""
+    return loads_bounded(text, what="the JSON Schema", code="prompt_invalid")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,16 @@ batching server stays full, with the endpoint client's retries and backoff.
 
 Per chunk: an answer that is refused, truncated or empty fails that chunk alone with its code; an extract
 answer that is not JSON valid against the schema is asked again with the validation error appended, up to
-``invalid_retries`` times, then fails alone with ``generation_invalid``. The results are keyed by
-``generate_model_id`` (the model and a hash of the prompt, its schema and the sampling settings).
+``invalid_retries`` times, then fails alone with ``generation_invalid``; a chunk whose prompt's schema is refused
+(``check_json_schema``: a record from a producer that skipped the intake's check) fails alone with
+``prompt_invalid``, never asked. The results are keyed by ``generate_model_id`` (the model and a hash of the
+prompt, its schema and the sampling settings).
+
+No chunk that has an answer is asked again but for its own invalid answer (docs/security.md "Generate
+accounting"): ``run`` raises no per-chunk failure but in a ``PartialBatchError`` (a raise would make the
+inference service split the batch and ask the others again), and an endpoint that stops answering while
+invalid answers are asked again fails those chunks with their last answer's ``generation_invalid``. Every
+answer's ``usage``, retries and failures included, is in its chunk's output or its failure's ``FAILURE_OUTPUT``.
 
 Importing this module loads no model and sends nothing: the reducer imports it for ``GenerateTask.fold``.
 """
@@ -21,7 +29,7 @@ from typing import Any, ClassVar
 
 from docstream.endpoint import EndpointClient
 from docstream.endpoint_protocol import EndpointResponseError
-from docstream.errors import BackendUnavailable, ConfigError, PartialBatchError, PoisonRecord
+from docstream.errors import BackendUnavailable, ConfigError, InputError, PartialBatchError, PoisonRecord
 from docstream.logging import get_logger
 from docstream.metrics import EndpointMetrics, Metrics
 from docstream.settings import GenerateSettings
@@ -42,6 +50,7 @@ from docstream.tasks.generation import (
     answer_budget,
     answer_error,
     chat_body,
+    check_json_schema,
     extracted_value,
     generate_model_id,
     parse_chat,
@@ -136,9 +145,10 @@ class GenerateTask:
         """One answer per chunk, the requests concurrent; extract answers validated, and asked again when invalid.
 
         Raises:
-            PartialBatchError: some chunks failed alone (refused, truncated, empty, invalid, too long, or a
-                request the endpoint refused); the others keep their answers.
-            EndpointUnavailable: the endpoint does not answer within its retry budget (the batch is run again).
+            PartialBatchError: some chunks failed alone (refused, truncated, empty, invalid, too long, a schema
+                refused, or a request the endpoint refused); the others keep their answers.
+            EndpointUnavailable: the endpoint does not answer within its retry budget, before any chunk has an
+                answer (the batch is run again).
             EndpointRefused: the endpoint refuses us (a key, URL or model to fix).
         """
         if len(batch.requests) != len(batch.texts):
@@ -220,30 +230,39 @@ class GenerateTask:
         value a summary's text or a valid extract value (``schemas``: each one's, None for summarize; an invalid
         answer is asked again, up to ``invalid_retries``), the tokens over every attempt; or its failure, with
         the tokens its attempts spent in its ``FAILURE_OUTPUT`` when the server counted any.
-        ``counts``: each conversation's text tokens, for its answer's budget."""
+        ``counts``: each conversation's text tokens, for its answer's budget.
+
+        Raises:
+            EndpointUnavailable: the first requests found no endpoint (nothing was answered yet).
+            EndpointRefused: the endpoint refuses us.
+        """
         s = self._settings
         conversations = list(conversations)
         results: list[tuple[Any, int, int] | BaseException | None] = [None] * len(conversations)
-        budgets: dict[int, int] = {}
-        for i, count in enumerate(counts):
-            try:
-                budgets[i] = answer_budget(count + _PROMPT_OVERHEAD_TOKENS, max_tokens=s.max_tokens,
-                                           context_tokens=s.context_tokens)
-            except GenerationTooLong as exc:  # this one alone
-                results[i] = exc
+        budgets = self._budgets(schemas, counts, results)
         used = {i: [0, 0] for i in range(len(conversations))}
         invalid = dict.fromkeys(range(len(conversations)), 0)
+        last: dict[int, BaseException] = {}
         pending = sorted(budgets)
         while pending:
             bodies = [chat_body(s.endpoint.model, conversations[i], temperature=s.temperature, seed=s.seed,
                                 max_tokens=budgets[i], stop=s.stop,
                                 schema=schemas[i] if s.response_format else None) for i in pending]
-            answers = self._client.complete(bodies, [counts[i] + _PROMPT_OVERHEAD_TOKENS for i in pending])
+            try:
+                answers = self._client.complete(bodies, [counts[i] + _PROMPT_OVERHEAD_TOKENS for i in pending])
+            except BackendUnavailable as exc:
+                if not last:
+                    raise  # nothing answered yet: the batch waits for the endpoint and runs again
+                # each one pending has an answer, invalid: asked again with the batch, the others would be too
+                _log.warning("generate_retry_unavailable", chunks=len(pending), error=str(exc)[:300])
+                answers = [last[i] for i in pending]
+                invalid.update(dict.fromkeys(pending, s.invalid_retries))
             again: list[int] = []
             for i, answer in zip(pending, answers, strict=True):
                 outcome, text = self._outcome(schemas[i], answer, used[i], budgets[i])
                 if isinstance(outcome, GenerationInvalid) and invalid[i] < s.invalid_retries:
                     invalid[i] += 1
+                    last[i] = outcome
                     conversations[i] = retry_messages(conversations[i], text, outcome.message)
                     again.append(i)
                 else:
@@ -252,6 +271,22 @@ class GenerateTask:
                     results[i] = outcome
             pending = again
         return [r if r is not None else ValueError("no answer") for r in results]
+
+    def _budgets(self, schemas: Sequence[dict[str, Any] | None], counts: Sequence[int],
+                 results: list[tuple[Any, int, int] | BaseException | None]) -> dict[int, int]:
+        """Each conversation's ``max_tokens``; one whose prompt is too long or whose schema is refused gets its
+        failure in ``results`` instead, and is never asked."""
+        s = self._settings
+        budgets: dict[int, int] = {}
+        for i, (schema, count) in enumerate(zip(schemas, counts, strict=True)):
+            try:
+                if schema is not None:
+                    check_json_schema(schema)
+                budgets[i] = answer_budget(count + _PROMPT_OVERHEAD_TOKENS, max_tokens=s.max_tokens,
+                                           context_tokens=s.context_tokens)
+            except (GenerationTooLong, InputError) as exc:  # this one alone
+                results[i] = exc
+        return budgets
 
     def warm_up(self) -> None:
         """One small request: the endpoint answers."""
@@ -271,7 +306,8 @@ class GenerateTask:
     def _outcome(self, schema: dict[str, Any] | None, answer: Any, used: list[int],
                  budget: int) -> tuple[tuple[Any, int, int] | BaseException, str]:
         """One answer as ``(value, prompt_tokens, completion_tokens)``, or its failure, and the answer's text (for a
-        retry); ``used`` adds the answer's tokens. ``schema``: extract's (None: summarize)."""
+        retry); ``used`` adds the answer's tokens. ``schema``: extract's (None: summarize). ``answer``: the
+        server's, or an exception (the endpoint refused that request alone; an invalid answer kept)."""
         if isinstance(answer, BaseException):
             return answer, ""
         try:
@@ -287,6 +323,6 @@ class GenerateTask:
             return (parsed.text.strip(), used[0], used[1]), parsed.text
         try:
             value = extracted_value(parsed.text, schema)
-        except GenerationInvalid as exc:
+        except (GenerationInvalid, InputError) as exc:  # InputError: the schema refused, not asked again
             return exc, parsed.text
         return (value, used[0], used[1]), parsed.text

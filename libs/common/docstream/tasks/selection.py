@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from docstream.errors import InputError
+from docstream.json_input import loads_bounded
 from docstream.tasks.base import (
     CLASSIFY,
     EMBED,
@@ -47,6 +48,7 @@ TASKS_OPTION = "tasks"
 """The ``JobRow.options`` key of the job's tasks (canonical JSON of their ``TaskRequest`` records)."""
 
 _MAX_LABELS_TEXT = 64 * 1024
+_MAX_OPTION_BYTES = 4 * 1024 * 1024  # MAX_TASKS requests, each with a prompt and a schema at their bounds
 
 
 def parse_labels(text: str) -> tuple[Label, ...]:
@@ -74,10 +76,7 @@ def parse_labels(text: str) -> tuple[Label, ...]:
 
 
 def _json_labels(text: str) -> tuple[Label, ...]:
-    try:
-        items = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"--labels is not a JSON list: {exc}", code="labels_invalid") from exc
+    items = loads_bounded(text, what="--labels", code="labels_invalid", max_bytes=4 * _MAX_LABELS_TEXT)
     if not isinstance(items, list):
         raise InputError("--labels JSON must be a list", code="labels_invalid")
     labels = []
@@ -99,17 +98,15 @@ def command_line_prompt(prompt: str | None, schema: str | None) -> Prompt | None
     Neither: None (generate then summarizes).
 
     Raises:
-        InputError: ``prompt_invalid``: the schema is not a JSON object, or an instruction or schema over its bound.
+        InputError: ``prompt_invalid``: the schema is not a JSON object, or an instruction or schema over its bound
+            (its size, its nesting: ``docstream.json_input.loads_bounded``). ``check_job_tasks`` checks the rest.
     """
     if prompt is None and schema is None:
         return None
     instruction = "" if prompt is None or prompt.strip() == "summarize" else prompt.strip()
     if schema is None:
         return Prompt("summarize", instruction)
-    try:
-        decoded = json.loads(schema)
-    except ValueError as exc:
-        raise InputError(f"--schema is not JSON: {exc}", code="prompt_invalid") from exc
+    decoded = loads_bounded(schema, what="--schema", code="prompt_invalid")
     if not isinstance(decoded, dict):
         raise InputError("--schema must hold a JSON Schema object", code="prompt_invalid")
     return Prompt.of("extract", instruction, decoded)
@@ -151,7 +148,9 @@ def check_job_tasks(tasks: Sequence[TaskRequest], *, default_labels: Sequence[st
         InputError: ``task_invalid`` (none, more than ``MAX_TASKS``, a name twice),
             ``labels_without_classify`` (labels on another task), ``labels_missing`` (classify
             without labels, and no default), ``labels_invalid`` (a default label), ``prompt_without_generate``
-            (a prompt on another task), ``prompt_invalid`` (an extract schema that is no JSON Schema).
+            (a prompt on another task), ``prompt_invalid`` (an extract schema that is no JSON Schema, or one an
+            extract prompt may not carry: ``docstream.tasks.generation.check_json_schema``: a ``$ref`` out of the
+            schema, a pattern RE2 does not run, past its bounds).
     """
     if not tasks:
         raise InputError("a job asks for at least one task", code="task_invalid")
@@ -206,10 +205,7 @@ def job_tasks(row: JobRow) -> tuple[TaskRequest, ...]:
     text = row.options.get(TASKS_OPTION)
     if not text:
         return DEFAULT_TASKS
-    try:
-        records = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"the job's tasks option is not JSON: {exc}", code="task_invalid") from exc
+    records = loads_bounded(text, what="the job's tasks option", code="task_invalid", max_bytes=_MAX_OPTION_BYTES)
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise InputError("the job's tasks option is not a list of task records", code="task_invalid")
     return requested_tasks(records)
