@@ -19,6 +19,7 @@ import httpx
 import jsonschema
 import pytest
 
+from docstream.endpoint import EndpointUnavailable
 from docstream.errors import PartialBatchError
 from docstream.settings import Settings
 from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskRequest, failure_output
@@ -207,5 +208,34 @@ def test_a_batch_split_around_a_nested_answer_bills_what_the_job_counts_and_asks
     assert isinstance(outcomes[1], Isolated) and getattr(outcomes[1].error, "code", None) == "generation_invalid"
     assert (stats.garbled, stats.forwarded - warm.forwarded) == (1, 2)  # each chunk asked once, no split
     parts = [failure_output(o.error) or {} if isinstance(o, Isolated) else o.output for o in outcomes]
+    counted = (sum(p.get("prompt_tokens", 0) for p in parts), sum(p.get("completion_tokens", 0) for p in parts))
+    assert counted == (stats.prompt_tokens - warm.prompt_tokens, stats.completion_tokens - warm.completion_tokens)
+
+
+def test_a_batch_the_endpoint_answered_in_part_asks_only_the_rest_when_it_runs_again(llm: LlmServer) -> None:
+    """One request of the batch finds the endpoint failing past its one attempt while the others are answered: the
+    batch waits for the endpoint (``EndpointUnavailable``, as the inference service keeps it), and its next run asks
+    only for the chunk without an answer. Each chunk is billed once, and the chunks count the proxy's bill."""
+    fits = TaskRequest("generate", prompt=Prompt.of("extract", "", SUBJECT))
+    with FaultProxy(llm.url) as proxy:
+        task = load_task("generate", _settings(proxy.url, endpoint={"url": proxy.url, "model": "smollm2",
+                                                                   "max_attempts": 1, "max_in_flight": 1},
+                                               invalid_retries=0))
+        warm = proxy.stats()
+        try:
+            prepared = task.prepare(EXTRACT_TEXTS, [fits] * len(EXTRACT_TEXTS))
+            proxy.fail(1, status=503)  # the first request of the batch, one attempt: past its budget
+            with pytest.raises(EndpointUnavailable):
+                task.run(prepared)
+            try:
+                outcomes: list[Any] = list(task.run(prepared))
+            except PartialBatchError as exc:  # an answer the small model got wrong fails alone, with its cost
+                outcomes = list(exc.outputs)
+        finally:
+            task.close()  # type: ignore[attr-defined]
+        stats = proxy.stats()
+    assert stats.failed == 1
+    assert stats.forwarded - warm.forwarded == len(EXTRACT_TEXTS)  # every chunk answered once: none asked again
+    parts = [failure_output(o) or {} if isinstance(o, BaseException) else o.output for o in outcomes]
     counted = (sum(p.get("prompt_tokens", 0) for p in parts), sum(p.get("completion_tokens", 0) for p in parts))
     assert counted == (stats.prompt_tokens - warm.prompt_tokens, stats.completion_tokens - warm.completion_tokens)

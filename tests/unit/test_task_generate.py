@@ -291,3 +291,43 @@ def test_an_endpoint_gone_before_any_answer_runs_the_batch_again() -> None:
     task, _ = scripted_task(answer)
     with pytest.raises(EndpointUnavailable):
         task.run(task.prepare(["one"], [EXTRACT]))
+
+
+def test_answers_given_while_a_sibling_request_found_no_endpoint_are_kept_for_the_batchs_next_run() -> None:
+    down = {"on": True}
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if down["on"] and "late" in asked(body):
+            raise EndpointUnavailable("past its retry budget")
+        return chat_answer('{"vendor": "A"}')
+
+    task, client = scripted_task(answer)
+    prepared = task.prepare(["early one", "late one", "early two"], [EXTRACT] * 3)
+    with pytest.raises(EndpointUnavailable):  # the batch waits for the endpoint, as the pipeline keeps it
+        task.run(prepared)
+    assert len(client.bodies) == 3
+    down["on"] = False
+    outputs = task.run(prepared)  # its next run asks only for the chunk that had no answer
+    assert [o.output["value"] for o in outputs] == [{"vendor": "A"}] * 3
+    assert len(client.bodies) == 4 and "late" in asked(client.bodies[-1])
+    answered = 3  # the two of the first run, the late one of the second; the request that found none is unbilled
+    assert (sum(o.output["prompt_tokens"] for o in outputs), sum(o.output["completion_tokens"] for o in outputs)) \
+        == (answered * 20, answered * 5)  # every answer the server gave is counted, once
+
+
+def test_kept_answers_survive_a_run_that_finds_no_endpoint_at_all() -> None:
+    state = {"round": 0}
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if state["round"] == 0 and "late" in asked(body) or state["round"] == 1:
+            raise EndpointUnavailable("down")
+        return chat_answer('{"vendor": "A"}')
+
+    task, client = scripted_task(answer)
+    prepared = task.prepare(["early", "late"], [EXTRACT] * 2)
+    for state["round"] in (0, 1):
+        with pytest.raises(EndpointUnavailable):
+            task.run(prepared)
+    state["round"] = 2
+    assert len(task.run(prepared)) == 2
+    assert sum("early" in asked(b) for b in client.bodies) == 1  # answered in the first run, never asked again

@@ -178,11 +178,13 @@ class EndpointClient:
     def complete(self, bodies: Sequence[dict[str, Any]], tokens: Sequence[int]) -> list[Any]:
         """``POST <url>/chat/completions`` once per body, concurrently up to ``max_in_flight``: each decoded
         answer (a JSON object), or the ``EndpointRejected``/``EndpointResponseError`` of a body the endpoint
-        refused alone (400, 413, 422, or an answer that is no JSON object). ``tokens``: each body's prompt
-        tokens, for the budget.
+        refused alone (400, 413, 422, or an answer that is no JSON object), or, when other bodies were answered,
+        the ``EndpointUnavailable`` of a body past its retry budget: an answer the server gave (and billed) is
+        never dropped because a sibling request failed. ``tokens``: each body's prompt tokens, for the budget.
 
         Raises:
-            EndpointUnavailable: a request ran past its retry budget, or the client is closed.
+            EndpointUnavailable: no body was answered: every request ran past its retry budget, or the client is
+                closed.
             EndpointRefused: the endpoint refuses us (401, 403, 404, ...).
         """
         if len(bodies) != len(tokens):
@@ -279,8 +281,10 @@ class EndpointClient:
         for part in parts:  # the first stop wins: a fatal refusal over an outage
             if isinstance(part, FatalError):
                 raise part
-        for part in parts:
-            if isinstance(part, BaseException) and not isinstance(part, EndpointRejected | EndpointResponseError):
+        answered = any(not isinstance(part, BaseException) for part in parts)
+        for part in parts:  # an answer given is kept: the others' outage goes back in their places
+            if isinstance(part, BaseException) and not isinstance(part, EndpointRejected | EndpointResponseError) \
+                    and not (answered and isinstance(part, EndpointUnavailable)):
                 raise part
         return parts
 

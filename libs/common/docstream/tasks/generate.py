@@ -24,6 +24,9 @@ Importing this module loads no model and sends nothing: the reducer imports it f
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -69,6 +72,7 @@ _PROMPT_OVERHEAD_TOKENS = 64  # the system prompt's and the template's tokens be
 _PART_OVERHEAD_TOKENS = 4  # a reduce request's "Part n:" before each part
 _DOCUMENT_ANSWER_KEY = {"summarize": "summary", "extract": "value"}  # a document output's answer
 _WARMUP = "docstream warm-up."
+_KEPT_ANSWERS = 4096  # answers held for a batch that runs again after an outage (oldest dropped first)
 _log = get_logger(__name__)
 
 
@@ -83,6 +87,9 @@ class GenerateTask:
         self._client = client
         self._settings = settings
         self._counter = counter
+        # answers the server gave (and billed) to a batch that then waited for the endpoint, by request body:
+        # its next run takes them instead of asking again (docs/security.md "Generate accounting")
+        self._kept: OrderedDict[str, Any] = OrderedDict()
 
     @classmethod
     def load(cls, settings: Any) -> GenerateTask:
@@ -249,14 +256,25 @@ class GenerateTask:
                                 max_tokens=budgets[i], stop=s.stop,
                                 schema=schemas[i] if s.response_format else None) for i in pending]
             try:
-                answers = self._client.complete(bodies, [counts[i] + _PROMPT_OVERHEAD_TOKENS for i in pending])
+                answers = self._complete(bodies, [counts[i] + _PROMPT_OVERHEAD_TOKENS for i in pending])
             except BackendUnavailable as exc:
                 if not last:
                     raise  # nothing answered yet: the batch waits for the endpoint and runs again
+                answers = [exc] * len(pending)
+            gone = [i for i, answer in zip(pending, answers, strict=True) if isinstance(answer, BackendUnavailable)]
+            if gone and not last:
+                # a first round the endpoint answered in part: the answers are kept for the batch's next run,
+                # which asks only for the others
+                for body, answer in zip(bodies, answers, strict=True):
+                    if not isinstance(answer, BaseException):
+                        self._keep(body, answer)
+                raise next(a for a in answers if isinstance(a, BackendUnavailable))
+            if gone:
                 # each one pending has an answer, invalid: asked again with the batch, the others would be too
-                _log.warning("generate_retry_unavailable", chunks=len(pending), error=str(exc)[:300])
-                answers = [last[i] for i in pending]
-                invalid.update(dict.fromkeys(pending, s.invalid_retries))
+                _log.warning("generate_retry_unavailable", chunks=len(gone))
+                answers = [last[i] if isinstance(a, BackendUnavailable) else a
+                           for i, a in zip(pending, answers, strict=True)]
+                invalid.update(dict.fromkeys(gone, s.invalid_retries))
             again: list[int] = []
             for i, answer in zip(pending, answers, strict=True):
                 outcome, text = self._outcome(schemas[i], answer, used[i], budgets[i])
@@ -271,6 +289,28 @@ class GenerateTask:
                     results[i] = outcome
             pending = again
         return [r if r is not None else ValueError("no answer") for r in results]
+
+    def _complete(self, bodies: list[dict[str, Any]], tokens: list[int]) -> list[Any]:
+        """``EndpointClient.complete``, with the answers kept from an earlier run of the same requests taken
+        instead of asking again."""
+        out: list[Any] = [self._kept.pop(_body_key(body), None) for body in bodies]
+        ask = [i for i, answer in enumerate(out) if answer is None]
+        if ask:
+            try:
+                answers = self._client.complete([bodies[i] for i in ask], [tokens[i] for i in ask])
+            except BackendUnavailable:
+                for body, answer in zip(bodies, out, strict=True):
+                    if answer is not None:
+                        self._keep(body, answer)  # still unused: the next run takes them
+                raise
+            for i, answer in zip(ask, answers, strict=True):
+                out[i] = answer
+        return out
+
+    def _keep(self, body: dict[str, Any], answer: Any) -> None:
+        self._kept[_body_key(body)] = answer
+        while len(self._kept) > _KEPT_ANSWERS:
+            self._kept.popitem(last=False)
 
     def _budgets(self, schemas: Sequence[dict[str, Any] | None], counts: Sequence[int],
                  results: list[tuple[Any, int, int] | BaseException | None]) -> dict[int, int]:
@@ -326,3 +366,7 @@ class GenerateTask:
         except (GenerationInvalid, InputError) as exc:  # InputError: the schema refused, not asked again
             return exc, parsed.text
         return (value, used[0], used[1]), parsed.text
+
+
+def _body_key(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
