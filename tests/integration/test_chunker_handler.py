@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -133,6 +134,18 @@ def test_a_default_job_gives_chunks_without_tasks(env: Env) -> None:
     handler = _handler(env)
     chunks = outputs_of(handler, env.submit(make_pdf(1, seed=5).data))
     assert chunks and all(isinstance(c, ChunkCreated) and c.tasks == [] and c.page_breaks == [] for c in chunks)
+
+
+def test_a_record_whose_extract_schema_reaches_out_fails_prompt_invalid_before_any_extraction(env: Env) -> None:
+    secret = env.root / "secret.json"
+    secret.write_text('{"const": "TOPSECRET-123"}')
+    schema = json.dumps({"type": "object", "properties": {"a": {"$ref": secret.as_uri()}}})
+    prompt = {"kind": "extract", "instruction": "", "json_schema": schema}
+    tasks = [{"name": "generate", "labels": [], "prompt": prompt}]
+    [completed] = outputs_of(_handler(env), env.submit(make_pdf(1, seed=6).data, tasks=tasks))
+    assert isinstance(completed, DocumentCompleted)
+    assert (completed.status, completed.error_code) == ("failed", "prompt_invalid")
+    assert "TOPSECRET" not in (completed.error or "")
 
 
 def test_a_document_the_chunker_fails_is_failed_for_every_task_of_its_job(env: Env) -> None:

@@ -30,7 +30,7 @@ from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
 from tests.fixtures.kafka import TopicReader, read_topic, wait_until
 from tests.fixtures.services import ServiceProcess
-from tests.fixtures.webhooks import WebhookReceiver
+from tests.fixtures.webhooks import ALLOW_PRIVATE_ENV, WebhookReceiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -151,8 +151,8 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
         records = [r for d in docs for r in d.records(job_id)]
         records += rng.sample(records, 12)  # redeliveries
         rng.shuffle(records)
-        reducer = ServiceProcess("reducer", _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path,
-                                                 transactions=True), tmp_path)
+        env = {**_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True), **ALLOW_PRIVATE_ENV}
+        reducer = ServiceProcess("reducer", env, tmp_path)  # the webhook receiver is on 127.0.0.1
         reducers.append(reducer)
         reducer.start()
         mismatch = ChunkEmbedded(**{**docs[0].records(job_id)[0].to_record(), "chunk_count": docs[0].chunks + 7})

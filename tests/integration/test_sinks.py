@@ -33,6 +33,7 @@ from docstream.metrics import Metrics
 from docstream.records import DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
+from docstream.tenancy import tenant_intake_topic
 from docstream.topics import Topics
 from tests.fixtures.kafka import wait_until
 from tests.fixtures.services import DOCSTREAM, ServiceProcess, service_env
@@ -222,7 +223,7 @@ def test_verify_finds_and_repair_fixes_a_sink_changed_behind_its_back(
 
 def test_a_source_deleted_by_docstream_delete_or_by_a_tombstone_leaves_the_sink(
     sink_case: tuple[Settings, SinkEngine, str], kafka_bootstrap: str, cassandra_store: ResultStore,
-    tmp_path: Path,
+    tmp_path: Path, create_topics: Callable[..., list[str]],
 ) -> None:
     settings, engine, prefix = sink_case
     rng, tenant = random.Random(13), f"t{prefix[-8:]}"
@@ -231,11 +232,22 @@ def test_a_source_deleted_by_docstream_delete_or_by_a_tombstone_leaves_the_sink(
         (f"{prefix}-q", "s3://bucket/q.pdf", _paragraphs(rng, 5, "q")),
         (f"{prefix}-u", None, _paragraphs(rng, 5, "u"))], rng=rng)
     topics = Topics(prefix)
+    # another tenant's own intake topic, there before the sink subscribes (a regex subscription finds a topic at
+    # its next metadata refresh)
+    foreign = tenant_intake_topic(prefix, "intruder")
+    create_topics(kafka_bootstrap, foreign, partitions=1)
     _publish(kafka_bootstrap, topics.completed, job.completed, settings)
     expected = _expected(job)
     sink = _Running(settings, cassandra_store, open_engine(settings.sinks[SINK]))
     try:
         wait_until(lambda: len(_held(engine, tenant)) >= len(expected), 60, "the job's points")
+        # a tombstone of the tenant's q on another tenant's own topic: refused, to the DLQ, q's points stay
+        producer = Producer(producer_config(settings.kafka))
+        producer.produce(foreign, key=f"{prefix}-q".encode(), value=None)
+        assert producer.flush(30) == 0
+        refused = sink.metrics.intake_refused.labels(f"sink-{SINK}", "tenant_mismatch_source")
+        wait_until(lambda: refused._value.get() == 1, 60, "the foreign tombstone refused")
+        assert len(_held(engine, tenant)) == len(expected)
         # docstream delete, as a user runs it against the deployment's Kafka and store
         env = service_env(kafka_bootstrap, prefix, settings.cassandra, tmp_path)
         deleted = subprocess.run([str(DOCSTREAM), "delete", "s3://bucket/p.pdf", "--tenant", tenant, "--yes"],
@@ -243,7 +255,6 @@ def test_a_source_deleted_by_docstream_delete_or_by_a_tombstone_leaves_the_sink(
         assert deleted.returncode == 0, deleted.stdout + deleted.stderr
         assert cassandra_store.get_source(tenant, "s3://bucket/p.pdf") is None
         # a producer's own tombstone for the upload (no source key): its points leave too
-        producer = Producer(producer_config(settings.kafka))
         producer.produce(topics.submitted, key=f"{prefix}-u".encode(), value=None)
         assert producer.flush(30) == 0
         kept = {i: v for i, v in expected.items() if v[0] == f"{prefix}-q"}

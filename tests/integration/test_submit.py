@@ -22,6 +22,7 @@ from rich.console import Console
 from docstream import ids
 from docstream.avro.serde import AvroSerde
 from docstream.errors import InputError
+from docstream.ids import check_source_key
 from docstream.kafka.clients import ReliableProducer
 from docstream.objectstore import ObjectStore
 from docstream.records import DocumentSubmitted
@@ -458,3 +459,14 @@ def test_a_file_submitted_again_with_other_content_is_the_next_version_of_its_so
     # sources are a tenant's own: another tenant's file of the same path starts its own history
     [other] = intake.submit(report, tenant="acme").documents
     assert other.previous_doc_id is None
+
+
+def test_an_archive_members_name_becomes_a_key_every_sink_holds(make_intake: Callable[..., Intake],
+                                                                tmp_path: Path) -> None:
+    intake = make_intake()
+    name = "lines\u2028and\tnew\nline é.txt"
+    _write(tmp_path / "in" / "odd.zip", _zip({name: make_text_document(2)}))
+    [member] = intake.submit(tmp_path / "in" / "odd.zip").documents
+    archive = (tmp_path / "in" / "odd.zip").resolve().as_uri()
+    assert member.source_key == f"{archive}!/lines%E2%80%A8and%09new%0Aline é.txt"
+    assert check_source_key(member.source_key)

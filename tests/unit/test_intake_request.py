@@ -80,6 +80,7 @@ def test_a_valid_request_is_returned_as_it_is(request_: JobRequest) -> None:
         (JobRequest(chunk_overlap_tokens=DEFAULT_MAX_TOKENS), "invalid_chunk_options"),  # below the default size
         (JobRequest(webhook_url="file:///etc/passwd"), "invalid_webhook_url"),
         (JobRequest(webhook_url="hooks.example.com/done"), "invalid_webhook_url"),
+        (JobRequest(webhook_url="http://[::1/done"), "invalid_webhook_url"),
     ],
     ids=repr,
 )

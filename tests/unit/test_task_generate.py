@@ -319,7 +319,7 @@ def test_kept_answers_survive_a_run_that_finds_no_endpoint_at_all() -> None:
     state = {"round": 0}
 
     def answer(body: dict[str, Any]) -> dict[str, Any]:
-        if state["round"] == 0 and "late" in asked(body) or state["round"] == 1:
+        if (state["round"] == 0 and "late" in asked(body)) or state["round"] == 1:
             raise EndpointUnavailable("down")
         return chat_answer('{"vendor": "A"}')
 

@@ -36,7 +36,7 @@ from confluent_kafka import KafkaException
 
 from docstream.avro.serde import AvroSerde
 from docstream.errors import ConfigError, InputError
-from docstream.ids import MAX_SOURCE_KEY_CHARS, validate_id
+from docstream.ids import check_source_key, validate_id
 from docstream.ids import doc_id as make_doc_id
 from docstream.kafka.clients import ReliableProducer
 from docstream.records import DocumentSubmitted, utc_now
@@ -122,14 +122,15 @@ class DocstreamClient:
             source_key: the document's identity across versions (``source_uri`` is a good one when it stays the
                 same when the document changes); the chunker makes it the source's next version, reusing the
                 earlier version's unchanged chunks (docs/intake.md "Versions of a document"). None: no versions.
+                At most ``MAX_SOURCE_KEY_BYTES`` UTF-8 bytes, no control character (``check_source_key``).
 
         Raises:
-            InputError: an argument is malformed (``invalid_*`` codes).
+            InputError: an argument is malformed (``invalid_*`` codes; ``invalid_source_key``).
             RetryableError | FatalError: an earlier record was not delivered.
         """
         self._check(source_uri, job_id, content_sha256, size_bytes, tenant)
-        if source_key is not None and not 0 < len(source_key) <= MAX_SOURCE_KEY_CHARS:
-            raise InputError(f"source_key must be 1 to {MAX_SOURCE_KEY_CHARS} characters", code="invalid_source_key")
+        if source_key is not None:
+            check_source_key(source_key)
         record = DocumentSubmitted(
             job_id=job_id,
             doc_id=make_doc_id(job_id, content_sha256),

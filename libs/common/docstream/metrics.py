@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from docstream.usage import Usage, seconds
 
-__all__ = ["EndpointMetrics", "Metrics", "MetricsServer"]
+__all__ = ["HIDDEN_TENANT", "EndpointMetrics", "Metrics", "MetricsServer", "tenant_label_value", "without_tenants"]
+
+HIDDEN_TENANT = "_"
+"""The tenant label of every series with ``metrics.tenant_label`` off."""
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -30,6 +35,10 @@ class Metrics:
             "docstream_records_failed", "Records that failed.", ["service", "error_code"], registry=r
         )
         self.dlq = Counter("docstream_dlq", "Records sent to a DLQ.", ["service", "topic"], registry=r)
+        self.intake_refused = Counter(
+            "docstream_intake_refused", "Intake records sent to the DLQ for naming what their tenant does not own, "
+            "by reason (their DLQ error code; docs/security.md \"Intake records\").", ["service", "reason"], registry=r,
+        )
         self.retries = Counter(
             "docstream_retries", "Retries of transient faults.", ["service", "operation"], registry=r
         )
@@ -168,9 +177,52 @@ class Metrics:
                 if new_document:
                     self.document_stage_seconds.labels(service, stage).observe(seconds(micros))
 
-    def render(self) -> bytes:
-        """The registry in Prometheus text format."""
-        return generate_latest(self.registry)
+    def render(self, *, tenant_label: bool = True) -> bytes:
+        """The registry in Prometheus text format; with ``tenant_label`` False, every tenant shows as
+        ``HIDDEN_TENANT`` (``without_tenants``)."""
+        if tenant_label:
+            return generate_latest(self.registry)
+        return generate_latest(_Collected(without_tenants(self.registry.collect())))
+
+
+def tenant_label_value(tenant: str, *, tenant_label: bool) -> str:
+    """The value of a series' ``tenant`` label: the tenant's name, or ``HIDDEN_TENANT`` with the label off."""
+    return tenant if tenant_label else HIDDEN_TENANT
+
+
+def without_tenants(families: Iterable[Metric]) -> list[Metric]:
+    """``families`` with every ``tenant`` label set to ``HIDDEN_TENANT`` and the samples that then share their labels
+    summed (counters, additive gauges, histogram buckets, sums and counts; a ``_created`` time: the earliest).
+    Families without a tenant label are returned as they are."""
+    found: list[Metric] = []
+    for family in families:
+        if not any("tenant" in sample.labels for sample in family.samples):
+            found.append(family)
+            continue
+        merged: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for sample in family.samples:
+            labels = {k: tenant_label_value(v, tenant_label=False) if k == "tenant" else v
+                      for k, v in sample.labels.items()}
+            key = (sample.name, tuple(labels.items()))
+            earlier = merged.get(key)
+            if earlier is None:
+                merged[key] = sample.value
+            else:
+                merged[key] = min(earlier, sample.value) if sample.name.endswith("_created") else earlier + sample.value
+        hidden = Metric(family.name, family.documentation, family.type, family.unit)
+        hidden.samples = [Sample(name, dict(labels), value) for (name, labels), value in merged.items()]
+        found.append(hidden)
+    return found
+
+
+class _Collected:
+    """Families already collected, in the shape ``generate_latest`` reads."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
 
 
 class EndpointMetrics:
@@ -205,15 +257,17 @@ class EndpointMetrics:
 class MetricsServer:
     """/metrics, /healthz and /readyz on a background thread."""
 
-    def __init__(self, metrics: Metrics, *, host: str, port: int, ready: Callable[[], bool] | None = None) -> None:
+    def __init__(self, metrics: Metrics, *, host: str, port: int, ready: Callable[[], bool] | None = None,
+                 tenant_label: bool = True) -> None:
         self._metrics = metrics
+        self._tenant_label = tenant_label
         self._ready = ready or (lambda: True)
         outer = self
 
         class _Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # http.server names the handler
                 if self.path == "/metrics":
-                    self._send(200, outer._metrics.render(), CONTENT_TYPE_LATEST)
+                    self._send(200, outer._metrics.render(tenant_label=outer._tenant_label), CONTENT_TYPE_LATEST)
                 elif self.path == "/healthz":
                     self._send(200, b'{"status":"ok"}', "application/json")
                 elif self.path == "/readyz":

@@ -159,7 +159,7 @@ def run_service(
     try:
         if metrics_endpoint and settings.metrics.port:
             server = MetricsServer(host.metrics, host=settings.metrics.host, port=settings.metrics.port,
-                                   ready=host.ready).start()
+                                   ready=host.ready, tenant_label=settings.metrics.tenant_label).start()
             host.on_exit(server.stop)  # registered first: closed last, so /healthz answers to the end
         body(host)
     except DocstreamError as exc:

@@ -561,6 +561,13 @@ class ReducerSettings(BaseModel):
     job_status_interval_s: float = Field(1.0, gt=0, description="Least time between two JobStatus of one job.")
     webhook_timeout_s: float = Field(10.0, gt=0, description="Timeout of one webhook call.")
     webhook_max_attempts: int = Field(5, ge=1, le=50, description="Webhook attempts before giving up.")
+    webhook_allow_private: bool = Field(
+        False,
+        description="Let job webhooks reach loopback, link-local, private and other non-global addresses "
+                    "(DOCSTREAM_REDUCER__WEBHOOK_ALLOW_PRIVATE): for local development only. Off, a webhook URL whose "
+                    "host is or resolves to such an address is refused at submission (webhook_address_refused) and "
+                    "again before every call (docs/security.md \"Webhooks\"). The intake reads it too.",
+    )
     transaction_timeout_s: float = Field(
         300.0, ge=10, le=900,
         description="Exactly-once only: how long a Kafka transaction may stay open before the broker aborts it "
@@ -707,6 +714,13 @@ class MetricsSettings(BaseModel):
 
     port: int = Field(0, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 disables.")
     host: str = Field("0.0.0.0", description="Bind address of the metrics endpoint.")
+    tenant_label: bool = Field(
+        True,
+        description="Series that name tenants (docstream_queued_tokens, docstream_lane_waiting_tokens, "
+                    "docstream_tokens and the other job accounting counters) carry each tenant's name in their tenant "
+                    "label; off (DOCSTREAM_METRICS__TENANT_LABEL=false), /metrics shows every tenant as \"_\", summed. "
+                    "The endpoint is for operators: never expose it to tenants (docs/security.md).",
+    )
 
 
 class ApiSettings(BaseModel):

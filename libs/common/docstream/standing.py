@@ -20,6 +20,11 @@ consumer group (``throughput``). From those:
 
 A job with a document ended has started. Counts are at document grain: a document counts all its tokens until it
 ends.
+
+**What a tenant sees** (``tenant_standing``, the API's job views and ``/ui``): the tokens ahead are a sum over every
+tenant's jobs, rounded up to two significant figures and to at least ``TENANT_TOKENS_STEP``, and the start is
+estimated from that figure; so a job behind one other tenant's job shows its position, not that job's exact size.
+``docstream status`` (an operator's tool, reading the store) shows the exact figure.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from docstream.fairness import INTERACTIVE, Lane, job_lane
 from docstream.progress import aware
 from docstream.store.base import JobRow, QueuedJobRow
 
-__all__ = ["RATE_EVERY_S", "RATE_TTL_S", "QueueStanding", "TokenRate", "queue_standing"]
+__all__ = ["RATE_EVERY_S", "RATE_TTL_S", "TENANT_TOKENS_STEP", "QueueStanding", "TokenRate", "coarse_tokens",
+           "queue_standing", "tenant_standing"]
 
 RATE_EVERY_S = 10.0
 """How often an inference process writes its rate (``ResultStore.record_throughput``)."""
 RATE_TTL_S = 60
 """How long a written rate counts: a process that stopped writing drops out of the sum."""
+TENANT_TOKENS_STEP = 1_000
+"""The least step of the tokens ahead a tenant sees."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +106,31 @@ def queue_standing(job: JobRow, lane_rows: Sequence[QueuedJobRow], other_rows: S
         return QueueStanding(lane, False, ahead, waiting, None, None)
     start_in = ahead / tokens_per_s
     return QueueStanding(lane, False, ahead, waiting, start_in, aware(now) + timedelta(seconds=start_in))
+
+
+def coarse_tokens(tokens: int) -> int:
+    """``tokens`` rounded up to two significant figures and to a multiple of ``TENANT_TOKENS_STEP``; 0 stays 0.
+
+    ``1`` → 1,000; ``12,345`` → 13,000; ``60,000`` → 60,000; ``1,234,567`` → 1,300,000.
+    """
+    if tokens <= 0:
+        return 0
+    step = max(TENANT_TOKENS_STEP, int(10 ** (len(str(tokens)) - 2)))
+    return -(-tokens // step) * step
+
+
+def tenant_standing(standing: QueueStanding) -> QueueStanding:
+    """``standing`` as the job's tenant sees it: the tokens ahead (other tenants' work among them) coarsened by
+    ``coarse_tokens``, and the start estimated from the coarsened figure; its own ``waiting_tokens`` exact."""
+    ahead = standing.tokens_ahead
+    if standing.started or not ahead:
+        return standing
+    shown = coarse_tokens(ahead)
+    if standing.start_in_s is None or standing.estimated_start is None:
+        return QueueStanding(standing.lane, False, shown, standing.waiting_tokens, None, None)
+    start_in = standing.start_in_s * shown / ahead
+    return QueueStanding(standing.lane, False, shown, standing.waiting_tokens, start_in,
+                         standing.estimated_start + timedelta(seconds=start_in - standing.start_in_s))
 
 
 def _served_meanwhile(lane: Lane, before: int, other: int, batch_share: float) -> int:

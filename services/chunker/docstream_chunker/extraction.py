@@ -87,7 +87,7 @@ from docstream_chunker.provenance import (
     wants_ocr,
 )
 from docstream_chunker.scripts import CJK_LANGUAGES, ocr_languages, osd_language
-from docstream_chunker.text_layout import reading_order
+from docstream_chunker.text_layout import reading_order, without_nul
 
 if TYPE_CHECKING:
     import pymupdf
@@ -522,7 +522,8 @@ def extract_pages(
     its mode says and keep the text ``provenance.settle_page`` chooses. A page whose verdict is
     still not usable yields no text. With ``tables`` ``auto``, a PDF page that keeps its text
     layer is looked at for ruled tables (``find_page_tables``): each table found leaves the
-    page's paragraphs (its caption too) and comes beside them, in ``PageText.tables``.
+    page's paragraphs (its caption too) and comes beside them, in ``PageText.tables``. A NUL in
+    any of it comes out as U+FFFD (``text_layout.without_nul``).
 
     Args:
         doc: an open document.
@@ -565,7 +566,7 @@ def extract_pages(
             sources.append(source)
         if find_tables and settled is layer and layer.text and source.text_source == TEXT_LAYER:
             settled = _with_tables(page, rect, layer, blocks, titles, body, learnt)
-        yield settled
+        yield without_nul(settled)  # the text layer's, OCR's and the tables' text alike: no store takes a NUL
 
 
 def _with_tables(

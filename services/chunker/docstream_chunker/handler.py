@@ -1,5 +1,9 @@
 """The chunker's transform: one DocumentSubmitted → its ChunkCreated records, or one failed DocumentCompleted.
 
+A record is first checked against the store (``docstream.tenancy``): its tenant must own its job, its doc_id, its
+earlier version and, on a tenant's own intake topic, the document a tombstone names; a record that does not goes to
+the DLQ with its code (docs/security.md "Intake records").
+
 The documents and job_documents rows are upserted before the outputs are returned; the
 ConsumeLoop produces the outputs and commits the input's offset only once every output is
 delivered, so a crash anywhere redoes the document (same chunk ids, same rows).
@@ -13,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from docstream.errors import DocumentError, InputError, PoisonRecord, RetryableError
-from docstream.ids import chunk_id
+from docstream.ids import check_source_key, chunk_id
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -24,10 +28,14 @@ from docstream.store.base import (
     DocState,
     DocumentRow,
     JobDocumentRow,
+    JobRow,
     ResultStore,
     SourceRow,
 )
 from docstream.store.sources import delete_by_tombstone
+from docstream.tasks.base import requested_tasks
+from docstream.tasks.generation import check_json_schema
+from docstream.tenancy import Refusal, Submission, refuse_submission, refuse_tombstone, tenant_of_topic
 from docstream.topics import Topics
 from docstream.usage import STAGE_CHUNKER, Usage, apportion
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
@@ -95,9 +103,9 @@ class ChunkerHandler:
         topics: the topics it writes (chunks, completed for documents that fail here).
         store: where the documents and job_documents rows go.
         extractor: fetch + extract + chunk (``ProcessExtractor`` in the service).
-        metrics: counts failed documents by error_code.
+        metrics: counts failed documents by error_code, and refused intake records by reason.
         clock: the time stamped on records and rows.
-        job_status_ttl_s: how long a job's cancelled-or-not is reused before its row is read
+        job_status_ttl_s: how long a job's row (its tenant, cancelled or not) is reused before it is read
             again: documents of a job cancelled (``POST /v1/jobs/{id}/cancel``) are skipped
             (rows status skipped, error_code job_cancelled, no chunks) within this time.
         monotonic: the clock of that cache and of the OCR progress writes.
@@ -127,7 +135,7 @@ class ChunkerHandler:
         self._clock = clock
         self._job_status_ttl_s = job_status_ttl_s
         self._monotonic = monotonic
-        self._cancelled: dict[str, tuple[float, bool]] = {}
+        self._jobs: dict[str, tuple[float, JobRow | None]] = {}
 
     def on_tombstone(self, topic: str, doc_id: str) -> Sequence[Output]:
         """A tombstone on the intake topic, keyed by a version's doc_id: delete that version's source (or the
@@ -135,11 +143,20 @@ class ChunkerHandler:
         (already deleted, unknown, or a source that started over) is done.
 
         Raises:
+            IntakeRefused: ``tenant_mismatch_source``: on a tenant's own intake topic, the document is another
+                tenant's (nothing is deleted).
             SourceInFlightError: the source's current version is still processed (after the loop's attempts, the
                 tombstone goes to the DLQ; send it again from there once that version is done).
             RetryableError: the store is unavailable.
         """
-        done = delete_by_tombstone(self._store, doc_id)
+        topic_tenant = tenant_of_topic(self._topics.prefix, topic)
+
+        def check(tenant: str) -> None:
+            refusal = refuse_tombstone(topic_tenant, tenant)
+            if refusal is not None:
+                self._refuse(refusal)
+
+        done = delete_by_tombstone(self._store, doc_id, check=check)
         _log.info("tombstone_applied", doc_id=doc_id, deleted=done is not None,
                   versions=done.versions if done is not None else 0)
         return []
@@ -148,7 +165,9 @@ class ChunkerHandler:
         """Handle one intake record.
 
         Raises:
-            PoisonRecord: the record is not a DocumentSubmitted.
+            PoisonRecord: the record is not a DocumentSubmitted; ``invalid_source_key``: its source key is none
+                (``docstream.ids.check_source_key``); ``IntakeRefused``: it names what its tenant does not own
+                (``_admit``).
             RetryableError: the object store or the result store is unavailable.
         """
         if not isinstance(envelope.value, DocumentSubmitted):
@@ -156,10 +175,58 @@ class ChunkerHandler:
                 f"the intake topic holds {type(envelope.value).__name__}, not DocumentSubmitted",
                 code="unexpected_record",
             )
+        self._admit(envelope.topic, envelope.value)
         return self.handle(envelope.value)
 
+    def _admit(self, topic: str, submitted: DocumentSubmitted) -> None:
+        """Refuse a record whose tenant does not own what it names (``docstream.tenancy.refuse_submission``); the
+        first record of a job without a ``jobs`` row (an external producer's) claims the job for its tenant.
+
+        Reads the documents row of its doc_id; the job's row is the one ``_job_cancelled`` reads (cached); a record
+        naming an earlier version reads that version's documents row too, and its job's row."""
+        if submitted.source_key is not None:
+            try:
+                check_source_key(submitted.source_key)
+            except InputError as exc:
+                self._refuse(Refusal(exc.code, exc.message))
+        job = self._job(submitted.job_id)
+        document = self._store.get_document(submitted.doc_id)
+        previous_tenant = None
+        if submitted.previous_doc_id is not None:
+            previous = self._store.get_document(submitted.previous_doc_id)
+            owner = self._job(previous.job_id) if previous is not None else None
+            previous_tenant = owner.tenant if owner is not None else None
+        refusal = refuse_submission(Submission(
+            submitted.tenant, submitted.job_id, submitted.doc_id,
+            document_job_id=document.job_id if document is not None else None,
+            topic_tenant=tenant_of_topic(self._topics.prefix, topic),
+            job_tenant=job.tenant if job is not None else None,
+            previous_doc_id=submitted.previous_doc_id, previous_tenant=previous_tenant,
+        ))
+        if refusal is not None:
+            self._refuse(refusal)
+        if job is None:
+            self._claim(submitted)
+
+    def _claim(self, submitted: DocumentSubmitted) -> None:
+        """Write the jobs row of a job that has none, for the record's tenant: the row docs/intake.md "External
+        producers" describes (running, document_count 0: unknown, origin external). Later records of the job are
+        checked against it."""
+        now = self._clock()
+        row = JobRow(submitted.job_id, submitted.tenant, now, "running", 0, options={"origin": "external"},
+                     updated_at=now)
+        self._store.upsert_job(row)
+        self._jobs[submitted.job_id] = (self._monotonic(), row)
+        _log.info("job_claimed", tenant=submitted.tenant)
+
+    def _refuse(self, refusal: Refusal) -> None:
+        if self._metrics is not None:
+            self._metrics.intake_refused.labels("chunker", refusal.code).inc()
+        raise refusal.error()
+
     def handle(self, submitted: DocumentSubmitted) -> list[Output]:
-        """Chunk one document, or fail it; write its rows; return the records to produce.
+        """Chunk one document, or fail it; write its rows; return the records to produce (``__call__`` checks the
+        record first).
 
         Raises:
             RetryableError: the object store or the result store is unavailable.
@@ -169,6 +236,7 @@ class ChunkerHandler:
         submitted, becomes_current = self._versioned(submitted)
         started = time.perf_counter()
         try:
+            _check_prompts(submitted)
             result = self._extractor.extract(chunk_request(submitted, self._chunker),
                                              on_ocr_page=_OcrProgress(self, submitted))
         except (DocumentError, InputError) as exc:
@@ -281,17 +349,20 @@ class ChunkerHandler:
         )
 
     def _job_cancelled(self, job_id: str) -> bool:
+        job = self._job(job_id)
+        return job is not None and job.status == "cancelled"
+
+    def _job(self, job_id: str) -> JobRow | None:
         # the jobs row is read at most once per job every job_status_ttl_s, not once per document
         now = self._monotonic()
-        cached = self._cancelled.get(job_id)
+        cached = self._jobs.get(job_id)
         if cached is not None and now - cached[0] < self._job_status_ttl_s:
             return cached[1]
         job = self._store.get_job(job_id)
-        cancelled = job is not None and job.status == "cancelled"
-        if len(self._cancelled) >= _JOB_STATUS_CACHE_SIZE:
-            self._cancelled.clear()
-        self._cancelled[job_id] = (now, cancelled)
-        return cancelled
+        if len(self._jobs) >= _JOB_STATUS_CACHE_SIZE:
+            self._jobs.clear()
+        self._jobs[job_id] = (now, job)
+        return job
 
     def _skipped(self, submitted: DocumentSubmitted) -> list[Output]:
         """A document of a cancelled job: rows marked skipped, nothing produced."""
@@ -401,3 +472,11 @@ class _OcrProgress:
 
 def _micros_since(started: float) -> int:
     return max(round((time.perf_counter() - started) * 1_000_000), 0)
+
+
+def _check_prompts(submitted: DocumentSubmitted) -> None:
+    # a record's extract schema is checked where the API and the CLI check it (no $ref out of it, RE2 patterns,
+    # bounds), before any text is extracted: a producer's record fails its document here, never at the first answer
+    for task in requested_tasks(submitted.tasks):
+        if task.prompt is not None and task.prompt.schema is not None:
+            check_json_schema(task.prompt.schema)

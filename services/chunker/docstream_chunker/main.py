@@ -11,6 +11,7 @@ from docstream.metrics import Metrics
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
+from docstream.tenancy import tenant_intakes_pattern
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler, max_poll_interval_ms
 from docstream_chunker.worker import ExtractorSettings, ProcessExtractor
@@ -61,7 +62,9 @@ def build_chunker(
     loop = ConsumeLoop(
         kafka, settings.retry,
         group_id=settings.chunker.group_id or topics.group("chunker"),
-        topics=list(topics.intakes()),
+        # with a group, every tenant's own intake topic too (docs/security.md "Intake records"); the embedded run
+        # assigns its partitions and has no tenants of its own topic
+        topics=[*topics.intakes(), *(() if static_assignment else (tenant_intakes_pattern(topics.prefix),))],
         handler=handler,
         on_tombstone=handler.on_tombstone,
         serde=AvroSerde(kafka),

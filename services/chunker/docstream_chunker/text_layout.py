@@ -12,6 +12,9 @@ previous one of a paragraph, overlapping it horizontally, with a gap below
 separated by a blank line, a paragraph's lines by one space: the format of
 docs/chunking.md "Extraction".
 
+``without_nul`` is the one place every page's text passes before chunking (the text layer's, OCR's, the
+tables' cells): a NUL becomes U+FFFD, so that no store or sink is handed one (PostgreSQL refuses ``\x00`` in text).
+
 ``character_error_rate`` is the measure of the accuracy tests and the OCR benchmark.
 """
 
@@ -19,11 +22,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from docstream.chunking import PageText
+from docstream.tables import PageTable
 
 __all__ = [
     "LINE_JOIN_GAP",
+    "NUL_STAND_IN",
     "PARAGRAPH_GAP",
     "OcrLine",
     "character_error_rate",
@@ -31,6 +38,7 @@ __all__ = [
     "levenshtein",
     "page_text",
     "reading_order",
+    "without_nul",
 ]
 
 LINE_JOIN_GAP = 2.0
@@ -39,6 +47,10 @@ PARAGRAPH_GAP = 0.8
 """A line starts a new paragraph when the gap above it exceeds this times the line height."""
 _SAME_ROW = 0.5
 """Two pieces are on one row when their vertical overlap is at least this share of the lower one."""
+NUL_STAND_IN = "\ufffd"
+"""What a NUL of a page's text becomes: one character for one, so every offset into the text holds, and the
+character Unicode has for "a character was here that could not be kept" (the tokenizers drop both alike)."""
+_NUL = "\x00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,3 +214,27 @@ def join_lines(lines: Iterable[str]) -> str:
 
 def _unspaced(char: str) -> bool:
     return "\u3000" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or "\uff00" <= char <= "\uffef"
+
+
+def _nul_free(text: str) -> str:
+    return text.replace(_NUL, NUL_STAND_IN) if _NUL in text else text
+
+
+def _table_without_nul(table: PageTable) -> PageTable:
+    cells = tuple(replace(c, text=_nul_free(c.text)) if _NUL in c.text else c for c in table.cells)
+    caption = None if table.caption is None else _nul_free(table.caption)
+    return replace(table, cells=cells, caption=caption)
+
+
+def without_nul(page: PageText) -> PageText:
+    """``page`` with every NUL of its text, its headings and its tables (cells, caption) replaced by
+    ``NUL_STAND_IN``; ``page`` itself when it holds none.
+
+    Only NUL goes: the other C0 controls are kept (every store and sink takes them; PostgreSQL refuses NUL alone).
+    """
+    tables_nul = any(_NUL in (t.caption or "") or any(_NUL in c.text for c in t.cells) for t in page.tables)
+    if _NUL not in page.text and not tables_nul and not any(_NUL in h.title for h in page.headings):
+        return page
+    return replace(page, text=_nul_free(page.text),
+                   headings=tuple(replace(h, title=_nul_free(h.title)) for h in page.headings),
+                   tables=tuple(_table_without_nul(t) for t in page.tables) if tables_nul else page.tables)

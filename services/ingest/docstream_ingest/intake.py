@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -38,6 +39,7 @@ from urllib.parse import unquote, urlsplit
 from fsspec.core import url_to_fs
 
 from docstream import ids
+from docstream.addresses import check_addresses, is_loopback_name
 from docstream.admission import DAILY
 from docstream.errors import ConfigError, InputError
 from docstream.fairness import job_lane
@@ -337,6 +339,8 @@ class _Collector:
     def add(self, candidate: _Candidate) -> None:
         kind = archive_kind(candidate.name)
         try:
+            if candidate.source_key is not None:
+                ids.check_source_key(candidate.source_key)  # a path's URI or a URI: invalid_source_key when too long
             if kind is None:
                 self._add_file(candidate)
             else:
@@ -396,9 +400,17 @@ class _Collector:
                 outcome = self._spool_member(display, member.name, member.size, member.stream)
                 if isinstance(outcome, RefusedFile):
                     refused.append(outcome)
-                else:  # a member's identity: its archive's, then its path inside
-                    outcome.source_key = f"{candidate.source_key}!/{member.name}" if candidate.source_key else None
-                    blobs.append(outcome)
+                    continue
+                # a member's identity: its archive's, then its path inside (a name's control characters encoded)
+                outcome.source_key = f"{candidate.source_key}!/{ids.key_part(member.name)}" if candidate.source_key \
+                    else None
+                try:
+                    if outcome.source_key is not None:
+                        ids.check_source_key(outcome.source_key)
+                except InputError as exc:
+                    refused.append(RefusedFile(display, exc.code, exc.message))
+                    continue
+                blobs.append(outcome)
         self.refused.extend(refused)
         for blob in blobs:
             if self._is_new(blob.display, blob.sha256) and not self._full(blob.display):
@@ -601,6 +613,29 @@ def _admit_gradually(
             gradually.sleep(max(gradually.poll_s, wait))
 
 
+def _check_webhook_host(url: str | None, allow_private: bool) -> None:
+    """Refuse a webhook URL whose host is an IP address (in any form the C library reads: ``127.1``,
+    ``0x7f000001``, ``[::ffff:10.0.0.1]``) or a ``localhost`` name that a webhook may not reach. Names are not
+    resolved here: the reducer resolves and checks them before every call, which is what holds against a DNS
+    answer that changes (docs/security.md "Webhooks").
+
+    Raises:
+        InputError: ``webhook_address_refused``.
+    """
+    if url is None or allow_private:
+        return
+    host = urlsplit(url.strip()).hostname
+    if not host:
+        return
+    if is_loopback_name(host):
+        check_addresses(host, ["127.0.0.1"])
+    try:  # AI_NUMERICHOST: a literal address is read, a name is never looked up
+        found = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return
+    check_addresses(host, [str(info[4][0]) for info in found])
+
+
 def _submit(
     sources: _Sources,
     request: JobRequest,
@@ -612,6 +647,7 @@ def _submit(
     request = validate_job_request(request, default_max_tokens=settings.chunker.max_tokens,
                                    default_labels=settings.tasks.classify.labels,
                                    max_priority=settings.fairness.tenant(request.tenant).max_priority)
+    _check_webhook_host(request.webhook_url, settings.reducer.webhook_allow_private)
     _check_tasks_known(request.tasks, dict(settings.tasks.custom))
     job_id = request.job_id or ids.new_job_id()
     log = _log.bind(job_id=job_id, tenant=request.tenant)
@@ -680,7 +716,8 @@ def submit_paths(
     Raises:
         QuotaExceeded: without ``gradually``, the tenant's quotas hold the documents back: nothing was written
             or produced.
-        InputError: bad job id, tenant, chunk options, webhook URL or tasks (``task_invalid``,
+        InputError: bad job id, tenant, chunk options, webhook URL (``webhook_address_refused``: a host that is
+            a loopback, link-local or private address) or tasks (``task_invalid``,
             ``labels_*``, ``task_unavailable``: no registry knows the name); the job belongs to
             another tenant, is cancelled, or asks for other tasks (``job_tasks_mismatch``).
         RetryableError: the object store, the result store or the broker failed; rows may be

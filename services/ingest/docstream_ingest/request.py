@@ -100,7 +100,7 @@ def validate_job_request(
         raise InputError(
             "chunk_max_tokens must be 8-8192 and chunk_overlap_tokens 0 to below it", code="invalid_chunk_options"
         )
-    if request.webhook_url is not None and urlsplit(request.webhook_url).scheme not in _WEBHOOK_SCHEMES:
+    if request.webhook_url is not None and _scheme(request.webhook_url) not in _WEBHOOK_SCHEMES:
         raise InputError("webhook_url must be an http(s) URL", code="invalid_webhook_url")
     if request.priority not in LANES:
         raise InputError(f"priority must be one of {', '.join(LANES)}", code="invalid_priority")
@@ -108,3 +108,11 @@ def validate_job_request(
         raise InputError(f"tenant {request.tenant} may submit batch jobs only", code="priority_not_allowed")
     tasks = check_job_tasks(request.tasks, default_labels=default_labels)
     return request if tasks == request.tasks else replace(request, tasks=tasks)
+
+
+def _scheme(url: str) -> str | None:
+    # urlsplit raises ValueError on a malformed authority ("http://[::1/"): no scheme, so refused
+    try:
+        return urlsplit(url).scheme
+    except ValueError:
+        return None

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from docstream.errors import InputError
-from docstream.ids import MAX_SOURCE_KEY_CHARS, validate_id
+from docstream.ids import check_source_key, validate_id
 from docstream.kafka.clients import ReliableProducer
 from docstream.settings import Settings
 from docstream.store import open_store
@@ -26,14 +26,15 @@ def source_key_of(given: str) -> str:
     (links resolved), as the intake keys the files it reads.
 
     Raises:
-        InputError: ``invalid_source_key``: empty, or longer than ``MAX_SOURCE_KEY_CHARS``.
+        InputError: ``invalid_source_key``: blank, or a key ``check_source_key`` refuses (longer than
+            ``MAX_SOURCE_KEY_BYTES`` UTF-8 bytes, a control character).
     """
-    if not given.strip() or len(given) > MAX_SOURCE_KEY_CHARS:
-        raise InputError(f"a source is a path or a URI of 1 to {MAX_SOURCE_KEY_CHARS} characters",
-                         code="invalid_source_key")
+    if not given.strip():
+        raise InputError("a source is a path or a URI, not blank", code="invalid_source_key")
     if "://" in given:
-        return given
-    return Path(os.path.realpath(given)).as_uri()
+        return check_source_key(given)
+    # a file URI percent-encodes the path's controls and non-ASCII bytes: any file name makes a key
+    return check_source_key(Path(os.path.realpath(given)).as_uri())
 
 
 def tombstone_announcer(producer: ReliableProducer, topics: Topics, timeout_s: float) -> Callable[[str], None]:

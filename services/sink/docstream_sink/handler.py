@@ -26,6 +26,7 @@ from docstream.store import ResultStore
 from docstream.store.base import ChunkRow, DocumentRow
 from docstream.store.completion import RETIRING, latest_completed
 from docstream.store.sources import tombstoned
+from docstream.tenancy import refuse_tombstone, tenant_of_topic
 from docstream_sink.engine import SinkEngine
 from docstream_sink.points import Remove, SinkPoint, Skip, Write, decide, points_of, source_of
 
@@ -199,9 +200,10 @@ class SinkHandler:
     completed documents (``handle_batch``): their points go to the engine in as few writes as ``batch_size``
     allows, as a plain client would write them; the loop commits the batch's offsets after the last write."""
 
-    def __init__(self, writer: SinkWriter, metrics: Metrics) -> None:
+    def __init__(self, writer: SinkWriter, metrics: Metrics, *, prefix: str | None = None) -> None:
         self._writer = writer
         self._metrics = metrics
+        self._prefix = prefix
         self._label = f"sink-{writer.name}"
 
     def __call__(self, envelope: Envelope) -> list[Output]:
@@ -209,12 +211,22 @@ class SinkHandler:
 
     def on_tombstone(self, topic: str, doc_id: str) -> list[Output]:
         """A tombstone on the intake topic (``docstream delete``, ``DELETE /v1/sources``, a producer's own): remove
-        the points of that version's source, unless the source started over since (``store.sources.tombstoned``)."""
+        the points of that version's source, unless the source started over since (``store.sources.tombstoned``).
+
+        Raises:
+            IntakeRefused: ``tenant_mismatch_source``: on a tenant's own intake topic (``prefix`` given), the document
+                is another tenant's; nothing is removed (docs/security.md "Intake records").
+        """
         found = tombstoned(self._writer.store, doc_id)
         if found is None:
             self._metrics.sink_documents.labels(self._label, "unknown_document").inc()
             return []
         tenant, document = found
+        topic_tenant = tenant_of_topic(self._prefix, topic) if self._prefix is not None else None
+        refusal = refuse_tombstone(topic_tenant, tenant)
+        if refusal is not None:
+            self._metrics.intake_refused.labels(self._label, refusal.code).inc()
+            raise refusal.error()
         self._writer.remove(tenant, Remove(source_of(document.doc_id, document.source_key)))
         self._metrics.sink_documents.labels(self._label, "removed").inc()
         _log.info("sink_source_removed", sink=self._writer.name, doc_id=doc_id)

@@ -9,6 +9,7 @@ from docstream.metrics import Metrics
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings, SinkSettings
 from docstream.store import ResultStore
+from docstream.tenancy import tenant_intakes_pattern
 from docstream.topics import Topics
 from docstream_sink.engine import SinkEngine, open_engine
 from docstream_sink.handler import SinkHandler, SinkWriter
@@ -44,11 +45,12 @@ def build_sink(settings: Settings, name: str, *, store: ResultStore, engine: Sin
     sink = sink_settings(settings, name)
     topics = Topics(settings.kafka.topic_prefix)
     writer = sink_writer(settings, name, store=store, engine=engine, metrics=metrics)
-    handler = SinkHandler(writer, metrics)
+    handler = SinkHandler(writer, metrics, prefix=topics.prefix)
     return ConsumeLoop(
         settings.kafka, settings.retry,
         group_id=sink.group_id or topics.group(f"sink-{name}"),
-        topics=[topics.completed, topics.submitted],  # the intake topic for its tombstones: deleted sources
+        # the intake topics for their tombstones (deleted sources): the shared one and every tenant's own
+        topics=[topics.completed, topics.submitted, tenant_intakes_pattern(topics.prefix)],
         handler=handler,
         on_tombstone=handler.on_tombstone,
         serde=AvroSerde(settings.kafka),

@@ -23,7 +23,7 @@ from pymilvus.exceptions import (
 )
 
 from docstream.errors import ConfigError, DocstreamError, PoisonRecord, RetryableError
-from docstream.ids import MAX_SOURCE_KEY_CHARS
+from docstream.ids import MAX_SOURCE_KEY_BYTES
 from docstream.settings import SinkSettings
 from docstream_sink.engine import HeldPoint
 from docstream_sink.points import SinkPoint
@@ -72,7 +72,7 @@ class MilvusEngine:
             schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
             schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=36)
             schema.add_field("tenant", DataType.VARCHAR, max_length=128)
-            schema.add_field("source", DataType.VARCHAR, max_length=MAX_SOURCE_KEY_CHARS + 64)
+            schema.add_field("source", DataType.VARCHAR, max_length=MAX_SOURCE_KEY_BYTES + 64)
             schema.add_field("doc_id", DataType.VARCHAR, max_length=128)
             schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimensions)
             schema.add_field("payload", DataType.JSON)

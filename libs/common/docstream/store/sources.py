@@ -117,9 +117,15 @@ def tombstoned(store: ResultStore, doc_id: str) -> tuple[str, DocumentRow] | Non
     return job.tenant, document
 
 
-def delete_by_tombstone(store: ResultStore, doc_id: str) -> DeletedSource | None:
+def delete_by_tombstone(store: ResultStore, doc_id: str, *,
+                        check: Callable[[str], None] | None = None) -> DeletedSource | None:
     """Do what a tombstone keyed by ``doc_id`` asks: delete that version's source, or, for a document without a
     source key, the document's own results. None: nothing (left) to delete.
+
+    Args:
+        check: called with the tenant of the document before anything is deleted; what it raises leaves
+            everything in place (the chunker refuses there a tombstone of another tenant's intake topic:
+            docs/security.md "Intake records").
 
     Raises:
         SourceInFlightError: the source's current version is not terminal yet.
@@ -129,6 +135,8 @@ def delete_by_tombstone(store: ResultStore, doc_id: str) -> DeletedSource | None
     if found is None:
         return None
     tenant, document = found
+    if check is not None:
+        check(tenant)
     if document.source_key:
         if store.get_source(tenant, document.source_key) is None:
             return None  # deleted already: a redelivery, or docstream delete ran first

@@ -19,10 +19,10 @@ from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError, InputError
 from docstream.fairness import job_lane
-from docstream.ids import MAX_SOURCE_KEY_CHARS
+from docstream.ids import MAX_SOURCE_KEY_BYTES, check_source_key
 from docstream.logging import get_logger
 from docstream.progress import aware, job_progress
-from docstream.standing import QueueStanding
+from docstream.standing import QueueStanding, tenant_standing
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.sources import SourceInFlightError, delete_source
 from docstream.store.standings import standings
@@ -169,13 +169,15 @@ def task_request(spec: TaskSpec) -> TaskRequest:
 
 
 def queue_out(standing: QueueStanding | None) -> QueueOut | None:
-    """Where a job stands as the API shows it (None: it ended)."""
-    if standing is None or standing.tokens_ahead is None:
+    """Where a job stands as the API shows it to the job's tenant (None: it ended): the tokens ahead coarsened
+    (``docstream.standing.tenant_standing``), so that no other tenant's job shows through them."""
+    shown = None if standing is None else tenant_standing(standing)
+    if shown is None or shown.tokens_ahead is None:
         return None
-    return QueueOut(lane=standing.lane, started=standing.started,
-                    tokens_ahead=standing.tokens_ahead, waiting_tokens=standing.waiting_tokens,
-                    start_in_s=None if standing.start_in_s is None else round(standing.start_in_s, 1),
-                    estimated_start=standing.estimated_start)
+    return QueueOut(lane=shown.lane, started=shown.started,
+                    tokens_ahead=shown.tokens_ahead, waiting_tokens=shown.waiting_tokens,
+                    start_in_s=None if shown.start_in_s is None else round(shown.start_in_s, 1),
+                    estimated_start=shown.estimated_start)
 
 
 def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = None) -> JobSummary:
@@ -398,6 +400,7 @@ def _check_uris(ctx: ApiContext, uris: list[str]) -> None:
     for uri in uris:
         if "://" not in uri:
             raise ApiError(422, "invalid_source_uri", f"source URI {uri[:200]!r} is not a URL (file://, s3://...)")
+        check_source_key(uri)  # the URI is the document's source key: InputError invalid_source_key → 422
         ctx.objects.check_uri(uri)  # InputError source_not_allowed → 422
 
 
@@ -627,13 +630,14 @@ def cancel_job(ctx: Ctx, caller: Caller, job_id: JobId) -> JSONResponse:
 def delete_source_route(
     ctx: Ctx,
     caller: Caller,
-    key: Annotated[str, Query(min_length=1, max_length=MAX_SOURCE_KEY_CHARS,
-                              description="The source key: the URI it was submitted from (docs/intake.md).")],
+    key: Annotated[str, Query(description=f"The source key: the URI it was submitted from (docs/intake.md); 1 to "
+                                          f"{MAX_SOURCE_KEY_BYTES} UTF-8 bytes, no control character.")],
 ) -> SourceDeleted:
     """Retire every version of one of the tenant's sources: their chunks, vectors and results leave the store;
     the jobs keep their counts. A tombstone on the intake topic tells the sinks to remove it too (published
     first: 503 when it cannot be, and nothing is deleted). 404 for a source the tenant does not have, 409 while
     its current version is in flight."""
+    check_source_key(key)  # InputError invalid_source_key → 422, before anything is published
     announce = tombstone_announcer(ctx.producer, Topics(ctx.settings.kafka.topic_prefix),
                                    ctx.settings.api.flush_timeout_s)
     try:

@@ -211,7 +211,8 @@ class QueueOut(BaseModel):
     started: bool = Field(..., description="A document of the job has ended: the model is on it.")
     tokens_ahead: int = Field(
         ..., description="Tokens the model serves before the job starts: the waiting tokens of the jobs of its lane "
-        "submitted before it, and what the other lane is served meanwhile; 0 once started.")
+        "submitted before it, and what the other lane is served meanwhile, rounded up to two significant figures "
+        "and at least 1,000 so that no other tenant's job size shows through; 0 once started.")
     waiting_tokens: int = Field(..., description="The job's own tokens chunked and not ended yet.")
     start_in_s: float | None = Field(
         ..., description="Seconds until it should start at the service's recent rate; 0 once started; null while "

@@ -8,7 +8,6 @@ refused before anything is read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,7 +17,9 @@ from pydantic import BaseModel, ValidationError
 from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from docstream.ids import MAX_SOURCE_KEY_CHARS
+from docstream.errors import InputError
+from docstream.ids import check_source_key
+from docstream.json_input import MAX_JSON_DEPTH, json_depth, loads_bounded
 from docstream_ingest.api.errors import ApiError
 from docstream_ingest.api.schemas import MAX_FORM_FIELD_BYTES, JobOptionsIn
 from docstream_ingest.intake import Upload
@@ -86,10 +87,23 @@ async def read_json(request: Request, limit: int, model: type[BaseModel]) -> Any
     """The JSON body validated by ``model``, read up to ``limit`` bytes.
 
     Raises:
-        ApiError: 413 past ``limit``; 422 ``invalid_request`` for malformed or invalid JSON.
+        ApiError: 413 past ``limit``; 422 ``invalid_request`` for malformed or invalid JSON, or JSON nested deeper
+            than ``MAX_JSON_DEPTH``.
     """
     raw = b"".join([chunk async for chunk in _bounded(request, limit)])
+    _check_depth(raw)
     return _parse_model(model, raw, json=True)
+
+
+def _check_depth(raw: bytes) -> None:
+    """Refuse a body nested deeper than ``MAX_JSON_DEPTH`` before pydantic parses it: the free-form members (a
+    prompt's ``json_schema``) would otherwise carry the nesting on to code that recurses over it."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:  # the common body: no need to walk it
+        return
+    depth = json_depth(raw.decode("utf-8", "replace"))
+    if depth > MAX_JSON_DEPTH:
+        raise ApiError(422, "invalid_request",
+                       f"the request body nests {depth} levels deep, more than {MAX_JSON_DEPTH}")
 
 
 def _filename(raw: str | None, index: int) -> str:
@@ -105,19 +119,20 @@ def _source_keys(raw: str | None, uploads: list[Upload]) -> list[Upload]:
     if raw is None:
         return uploads
     try:
-        keys = json.loads(raw)
-    except ValueError as exc:
-        raise ApiError(422, "invalid_request", f"source_keys: not JSON ({exc})") from exc
+        keys = loads_bounded(raw, what="source_keys", code="invalid_request")
+    except InputError as exc:
+        raise ApiError(422, exc.code, exc.message) from exc
     if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
         raise ApiError(422, "invalid_request", "source_keys: a JSON object from file name to source key")
     names = {upload.filename for upload in uploads}
     unknown = sorted(set(keys) - names)
     if unknown:
         raise ApiError(422, "invalid_request", f"source_keys names files the request does not hold: {unknown[:5]}")
-    for key in keys.values():
-        if not key.strip() or len(key) > MAX_SOURCE_KEY_CHARS:
-            raise ApiError(422, "invalid_source_key",
-                           f"a source key is 1 to {MAX_SOURCE_KEY_CHARS} characters, not blank")
+    for name, key in keys.items():
+        try:
+            check_source_key(key)
+        except InputError as exc:
+            raise ApiError(422, exc.code, f"source_keys[{name!r}]: {exc.message}") from exc
     return [replace(upload, source_key=keys.get(upload.filename)) for upload in uploads]
 
 
@@ -150,9 +165,9 @@ def _decoded(fields: dict[str, str]) -> dict[str, Any]:
     decoded: dict[str, Any] = dict(fields)
     for name in _JSON_FIELDS & set(fields):
         try:
-            decoded[name] = json.loads(fields[name])
-        except ValueError as exc:
-            raise ApiError(422, "invalid_request", f"{name}: not JSON ({exc})") from exc
+            decoded[name] = loads_bounded(fields[name], what=name, code="invalid_request")
+        except InputError as exc:
+            raise ApiError(422, exc.code, exc.message) from exc
     return decoded
 
 
