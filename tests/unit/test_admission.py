@@ -1,12 +1,26 @@
-"""docstream.admission: what a tenant may submit now, and which limit holds it back. Pure: figures and time in."""
+"""docstream.admission: what a tenant may submit now, which limit holds it back, and which slots reconciliation
+frees. Pure: figures and time in."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docstream.admission import DAILY, DOCUMENTS, ENQUEUED, Limits, TenantLoad, capacity, day_of
+from docstream.admission import (
+    DAILY,
+    DOCUMENTS,
+    ENQUEUED,
+    ORPHAN_AFTER,
+    Limits,
+    Slot,
+    SlotDocument,
+    TenantLoad,
+    capacity,
+    day_of,
+    ended_slots,
+    slots_to_check,
+)
 
 NOON = datetime(2026, 12, 4, 12, 0, 0, tzinfo=UTC)
 
@@ -46,3 +60,35 @@ def test_the_days_limit_says_to_come_back_after_utc_midnight() -> None:
     assert cap.retry_after_s == 31
     assert capacity(Limits(max_tokens_per_day=10), TenantLoad(tokens_today=10), NOON).retry_after_s == 12 * 3600 + 1
     assert day_of(late) == "2026-12-04" and day_of(datetime(2026, 12, 5, 0, 30, tzinfo=UTC)) == "2026-12-05"
+
+
+# -- reconciliation: which slots to free (issue 44) ----------------------------------------------------------------
+
+
+def _slot(doc_id: str, minutes: int = 0, job_id: str = "job-1") -> Slot:
+    return Slot(doc_id, job_id, NOON + timedelta(minutes=minutes))
+
+
+def test_a_check_reads_a_bounded_share_of_the_slots_oldest_first_and_varying_start_reaches_all() -> None:
+    slots = [_slot(f"d{i}", minutes=-i) for i in range(5)]  # d4 is the oldest
+    assert [s.doc_id for s in slots_to_check(slots, 2, 0)] == ["d4", "d3"]
+    assert [s.doc_id for s in slots_to_check(slots, 3, 4)] == ["d0", "d4", "d3"]  # wraps round
+    assert [s.doc_id for s in slots_to_check(slots, 10, 7)] == ["d2", "d1", "d0", "d4", "d3"]  # each once
+    assert {s.doc_id for start in (0, 2, 4) for s in slots_to_check(slots, 2, start)} == {f"d{i}" for i in range(5)}
+    assert slots_to_check(slots, 0, 0) == [] and slots_to_check([], 5, 3) == []
+
+
+def test_a_slot_frees_when_its_document_ended_after_its_admission_or_never_got_a_row() -> None:
+    later = NOON + timedelta(minutes=1)
+    slots = [_slot("ended"), _slot("running"), _slot("ended-before"), _slot("other-job"), _slot("no-row"),
+             _slot("no-row-yet", minutes=1), _slot("not-read")]
+    documents: dict[str, SlotDocument | None] = {
+        "ended": SlotDocument("job-1", True, later),
+        "running": SlotDocument("job-1", False, later),
+        "ended-before": SlotDocument("job-1", True, NOON - timedelta(hours=1)),  # admitted again since
+        "other-job": SlotDocument("job-2", True, later),
+        "no-row": None,
+        "no-row-yet": None,
+    }
+    assert ended_slots(slots, documents, NOON + ORPHAN_AFTER) == ["ended", "no-row"]
+    assert ended_slots(slots, documents, NOON) == ["ended"]  # rows are written right after admission: wait

@@ -15,6 +15,7 @@ token figure past its limit by its own size. Refused, it names the limit and say
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -22,11 +23,16 @@ __all__ = [
     "DAILY",
     "DOCUMENTS",
     "ENQUEUED",
+    "ORPHAN_AFTER",
     "Capacity",
     "Limits",
+    "Slot",
+    "SlotDocument",
     "TenantLoad",
     "capacity",
     "day_of",
+    "ended_slots",
+    "slots_to_check",
 ]
 
 DOCUMENTS = "max_documents_in_flight"
@@ -35,6 +41,10 @@ DAILY = "max_tokens_per_day"
 
 _RETRY_FLIGHT_S = 5
 """Retry-After of a refusal by documents or enqueued tokens: they free as documents end, seconds apart."""
+
+ORPHAN_AFTER = timedelta(minutes=10)
+"""A slot whose document has no row this long after its admission is freed: the intake writes the rows right after
+admitting, so its process died in between and the document will never run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +123,55 @@ def capacity(limits: Limits, load: TenantLoad, now: datetime) -> Capacity:
     if room == 0:
         return Capacity(0, DOCUMENTS, _RETRY_FLIGHT_S, load, limits)
     return Capacity(room, None, _RETRY_FLIGHT_S, load, limits)
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A document holding one of its tenant's slots (a ``tenant_inflight`` row with an admission)."""
+
+    doc_id: str
+    job_id: str
+    admitted_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SlotDocument:
+    """What reconciliation reads of a slot's document (its ``documents`` row).
+
+    Attributes:
+        job_id: the job the row belongs to.
+        ended: whether its status is terminal (completed, partial, failed, skipped).
+        updated_at: when the status was last written.
+    """
+
+    job_id: str
+    ended: bool
+    updated_at: datetime
+
+
+def slots_to_check(slots: Sequence[Slot], budget: int, start: int) -> list[Slot]:
+    """At most ``budget`` of ``slots``, oldest admission first, from position ``start`` (taken modulo their number) on,
+    wrapping round: a caller that varies ``start`` reaches every slot, however many there are, at ``budget`` reads of
+    document rows per check."""
+    if budget <= 0 or not slots:
+        return []
+    ordered = sorted(slots, key=lambda slot: (slot.admitted_at, slot.doc_id))
+    first = start % len(ordered)
+    return (ordered[first:] + ordered[:first])[:budget]
+
+
+def ended_slots(slots: Sequence[Slot], documents: Mapping[str, SlotDocument | None], now: datetime) -> list[str]:
+    """The doc_ids of ``slots`` to free: their document's row, of the same job, ended at or after the admission (an
+    end written before it is a previous run of a document admitted again), or the document has no row
+    ``ORPHAN_AFTER`` after its admission. A slot missing from ``documents`` (not read) is kept."""
+    freed: list[str] = []
+    for slot in slots:
+        if slot.doc_id not in documents:
+            continue
+        document = documents[slot.doc_id]
+        if document is None:
+            if now - slot.admitted_at >= ORPHAN_AFTER:
+                freed.append(slot.doc_id)
+        elif document.ended and document.job_id == slot.job_id and document.updated_at >= slot.admitted_at:
+            freed.append(slot.doc_id)
+    return freed

@@ -367,6 +367,9 @@ class ChunkerHandler:
     def _skipped(self, submitted: DocumentSubmitted) -> list[Output]:
         """A document of a cancelled job: rows marked skipped, nothing produced."""
         self._write_rows(submitted, "skipped", self._clock(), error_code="job_cancelled")
+        if self._limited is not None and self._limited(submitted.tenant):
+            # it ends here, unseen by the reducer: its slot frees now (docs/operations.md "Quotas and admission")
+            self._store.release_documents(submitted.tenant, [submitted.doc_id])
         _log.info("document_skipped", reason="job_cancelled")
         return []
 

@@ -52,7 +52,7 @@ from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
 from docstream.tasks.selection import job_tasks, task_records
 from docstream.topics import Topics
-from docstream_ingest.admission import Admitting, admit, admit_some
+from docstream_ingest.admission import Admitting, admit, admit_some, release
 from docstream_ingest.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive
 from docstream_ingest.request import JobRequest, validate_job_request
 
@@ -573,6 +573,25 @@ def _produce(
     clients.producer.flush(clients.flush_timeout_s)
 
 
+def _produce_admitted(
+    documents: Sequence[SubmittedDocument], job_id: str, request: JobRequest, clients: IntakeClients, now: datetime,
+    *, write_rows: Callable[[], None] | None = None,
+) -> None:
+    """Write the rows (when given) and produce documents just admitted; on any failure give their slots back before
+    the error goes on (docs/operations.md "Quotas and admission"). Admitting first keeps the check and the taking
+    of the slots under the tenant's lease without holding it across the produce; a record that reached its topic
+    before the failure then runs without a slot, one submission's worth at most."""
+    done = False
+    try:
+        if write_rows is not None:
+            write_rows()
+        _produce(documents, job_id, request, clients, now)
+        done = True
+    finally:
+        if not done:  # whatever the failure, these documents are not in flight: a retry admits them again
+            release(clients.store, clients.settings.fairness, request.tenant, [d.doc_id for d in documents])
+
+
 _Sources = Callable[[_Collector], Iterable[_Candidate]]
 """A submission's documents, as candidates; refusals found on the way go to the collector."""
 
@@ -603,7 +622,7 @@ def _admit_gradually(
         taken, cap = admit_some(store, fairness, request.tenant, job_id, [d.doc_id for d in documents[done:]],
                                 clients.clock())
         if taken:
-            _produce(documents[done:done + taken], job_id, request, clients, now)
+            _produce_admitted(documents[done:done + taken], job_id, request, clients, now)
             done += taken
         if gradually.on_progress is not None:
             gradually.on_progress(done, len(documents), cap)
@@ -670,8 +689,9 @@ def _submit(
             _admit_gradually(documents, job_id, request, clients, gradually, now)
         else:
             admit(store, settings.fairness, request.tenant, job_id, [d.doc_id for d in documents], now)
-            _write_rows(store, job_id, earlier, collected, documents, request, now)
-            _produce(documents, job_id, request, clients, now)
+            _produce_admitted(documents, job_id, request, clients, now,
+                              write_rows=partial(_write_rows, store, job_id, earlier, collected, documents, request,
+                                                 now))
     log.info(
         "job_submitted",
         documents=len(documents),

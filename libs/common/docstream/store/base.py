@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Final, Literal, Protocol, runtime_checkable
 
-from docstream.admission import TenantLoad
+from docstream.admission import Slot, TenantLoad
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.usage import Usage
@@ -354,6 +354,14 @@ class ResultStore(Protocol):
 
     def end_document(self, tenant: str, doc_id: str, day: str, tokens: int) -> None:
         """A document ended: out of flight, and its ``tokens`` count on the tenant's ``day`` (``YYYY-MM-DD``)."""
+
+    def release_documents(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        """Free the slots of the tenant's ``doc_ids`` without counting their tokens on any day: documents that ended
+        where the reducer never sees them (skipped, not delivered, found ended by reconciliation). Releasing what is
+        not in flight changes nothing."""
+
+    def list_in_flight(self, tenant: str, limit: int) -> list[Slot]:
+        """At most ``limit`` of the tenant's documents in flight (admitted, not ended), by doc_id."""
 
     def tenant_load(self, tenant: str, day: str) -> TenantLoad:
         """The tenant's documents in flight, their enqueued tokens, and the tokens of ``day``."""

@@ -45,7 +45,7 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import ErrorMessage, IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
 
-from docstream.admission import TenantLoad
+from docstream.admission import Slot, TenantLoad
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.retry import backoff_delay
@@ -702,6 +702,38 @@ class CassandraStore(TableStore):
                       (tenant, day, doc_id, tokens), "end_document")
         self._execute(f"DELETE FROM {self._ks}.tenant_inflight WHERE tenant = ? AND doc_id = ?", (tenant, doc_id),
                       "end_document")
+
+    def release_documents(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        """Delete the tenant's in-flight rows of ``doc_ids`` (one partition: unlogged batches of 100), counting nothing.
+        A chunker's later tokens of one leave a row of tokens alone, not counted, which expires.
+
+        Raises:
+            StoreError: a write failed transiently (run it again: deleting twice changes nothing).
+        """
+        delete = self._prepare(f"DELETE FROM {self._ks}.tenant_inflight WHERE tenant = ? AND doc_id = ?")
+        requests: list[tuple[BatchStatement, None]] = []
+        for start in range(0, len(doc_ids), 100):
+            batch = _batch(BatchType.UNLOGGED)
+            for doc_id in doc_ids[start:start + 100]:
+                batch.add(delete, (tenant, doc_id))
+            requests.append((batch, None))
+        if not requests:
+            return
+        with self._errors("release_documents"):
+            execute_concurrent(self._connect(), requests, concurrency=self._settings.write_concurrency,
+                               raise_on_first_error=True)
+
+    def list_in_flight(self, tenant: str, limit: int) -> list[Slot]:
+        """At most ``limit`` of the tenant's in-flight rows with an admission, by doc_id (rows of tokens alone are
+        read and skipped, so fewer may come back while more are in flight).
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        rows = self._execute(f"SELECT doc_id, job_id, admitted_at FROM {self._ks}.tenant_inflight WHERE tenant = ? "
+                             "LIMIT ?", (tenant, limit), "list_in_flight")
+        return [Slot(row["doc_id"], row["job_id"], _dt(row["admitted_at"])) for row in rows
+                if row["admitted_at"] is not None]
 
     def tenant_load(self, tenant: str, day: str) -> TenantLoad:
         """The tenant's in-flight documents (rows with an admission), their tokens, and the tokens of ``day``: two

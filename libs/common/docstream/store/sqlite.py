@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from docstream.admission import TenantLoad
+from docstream.admission import Slot, TenantLoad
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.store.base import (
@@ -448,6 +448,27 @@ class SqliteStore(TableStore):
             conn.execute("INSERT INTO tenant_daily (tenant, day, doc_id, tokens) VALUES (?, ?, ?, ?) "
                          "ON CONFLICT (tenant, day, doc_id) DO UPDATE SET tokens = excluded.tokens",
                          (tenant, day, doc_id, tokens))
+
+    def release_documents(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        """Take ``doc_ids`` out of the tenant's flight, counting nothing (one transaction).
+
+        Raises:
+            StoreError: the write failed transiently (run it again: deleting twice changes nothing).
+        """
+        conn = self._connection()
+        with self._errors("release_documents"), self._transaction(conn):
+            conn.executemany("DELETE FROM tenant_inflight WHERE tenant = ? AND doc_id = ?",
+                             [(tenant, doc_id) for doc_id in doc_ids])
+
+    def list_in_flight(self, tenant: str, limit: int) -> list[Slot]:
+        """At most ``limit`` of the tenant's in-flight documents, by doc_id.
+
+        Raises:
+            StoreError: the read failed transiently.
+        """
+        found = self._all("SELECT doc_id, job_id, admitted_at FROM tenant_inflight WHERE tenant = ? ORDER BY doc_id "
+                          "LIMIT ?", (tenant, limit), "list_in_flight")
+        return [Slot(row["doc_id"], row["job_id"], datetime.fromisoformat(row["admitted_at"])) for row in found]
 
     def tenant_load(self, tenant: str, day: str) -> TenantLoad:
         """The tenant's in-flight documents, their tokens, and the tokens of ``day``.
