@@ -8,6 +8,7 @@ process) and reads the engine back through a plain connection of its own:
 * a new version of one source replaces exactly its changed chunks, and no id of the old text is left;
 * kill -9 of the sink mid-job: every point lands once;
 * ``docstream sink verify`` finds a difference planted behind docstream's back, and ``--repair`` fixes it;
+* ``--repair`` beside a live sink keeps what the sink wrote between verify's store read and its scan;
 * a source deleted by ``docstream delete``, and an upload by a producer's own tombstone, leave the sink.
 """
 
@@ -218,6 +219,43 @@ def test_verify_finds_and_repair_fixes_a_sink_changed_behind_its_back(
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "repaired: upserted 3, deleted 1" in repaired.stdout, repaired.stdout
     _assert_holds_exactly(engine, tenant, expected)
+    assert verify_sink(writer, tenant).differences.total == 0
+
+
+def test_repair_beside_a_live_sink_keeps_what_the_sink_wrote_between_verifys_two_reads(
+    sink_case: tuple[Settings, SinkEngine, str], kafka_bootstrap: str, cassandra_store: ResultStore,
+) -> None:
+    settings, engine, prefix = sink_case
+    rng, vectors, tenant = random.Random(17), {}, f"t{prefix[-8:]}"
+    texts = _paragraphs(rng, 6, "a")
+    seed_job(cassandra_store, f"{prefix}-j1", tenant, [(f"{prefix}-a1", "s3://bucket/a.pdf", texts)], rng=rng,
+             vectors=vectors)
+    writer = sink_writer(settings, SINK, store=cassandra_store, engine=engine, metrics=Metrics())
+    assert verify_sink(writer, tenant, repair=True).repaired  # the sink holds a.pdf's first version
+    later: list[SeededJob] = []
+
+    def the_live_sink_writes() -> None:
+        # after verify read the store, before it scans the sink: a new document and a new version of a.pdf (one
+        # paragraph rewritten) complete, and `docstream sink run` writes them and retires the old paragraph
+        edited = [*texts[:3], "a 3: rewritten while verify was reading", *texts[4:]]
+        later.append(seed_job(cassandra_store, f"{prefix}-j2", tenant, [
+            (f"{prefix}-b1", "s3://bucket/b.pdf", _paragraphs(rng, 4, "b")),
+            (f"{prefix}-a2", "s3://bucket/a.pdf", edited)],
+            rng=rng, previous={"s3://bucket/a.pdf": f"{prefix}-a1"}, vectors=vectors))
+        _publish(kafka_bootstrap, Topics(prefix).completed, later[0].completed, settings)
+        sink = _Running(settings, cassandra_store, open_engine(settings.sinks[SINK]))
+        try:
+            written = sink.metrics.sink_documents.labels(f"sink-{SINK}", "written")
+            wait_until(lambda: written._value.get() == 2, 60, "the sink to write both documents")
+        finally:
+            sink.stop()
+
+    found = verify_sink(writer, tenant, repair=True, between_reads=the_live_sink_writes)
+    # against the first read the sink's new points look extra, a.pdf's kept paragraphs stale, its rewritten one
+    # missing: the repair before the second read deleted and overwrote them
+    assert found.differences.counts() == {"missing": 1, "extra": 5, "stale": 5, "vector_mismatch": 0}
+    assert found.in_step and len(found.plan.settled) == 11
+    _assert_holds_exactly(engine, tenant, _expected(later[0]))
     assert verify_sink(writer, tenant).differences.total == 0
 
 

@@ -1,8 +1,8 @@
 """The contract of a sink's engine (docs/sinks.md "Adding a sink"), and ``open_engine``, which picks one.
 
 An engine is small: it creates its collection once it knows the vectors' dimensions, upserts points by id,
-deletes by id or by (tenant, source[, not doc_id]), and lists what it holds for ``docstream sink verify``. Every
-call is idempotent: the handler calls it again after a crash before the offset commit. Its errors are
+deletes by id, by (id, doc_id) or by (tenant, source[, not doc_id]), and lists what it holds for ``docstream sink
+verify``. Every call is idempotent: the handler calls it again after a crash before the offset commit. Its errors are
 docstream's: ``RetryableError`` (code ``sink_unavailable``) for a fault that passes (the loop backs off and
 tries again), ``PoisonRecord`` (code ``sink_refused``) for points the engine will never take (the record goes to
 the DLQ), ``ConfigError`` for a collection that cannot hold the points (the sink stops).
@@ -51,6 +51,11 @@ class SinkEngine(Protocol):
 
     def delete_ids(self, ids: Sequence[str]) -> None:
         """Delete the points of these ids (the ones that are there)."""
+
+    def delete_if_held(self, points: Sequence[tuple[str, str]]) -> None:
+        """Delete each (id, doc_id) of ``points`` only while the engine holds that id under that doc_id, in the
+        engine's own delete (``sink verify --repair`` beside a live sink: a point the sink wrote again under a
+        newer version since the scan stays)."""
 
     def scan(self, tenant: str) -> Iterator[HeldPoint]:
         """Every point of ``tenant``, in no order."""

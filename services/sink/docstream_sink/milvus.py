@@ -34,6 +34,8 @@ _T = TypeVar("_T")
 _REFUSED = (DataNotMatchException, DataTypeNotMatchException, ParamError, PrimaryKeyException)
 _UNAVAILABLE = (ConnectError, MilvusUnavailableException, ConnectionError, TimeoutError)
 _SCAN_BATCH = 1000
+_DELETE_BATCH = 500
+"""Most ids in one delete's filter expression."""
 
 
 def _literal(value: str) -> str:
@@ -113,6 +115,15 @@ class MilvusEngine:
     def delete_ids(self, ids: Sequence[str]) -> None:
         if ids:
             _call("delete by id", lambda: self._client.delete(self._name, ids=list(ids), timeout=self._timeout))
+
+    def delete_if_held(self, points: Sequence[tuple[str, str]]) -> None:
+        by_doc: dict[str, list[str]] = {}
+        for point_id, doc_id in points:
+            by_doc.setdefault(doc_id, []).append(point_id)
+        for doc_id, ids in by_doc.items():
+            for start in range(0, len(ids), _DELETE_BATCH):
+                listed = ", ".join(_literal(i) for i in ids[start:start + _DELETE_BATCH])
+                self._delete("delete of held points", f"doc_id == {_literal(doc_id)} and id in [{listed}]")
 
     def scan(self, tenant: str) -> Iterator[HeldPoint]:
         if not _call("collection check", lambda: self._client.has_collection(self._name, timeout=self._timeout)):

@@ -8,7 +8,8 @@ the ids they had, and a chunk whose text changed gets a new id; the sink then de
 the new version did not write (``doc_id`` differs), and holds exactly the current text.
 
 ``decide`` says what one DocumentCompleted asks of a sink (write the document's points, remove a deleted
-source's, or nothing, and why); ``compare`` is ``docstream sink verify``'s diff of a sink against the store.
+source's, or nothing, and why); ``compare`` is ``docstream sink verify``'s diff of a sink against the store, and
+``plan_repair`` what its ``--repair`` writes once the store has been read again after the scan.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ __all__ = [
     "POINT_NAMESPACE",
     "Differences",
     "Remove",
+    "Repair",
     "SinkPoint",
     "Skip",
     "Write",
     "compare",
     "decide",
+    "plan_repair",
     "point_ids",
     "points_of",
     "source_of",
@@ -212,3 +215,47 @@ def compare(expected: Iterable[SinkPoint], held: Mapping[str, tuple[str, Sequenc
             mismatch.append(point.id)
     extra = sorted(set(held) - wanted)
     return Differences(tuple(missing), tuple(extra), tuple(stale), tuple(mismatch))
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """What ``docstream sink verify --repair`` writes: the points to upsert (as the store holds them now), the held
+    points to delete, each as (id, doc_id) the scan saw (the engine deletes it only while it still holds that id
+    under that doc_id), and the ids of the differences the store's second read explains (``settled``: a live
+    sink's writes during the scan), which it leaves alone."""
+
+    upsert: tuple[SinkPoint, ...] = ()
+    delete: tuple[tuple[str, str], ...] = ()
+    settled: tuple[str, ...] = ()
+
+
+def plan_repair(
+    differences: Differences, expected: Mapping[str, SinkPoint], held: Mapping[str, tuple[str, Sequence[float]]],
+    current: Mapping[str, Mapping[str, SinkPoint]],
+) -> Repair:
+    """What a repair writes, from the first read of the store (``expected``: id → point), the scan (``held``:
+    id → (doc_id, vector)), their ``differences``, and a second read of the store after the scan (``current``:
+    for each doc_id of a difference, the points the sink should hold of that document now, by id; none when the
+    sink should hold none of it: not current, retired, deleted, unknown).
+
+    A sink beside the repair keeps writing between the reads. A difference is repaired only when the second read
+    still asks for it: a missing, stale or mismatched point only while its document is current (a point of a
+    version retired or deleted since the first read is left to the sink, which retires it), an extra point only
+    when its held document does not claim it now (a point the sink wrote after the first read is kept).
+    """
+    upsert: list[SinkPoint] = []
+    delete: list[tuple[str, str]] = []
+    settled: list[str] = []
+    for point_id in (*differences.missing, *differences.stale, *differences.vector_mismatch):
+        now = current.get(expected[point_id].doc_id, {}).get(point_id)
+        if now is None:
+            settled.append(point_id)
+        else:
+            upsert.append(now)
+    for point_id in differences.extra:
+        doc_id = held[point_id][0]
+        if point_id in current.get(doc_id, {}):
+            settled.append(point_id)
+        else:
+            delete.append((point_id, doc_id))
+    return Repair(tuple(upsert), tuple(delete), tuple(settled))

@@ -114,6 +114,14 @@ class PostgresEngine:
         if ids:
             self._delete("delete by id", sql.SQL("id = ANY(%s::uuid[])"), [list(ids)])  # type: ignore[list-item]
 
+    def delete_if_held(self, points: Sequence[tuple[str, str]]) -> None:
+        if not points:
+            return
+        statement = sql.SQL("DELETE FROM {} WHERE (id, doc_id) IN (SELECT * FROM unnest(%s::uuid[], %s::text[]))"
+                            ).format(self._table)
+        ids, doc_ids = [p[0] for p in points], [p[1] for p in points]
+        self._call("delete of held points", lambda conn: conn.execute(statement, (ids, doc_ids)).rowcount)
+
     def scan(self, tenant: str) -> Iterator[HeldPoint]:
         conn = self._connection()
         exists = self._call("table check", lambda c: c.execute("SELECT to_regclass(%s)", (self._name,)).fetchone())
