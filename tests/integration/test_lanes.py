@@ -48,7 +48,9 @@ from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import Pipeline, running_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+# alone: the backfill's share while an interactive job runs held in every run on its own, and once fell to 15.9 %
+# (bound 18 %) beside three test workers on 2 cores (docs/reliability.md "Open failures")
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(900)]
 
 FULL = os.environ.get("DOCSTREAM_CHAOS_FULL") == "1"
 """`make chaos`: the issue's scale (a backfill of 2,000 chunks and more, the small jobs 10 s later); `make test` runs
