@@ -8,7 +8,6 @@ attacker's records carry real PDFs, read by the real extractor when they get tha
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ from docstream_cli.ops.dlq import iter_dlq
 from docstream_cli.ops.dlq_plan import DlqRecord
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import kafka_settings, read_topic, wait_until
+from tests.fixtures.loop import running_loop
 
 pytestmark = pytest.mark.integration
 
@@ -194,32 +194,13 @@ def test_a_tombstone_of_a_tenants_own_topic_deletes_its_own_source(
     assert store.list_document_results(victim.doc_id) == []
 
 
-class RunningChunker:
-    """The chunker's ConsumeLoop in a thread, reading the shared intake topic and one tenant's own."""
-
-    def __init__(self, settings: Settings, store: ResultStore, topics: list[str], metrics: Metrics) -> None:
-        self.extractor = InlineExtractor(ExtractorSettings.of(settings))
-        handler = ChunkerHandler(settings.chunker, Topics(settings.kafka.topic_prefix), store, self.extractor,
-                                 metrics=metrics)
-        self.loop = ConsumeLoop(settings.kafka, settings.retry, group_id=f"chunker-{uuid.uuid4().hex}",
-                                topics=topics, handler=handler, on_tombstone=handler.on_tombstone,
-                                serde=AvroSerde(settings.kafka), service="chunker", metrics=metrics)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="chunker-loop", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.loop.run()
-        except BaseException as exc:  # handed to the test thread
-            self.error = exc
-
-    def stop(self) -> None:
-        self.loop.stop()
-        self.thread.join(60)
-        self.extractor.close()
-        assert not self.thread.is_alive(), "the chunker loop did not stop"
-        assert self.error is None, f"the chunker loop failed: {self.error!r}"
+def _chunker_loop(settings: Settings, store: ResultStore, extractor: InlineExtractor, topics: list[str],
+                  metrics: Metrics) -> ConsumeLoop:
+    """The chunker's ConsumeLoop, reading the shared intake topic and one tenant's own."""
+    handler = ChunkerHandler(settings.chunker, Topics(settings.kafka.topic_prefix), store, extractor, metrics=metrics)
+    return ConsumeLoop(settings.kafka, settings.retry, group_id=f"chunker-{uuid.uuid4().hex}", topics=topics,
+                       handler=handler, on_tombstone=handler.on_tombstone, serde=AvroSerde(settings.kafka),
+                       service="chunker", metrics=metrics)
 
 
 def test_cross_tenant_intake_records_go_to_the_dlq_with_their_codes_on_the_real_stack(
@@ -255,8 +236,9 @@ def test_cross_tenant_intake_records_go_to_the_dlq_with_their_codes_on_the_real_
         producer.close(5)
 
     metrics = Metrics()
-    chunker = RunningChunker(settings, cassandra_store, [topics.submitted, theirs_topic], metrics)
-    try:
+    extractor = InlineExtractor(ExtractorSettings.of(settings))
+    loop = _chunker_loop(settings, cassandra_store, extractor, [topics.submitted, theirs_topic], metrics)
+    with running_loop(loop) as errors:
         def letters(topic: str, count: int) -> dict[str, DlqRecord] | None:
             found = {r.error_code: r for r in iter_dlq(settings.kafka, dlq_topic(topic), timeout_s=20)}
             return found if len(found) >= count else None
@@ -266,9 +248,8 @@ def test_cross_tenant_intake_records_go_to_the_dlq_with_their_codes_on_the_real_
         read_topic(kafka_bootstrap, topics.chunks, topics.completed, serde=serde, timeout_s=120,
                    until=lambda reader: any(getattr(r.record, "doc_id", None) == legit.doc_id
                                             for r in reader.received), what="the legitimate document's output")
-    finally:
-        chunker.stop()
-
+    extractor.close()
+    assert errors == [], errors
     assert set(shared) == {"tenant_mismatch_job", "tenant_mismatch_previous"}
     assert set(own) == {"tenant_mismatch_source", "tenant_mismatch_topic"}
     for letter in [*shared.values(), *own.values()]:

@@ -591,3 +591,29 @@ def test_a_submission_past_the_tenants_quota_is_429_with_retry_after_and_capacit
         assert (free["documents"], free["limited_by"], free["limits"]["max_documents_in_flight"]) == (None, None, None)
         assert client.get("/v1/capacity").status_code == 401
     store.close()
+
+
+def _running(store: SqliteStore, job_id: str, tenant: str, created_at: datetime, waiting: int) -> None:
+    store.upsert_job(JobRow(job_id=job_id, tenant=tenant, created_at=created_at, status="running", document_count=2,
+                            updated_at=created_at))
+    store.upsert_queued_job(QueuedJobRow("docstream.chunks", job_id, tenant, created_at, waiting, 0, created_at))
+
+
+def test_a_tenant_sees_its_position_but_not_the_size_or_name_of_another_tenants_job_ahead(api: Api) -> None:
+    _running(api.store, "globex-secret-backfill", "globex", AT - timedelta(hours=1), 12_345)
+    _running(api.store, "acme-job", "acme", AT, 300)
+    api.store.record_throughput("docstream-inference", "inference-1", 500.0, NOW, 60)
+    detail = api.client.get("/v1/jobs/acme-job", headers=api.as_("acme"))
+    listed = api.client.get("/v1/jobs", headers=api.as_("acme"))
+    queue = detail.json()["queue"]
+    assert queue["tokens_ahead"] == 13_000  # was 12,345: the other tenant's job, exactly
+    assert queue["waiting_tokens"] == 300  # its own, exact
+    assert queue["start_in_s"] == 26.0  # from the figure shown, at 500 tokens/s
+    assert [j["queue"] for j in listed.json()["items"]] == [queue]
+    for response in (detail, listed):
+        assert "globex" not in response.text and "12345" not in response.text and "12,345" not in response.text
+    # the other tenant sees its own job first in the lane, and nothing of acme's
+    theirs = api.client.get("/v1/jobs/globex-secret-backfill", headers=api.as_("globex"))
+    assert theirs.json()["queue"]["tokens_ahead"] == 0 and theirs.json()["queue"]["waiting_tokens"] == 12_345
+    assert "acme" not in theirs.text
+    assert api.client.get("/v1/jobs/globex-secret-backfill", headers=api.as_("acme")).status_code == 404
