@@ -91,3 +91,15 @@ def test_a_source_whose_key_is_4096_bytes_of_4_byte_characters_can_be_deleted(ap
     response = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
     # found, and refused only because its version is in flight (nothing is published then)
     assert (response.status_code, response.json()["error_code"]) == (409, "source_in_flight"), response.text
+
+
+def test_two_uploads_that_would_be_two_versions_of_one_source_in_one_request_are_refused(api: Api) -> None:  # noqa: F811
+    other = ("in/a.pdf", b"%PDF-1.7 another document", "application/pdf")  # its name is a.pdf once sanitised
+    status, body = _post(api, files=[("files", PDF), ("files", other)],
+                         data={"source_keys": json.dumps({"a.pdf": "s3://b/a.pdf"})})
+    assert (status, body["error_code"]) == (422, "duplicate_source_key"), body
+    renamed = ("b.pdf", b"%PDF-1.7 another document", "application/pdf")
+    status, body = _post(api, files=[("files", PDF), ("files", renamed)],
+                         data={"source_keys": json.dumps({"a.pdf": "s3://b/a.pdf", "b.pdf": "s3://b/a.pdf"})})
+    assert (status, body["error_code"]) == (422, "duplicate_source_key"), body
+    assert api.store.list_jobs("acme") == []

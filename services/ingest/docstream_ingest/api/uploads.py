@@ -133,6 +133,16 @@ def _source_keys(raw: str | None, uploads: list[Upload]) -> list[Upload]:
             check_source_key(key)
         except InputError as exc:
             raise ApiError(422, exc.code, f"source_keys[{name!r}]: {exc.message}") from exc
+    # one source, one version per request: two files of one key would both follow its current version (a fork)
+    named = [upload.filename for upload in uploads if upload.filename in keys]
+    twice = sorted({name for name in named if named.count(name) > 1})
+    if twice:
+        raise ApiError(422, "duplicate_source_key", f"two files are named {twice[0]!r} (after their folders are taken "
+                                                    "off): each file given a source key needs a name of its own")
+    shared = len(set(keys.values())) < len(keys)
+    if shared:
+        raise ApiError(422, "duplicate_source_key", "source_keys gives one source key to two files: a source has "
+                                                    "one version a request")
     return [replace(upload, source_key=keys.get(upload.filename)) for upload in uploads]
 
 
