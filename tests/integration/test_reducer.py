@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -362,6 +363,10 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     two.stop_cleanly(_STOP_S)
 
 
+def _events(process: ServiceProcess) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in process.log_text().splitlines() if line.startswith("{")]
+
+
 @pytest.mark.alone  # its 3 s stall timeout: beside the other integration tests on 2 loaded cores it never restarted
 def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
@@ -375,31 +380,40 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     job_id = unique_name("job")
     docs = [_Doc(f"{job_id}-d{i:02d}", 3) for i in range(20)]  # partition 0 gets none: p = (2/3)^20
     _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
+    # the 3 s stall timeout is the first process's only: it comes from a config file emptied once that process
+    # has read it, so the process that replaces it (same environment) has the default
+    config = tmp_path / "first-process.toml"
+    config.write_text("[reducer]\nstall_timeout_s = 3\n")
     env = {**_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True),
-           "DOCSTREAM_REDUCER__STALL_TIMEOUT_S": "3", "DOCSTREAM_FAULTS__REDUCER_STALL_PARTITION": "0"}
+           "DOCSTREAM_CONFIG_FILE": str(config), "DOCSTREAM_FAULTS__REDUCER_STALL_PARTITION": "0"}
     reducer = ServiceProcess("reducer", env, tmp_path)
     reducers.append(reducer)
     reducer.start()
     wait_until(lambda: '"reducer_state_recovered"' in reducer.tail(200) or not reducer.alive(), 120,
                "the reducer to recover its tables")
+    config.write_text("")
     records = [r for d in docs for r in d.records(job_id)]
     pid = reducer.proc.pid if reducer.proc is not None else None
     _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, records), pause_s=0.05)
 
+    def _starts() -> list[int]:
+        return [e["restarts"] for e in _events(reducer) if e["event"] == "reducer_starting"]
+
+    wait_until(lambda: len(_starts()) > 1 or not reducer.alive(), 120, "the self-restart")
+    assert _starts() == [0, 1], reducer.tail()  # one restart; the fault is off in the new process
+    assert reducer.proc is not None and reducer.proc.pid == pid  # the same process, replaced in place
     jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=180,
                       what="the final JobStatus after the self-restart", describe=reducer.tail)
     completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
                            linger_s=2.0, what="every document", describe=reducer.tail)
 
-    log = reducer.log_text()
-    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    events = _events(reducer)
     names = [e["event"] for e in events]
     stuck = [e for e in events if e["event"] == "partition_stuck"]
     assert "partition_stalled_refetching" in names  # the re-fetch came first
     assert stuck and {(e["topic"], e["partition"]) for e in stuck} == {(topics.embedded, 0)}
-    starts = [e for e in events if e["event"] == "reducer_starting"]
-    assert [e["restarts"] for e in starts] == [0, 1]  # one restart; the fault is off in the new process
-    assert reducer.proc is not None and reducer.proc.pid == pid  # the same process, replaced in place
+    starts = [(e["restarts"], e["stall_timeout_s"]) for e in events if e["event"] == "reducer_starting"]
+    assert starts == [(0, 3.0), (1, 20.0)]  # no second restart; the new process has the default stall timeout
     by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))
     assert by_doc == {d.doc_id: 1 for d in docs}
     final = next(r for r in jobs.records if isinstance(r, JobStatus) and r.final)

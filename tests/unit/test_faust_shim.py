@@ -505,3 +505,85 @@ def test_acknowledged_sends_are_forgotten_and_a_failed_one_fails_every_later_flu
         return errors
 
     assert asyncio.run(_run()) == ["1 table changes were not written, the first: cancelled"] * 2
+
+
+# --- every buffered send acknowledged in its transaction before an exactly-once commit ----------------
+
+
+class _TransactionProducer:
+    """Records what the commit does, and whether each buffered send was acknowledged when the offsets went."""
+
+    def __init__(self, futures: list[asyncio.Future[Any]]) -> None:
+        self.futures = futures
+        self.calls: list[Any] = []
+
+    async def flush(self) -> None:
+        return None
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+        self.calls.append(("offsets", dict(offsets), group_id, [f.done() for f in self.futures]))
+
+    async def commit_transaction(self) -> None:
+        self.calls.append("commit")
+
+    async def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+
+async def _until(condition: Callable[[], Any]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
+def _commit_with_buffered_sends(app: faust.App, commit: Callable[..., Any], *, late_send: bool) -> list[Any]:
+    """Three table changes buffered (sent 0.1 s apart), then ``commit``; ``late_send``: one more change is
+    buffered while the commit waits for the transaction's lock (a direct send holds it)."""
+    tp, tid = TP("in", 0), "app-0-0"
+
+    async def _run() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        producer: Any = app.producer  # made on this loop: its buffer's task runs here
+        futures = [loop.create_future() for _ in range(4 if late_send else 3)]
+        transaction = _TransactionProducer(futures)
+        producer._transaction_producers = {tid: transaction}  # instance fields: the class's dicts stay as they are
+        producer._trn_locks = {tid: asyncio.Lock()}
+        _slow_sends(producer.buffer, delay_s=0.1)
+        await producer.buffer.start()
+        try:
+            for fut in futures[:3]:
+                producer.send_soon(fut)
+            if late_send:
+                await producer._trn_locks[tid].acquire()
+                committing = asyncio.ensure_future(commit(producer, {tid: {tp: 7}}, "app"))
+                lock = producer._trn_locks[tid]
+                await asyncio.wait_for(_until(lambda: lock._waiters), timeout=5)  # flushed, waiting for the lock
+                producer.send_soon(futures[3])
+                producer._trn_locks[tid].release()
+                await asyncio.wait_for(committing, timeout=5)
+            else:
+                await asyncio.wait_for(commit(producer, {tid: {tp: 7}}, "app"), timeout=5)
+            return transaction.calls
+        finally:
+            await asyncio.gather(*futures)
+            await producer.buffer.stop()
+
+    return asyncio.run(_run())
+
+
+@pytest.mark.parametrize("late_send", [False, True], ids=["buffered-before", "buffered-while-locked"])
+def test_an_exactly_once_commit_sends_its_offsets_only_once_every_buffered_send_is_acknowledged(
+    late_send: bool, shimmed: Callable[..., faust.App],
+) -> None:
+    app = shimmed("shim-eos-commit", exactly_once=True)
+    calls = _commit_with_buffered_sends(app, faust_shim._Producer.commit_transactions, late_send=late_send)
+    done = [True] * (4 if late_send else 3)
+    assert calls == [("offsets", {TP("in", 0): 7}, "app", done), "commit", "begin"]
+
+
+def test_faust_alone_commits_a_transaction_with_its_table_changes_still_buffered(
+    shimmed: Callable[..., faust.App],
+) -> None:
+    # the library's behaviour the fix is for: the transactional commit flushes nothing
+    app = shimmed("shim-eos-commit-faust", exactly_once=True)
+    calls = _commit_with_buffered_sends(app, faust_aiokafka.Producer.commit_transactions, late_send=False)
+    assert calls == [("offsets", {TP("in", 0): 7}, "app", [False, False, False]), "commit", "begin"]

@@ -16,7 +16,8 @@ transport of its own, whose subclasses carry the fixes:
 * ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
   the value of this app's transport, and are ``_TransactionalProducer``s; ``flush()``, awaited before
   every at-least-once commit, returns only when every table change was acknowledged
-  (``Producer.send_soon``, ``Producer.flush``);
+  (``Producer.send_soon``, ``Producer.flush``); under exactly-once the offsets commit only once every
+  buffered send is acknowledged in its transaction (``Producer.commit_transactions``, ``_trn_locks``);
 * ``_TransactionalProducer``: its sender retries a FindCoordinator that lost its connection
   (``Sender._find_coordinator``, wrapped on that sender instance only).
 
@@ -29,6 +30,7 @@ committed offsets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import inspect
 import os
@@ -100,6 +102,10 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
          "(self, fut: faust.types.tuples.FutureMessage) -> None"),
     "faust.transport.drivers.aiokafka.Producer.flush":
         ("faust-streaming", faust_aiokafka.Producer.flush, "(self) -> None"),
+    "faust.transport.drivers.aiokafka.Producer.commit_transactions":
+        ("faust-streaming", faust_aiokafka.Producer.commit_transactions,
+         "(self, tid_to_offset_map: Mapping[str, Mapping[faust.types.tuples.TP, int]], group_id: str,"
+         " start_new_transaction: bool = True) -> None"),
     "faust.transport.base.Transport.__init__":
         ("faust-streaming", transport_base.Transport.__init__,
          "(self, url: List[yarl.URL], app: faust.types.app.AppT,"
@@ -119,6 +125,8 @@ _PRIVATE_FIELDS = (
     ("mode-streaming", mode.Worker, "_signal_stop_time"),
     ("faust-streaming", faust_aiokafka.Consumer, "_committed_offset"),
     ("faust-streaming", faust_aiokafka.Consumer, "_read_offset"),
+    ("faust-streaming", faust_aiokafka.Producer, "_trn_locks"),
+    ("faust-streaming", faust_aiokafka.Producer, "_transaction_producers"),
 )
 
 _GAP_GUARD = "if gap > 1 and r_offset:"
@@ -359,9 +367,9 @@ class _TransactionalProducer(aiokafka.AIOKafkaProducer):  # aiokafka is untyped:
 class ChangelogNotSentError(FatalError):
     """A table change the consumer was about to commit past was not acknowledged by the broker.
 
-    Raised by the app's producer ``flush()``, which Faust awaits before every at-least-once offset
-    commit: the commit does not happen, the worker stops, and the input is read again after the
-    restart (nothing is lost).
+    Raised by the app's producer ``flush()``, awaited before every offset commit (at-least-once:
+    by Faust; exactly-once: by ``_Producer.commit_transactions``): the commit does not happen, the
+    worker stops, and the input is read again after the restart (nothing is lost).
     """
 
     code = "changelog_not_sent"
@@ -384,6 +392,19 @@ class _Producer(faust_aiokafka.Producer):
     document of 50 never completed after the restart (tests/integration/test_reducer.py, a
     clean-clone CI run). Here every future given to ``send_soon`` is kept until it is done, and
     ``flush()`` returns only once all of them were acknowledged.
+
+    Exactly-once commits offsets through ``commit_transactions`` (the transaction manager's commit),
+    and faust-streaming 0.15.3 flushes nothing there (only the at-least-once branch of
+    ``Consumer._commit_offsets`` does): a table change still in the buffer, or queued behind another
+    partition's commit, joined the next transaction while the offset of the record that made it
+    committed in this one, and a kill -9 lost it (docs/reliability.md). Here the commit first
+    flushes as above, then takes the lock of every transaction it commits (sends into them wait),
+    and commits only when no buffered send is unacknowledged with the locks held; otherwise it lets
+    go and flushes again. A record's table changes are buffered before its handler sends its
+    outputs (agents.py: the completion marker before the DocumentCompleted), and the buffer hands
+    them to the transaction only after the handler's send asked for its lock: a transaction that
+    holds an output commits only once the record's table changes are acknowledged in it.
+    tests/integration/test_reducer_eos_flush.py and tests/unit/test_faust_shim.py.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -398,6 +419,32 @@ class _Producer(faust_aiokafka.Producer):
         await super().flush()
         await self._sends.wait(lambda: self.buffer.state == "running",
                                timeout_s=float(self.app.conf.producer_request_timeout))
+
+    async def commit_transactions(self, tid_to_offset_map: Mapping[str, Mapping[TP, int]], group_id: str,
+                                  start_new_transaction: bool = True) -> None:
+        tids = sorted(tid_to_offset_map)
+        while True:
+            await self.flush()
+            async with contextlib.AsyncExitStack() as held:
+                for tid in tids:
+                    await held.enter_async_context(self._trn_locks[tid])
+                if not self._sends.unsent:  # nothing buffered can reach these transactions while held
+                    await self._commit_held(tid_to_offset_map, group_id, start_new_transaction)
+                    return
+            _log.debug("transaction_commit_reflushed", waiting=len(self._sends.unsent))
+
+    async def _commit_held(self, tid_to_offset_map: Mapping[str, Mapping[TP, int]], group_id: str,
+                           start_new_transaction: bool) -> None:
+        """faust-streaming 0.15.3's ``commit_transactions`` loop, with the locks already held."""
+        for tid, offsets in tid_to_offset_map.items():
+            producer = self._transaction_producers.get(tid)
+            if producer is None:
+                _log.warning("transaction_commit_unknown", transactional_id=tid)
+                continue
+            await producer.send_offsets_to_transaction(offsets, group_id)
+            await producer.commit_transaction()
+            if start_new_transaction:
+                await producer.begin_transaction()
 
     def _settings_extra(self) -> Mapping[str, Any]:
         extra = dict(super()._settings_extra())

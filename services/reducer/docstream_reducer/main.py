@@ -67,7 +67,7 @@ def _run_worker(settings: Settings, reducer: Reducer, restarts: int) -> int:
     """Run the Faust worker on this thread until it stops (its own SIGTERM/SIGINT handlers); its exit code."""
     log = get_logger(__name__)
     log.info("reducer_starting", exactly_once=settings.kafka.transactions, app_id=settings.reducer.app_id,
-             restarts=restarts)
+             restarts=restarts, stall_timeout_s=settings.reducer.stall_timeout_s)
     worker = ReducerWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
                           redirect_stdouts=False)
     worker.spinner = None  # a terminal spinner: escape codes in a service's log
