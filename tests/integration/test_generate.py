@@ -164,7 +164,7 @@ def test_a_document_longer_than_one_reduce_call_reduces_in_a_tree_with_its_level
     for i, text in enumerate([*TEXTS, *EXTRACT_TEXTS]):
         state = fold.add(state, FoldInput(i, 70, 1, 1, output={"kind": "summarize", "text": text,
                                                                 "prompt_tokens": 0, "completion_tokens": 0}))
-    pending = fold.finish(state, chunk_count=6).output
+    pending = fold.finish_with(state, list(enumerate([*TEXTS, *EXTRACT_TEXTS])), chunk_count=6).output
     try:
         output = loaded.reduce_document(dict(pending), Prompt("summarize"))
     finally:

@@ -32,7 +32,9 @@ def test_internal_topics_exist_before_faust_starts_with_faust_s_names_and_config
     assert all(len(metadata.topics[name].partitions) == 3 for name in created)
     for name in changelogs:
         [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values()
-        assert future.result(timeout=10)["cleanup.policy"].value == "compact"
+        config = future.result(timeout=10)
+        assert config["cleanup.policy"].value == "compact"
+        assert config["max.message.bytes"].value == str(settings.kafka.max_message_bytes)  # not the broker's 1 MiB
 
 
 def _idempotent(settings: Settings) -> bool:

@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from docstream.errors import PoisonRecord
-from docstream.records import ChunkEmbedded, DocumentCompleted
+from docstream.records import OUTPUT_TOO_LARGE, ChunkEmbedded, DocumentCompleted
 from docstream.tasks.fold_embed import EmbedFold, unpack_floats
 from docstream.tasks.fold_generate import GenerateFold
 from docstream_reducer.aggregation import (
     ALL_CHUNKS_FAILED,
+    CHUNK_ANSWER_MISSING,
     ChunkCountMismatchError,
     ChunkIndexError,
     CompletionMarker,
@@ -24,10 +25,12 @@ from docstream_reducer.aggregation import (
     JobProgress,
     StatusThrottle,
     apply,
+    collect_answers,
     decode_entry,
     document_key,
     job_status,
     record_document,
+    with_answers,
 )
 
 EMBED_FOLD = EmbedFold()
@@ -172,6 +175,22 @@ def _answer(index: int, count: int, *, ok: bool, prompt: int, completion: int) -
                    output=json.dumps({**output, "text": f"s{index}"} if ok else output))
 
 
+_Row = tuple[int, str, str | None]
+LIMIT = 8 * 1024 * 1024
+
+
+def _rows(results: list[ChunkEmbedded]) -> list[_Row]:
+    """The chunk rows the inference service wrote for ``results`` (a later row of an index replaces the earlier)."""
+    return sorted({r.chunk_index: (r.chunk_index, r.status, r.output) for r in results}.values())
+
+
+def _complete(state: DocumentState | CompletionMarker | None, rows: list[_Row], fold: GenerateFold,
+              limit: int = LIMIT) -> DocumentCompleted:
+    """What the reducer's documents agent does at completion: the answers read back from the rows."""
+    assert isinstance(state, DocumentState) and state.is_complete
+    return with_answers(state, fold, collect_answers(state, fold, rows, max_bytes=limit), limit=limit)
+
+
 def test_a_failed_chunk_that_says_what_it_cost_is_counted_by_its_fold_and_a_bare_failure_is_not() -> None:
     fold = GenerateFold()
     results = [_answer(0, 3, ok=True, prompt=10, completion=2), _answer(1, 3, ok=False, prompt=30, completion=9),
@@ -179,15 +198,92 @@ def test_a_failed_chunk_that_says_what_it_cost_is_counted_by_its_fold_and_a_bare
     state: DocumentState | CompletionMarker | None = None
     for result in results:
         state, completed = apply(state, result, fold)
-    assert completed is not None and (completed.status, completed.failed_chunks) == ("partial", 2)
+    assert completed is not None
+    completed = _complete(state, _rows(results), fold)
+    assert (completed.status, completed.failed_chunks) == ("partial", 2)
     output = json.loads(completed.output or "{}")
     assert [s["text"] for s in output["chunk_summaries"]] == ["s0"]
     assert (output["prompt_tokens"], output["completion_tokens"]) == (40, 11)
     # the dead letter replayed, answered this time: its tokens add to the failed attempts'
-    _, again = apply(state, _answer(1, 3, ok=True, prompt=12, completion=3), fold)
+    replayed = _answer(1, 3, ok=True, prompt=12, completion=3)
+    state, again = apply(state, replayed, fold)
     assert again is not None
-    assert (json.loads(again.output or "{}")["prompt_tokens"], json.loads(again.output or "{}")["completion_tokens"]) \
-        == (52, 14)
+    again = _complete(state, _rows([*results, replayed]), fold)
+    output = json.loads(again.output or "{}")
+    assert (output["prompt_tokens"], output["completion_tokens"]) == (52, 14)
+    assert [s["text"] for s in output["chunk_summaries"]] == ["s0", "s1"]
+
+
+def test_the_generate_state_stays_the_same_size_whatever_the_number_of_chunk_answers() -> None:
+    fold = GenerateFold()
+    answer = "x" * 1024  # 1 KiB a chunk: 2,000 of them kept in the state would be 2 MiB, rewritten per chunk
+
+    def state_bytes(count: int) -> list[int]:
+        state: DocumentState | CompletionMarker | None = None
+        sizes = []
+        for index in range(count):
+            output = {"kind": "summarize", "text": answer, "prompt_tokens": 700, "completion_tokens": 250}
+            state, _ = apply(state, replace(_chunk(index, count), task="generate", embedding=[],
+                                            output=json.dumps(output)), fold)
+            assert isinstance(state, DocumentState)
+            sizes.append(len(json.dumps(state.to_json())))
+        return sizes
+
+    small, large = state_bytes(2), state_bytes(2_000)
+    # what grows is the two bitmaps (2 bits a chunk) and the token totals' digits, never the answers
+    assert max(large) - min(large) <= 2 * 2_000 // 6 + 16
+    assert max(large) < 2_000  # bytes, for 2 MiB of answers
+    assert max(large) - max(small) < 2 * 2_000 // 6 + 16
+
+
+def test_the_answers_are_read_back_in_chunk_order_and_a_missing_one_fails_its_chunk_alone() -> None:
+    fold = GenerateFold()
+    results = [_answer(i, 4, ok=True, prompt=10, completion=2) for i in (3, 1, 0, 2)]
+    state: DocumentState | CompletionMarker | None = None
+    for result in results:
+        state, _ = apply(state, result, fold)
+    rows = _rows(results)
+    whole = _complete(state, list(reversed(rows)), fold)  # rows in any order
+    assert whole.status == "completed"
+    assert [s["text"] for s in json.loads(whole.output or "{}")["chunk_summaries"]] == ["s0", "s1", "s2", "s3"]
+    # row 2 gone (a version retired, a foreign writer), row 3 holding no answer: the same rows, the same document
+    broken = [rows[0], rows[1], (3, "ok", json.dumps({"kind": "extract", "value": 1}))]
+    first, second = _complete(state, broken, fold), _complete(state, broken, fold)
+    assert first == second
+    assert (first.status, first.failed_chunks, first.error_code) == ("partial", 2, None)
+    assert first.error == f"2 of 4 chunks failed ({CHUNK_ANSWER_MISSING})"
+    output = json.loads(first.output or "{}")
+    assert [s["index"] for s in output["chunk_summaries"]] == [0, 1]
+    assert (output["prompt_tokens"], output["completion_tokens"]) == (40, 8)  # what every chunk cost
+    # a row that says ok for an index the reducer heard fail is not the document's (its ok record is on its way)
+    failed = [_answer(0, 2, ok=True, prompt=1, completion=1), _answer(1, 2, ok=False, prompt=1, completion=1)]
+    state = None
+    for result in failed:
+        state, _ = apply(state, result, fold)
+    ahead = _complete(state, _rows([failed[0], _answer(1, 2, ok=True, prompt=1, completion=1)]), fold)
+    assert (ahead.status, ahead.failed_chunks) == ("partial", 1)
+    assert [s["index"] for s in json.loads(ahead.output or "{}")["chunk_summaries"]] == [0]
+    nothing = _complete(state, [], fold)  # every row gone
+    assert (nothing.status, nothing.error_code) == ("failed", ALL_CHUNKS_FAILED)
+
+
+def test_answers_over_the_record_limit_fail_the_document_with_output_too_large_and_keep_its_tokens() -> None:
+    fold = GenerateFold()
+    results = [replace(_chunk(i, 20), task="generate", embedding=[],
+                       output=json.dumps({"kind": "summarize", "text": "y" * 1000, "prompt_tokens": 5,
+                                          "completion_tokens": 3})) for i in range(20)]
+    state: DocumentState | CompletionMarker | None = None
+    for result in results:
+        state, _ = apply(state, result, fold)
+    assert isinstance(state, DocumentState)
+    found = collect_answers(state, fold, _rows(results), max_bytes=10_000)
+    assert found.over and found.answers == () and 10_000 < found.size < 12_000  # reading stopped at the budget
+    completed = with_answers(state, fold, found, limit=10_000)
+    assert (completed.status, completed.error_code) == ("failed", OUTPUT_TOO_LARGE)
+    assert "10000" in (completed.error or "")
+    assert json.loads(completed.output or "{}") == {"kind": "summarize", "prompt_tokens": 100,
+                                                    "completion_tokens": 60}
+    assert _complete(state, _rows(results), fold, limit=30_000).status == "completed"
 
 
 def test_document_whose_chunks_all_failed_is_failed_without_embedding() -> None:

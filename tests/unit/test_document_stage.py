@@ -42,7 +42,7 @@ def _pending(model_id: str, texts: list[str]) -> Envelope:
     for i, text in enumerate(texts):
         state = fold.add(state, FoldInput(i, 10, 1, 1, output={"kind": "summarize", "text": text,
                                                                  "prompt_tokens": 30, "completion_tokens": 4}))
-    output = fold.finish(state, chunk_count=len(texts)).output
+    output = fold.finish_with(state, list(enumerate(texts)), chunk_count=len(texts)).output
     record = DocumentCompleted(job_id="job-1", doc_id="doc-1", status="completed", completed_at=AT, model_id=model_id,
                                chunk_count=len(texts), task="generate", tasks=["generate"], token_count=40,
                                model_us={"remote": 1000}, output=json.dumps(output))

@@ -18,7 +18,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded, DocumentChunked, DocumentCompleted, JobStatus
 from docstream.settings import RetrySettings, Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
-from docstream.store.base import QueuedJobRow, TaskTally
+from docstream.store.base import ChunkRow, QueuedJobRow, TaskTally
 from docstream.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 
@@ -59,6 +59,7 @@ class FakeStore:
     results: dict[tuple[str, str], DocumentResultRow] = field(default_factory=dict)
     job_documents: dict[tuple[str, str], JobDocumentRow] = field(default_factory=dict)
     queue: dict[tuple[str, str], QueuedJobRow] = field(default_factory=dict)
+    chunks: dict[tuple[str, str, int], ChunkRow] = field(default_factory=dict)
     fail: int = 0
     calls: int = 0
 
@@ -103,6 +104,18 @@ class FakeStore:
         self.job_documents[(job_id, doc_id)] = replace(old, status=status, error_code=error_code, usage=usage,
                                                        updated_at=updated_at)
 
+    def iter_chunks(self, doc_id: str, model_id: str) -> Iterator[ChunkRow]:
+        self._maybe_fail()
+        yield from (row for (d, m, _), row in sorted(self.chunks.items()) if (d, m) == (doc_id, model_id))
+
+    def write_chunk(self, record: ChunkEmbedded) -> ChunkEmbedded:
+        """The row the inference service writes before it produces ``record``."""
+        self.chunks[(record.doc_id, record.model_id, record.chunk_index)] = ChunkRow(
+            record.doc_id, record.model_id, record.chunk_index, record.chunk_id, record.job_id, "text",
+            record.page_start, record.page_end, 0, 4, record.token_count, list(record.embedding),
+            status=record.status, task=record.task or "embed", output=record.output)
+        return record
+
     def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
         self._maybe_fail()
         yield from (row for (job, _), row in sorted(self.job_documents.items()) if job == job_id)
@@ -144,9 +157,10 @@ def _encode(record: Any, topic: str = EMBEDDED) -> bytes:
     return SERDE.serialize(record, topic)
 
 
-def _documents(store: FakeStore, sink: FakeSink, table: dict[str, Any], ttl_ms: int = 10_000) -> DocumentReducer:
+def _documents(store: FakeStore, sink: FakeSink, table: dict[str, Any], ttl_ms: int = 10_000,
+               max_message_bytes: int = 8 * 1024 * 1024) -> DocumentReducer:
     return DocumentReducer(table, SERDE, _calls(store), sink, COMPLETED, document_step_topic=MAPPED,
-                           marker_ttl_ms=ttl_ms)
+                           marker_ttl_ms=ttl_ms, max_message_bytes=max_message_bytes)
 
 
 def test_documents_complete_once_with_rows_written_and_output_on_the_source_partition() -> None:
@@ -181,8 +195,8 @@ def test_a_generate_document_left_a_document_step_goes_to_the_document_stage_wit
 
     def generated(doc_id: str, index: int, count: int) -> ChunkEmbedded:
         output = {"kind": "summarize", "text": f"{doc_id} part {index}", "prompt_tokens": 9, "completion_tokens": 2}
-        return replace(_chunk(doc_id, index, count), embedding=[], task="generate", tasks=["generate"],
-                       output=json.dumps(output))
+        return store.write_chunk(replace(_chunk(doc_id, index, count), embedding=[], task="generate",
+                                         tasks=["generate"], output=json.dumps(output)))
 
     async def run() -> None:
         for offset, record in enumerate([generated("long", 0, 2), generated("long", 1, 2), generated("one", 0, 1)]):
@@ -196,6 +210,39 @@ def test_a_generate_document_left_a_document_step_goes_to_the_document_stage_wit
     assert done.doc_id == "one" and json.loads(done.output or "{}")["summary"] == "one part 0"
     assert store.results[("one", "m")].task == "generate"
     assert table["long|m"]["kind"] == "done"  # the reducer's part is done: a redelivered chunk changes nothing
+    assert [s["text"] for s in json.loads(pending.output or "{}")["chunk_summaries"]] == ["long part 0", "long part 1"]
+    assert "long part" not in json.dumps(table)  # the answers were read back from the chunk rows, never kept
+
+
+def test_a_document_output_over_the_record_limit_fails_with_output_too_large_and_the_reducer_goes_on() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table, max_message_bytes=64 * 1024)  # records of 48 KiB at most
+
+    def generated(doc_id: str, index: int, count: int, text: str) -> ChunkEmbedded:
+        output = {"kind": "summarize", "text": text, "prompt_tokens": 9, "completion_tokens": 2}
+        return store.write_chunk(replace(_chunk(doc_id, index, count), embedding=[], task="generate",
+                                         tasks=["generate"], output=json.dumps(output)))
+
+    records = [generated("big", i, 20, "w" * 4096) for i in range(20)]  # 80 KiB of answers
+    records += [generated("small", i, 2, "fine") for i in range(2)]
+    records += [replace(_chunk("wide", 0, 1), embedding=[0.5] * 16_000)]  # an embedding of 64 KB as float32
+
+    async def run() -> None:
+        for offset, record in enumerate(records):
+            await reducer.handle(_msg(_encode(record), offset=offset))
+
+    asyncio.run(run())  # raises nothing: the agent goes on to the next documents
+    done = {c.doc_id: c for c in sink.records(COMPLETED)}
+    assert sorted(done) == ["big", "wide"]
+    for doc_id in ("big", "wide"):
+        assert (done[doc_id].status, done[doc_id].error_code) == ("failed", "output_too_large")
+        assert store.results[(doc_id, "m")].status == "failed"  # the rows say so too
+    assert json.loads(done["big"].output or "{}") == {"kind": "summarize", "prompt_tokens": 180,
+                                                     "completion_tokens": 40}  # the bill stays
+    assert done["wide"].embedding == [] and done["wide"].output is None
+    assert [r.doc_id for r in sink.records(MAPPED)] == ["small"]
+    assert all(len(s.value or b"") <= 48 * 1024 for s in sink.sent)
+    assert not [s for s in sink.sent if s.topic.endswith(".dlq")]
 
 
 @pytest.mark.parametrize("exactly_once", [True, False])

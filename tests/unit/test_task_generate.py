@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -27,6 +28,13 @@ def _chunk(index: int, output: Any) -> FoldInput:
     return FoldInput(index=index, token_count=10, page_start=1, page_end=1, output=output)
 
 
+def _finish(state: Any, chunks: Sequence[FoldInput], chunk_count: int) -> Any:
+    """The document's output as the reducer makes it: the fold's state (no answer in it), and the ok chunks'
+    answers as their stored rows give them back, in any order."""
+    answers = [(c.index, FOLD.answer_of(state, c.output)) for c in reversed(chunks) if not c.failed]
+    return FOLD.finish_with(state, answers, chunk_count=chunk_count).output
+
+
 def test_summaries_fold_in_chunk_order_whatever_order_they_arrive_in() -> None:
     parts = [_chunk(i, {"kind": "summarize", "text": f"summary {i}", "prompt_tokens": 10 + i,
                         "completion_tokens": i}) for i in range(6)]
@@ -38,7 +46,7 @@ def test_summaries_fold_in_chunk_order_whatever_order_they_arrive_in() -> None:
         for part in parts:
             state = FOLD.add(state, part)
         state = json.loads(json.dumps(state))  # the reducer keeps it as JSON
-        output = FOLD.finish(state, chunk_count=6).output
+        output = _finish(state, parts, 6)
         expected = expected or output
         assert output == expected
     assert expected["chunk_summaries"] == [{"index": i, "text": f"summary {i}"} for i in range(6)]
@@ -47,12 +55,12 @@ def test_summaries_fold_in_chunk_order_whatever_order_they_arrive_in() -> None:
 
 
 def test_a_document_of_one_chunk_has_that_chunks_summary_as_its_own() -> None:
-    state = FOLD.add(FOLD.empty(), _chunk(0, {"kind": "summarize", "text": "Kurz.", "prompt_tokens": 3,
-                                              "completion_tokens": 1}))
-    assert FOLD.finish(state, chunk_count=1).output["summary"] == "Kurz."
-    assert "document_step" not in FOLD.finish(state, chunk_count=1).output  # no model call left to make
-    assert "document_step" not in FOLD.finish(state, chunk_count=3).output  # the only chunk that did not fail
-    assert FOLD.finish(FOLD.empty(), chunk_count=1).output["summary"] is None  # its one chunk failed
+    chunk = _chunk(0, {"kind": "summarize", "text": "Kurz.", "prompt_tokens": 3, "completion_tokens": 1})
+    state = FOLD.add(FOLD.empty(), chunk)
+    assert _finish(state, [chunk], 1)["summary"] == "Kurz."
+    assert "document_step" not in _finish(state, [chunk], 1)  # no model call left to make
+    assert "document_step" not in _finish(state, [chunk], 3)  # the only chunk that did not fail
+    assert _finish(FOLD.empty(), [], 1)["summary"] is None  # its one chunk failed
 
 
 def test_a_failed_chunk_counts_what_it_cost_and_gives_no_answer_in_any_order() -> None:
@@ -65,11 +73,11 @@ def test_a_failed_chunk_counts_what_it_cost_and_gives_no_answer_in_any_order() -
         state = FOLD.empty()
         for chunk in order:
             state = json.loads(json.dumps(FOLD.add(state, chunk)))
-        outputs.append(FOLD.finish(state, chunk_count=2).output)
+        outputs.append(_finish(state, order, 2))
     assert outputs[0] == outputs[1] == outputs[2]
     assert [s["text"] for s in outputs[0]["chunk_summaries"]] == ["s0", "s1"]
     assert (outputs[0]["prompt_tokens"], outputs[0]["completion_tokens"]) == (51, 14)  # both attempts of chunk 1
-    alone = FOLD.finish(FOLD.add(FOLD.empty(), failed), chunk_count=1).output  # every chunk failed
+    alone = _finish(FOLD.add(FOLD.empty(), failed), [failed], 1)  # every chunk failed
     assert alone == {"kind": "summarize", "prompt_tokens": 30, "completion_tokens": 9, "chunk_summaries": [],
                      "summary": None}
 
@@ -79,20 +87,22 @@ def test_extracted_values_merge_field_by_field_in_chunk_order() -> None:
     assert merge_values([None, "first", "second"]) == "first"
     assert merge_values([]) is None
     state = FOLD.empty()
-    for i, value in [(2, {"vendor": "late"}), (0, {"vendor": None}), (1, {"vendor": "ACME"})]:
-        state = FOLD.add(state, _chunk(i, {"kind": "extract", "value": value, "prompt_tokens": 1,
-                                           "completion_tokens": 1}))
-    output = FOLD.finish(state, chunk_count=3).output
+    chunks = [_chunk(i, {"kind": "extract", "value": value, "prompt_tokens": 1, "completion_tokens": 1})
+              for i, value in [(2, {"vendor": "late"}), (0, {"vendor": None}), (1, {"vendor": "ACME"})]]
+    for chunk in chunks:
+        state = FOLD.add(state, chunk)
+    output = _finish(state, chunks, 3)
     assert output["value"] is None and output["document_step"] == "pending"  # ACME or late: the model reconciles
     assert [v["value"] for v in output["chunk_values"]] == [{"vendor": None}, {"vendor": "ACME"}, {"vendor": "late"}]
 
 
 def test_extracted_values_that_agree_merge_without_a_document_step() -> None:
     state = FOLD.empty()
-    for i, value in [(2, {"vendor": "ACME", "total": 3}), (0, {"vendor": None}), (1, {"vendor": "ACME"})]:
-        state = FOLD.add(state, _chunk(i, {"kind": "extract", "value": value, "prompt_tokens": 1,
-                                           "completion_tokens": 1}))
-    output = FOLD.finish(state, chunk_count=3).output
+    chunks = [_chunk(i, {"kind": "extract", "value": value, "prompt_tokens": 1, "completion_tokens": 1})
+              for i, value in [(2, {"vendor": "ACME", "total": 3}), (0, {"vendor": None}), (1, {"vendor": "ACME"})]]
+    for chunk in chunks:
+        state = FOLD.add(state, chunk)
+    output = _finish(state, chunks, 3)
     assert output["value"] == {"vendor": "ACME", "total": 3} and "document_step" not in output
 
 
@@ -179,10 +189,11 @@ def test_the_model_id_follows_the_prompt() -> None:
 
 def _summaries(n: int, words: int = 3) -> dict[str, Any]:
     state = FOLD.empty()
-    for i in range(n):
-        state = FOLD.add(state, _chunk(i, {"kind": "summarize", "text": " ".join([f"s{i}"] * words),
-                                           "prompt_tokens": 10, "completion_tokens": 2}))
-    output = FOLD.finish(state, chunk_count=n).output
+    chunks = [_chunk(i, {"kind": "summarize", "text": " ".join([f"s{i}"] * words), "prompt_tokens": 10,
+                         "completion_tokens": 2}) for i in range(n)]
+    for chunk in chunks:
+        state = FOLD.add(state, chunk)
+    output = _finish(state, chunks, n)
     assert output["document_step"] == "pending"
     return dict(output)
 
@@ -213,10 +224,11 @@ def test_a_document_step_answer_that_is_no_answer_fails_the_document_with_its_co
 
 def test_disagreeing_extract_values_are_reconciled_by_the_model_and_validated() -> None:
     state = FOLD.empty()
-    for i, vendor in enumerate(["ACME", None, "ACME Corp"]):
-        state = FOLD.add(state, _chunk(i, {"kind": "extract", "value": {"vendor": vendor} if vendor else None,
-                                           "prompt_tokens": 5, "completion_tokens": 1}))
-    folded = FOLD.finish(state, chunk_count=3).output
+    chunks = [_chunk(i, {"kind": "extract", "value": {"vendor": vendor} if vendor else None, "prompt_tokens": 5,
+                         "completion_tokens": 1}) for i, vendor in enumerate(["ACME", None, "ACME Corp"])]
+    for chunk in chunks:
+        state = FOLD.add(state, chunk)
+    folded = _finish(state, chunks, 3)
     replies = iter(['{"vendor": 7}', '{"vendor": "ACME Corp"}'])  # invalid first: asked again with the error
     task, client = scripted_task(lambda body: chat_answer(next(replies), prompt=11, completion=3))
     output = task.reduce_document(dict(folded), EXTRACT.prompt)  # type: ignore[arg-type]

@@ -6,13 +6,15 @@ reads. Timestamps are timezone-aware UTC datetimes.
 
 from __future__ import annotations
 
+import json
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 __all__ = [
+    "OUTPUT_TOO_LARGE",
     "RECORD_TYPES",
     "AnyRecord",
     "ChunkCreated",
@@ -22,6 +24,8 @@ __all__ = [
     "DocumentSubmitted",
     "JobStatus",
     "carry",
+    "output_too_large",
+    "record_limit",
     "utc_now",
 ]
 
@@ -234,6 +238,44 @@ class DocumentCompleted(_Record):
     """EntitySummary dicts (``docstream.tasks.EntitySummary.to_record``)."""
     mentions_truncated: bool = False
     output: str | None = None
+
+
+OUTPUT_TOO_LARGE = "output_too_large"
+"""error_code of a document whose DocumentCompleted would be larger than a record may be (``record_limit``)."""
+
+_RECORD_HEADROOM_BYTES = 64 * 1024
+_COST_KEYS = ("kind", "prompt_tokens", "completion_tokens")
+
+
+def record_limit(max_message_bytes: int) -> int:
+    """The most bytes a record's serialized value may hold, under a bound of ``max_message_bytes`` on the whole
+    record (``kafka.max_message_bytes``: the producers' and the topics'). A quarter of it, at most 64 KiB, is left
+    to the key, the record's framing and headers, and what the reducer adds after it measured the value (the
+    documents row's source, filename and page counts)."""
+    return max_message_bytes - min(_RECORD_HEADROOM_BYTES, max_message_bytes // 4)
+
+
+def output_too_large(completed: DocumentCompleted, size: int, limit: int) -> DocumentCompleted:
+    """``completed`` failed with ``OUTPUT_TOO_LARGE``: its results dropped (embedding, scores, mentions, entities,
+    output), its counts kept, and of its output what it cost (``kind``, ``prompt_tokens``, ``completion_tokens``:
+    a job's chat tokens are the server's bill whatever became of the answers)."""
+    return replace(completed, status="failed", error_code=OUTPUT_TOO_LARGE,
+                   error=f"the document's result is at least {size} bytes, over the {limit} a record holds "
+                         "(kafka.max_message_bytes less headroom)",
+                   embedding=[], label_scores={}, top_label=None, top_chunks=[], mentions=[], entities=[],
+                   mentions_truncated=False, output=_cost_of(completed.output))
+
+
+def _cost_of(output: str | None) -> str | None:
+    try:
+        value = json.loads(output) if output else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    kept = {key: value[key] for key in _COST_KEYS
+            if isinstance(value.get(key), int) or (isinstance(value.get(key), str) and len(value[key]) <= 64)}
+    return json.dumps(kept, ensure_ascii=False, separators=(",", ":")) if kept else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,13 +30,20 @@ from docstream.fairness import job_lane
 from docstream.kafka.dlq import dlq_headers
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.records import ChunkEmbedded, DocumentChunked, DocumentCompleted, utc_now
+from docstream.records import (
+    ChunkEmbedded,
+    DocumentChunked,
+    DocumentCompleted,
+    output_too_large,
+    record_limit,
+    utc_now,
+)
 from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
 from docstream.store import DocumentRow, JobRow, ResultStore
 from docstream.store.base import QueuedJobRow
 from docstream.store.completion import record_completion
-from docstream.tasks.base import EMBED, TaskFold
+from docstream.tasks.base import EMBED, StoredAnswersFold, TaskFold
 from docstream.tasks.registry import task_fold
 from docstream.tasks.selection import job_task_names
 from docstream.topics import Topics, dlq_topic
@@ -50,8 +57,10 @@ from docstream_reducer.aggregation import (
     DocumentTasks,
     JobProgress,
     StatusThrottle,
+    StoredAnswers,
     TerminalStatus,
     apply,
+    collect_answers,
     count_document,
     decode_entry,
     document_key,
@@ -60,6 +69,7 @@ from docstream_reducer.aggregation import (
     note_chunked,
     settle_waiting,
     waits_for_document_step,
+    with_answers,
 )
 from docstream_reducer.webhook import WebhookNotifier
 
@@ -196,11 +206,15 @@ class DocumentReducer:
             DocumentCompleted (one transaction holds both whenever Faust commits); at-least-once
             writes it after, so that a crash in between repeats the record rather than losing it.
         custom_tasks: user tasks by name (``tasks.custom``), for their folds.
+        max_message_bytes: the bound of a produced record (``kafka.max_message_bytes``): a DocumentCompleted past
+            ``records.record_limit`` of it fails its document with ``output_too_large`` instead.
     """
 
     def __init__(self, table: Table, serde: AvroSerde, store: StoreCalls, sink: Sink, completed_topic: str,
                  *, document_step_topic: str, metrics: Metrics | None = None, marker_ttl_ms: int = MARKER_TTL_MS,
-                 exactly_once: bool = False, custom_tasks: dict[str, str] | None = None) -> None:
+                 exactly_once: bool = False, custom_tasks: dict[str, str] | None = None,
+                 max_message_bytes: int = 8 * 1024 * 1024) -> None:
+        self._limit = record_limit(max_message_bytes)
         self._custom = dict(custom_tasks or {})
         self._folds: dict[str, TaskFold] = {}
         self._table = table
@@ -222,7 +236,11 @@ class DocumentReducer:
             key = document_key(chunk.doc_id, chunk.model_id)
             raw = self._table.get(key)
             entry = None if raw is None else decode_entry(raw)
-            state, completed = apply(entry, chunk, self._fold(chunk.task))
+            fold = self._fold(chunk.task)
+            state, completed = apply(entry, chunk, fold)
+            if completed is not None and isinstance(fold, StoredAnswersFold):
+                assert isinstance(state, DocumentState)
+                completed = await self._with_answers(state, fold)
         except PoisonRecord as exc:
             await dead_letter(self._sink, msg, exc, self._metrics, now_ms=msg.timestamp_ms)
             return
@@ -233,6 +251,7 @@ class DocumentReducer:
             assert isinstance(state, DocumentState)
             self._table[key] = state.to_json()
             return
+        completed = self._bounded(completed)
         if waits_for_document_step(completed):
             # the document stage writes its rows and publishes it once its document-level step is done
             topic = self._document_step_topic
@@ -259,6 +278,31 @@ class DocumentReducer:
                   chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks)
         if self._metrics is not None:
             self._metrics.records_out.labels(SERVICE, topic).inc()
+
+    async def _with_answers(self, state: DocumentState, fold: StoredAnswersFold) -> DocumentCompleted:
+        """The complete document with its answers read back from its chunk rows. The inference service writes a
+        chunk's row, acknowledged, before it produces the chunk's record (``stages.WriteStage.write``), and reads
+        and writes go at one consistency level (LOCAL_QUORUM by default): the rows of every chunk the reducer
+        heard are there. One that is not (a version retired or a source deleted meanwhile, a foreign writer)
+        counts as a failed chunk, ``chunk_answer_missing``, so the same rows always give the same document."""
+        found = await self._store(_stored_answers, self._store.store, state, fold, self._limit)
+        if found.over:
+            _log.warning("document_output_too_large", job_id=state.job_id, doc_id=state.doc_id, size=found.size,
+                         limit=self._limit)
+        if found.missing:
+            _log.warning("chunk_answers_missing", job_id=state.job_id, doc_id=state.doc_id, model_id=state.model_id,
+                         missing=len(found.missing), first=found.missing[0])
+        return with_answers(state, fold, found, limit=self._limit)
+
+    def _bounded(self, completed: DocumentCompleted) -> DocumentCompleted:
+        """``completed``, or its document failed with ``output_too_large`` when its record would pass the limit:
+        a record the broker refuses would stop the agent, and every document behind it."""
+        size = len(self._serde.serialize(completed, self._completed_topic))
+        if size <= self._limit:
+            return completed
+        _log.warning("document_output_too_large", job_id=completed.job_id, doc_id=completed.doc_id, size=size,
+                     limit=self._limit)
+        return output_too_large(completed, size, self._limit)
 
     def _mark_emitted(self, key: str, state: DocumentState, completed: DocumentCompleted, msg: Incoming) -> None:
         if completed.status == "completed":
@@ -315,6 +359,12 @@ class DocumentReducer:
 
 def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
     return status in _TERMINAL_STATUSES
+
+
+def _stored_answers(store: ResultStore, state: DocumentState, fold: StoredAnswersFold, max_bytes: int) -> StoredAnswers:
+    """``collect_answers`` over the document's chunk rows, read page by page (in the store's thread)."""
+    rows = ((row.chunk_index, row.status, row.output) for row in store.iter_chunks(state.doc_id, state.model_id))
+    return collect_answers(state, fold, rows, max_bytes=max_bytes)
 
 
 _Heard = tuple[str, list[tuple[str | None, DocumentTally, str | None]], list[str]]

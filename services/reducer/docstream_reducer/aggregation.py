@@ -9,6 +9,10 @@ tables (as the JSON of ``to_json()``) and pass times in.
   running token-weighted sum of the chunk embeddings). ``apply`` folds one record in and returns
   the ``DocumentCompleted`` when the last index arrives. Duplicates change nothing (the fold sees
   each index once); a disagreeing ``chunk_count`` raises.
+* A task whose fold keeps no answer in its state (``StoredAnswersFold``: generate) has its document's answers
+  read back from the store's chunk rows when the document completes: ``collect_answers`` picks them out of the
+  rows, ``with_answers`` makes the ``DocumentCompleted`` of them. The state stays counts, bitmaps and token
+  totals, the same size whatever the document's length.
 * ``CompletionMarker`` is what stays of a document after completion: enough to recognise
   (and ignore) a redelivered chunk of it until the marker expires.
 * ``JobProgress`` counts a job's terminal documents and adds up what they cost (a
@@ -24,14 +28,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeGuard
 
 from docstream.errors import FatalError, PoisonRecord
-from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
-from docstream.tasks.base import EMBED, FoldInput, Mention, TaskFold, TaskOutputError
+from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus, output_too_large
+from docstream.tasks.base import EMBED, FoldInput, Mention, StoredAnswersFold, TaskFold, TaskOutputError
 from docstream.tasks.fold_embed import EmbeddingDimensionError, pack_floats, unpack_floats
 from docstream.tasks.reduction import DOCUMENT_STEP, needs_document_step
 from docstream.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, read_counts
@@ -39,6 +43,7 @@ from docstream.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, rea
 __all__ = [
     "ALL_CHUNKS_FAILED",
     "ANY_TASK",
+    "CHUNK_ANSWER_MISSING",
     "ChunkCountMismatchError",
     "ChunkIndexError",
     "CompletionMarker",
@@ -49,9 +54,11 @@ __all__ = [
     "EmbeddingDimensionError",
     "JobProgress",
     "StatusThrottle",
+    "StoredAnswers",
     "TerminalStatus",
     "UsageRecordError",
     "apply",
+    "collect_answers",
     "count_document",
     "decode_entry",
     "document_key",
@@ -61,12 +68,16 @@ __all__ = [
     "note_chunked",
     "record_document",
     "settle_waiting",
+    "with_answers",
 ]
 
 TerminalStatus = Literal["completed", "partial", "failed"]
 
 ALL_CHUNKS_FAILED = "all_chunks_failed"
 """error_code of a document none of whose chunks could be embedded."""
+
+CHUNK_ANSWER_MISSING = "chunk_answer_missing"
+"""error_code of an ok chunk whose answer was not in the store when its document completed (``collect_answers``)."""
 
 _STATE_VERSION = 1
 _TERMINAL: tuple[TerminalStatus, ...] = ("completed", "partial", "failed")
@@ -465,7 +476,71 @@ def _add(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold) -> Any:
         raise type(exc)(f"document {chunk.doc_id}: {exc.message}", code=exc.code) from exc
 
 
-def _completed(state: DocumentState, fold: TaskFold) -> DocumentCompleted:
+@dataclass(frozen=True, slots=True)
+class StoredAnswers:
+    """What a document's stored chunk rows gave of its answers (``collect_answers``).
+
+    Attributes:
+        answers: ``(chunk index, answer)`` of each chunk the state counts as ok whose row holds its answer, by index.
+        missing: the chunks the state counts as ok whose row was absent, failed or held no answer, by index.
+        size: bytes of the answers read (their compact JSON).
+        over: the answers passed the byte budget and reading stopped (``answers`` and ``missing`` are then empty).
+    """
+
+    answers: tuple[tuple[int, Any], ...] = ()
+    missing: tuple[int, ...] = ()
+    size: int = 0
+    over: bool = False
+
+
+def collect_answers(state: DocumentState, fold: StoredAnswersFold, rows: Iterable[tuple[int, str, str | None]], *,
+                    max_bytes: int) -> StoredAnswers:
+    """The answers of ``state``'s ok chunks (received, not failed) among ``rows``: ``(chunk_index, status, output
+    JSON)`` of the document's stored chunk rows, in any order. A row of an index the state does not count as ok is
+    passed over (a failure the reducer has not heard replaced yet). An ok chunk whose row is absent, failed, or
+    holds no answer the fold takes (``answer_of``) is ``missing``. Reading stops once the answers pass
+    ``max_bytes`` (``over``): the document's output would too, and nothing more of it is held.
+    """
+    answers: dict[int, Any] = {}
+    size = 0
+    fold_state = fold.empty() if state.fold is None else state.fold
+    for index, status, output in rows:
+        if status != "ok" or output is None or index in answers or not state.has(index) or state.has_failed(index):
+            continue
+        try:
+            answer = fold.answer_of(fold_state, json.loads(output))
+            size += len(json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        except (TaskOutputError, TypeError, ValueError):
+            continue  # counted missing below: the same rows give the same document
+        if size > max_bytes:
+            return StoredAnswers(size=size, over=True)
+        answers[index] = answer
+    missing = tuple(i for i in range(state.chunk_count) if i not in answers and state.has(i)
+                    and not state.has_failed(i))
+    return StoredAnswers(tuple(sorted(answers.items())), missing, size)
+
+
+def with_answers(state: DocumentState, fold: StoredAnswersFold, found: StoredAnswers, *,
+                 limit: int) -> DocumentCompleted:
+    """The DocumentCompleted of a complete ``state`` with the answers ``collect_answers`` ``found``.
+
+    An ok chunk whose answer is ``missing`` counts as a failed chunk of the document (``CHUNK_ANSWER_MISSING``,
+    unless an earlier failure gave the first code); answers over the budget fail the document with
+    ``output_too_large`` (``records.output_too_large``; its tokens kept) under the record ``limit``.
+
+    Raises:
+        TaskOutputError: the fold refuses the answers.
+    """
+    if found.over:
+        return output_too_large(_completed(state, fold), found.size, limit)
+    if found.missing:
+        state = replace(state, failed_chunks=state.failed_chunks + len(found.missing),
+                        first_error_code=state.first_error_code or CHUNK_ANSWER_MISSING)
+    return _completed(state, fold, answers=found.answers)
+
+
+def _completed(state: DocumentState, fold: TaskFold, *,
+               answers: Sequence[tuple[int, Any]] | None = None) -> DocumentCompleted:
     embedded = state.chunk_count - state.failed_chunks
     status: TerminalStatus
     error_code: str | None = None
@@ -479,7 +554,11 @@ def _completed(state: DocumentState, fold: TaskFold) -> DocumentCompleted:
         status, error_code = "failed", ALL_CHUNKS_FAILED
         error = f"all {state.chunk_count} chunks failed ({state.first_error_code})"
     try:
-        result = fold.finish(fold.empty() if state.fold is None else state.fold, chunk_count=state.chunk_count)
+        fold_state = fold.empty() if state.fold is None else state.fold
+        if answers is not None and isinstance(fold, StoredAnswersFold):
+            result = fold.finish_with(fold_state, answers, chunk_count=state.chunk_count)
+        else:
+            result = fold.finish(fold_state, chunk_count=state.chunk_count)
         output = None if result.output is None else json.dumps(result.output, ensure_ascii=False, allow_nan=False,
                                                                separators=(",", ":"))
     except TaskOutputError as exc:

@@ -66,13 +66,23 @@ def internal_topic_specs(kafka: KafkaSettings, reducer: ReducerSettings) -> list
     topic missing at that moment is left out of the assignment ("Ignoring missing topic"),
     and nothing assigns it later. Seen with the repartition topic: the job agent never got a
     partition, and every job stayed `running` although its documents completed.
+
+    Each takes records as large as the reducer's producer sends (``max.message.bytes`` of
+    ``kafka.max_message_bytes``, as docstream's other topics): under the broker's default (1 MiB)
+    one large table value would be refused, and the reducer would stop at it on every restart.
     """
     app_id = reducer.app_id
+    size = _changelog_config(kafka)
     by_job = TopicSpec(by_job_topic(reducer), kafka.partitions, kafka.replication_factor,
-                       {"retention.ms": str(kafka.results_retention_ms)})
+                       {"retention.ms": str(kafka.results_retention_ms), **size})
     changelogs = [TopicSpec(f"{app_id}-{table}-changelog", kafka.partitions, kafka.replication_factor,
-                            {"cleanup.policy": "compact"}) for table in TABLES]
+                            {"cleanup.policy": "compact", **size}) for table in TABLES]
     return [by_job, *changelogs]
+
+
+def _changelog_config(kafka: KafkaSettings) -> dict[str, str]:
+    """Topic configs every internal topic gets beside its own: the record size the producer is allowed."""
+    return {"max.message.bytes": str(kafka.max_message_bytes)}
 
 
 def _credentials(kafka: KafkaSettings) -> Any:
@@ -257,6 +267,7 @@ def build_reducer(
     table_args: dict[str, Any] = {
         "partitions": partitions,
         "schema": faust.Schema(key_serializer="json", value_serializer="json"),
+        "extra_topic_configs": _changelog_config(kafka),  # where Faust creates a changelog itself
     }
     documents_table, jobs_table, job_documents_table = (app.Table(name, **table_args) for name in TABLES)
 
@@ -268,7 +279,8 @@ def build_reducer(
     sink = FaustSink(app)
     documents = DocumentReducer(documents_table, serde, store, sink, topics.completed,
                                 document_step_topic=topics.mapped, metrics=metrics,
-                                exactly_once=kafka.transactions, custom_tasks=dict(custom_tasks))
+                                exactly_once=kafka.transactions, custom_tasks=dict(custom_tasks),
+                                max_message_bytes=kafka.max_message_bytes)
     relay = CompletedRelay(serde, sink, by_job.get_topic_name(), metrics=metrics)
     jobs = JobReducer(jobs_table, job_documents_table, serde, store, sink, topics.jobs,
                       by_job_topic=by_job.get_topic_name(), throttle_s=reducer.job_status_interval_s,

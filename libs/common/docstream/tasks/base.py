@@ -51,6 +51,7 @@ __all__ = [
     "Prompt",
     "PromptKind",
     "Span",
+    "StoredAnswersFold",
     "Task",
     "TaskClass",
     "TaskFold",
@@ -445,6 +446,29 @@ class TaskFold(Protocol):
 
     def finish(self, state: Any, *, chunk_count: int) -> DocumentOutput:
         """The document's result (``state`` may hold no chunk at all: every chunk failed)."""
+
+
+@runtime_checkable
+class StoredAnswersFold(TaskFold, Protocol):
+    """A fold whose document result is made of its chunks' answers, which the store keeps (the generate task).
+
+    Its state keeps no answer, only what stays the same size whatever the document's length (kind, token
+    totals): a state that kept every chunk's answer would grow with the document and be written again on every
+    chunk (docs/reducer.md "Documents"). When the document's last chunk is in, the reducer reads the answers
+    from the document's stored chunk rows (the inference service writes a chunk's row before its record: the
+    row is there before the reducer sees it) and hands them to ``finish_with``; ``finish`` alone gives the
+    document without its answers.
+    """
+
+    def answer_of(self, state: Any, output: Any) -> Any:
+        """The answer a stored ok chunk output (its decoded JSON) holds for a document of ``state``.
+
+        Raises:
+            TaskOutputError: it holds none (not an answer, or an answer of another kind than the document's).
+        """
+
+    def finish_with(self, state: Any, answers: Sequence[tuple[int, Any]], *, chunk_count: int) -> DocumentOutput:
+        """The document's result with its chunk answers, ``(chunk index, answer)`` in any order."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,17 +11,22 @@ A chunk's output (``GenerateTask.run``) is ``{"kind": "summarize", "text": ...}`
   a field different values, null and ``"document_step": "pending"``: the document stage reconciles them;
 * both: ``prompt_tokens`` and ``completion_tokens``, summed over the chunks, the failed ones' too (a chunk that
   failed after the server answered, invalid or truncated, fails with what it cost: ``FoldInput.failed``).
+
+The fold's state is the document's kind and its two token totals, the same few bytes for a document of one chunk
+or of 10,000: the answers stay in the chunk rows the inference service wrote, and the reducer reads them back
+once the document's last chunk is in (``StoredAnswersFold``). ``answers_output`` builds the document's output
+from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError
 from docstream.tasks.reduction import DOCUMENT_STEP, conflicting_fields
 
-__all__ = ["ANSWER_KEYS", "GenerateFold", "merge_values"]
+__all__ = ["ANSWER_KEYS", "GenerateFold", "answers_output", "merge_values"]
 
 _KINDS = ("summarize", "extract")
 ANSWER_KEYS = {"summarize": "text", "extract": "value"}
@@ -44,15 +49,39 @@ def merge_values(values: list[Any]) -> Any:
     return given[0]
 
 
+def answers_output(kind: str | None, answers: Iterable[tuple[int, Any]], *, prompt_tokens: int,
+                   completion_tokens: int) -> dict[str, Any]:
+    """The document output of its chunk answers, ``(chunk index, answer)`` in any order (an index given twice
+    counts once, its first answer): see the module. A document of no answer (every chunk failed) has none."""
+    by_index: dict[int, Any] = {}
+    for index, answer in answers:
+        by_index.setdefault(int(index), answer)
+    parts = sorted(by_index.items())
+    output: dict[str, Any] = {"kind": kind, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    if kind == "extract":
+        values = [v for _, v in parts]
+        output["chunk_values"] = [{"index": i, "value": v} for i, v in parts]
+        pending = bool(conflicting_fields(values))
+        output["value"] = None if pending else merge_values(values)
+    else:
+        output["chunk_summaries"] = [{"index": i, "text": t} for i, t in parts]
+        pending = len(parts) > 1
+        output["summary"] = parts[0][1] if len(parts) == 1 else None
+    if pending:
+        output[DOCUMENT_STEP] = "pending"
+    return output
+
+
 class GenerateFold:
-    """Folds the chunk answers of one document (state: ``{"kind", "parts": {index: answer}, tokens}``)."""
+    """Folds the chunk answers of one document (state: ``{"kind", "prompt_tokens", "completion_tokens"}``; the
+    answers themselves are the store's: ``finish_with``)."""
 
     def empty(self) -> dict[str, Any]:
         """No chunk yet."""
-        return {"kind": None, "parts": {}, "prompt_tokens": 0, "completion_tokens": 0}
+        return {"kind": None, "prompt_tokens": 0, "completion_tokens": 0}
 
     def add(self, state: dict[str, Any], chunk: FoldInput) -> dict[str, Any]:
-        """``state`` with one more chunk's answer and tokens (a failed chunk: its tokens alone).
+        """``state`` with one more chunk's kind and tokens (its answer is checked, and left to the store).
 
         Raises:
             TaskOutputError: the output is not a generate answer, or of another kind than the document's others.
@@ -65,31 +94,37 @@ class GenerateFold:
             raise TaskOutputError(f"chunk {chunk.index}: a {kind} answer in a {state['kind']} document")
         tokens = {"prompt_tokens": state["prompt_tokens"] + _tokens(output, "prompt_tokens"),
                   "completion_tokens": state["completion_tokens"] + _tokens(output, "completion_tokens")}
-        if chunk.failed:  # what its attempts cost, no answer
-            return {**state, "kind": kind, **tokens}
-        answer = output.get(ANSWER_KEYS[kind])
-        if kind == "summarize" and not isinstance(answer, str):
-            raise TaskOutputError(f"chunk {chunk.index}: a summary that is not text")
-        return {"kind": kind, "parts": {**state["parts"], str(chunk.index): answer}, **tokens}
+        if not chunk.failed:  # a failed chunk brings what its attempts cost, no answer
+            _answer(kind, output, chunk.index)
+        return {"kind": kind, **tokens}
+
+    def answer_of(self, state: dict[str, Any], output: Any) -> Any:
+        """The answer of a stored ok chunk output in a document of ``state``'s kind.
+
+        Raises:
+            TaskOutputError: no generate answer of that kind.
+        """
+        if not isinstance(output, Mapping) or output.get("kind") != state["kind"] or state["kind"] not in _KINDS:
+            raise TaskOutputError(f"a stored chunk output that is no {state['kind']} answer")
+        return _answer(str(state["kind"]), output, None)
 
     def finish(self, state: dict[str, Any], *, chunk_count: int) -> DocumentOutput:
+        """The document without its chunk answers (the reducer gives them: ``finish_with``)."""
+        return self.finish_with(state, (), chunk_count=chunk_count)
+
+    def finish_with(self, state: dict[str, Any], answers: Sequence[tuple[int, Any]], *,
+                    chunk_count: int) -> DocumentOutput:
         """The document's answers, by chunk index (a document whose every chunk failed has none)."""
-        parts = sorted((int(index), answer) for index, answer in state["parts"].items())
-        kind = state["kind"]
-        output: dict[str, Any] = {"kind": kind, "prompt_tokens": state["prompt_tokens"],
-                                  "completion_tokens": state["completion_tokens"]}
-        if kind == "extract":
-            values = [v for _, v in parts]
-            output["chunk_values"] = [{"index": i, "value": v} for i, v in parts]
-            pending = bool(conflicting_fields(values))
-            output["value"] = None if pending else merge_values(values)
-        else:
-            output["chunk_summaries"] = [{"index": i, "text": t} for i, t in parts]
-            pending = len(parts) > 1
-            output["summary"] = parts[0][1] if len(parts) == 1 else None
-        if pending:
-            output[DOCUMENT_STEP] = "pending"
-        return DocumentOutput(output=output)
+        return DocumentOutput(output=answers_output(state["kind"], answers, prompt_tokens=state["prompt_tokens"],
+                                                    completion_tokens=state["completion_tokens"]))
+
+
+def _answer(kind: str, output: Mapping[str, Any], index: int | None) -> Any:
+    answer = output.get(ANSWER_KEYS[kind])
+    if kind == "summarize" and not isinstance(answer, str):
+        where = "a stored chunk" if index is None else f"chunk {index}"
+        raise TaskOutputError(f"{where}: a summary that is not text")
+    return answer
 
 
 def _tokens(output: Mapping[str, Any], key: str) -> int:
