@@ -227,23 +227,22 @@ def test_an_upload_with_a_source_key_is_the_next_version_of_that_source(stack: S
     assert stack.store.get_document(other).source_key is None  # type: ignore[union-attr]  # an upload without one
 
 
-def test_a_deleted_source_leaves_the_store_after_its_tombstone_is_on_the_intake_topic(stack: Stack) -> None:
+def test_a_source_deleted_in_flight_leaves_the_store_and_then_its_tombstone_is_on_the_intake_topic(
+        stack: Stack) -> None:
     tenant, key = _tenant(), "crm://contracts/4712"
     with stack.client(stack.key_for(tenant)) as client:
         accepted = client.post("/v1/jobs", files=_files(("c.pdf", _pdf(43))),
                                data={"source_keys": json.dumps({"c.pdf": key})})
         assert accepted.status_code == 202, accepted.text
         doc_id = accepted.json()["documents"][0]["doc_id"]
-        busy = client.delete("/v1/sources", params={"key": key})
-        assert busy.status_code == 409, busy.text  # submitted, not processed yet
-        row = stack.store.get_document(doc_id)
-        assert row is not None
-        stack.store.upsert_document(replace(row, status="completed"))
-        done = client.delete("/v1/sources", params={"key": key})
+        done = client.delete("/v1/sources", params={"key": key})  # submitted, not processed yet: deleted all the same
         assert done.status_code == 200, done.text
         assert done.json()["doc_id"] == doc_id
-        assert client.delete("/v1/sources", params={"key": key}).status_code == 404
-    assert stack.store.get_source(tenant, key) is None
+        assert client.delete("/v1/sources", params={"key": key}).status_code == 200  # again: done again
+        assert client.delete("/v1/sources", params={"key": key + "x"}).status_code == 404
+    source = stack.store.get_source(tenant, key)
+    assert source is not None and not source.live  # the durable record of the delete
+    assert stack.store.get_document(doc_id).deleted_at is not None  # type: ignore[union-attr]
     found = read_topic(stack.settings.kafka.bootstrap_servers, stack.topic, timeout_s=30, what="the tombstone",
                        until=lambda r: any(m.value() is None and m.key() == doc_id.encode() for m in r.messages))
     assert [m for m in found.messages if m.key() == doc_id.encode() and m.value() is None]

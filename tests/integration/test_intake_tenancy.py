@@ -26,7 +26,8 @@ from docstream.metrics import Metrics
 from docstream.objectstore import ObjectStore
 from docstream.records import DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
-from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore, SourceRow
+from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.sources import advance_source
 from docstream.tenancy import tenant_intake_topic
 from docstream.topics import Topics, dlq_topic
 from docstream_chunker.handler import ChunkerHandler
@@ -65,10 +66,10 @@ def seed_victim(store: ResultStore) -> Victim:
     doc_id = ids.doc_id(victim.job_id, sha)
     now = utc_now()
     store.upsert_job(JobRow(victim.job_id, victim.tenant, now, "completed", 1, completed=1, updated_at=now))
-    store.upsert_document(DocumentRow(doc_id, victim.job_id, victim.source_key, sha, "completed", now,
-                                      source_key=victim.source_key))
+    advance_source(store, victim.tenant, victim.source_key, doc_id, content_sha256=sha, job_id=victim.job_id, now=now,
+                   write_document=lambda _: store.upsert_document(DocumentRow(
+                       doc_id, victim.job_id, victim.source_key, sha, "completed", now, source_key=victim.source_key)))
     store.upsert_job_document(JobDocumentRow(victim.job_id, doc_id, "completed", now))
-    store.upsert_source(SourceRow(victim.tenant, victim.source_key, doc_id, sha, victim.job_id, now))
     store.upsert_document_result(DocumentResultRow(doc_id, MODEL_ID, victim.job_id, "completed", 1, 0, 5,
                                                    [0.5] * 4, "c1", now, content_sha256=sha))
     return Victim(victim.tenant, victim.job_id, doc_id, victim.source_key)
@@ -190,7 +191,7 @@ def test_a_tombstone_of_a_tenants_own_topic_deletes_its_own_source(
     victim = seed_victim(store)  # here the owner deletes its own source
     handler = handler_of(store, Metrics())
     assert handler.on_tombstone(tenant_intake_topic("unit", victim.tenant), victim.doc_id) == []
-    assert store.get_source(victim.tenant, victim.source_key) is None
+    assert not store.get_source(victim.tenant, victim.source_key).live  # type: ignore[union-attr]
     assert store.list_document_results(victim.doc_id) == []
 
 

@@ -273,23 +273,45 @@ def test_document_round_trip_overwrite_and_missing(store: ResultStore) -> None:
     assert store.get_document(_uid("doc")) is None
 
 
-def test_a_sources_current_version_round_trips_per_tenant_and_a_document_names_its_source(
+def test_a_sources_row_is_written_by_compare_and_set_alone_and_a_document_names_its_source(
     store: ResultStore,
 ) -> None:
     key = f"file:///in/{_uid('report')}.pdf"
-    first = SourceRow("acme", key, _uid("doc"), "ab" * 32, _uid("job"), datetime(2026, 12, 4, 9, tzinfo=UTC))
-    store.upsert_source(first)
+    first = SourceRow("acme", key, _uid("doc"), "ab" * 32, _uid("job"), datetime(2026, 12, 4, 9, tzinfo=UTC),
+                      generation=1)
+    assert store.swap_source(None, first) == (True, first)
     assert store.get_source("acme", key) == first
     assert store.get_source("other", key) is None and store.get_source("acme", key + "x") is None
-    second = replace(first, doc_id=_uid("doc"), content_sha256="cd" * 32, job_id=_uid("job"))
-    store.upsert_source(second)  # the next version is the current one
+    assert store.swap_source(None, first) == (True, first)  # the same write again (a retry that had landed)
+    second = replace(first, doc_id=_uid("doc"), content_sha256="cd" * 32, job_id=_uid("job"), generation=2)
+    written, standing = store.swap_source(None, second)  # expects no row: there is one
+    assert not written and standing == first
+    assert store.swap_source(first, second) == (True, second)  # the next version is the current one
+    rival = replace(second, doc_id=_uid("doc"), generation=3)
+    written, standing = store.swap_source(first, rival)  # behind the times: the second one stands
+    assert not written and standing is not None and standing.generation == 2
     assert store.get_source("acme", key) == second
+    deleted = replace(second, deleted_through=2)
+    assert store.swap_source(second, deleted) == (True, deleted)
+    assert not store.get_source("acme", key).live  # type: ignore[union-attr]
     row = replace(_document(second.doc_id, second.job_id), source_key=key, previous_doc_id=first.doc_id)
     store.upsert_document(row)
     assert store.get_document(row.doc_id) == row
-    store.delete_source("acme", key)
-    assert store.get_source("acme", key) is None
-    store.delete_source("acme", key)  # again: nothing to delete, nothing fails
+    store.set_document_generation(row.doc_id, 2)
+    store.mark_document_deleted(row.doc_id, datetime(2026, 12, 4, 10, tzinfo=UTC))
+    store.upsert_document(row)  # a writer that read the row before: its upsert leaves both columns
+    found = store.get_document(row.doc_id)
+    assert found is not None and found.generation == 2
+    assert found.deleted_at == datetime(2026, 12, 4, 10, tzinfo=UTC)
+
+
+def test_a_documents_rows_of_every_model_are_deleted_at_once(store: ResultStore) -> None:
+    doc_id = _uid("doc")
+    for model in ("m1", "m2"):
+        store.upsert_document_result(_result(doc_id, model, "j"))
+    store.delete_document_rows(doc_id)
+    assert store.list_document_results(doc_id) == []
+    store.delete_document_rows(doc_id)  # again: nothing to delete, nothing fails
 
 
 def test_a_tenants_admitted_documents_count_until_they_end_and_their_tokens_count_on_their_day(

@@ -86,6 +86,10 @@ class FakeStore:
             raise StoreError("timed out", code="store_timeout")
         self.rows.extend(rows)
 
+    def get_document(self, doc_id: str) -> None:
+        """The check after the write (``store.sources.enforce``) finds no documents row: nothing to fence."""
+        return None
+
 
 def _chunk(i: int) -> ChunkCreated:
     return ChunkCreated(

@@ -306,7 +306,7 @@ def test_rows_written_before_provenance_read_as_text_layer() -> None:
     assert rows.CHUNK_ROWS.from_columns(stored, AS_SQLITE) == replace(CHUNK, text_source="text_layer", ocr_engine=None,
                                                       page_verdicts=(), page_reasons=())
     found = dict(zip(DOCUMENTS.columns, rows.DOCUMENT_ROWS.to_columns(DOCUMENT, AS_SQLITE), strict=True))
-    found.update(pages_by_verdict=None, pages_by_source=None)
+    found.update(pages_by_verdict=None, pages_by_source=None, generation=None, deleted_at=None)
     assert rows.DOCUMENT_ROWS.from_columns(found, AS_SQLITE) == replace(DOCUMENT, pages_by_verdict={},
                                                                         pages_by_source={})
 

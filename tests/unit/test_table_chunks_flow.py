@@ -18,6 +18,7 @@ from docstream.kafka.loop import Output
 from docstream.records import ChunkCreated, DocumentSubmitted
 from docstream.settings import ChunkerSettings, KafkaSettings
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, SourceRow
+from docstream.store.sources import delete_source
 from docstream.store.sqlite import SqliteStore
 from docstream.tables import TableCell, TablePart
 from docstream.topics import Topics
@@ -84,7 +85,7 @@ def test_every_chunk_of_a_new_version_names_the_earlier_version_whose_results_it
 def test_an_external_producers_record_of_a_known_source_becomes_its_next_version_once(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     store.migrate()
-    store.upsert_source(SourceRow("default", "s3://b/x.pdf", "doc-0", "cd" * 32, "job-0", AT))
+    store.swap_source(None, SourceRow("default", "s3://b/x.pdf", "doc-0", "cd" * 32, "job-0", AT, generation=2))
     submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="s3://b/x.pdf", content_sha256="ab" * 32,
                                   size_bytes=10, submitted_at=AT, source_key="s3://b/x.pdf")  # no earlier version named
     handler = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor())
@@ -94,6 +95,7 @@ def test_an_external_producers_record_of_a_known_source_becomes_its_next_version
         older = replace(submitted, doc_id="doc-00", job_id="job-00", content_sha256="ef" * 32)
         store.upsert_document(DocumentRow("doc-00", "job-00", "s3://b/x.pdf", "ef" * 32, "completed", AT,
                                           source_key="s3://b/x.pdf"))
+        store.set_document_generation("doc-00", 1)
         replayed = _chunks(handler.handle(older))  # a replay of an older version: it stays older
         source, row = store.get_source("default", "s3://b/x.pdf"), store.get_document("doc-1")
     finally:
@@ -102,6 +104,31 @@ def test_an_external_producers_record_of_a_known_source_becomes_its_next_version
     assert {c.previous_doc_id for c in replayed} == {None}  # type: ignore[union-attr]
     assert source is not None and source.doc_id == "doc-1"
     assert row is not None and (row.source_key, row.previous_doc_id) == ("s3://b/x.pdf", "doc-0")
+
+
+def test_a_deleted_version_is_never_chunked_again_and_one_in_flight_ends_failed(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.migrate()
+    handler = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor())
+    submitted = DocumentSubmitted(job_id="job-1", doc_id="doc-1", source_uri="s3://b/x.pdf", content_sha256="ab" * 32,
+                                  size_bytes=10, submitted_at=AT, source_key="s3://b/x.pdf")
+    in_flight = replace(submitted, doc_id="doc-2", content_sha256="cd" * 32)
+    try:
+        store.upsert_job(JobRow("job-1", "default", AT, "running", 2))
+        assert _chunks(handler.handle(submitted))
+        store.upsert_document(replace(store.get_document("doc-1"), status="completed"))  # type: ignore[arg-type]
+        delete_source(store, "default", "s3://b/x.pdf")
+        # a replay of the chunker: the deleted version's text never goes out again, its rows stay as they were
+        assert handler.handle(submitted) == []
+        assert store.get_document("doc-1").status == "completed"  # type: ignore[union-attr]
+        # a version submitted before the delete and read after it: no chunk, it ends failed so that its job ends
+        store.upsert_document(DocumentRow("doc-2", "job-1", "s3://b/x.pdf", "cd" * 32, "submitted", AT,
+                                          source_key="s3://b/x.pdf", previous_doc_id="doc-1"))
+        store.set_document_generation("doc-2", 1)
+        outputs = handler.handle(replace(in_flight, previous_doc_id="doc-1"))
+        assert [(o.value.status, o.value.error_code) for o in outputs] == [("failed", "source_deleted")]  # type: ignore[union-attr]
+    finally:
+        store.close()
 
 
 def test_the_chunks_row_keeps_the_table_and_the_store_reads_it_back(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from docstream.json_input import MAX_JSON_DEPTH
 from docstream.store.base import SourceRow
+from docstream.store.sources import delete_source
 from tests.unit.test_api_app import AT, Api, _document, _job, api  # noqa: F401 - the fixture
 
 DEEP = "[" * 3000 + "]" * 3000
@@ -87,10 +88,14 @@ def test_a_source_whose_key_is_4096_bytes_of_4_byte_characters_can_be_deleted(ap
     key = "😀" * 1024
     _job(api.store, "j1")
     _document(api.store, "j1", "v1", "chunked", source_key=key)
-    api.store.upsert_source(SourceRow("acme", key, "v1", "ab" * 32, "j1", AT))
-    response = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("acme"))
-    # found, and refused only because its version is in flight (nothing is published then)
-    assert (response.status_code, response.json()["error_code"]) == (409, "source_in_flight"), response.text
+    api.store.swap_source(None, SourceRow("acme", key, "v1", "ab" * 32, "j1", AT, generation=1))
+    response = api.client.delete("/v1/sources", params={"key": key}, headers=api.as_("globex"))
+    # a valid key (not 422), looked up under the caller's tenant: another tenant's source is not found
+    assert (response.status_code, response.json()["error_code"]) == (404, "source_not_found"), response.text
+    # the route's delete (the fixture has no broker for its tombstone: tests/integration/test_api.py has)
+    assert delete_source(api.store, "acme", key).versions == 1
+    source = api.store.get_source("acme", key)
+    assert source is not None and not source.live
 
 
 def test_two_uploads_that_would_be_two_versions_of_one_source_in_one_request_are_refused(api: Api) -> None:  # noqa: F811

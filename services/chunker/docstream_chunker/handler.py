@@ -30,9 +30,8 @@ from docstream.store.base import (
     JobDocumentRow,
     JobRow,
     ResultStore,
-    SourceRow,
 )
-from docstream.store.sources import delete_by_tombstone
+from docstream.store.sources import advance_source, delete_by_tombstone, fence
 from docstream.tasks.base import requested_tasks
 from docstream.tasks.generation import check_json_schema
 from docstream.tenancy import Refusal, Submission, refuse_submission, refuse_tombstone, tenant_of_topic
@@ -138,15 +137,13 @@ class ChunkerHandler:
         self._jobs: dict[str, tuple[float, JobRow | None]] = {}
 
     def on_tombstone(self, topic: str, doc_id: str) -> Sequence[Output]:
-        """A tombstone on the intake topic, keyed by a version's doc_id: delete that version's source (or the
-        document's own results, without one; ``docstream.store.sources.delete_by_tombstone``). Nothing to delete
-        (already deleted, unknown, or a source that started over) is done.
+        """A tombstone on the intake topic, keyed by a version's doc_id: delete that version's source, in flight or
+        not (or the document's own rows, without one; ``docstream.store.sources.delete_by_tombstone``). Nothing to
+        delete (already deleted, unknown, or a version an earlier delete covered) is done.
 
         Raises:
             IntakeRefused: ``tenant_mismatch_source``: on a tenant's own intake topic, the document is another
                 tenant's (nothing is deleted).
-            SourceInFlightError: the source's current version is still processed (after the loop's attempts, the
-                tombstone goes to the DLQ; send it again from there once that version is done).
             RetryableError: the store is unavailable.
         """
         topic_tenant = tenant_of_topic(self._topics.prefix, topic)
@@ -233,7 +230,10 @@ class ChunkerHandler:
         """
         if self._job_cancelled(submitted.job_id):
             return self._skipped(submitted)
-        submitted, becomes_current = self._versioned(submitted)
+        submitted = self._versioned(submitted)
+        deleted = self._deleted(submitted)
+        if deleted is not None:
+            return deleted
         started = time.perf_counter()
         try:
             _check_prompts(submitted)
@@ -254,8 +254,6 @@ class ChunkerHandler:
             if self._limited is not None and self._limited(submitted.tenant):
                 # its tokens are enqueued until it ends (docs/operations.md "Quotas and admission")
                 self._store.set_document_tokens(submitted.tenant, submitted.doc_id, result.token_count)
-            if becomes_current:
-                self._make_current(submitted, now)
         self._count_pages(result.sources)
         _log.info(
             "document_chunked",
@@ -312,31 +310,38 @@ class ChunkerHandler:
         for verdict, pages in sources.by_verdict.items():
             self._metrics.page_verdicts.labels("chunker", verdict).inc(pages)
 
-    def _versioned(self, submitted: DocumentSubmitted) -> tuple[DocumentSubmitted, bool]:
-        """``submitted`` with the source's earlier version, where its producer named the source and not that
-        version (an external producer: the intake looks it up for what it submits, docs/intake.md "Versions of
-        a document"), and whether it is to become the source's current version once its rows are written.
+    def _versioned(self, submitted: DocumentSubmitted) -> DocumentSubmitted:
+        """``submitted`` with its source's earlier version.
 
-        A document handled before (its documents row names the source: the intake's, a redelivery, a replay)
-        keeps the earlier version its row says; it becomes current only if it follows the current one (a crash
-        between its rows and the source's). A replayed older version never displaces a newer one.
+        The intake made its documents current before producing them (``advance_source``), and the record names the
+        earlier version. A record of an external producer names the source and not that version: it becomes the
+        source's current version here, its documents row first (docs/intake.md "Versions of a document"). A
+        document handled before (a redelivery, a replay) keeps its place: a replayed older version never displaces
+        a newer one, and a deleted one stays deleted.
         """
         if not submitted.source_key or submitted.previous_doc_id is not None:
-            return submitted, False
-        row = self._store.get_document(submitted.doc_id)
-        current = self._store.get_source(submitted.tenant, submitted.source_key)
-        if row is not None and row.source_key == submitted.source_key:
-            previous = row.previous_doc_id
-        else:
-            previous = current.doc_id if current is not None and current.doc_id != submitted.doc_id else None
-        becomes_current = current is None or (current.doc_id == previous and current.doc_id != submitted.doc_id)
-        return replace(submitted, previous_doc_id=previous), becomes_current
+            return submitted
+        now = self._clock()
 
-    def _make_current(self, submitted: DocumentSubmitted, now: datetime) -> None:
-        """The document becomes its source's current version (after its documents row says which it followed)."""
-        assert submitted.source_key is not None
-        self._store.upsert_source(SourceRow(submitted.tenant, submitted.source_key, submitted.doc_id,
-                                            submitted.content_sha256, submitted.job_id, now))
+        def write_document(previous: str | None) -> None:
+            self._write_rows(replace(submitted, previous_doc_id=previous), "submitted", now)
+
+        previous, _ = advance_source(self._store, submitted.tenant, submitted.source_key, submitted.doc_id,
+                                              content_sha256=submitted.content_sha256, job_id=submitted.job_id,
+                                              now=now, write_document=write_document)
+        return replace(submitted, previous_doc_id=previous)
+
+    def _deleted(self, submitted: DocumentSubmitted) -> list[Output] | None:
+        """None: the document is not deleted; else what a deleted one gives (docs/reliability.md "Invariants"): no
+        chunk, ever; one not ended yet ends failed (``source_deleted``) so that its job completes; one that ended
+        (a replay) keeps its rows."""
+        row = self._store.get_document(submitted.doc_id)
+        if row is None or fence(self._store, row, submitted.tenant) != "source_deleted":
+            return None
+        if row.status in TERMINAL_DOC_STATES:
+            _log.info("document_deleted_not_rechunked")
+            return []
+        return self._failed(submitted, "source_deleted", "its source was deleted before it was chunked", 0)
 
     def _already_terminal(self, submitted: DocumentSubmitted) -> bool:
         """Whether this very document (same job, same bytes) already has a final status in the store."""

@@ -18,6 +18,7 @@ import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message
@@ -36,6 +37,7 @@ from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
 from docstream.standing import RATE_EVERY_S, RATE_TTL_S, TokenRate
 from docstream.store.base import ChunkRow, ResultStore
+from docstream.store.sources import enforce
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest, failure_output
 from docstream.usage import apportion
 from docstream_inference.handler import (
@@ -661,6 +663,10 @@ class ThroughputWriter:
             _log.warning("throughput_write_failed", error_code=exc.code, error=str(exc)[:200])
 
 
+def _enforce(store: ResultStore, doc_id: str, tenant: str, model_id: str) -> None:
+    enforce(store, doc_id, tenant, model_id)
+
+
 class WriteStage(_StageThread):
     """Q2 → store write (acknowledged) → produce ChunkEmbedded (+ DLQ for failures) → ledger acks.
 
@@ -724,6 +730,10 @@ class WriteStage(_StageThread):
         rows = [chunk_row(r) for _, r in live]
         started = time.perf_counter()
         self._retrying("store_write", lambda: self._store.upsert_chunks(rows))
+        # after the write: a version deleted or retired since loses what was just written (docs/reliability.md
+        # "Invariants": a delete is final); its records still go out, so that its job completes
+        for doc_id, tenant, model_id in dict.fromkeys((r.chunk.doc_id, r.chunk.tenant, r.model_id) for _, r in live):
+            self._retrying("store_fence", partial(_enforce, self._store, doc_id, tenant, model_id))
         write_us = _micros_since(started)
         self._metrics.write_latency.labels(self._service).observe(write_us / 1e6)
         # the batch's busy time here, each chunk its token share (the reducer adds each chunk once)

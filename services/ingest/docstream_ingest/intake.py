@@ -47,7 +47,8 @@ from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
 from docstream.settings import ObjectStoreSettings, Settings
-from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore, SourceRow
+from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.sources import advance_source
 from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
 from docstream.tasks.selection import job_tasks, task_records
@@ -489,17 +490,6 @@ def _existing_job(
     return job, {row.doc_id: row.status for row in store.iter_job_documents(job_id)}
 
 
-def _versions(store: ResultStore, tenant: str, documents: Sequence[SubmittedDocument]) -> list[SubmittedDocument]:
-    """``documents``, each with the doc_id of its source's current version (a source seen before, under
-    another doc_id: another job, or other content), whose unchanged chunks' results it will reuse."""
-    out: list[SubmittedDocument] = []
-    for doc in documents:
-        current = store.get_source(tenant, doc.source_key) if doc.source_key else None
-        previous = current.doc_id if current is not None and current.doc_id != doc.doc_id else None
-        out.append(replace(doc, previous_doc_id=previous))
-    return out
-
-
 def _write_rows(
     store: ResultStore,
     job_id: str,
@@ -508,25 +498,39 @@ def _write_rows(
     documents: Sequence[SubmittedDocument],
     request: JobRequest,
     now: datetime,
-) -> None:
+) -> tuple[SubmittedDocument, ...]:
+    """Write the documents' rows, then the job's; returns the documents with the version each follows.
+
+    A document with a source key becomes its source's current version (``advance_source``: its documents row,
+    then the sources row by compare-and-set, again behind a version submitted at the same time)."""
+    written: list[SubmittedDocument] = []
     for doc in documents:
-        store.upsert_document(
-            DocumentRow(
-                doc_id=doc.doc_id,
-                job_id=job_id,
-                source_uri=doc.source_uri,
-                content_sha256=doc.content_sha256,
-                status="submitted",
-                updated_at=now,
-                media_type=doc.media_type,
-                filename=doc.filename,
-                source_key=doc.source_key,
-                previous_doc_id=doc.previous_doc_id,
+
+        def write_document(previous: str | None, doc: SubmittedDocument = doc) -> None:
+            store.upsert_document(
+                DocumentRow(
+                    doc_id=doc.doc_id,
+                    job_id=job_id,
+                    source_uri=doc.source_uri,
+                    content_sha256=doc.content_sha256,
+                    status="submitted",
+                    updated_at=now,
+                    media_type=doc.media_type,
+                    filename=doc.filename,
+                    source_key=doc.source_key,
+                    previous_doc_id=previous,
+                )
             )
-        )
-        store.upsert_job_document(JobDocumentRow(job_id, doc.doc_id, "submitted", now, filename=doc.filename))
+
         if doc.source_key:  # this version is the source's current one from now on
-            store.upsert_source(SourceRow(request.tenant, doc.source_key, doc.doc_id, doc.content_sha256, job_id, now))
+            previous, _ = advance_source(store, request.tenant, doc.source_key, doc.doc_id,
+                                         content_sha256=doc.content_sha256, job_id=job_id, now=now,
+                                         write_document=write_document)
+            doc = replace(doc, previous_doc_id=previous)
+        else:
+            write_document(None)
+        store.upsert_job_document(JobDocumentRow(job_id, doc.doc_id, "submitted", now, filename=doc.filename))
+        written.append(doc)
     # The jobs row goes last: it never counts documents whose rows are not written yet.
     store.upsert_job(
         JobRow(
@@ -544,6 +548,7 @@ def _write_rows(
             usage=earlier.usage if earlier else None,
         )
     )
+    return tuple(written)
 
 
 def _produce(
@@ -575,8 +580,8 @@ def _produce(
 
 def _produce_admitted(
     documents: Sequence[SubmittedDocument], job_id: str, request: JobRequest, clients: IntakeClients, now: datetime,
-    *, write_rows: Callable[[], None] | None = None,
-) -> None:
+    *, write_rows: Callable[[], Sequence[SubmittedDocument]] | None = None,
+) -> Sequence[SubmittedDocument]:
     """Write the rows (when given) and produce documents just admitted; on any failure give their slots back before
     the error goes on (docs/operations.md "Quotas and admission"). Admitting first keeps the check and the taking
     of the slots under the tenant's lease without holding it across the produce; a record that reached its topic
@@ -584,12 +589,13 @@ def _produce_admitted(
     done = False
     try:
         if write_rows is not None:
-            write_rows()
+            documents = write_rows()
         _produce(documents, job_id, request, clients, now)
         done = True
     finally:
         if not done:  # whatever the failure, these documents are not in flight: a retry admits them again
             release(clients.store, clients.settings.fairness, request.tenant, [d.doc_id for d in documents])
+    return documents
 
 
 _Sources = Callable[[_Collector], Iterable[_Candidate]]
@@ -675,7 +681,7 @@ def _submit(
     collected = _Collector(job_id, settings, objects, existing, resubmit or _resubmit_if_unprocessed)
     for candidate in sources(collected):
         collected.add(candidate)
-    documents = tuple(_versions(store, request.tenant, tuple(collected.documents.values())))
+    documents: Sequence[SubmittedDocument] = tuple(collected.documents.values())
     if request.atomic and collected.refused:
         # nothing of a refused request is recorded; stored bytes stay, unreferenced and harmless
         log.info("job_refused", refused=len(collected.refused), error_code=collected.refused[0].code)
@@ -685,13 +691,13 @@ def _submit(
         now = clients.clock()
         if gradually is not None:
             # every row first: the job counts all its documents and completes only once each ended
-            _write_rows(store, job_id, earlier, collected, documents, request, now)
+            documents = _write_rows(store, job_id, earlier, collected, documents, request, now)
             _admit_gradually(documents, job_id, request, clients, gradually, now)
         else:
             admit(store, settings.fairness, request.tenant, job_id, [d.doc_id for d in documents], now)
-            _produce_admitted(documents, job_id, request, clients, now,
-                              write_rows=partial(_write_rows, store, job_id, earlier, collected, documents, request,
-                                                 now))
+            documents = _produce_admitted(documents, job_id, request, clients, now,
+                                          write_rows=partial(_write_rows, store, job_id, earlier, collected, documents,
+                                                             request, now))
     log.info(
         "job_submitted",
         documents=len(documents),
@@ -701,7 +707,7 @@ def _submit(
     )
     return SubmitResult(
         job_id=job_id,
-        documents=documents,
+        documents=tuple(documents),
         refused=tuple(collected.refused),
         duplicates=tuple(collected.duplicates),
         document_count=collected.count,

@@ -15,7 +15,7 @@ from docstream.ids import check_source_key, validate_id
 from docstream.kafka.clients import ReliableProducer
 from docstream.settings import Settings
 from docstream.store import open_store
-from docstream.store.sources import SourceInFlightError, delete_source
+from docstream.store.sources import delete_source
 from docstream.topics import Topics
 
 __all__ = ["delete_command", "source_key_of", "tombstone_announcer"]
@@ -54,13 +54,14 @@ def delete_command(settings: Settings, given: Sequence[str], *, tenant: str, con
     ``publish``: first publish a tombstone for each on the intake topic of the settings' Kafka, so that the sinks
     remove it too (off where the store is a ``docstream run``'s, whose broker is gone).
 
-    Returns the exit status: 0 every source deleted; 2 one is unknown (or nothing was confirmed); 1 one's current
-    version is still in flight. The others are deleted either way.
+    Returns the exit status: 0 every source deleted (versions in flight included: they end failed with
+    ``source_deleted``); 2 one is unknown (or nothing was confirmed). The others are deleted either way.
 
     Raises:
         InputError: a bad tenant or source.
         StoreError: the store failed transiently (run it again: what was deleted stays deleted).
-        RetryableError: a tombstone was not delivered (that source and the ones after it are not deleted).
+        RetryableError: a tombstone was not delivered (that source is deleted from the store, the ones after it
+            are not: run it again, and the tombstone goes out again).
     """
     validate_id(tenant, "tenant")
     keys = [source_key_of(g) for g in given]
@@ -79,10 +80,6 @@ def delete_command(settings: Settings, given: Sequence[str], *, tenant: str, con
         for key in keys:
             try:
                 done = delete_source(store, tenant, key, announce=announce)
-            except SourceInFlightError as exc:
-                console.print(f"[yellow]{exc.code}[/]: {exc.message}")
-                status = status or 1
-                continue
             except InputError as exc:
                 console.print(f"[red]{exc.code}[/]: {exc.message}")
                 status = 2

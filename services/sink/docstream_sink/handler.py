@@ -24,8 +24,8 @@ from docstream.metrics import Metrics
 from docstream.records import DocumentCompleted, DocumentSubmitted
 from docstream.store import ResultStore
 from docstream.store.base import ChunkRow, DocumentRow
-from docstream.store.completion import RETIRING, latest_completed
-from docstream.store.sources import tombstoned
+from docstream.store.completion import latest_completed
+from docstream.store.sources import RETIRING, delete_by_tombstone, fence, generation_of, tombstoned
 from docstream.tenancy import refuse_tombstone, tenant_of_topic
 from docstream_sink.engine import SinkEngine
 from docstream_sink.points import Remove, SinkPoint, Skip, Write, decide, points_of, source_of
@@ -79,8 +79,8 @@ class SinkWriter:
             return Skip("unknown_document")
         result = self.store.get_document_result(document.doc_id, self.model_id)
         shown: str | None = None
-        deleted = False
-        if document.source_key:
+        deleted = fence(self.store, document, tenant) == "source_deleted"
+        if document.source_key and not deleted:
             source = self.store.get_source(tenant, document.source_key)
             deleted = source is None
             if source is not None and source.doc_id == document.doc_id and result is not None:
@@ -136,12 +136,29 @@ class SinkWriter:
     def delete_other_versions(self, tenant: str, document: DocumentRow, action: Write) -> None:
         """After a later version's points are written: delete its source's points of other versions (the earlier
         versions' chunks whose text is gone)."""
-        if document.previous_doc_id is None:
-            # the first version of a source has no other version's points to delete (a delete by filter
-            # scans, in Milvus Lite: 50 ms per document at 6,000 points): a source deleted and submitted again
-            # starts over as a first version, its earlier points removed by its delete's tombstone
+        if document.previous_doc_id is None and generation_of(document) <= 1:
+            # the very first version of a source has no other version's points to delete (a delete by filter
+            # scans, in Milvus Lite: 50 ms per document at 6,000 points); a source deleted and submitted again
+            # starts over as a first version of a later generation, and deletes the points of the versions before
             return
         deleted = self.engine.delete_other_versions(tenant, action.source, action.doc_id)
+        if deleted > 0:
+            self._metrics.sink_points.labels(self._service, "delete").inc(deleted)
+
+    def settle(self, tenant: str, document: DocumentRow) -> None:
+        """Leave the points of ``document``'s source as the store has it now: the points of the version the sink
+        shows (``latest_completed`` among the versions not deleted) alone, or none (a source deleted, or none of
+        whose versions since its delete completed; a document without a source that was deleted)."""
+        if not document.source_key:
+            self.remove(tenant, Remove(source_of(document.doc_id, None)))
+            return
+        source = self.store.get_source(tenant, document.source_key)
+        shown = latest_completed(self.store, source.doc_id, self.model_id) if source is not None and source.live \
+            else None
+        if shown is None:
+            self.remove(tenant, Remove(document.source_key))
+            return
+        deleted = self.engine.delete_other_versions(tenant, document.source_key, shown)
         if deleted > 0:
             self._metrics.sink_points.labels(self._service, "delete").inc(deleted)
 
@@ -210,8 +227,9 @@ class SinkHandler:
         return self.handle_batch([envelope])[0]
 
     def on_tombstone(self, topic: str, doc_id: str) -> list[Output]:
-        """A tombstone on the intake topic (``docstream delete``, ``DELETE /v1/sources``, a producer's own): remove
-        the points of that version's source, unless the source started over since (``store.sources.tombstoned``).
+        """A tombstone on the intake topic (``docstream delete``, ``DELETE /v1/sources``, a producer's own): the
+        store's delete, when not done yet (``store.sources.delete_by_tombstone``), then the source's points as the
+        store has them (``SinkWriter.settle``): none, or, for a source submitted again since, its new versions'.
 
         Raises:
             IntakeRefused: ``tenant_mismatch_source``: on a tenant's own intake topic (``prefix`` given), the document
@@ -227,7 +245,10 @@ class SinkHandler:
         if refusal is not None:
             self._metrics.intake_refused.labels(self._label, refusal.code).inc()
             raise refusal.error()
-        self._writer.remove(tenant, Remove(source_of(document.doc_id, document.source_key)))
+        # the store's part first, when the chunker has not done it yet (a producer's own tombstone): once the
+        # source is marked deleted, no later completion writes its points again (docs/reliability.md)
+        delete_by_tombstone(self._writer.store, doc_id)
+        self._writer.settle(tenant, document)
         self._metrics.sink_documents.labels(self._label, "removed").inc()
         _log.info("sink_source_removed", sink=self._writer.name, doc_id=doc_id)
         return []
@@ -271,6 +292,9 @@ class SinkHandler:
                     outcomes.append("written")
         for tenant, document, write in written:
             writer.delete_other_versions(tenant, document, write)
+            if not isinstance(writer.plan(document, tenant), Write):
+                # deleted or retired while it was written: its points go again (the check after the write)
+                writer.settle(tenant, document)
         for tenant, remove in removed:
             writer.remove(tenant, remove)
             _log.info("sink_source_removed", sink=writer.name, source_chars=len(remove.source))

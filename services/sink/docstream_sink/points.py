@@ -157,12 +157,13 @@ def decide(
         shown_doc_id: the version of the document's source a sink shows: the newest whose vectors completed
             (``store.completion.latest_completed`` from the source's current version); ignored for a document
             without a source key.
-        source_deleted: the document's source was deleted (``docstream delete``).
+        source_deleted: the document's source was deleted (``docstream delete``), or, without a source, the
+            document itself (a tombstone).
     """
     if document is None:
         return Skip("unknown_document")
     source = source_of(document.doc_id, document.source_key)
-    if document.source_key and source_deleted:
+    if source_deleted:
         return Remove(source)
     if vectors_status is None:
         return Skip("no_vectors")

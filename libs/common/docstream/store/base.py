@@ -114,6 +114,13 @@ class DocumentRow:
     """The source this document is a version of (``SourceRow``); None: submitted without one."""
     previous_doc_id: str | None = None
     """The source's version current when this one was submitted, whose unchanged chunks' results it reuses."""
+    generation: int | None = None
+    """Its place among its source's versions (``SourceRow.generation`` when it became current); None: a document
+    without a source, or written before generations (it reads as 0). Written by ``set_document_generation``
+    alone, never by the row's upsert."""
+    deleted_at: datetime | None = None
+    """When it was deleted (``docstream.store.sources``); written by ``mark_document_deleted`` alone, never by the
+    row's upsert, so a writer that read the row before the delete cannot bring it back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +213,16 @@ class SourceRow:
     content_sha256: str
     job_id: str
     updated_at: datetime
+    generation: int = 0
+    """The current version's generation: one more than the version before, assigned by ``swap_source`` (a
+    compare-and-set), so versions are ordered by submission; 0: a row written before generations."""
+    deleted_through: int | None = None
+    """Every version of a generation up to this one is deleted (``docstream delete``); None: never deleted."""
+
+    @property
+    def live(self) -> bool:
+        """Whether the source has a version not deleted: its current one is newer than its last delete."""
+        return self.deleted_through is None or self.generation > self.deleted_through
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,14 +351,24 @@ class ResultStore(Protocol):
     def get_api_key(self, key_id: str) -> ApiKeyRow | None:
         """Read an api_keys row."""
 
-    def upsert_source(self, row: SourceRow) -> None:
-        """Write a sources row: the source's current version."""
+    def swap_source(self, expected: SourceRow | None, row: SourceRow) -> tuple[bool, SourceRow | None]:
+        """Write ``row`` as its source's row only when the stored row is still ``expected`` (its generation and
+        deletion; None: no row): a lightweight transaction on Cassandra, one transaction on SQLite. Every write of
+        the sources table goes through here. Returns whether it was written and the row that stands now (a write
+        repeated after a transient failure that had landed finds ``row`` itself: written)."""
 
     def get_source(self, tenant: str, source_key: str) -> SourceRow | None:
-        """Read a sources row."""
+        """Read a sources row (at the store's consistency: a ``swap_source`` that returned is seen at QUORUM)."""
 
-    def delete_source(self, tenant: str, source_key: str) -> None:
-        """Delete a sources row (``docstream_ingest.sources.delete_source`` retires its versions first)."""
+    def mark_document_deleted(self, doc_id: str, at: datetime) -> None:
+        """Set ``deleted_at`` on a documents row (that column alone)."""
+
+    def set_document_generation(self, doc_id: str, generation: int) -> None:
+        """Set ``generation`` on a documents row (that column alone)."""
+
+    def delete_document_rows(self, doc_id: str) -> None:
+        """Delete a document's chunk rows, vectors and document_results rows under every model (its partitions).
+        Its documents and job_documents rows stay."""
 
     # -- admission (docs/operations.md "Quotas and admission"; written only for tenants with limits) --
 

@@ -56,6 +56,7 @@ from docstream.store.base import (
     JobState,
     QueuedJobRow,
     SearchHit,
+    SourceRow,
     check_throughput,
 )
 from docstream.store.codec import embedding_array, utc_millis
@@ -70,6 +71,8 @@ from docstream.store.rows import (
     JOB_ROWS,
     JOBS,
     QUEUE_ROWS,
+    SOURCE_ROWS,
+    SOURCES,
     ColumnEncoding,
     Columns,
     Table,
@@ -660,6 +663,72 @@ class CassandraStore(TableStore):
         self._execute(f"DELETE FROM {self._ks}.chunks WHERE doc_id = ? AND model_id = ?", key, "delete_results")
         self._execute(f"DELETE FROM {self._ks}.document_results WHERE doc_id = ? AND model_id = ?", key,
                       "delete_results")
+
+    def delete_document_rows(self, doc_id: str) -> None:
+        """Delete a document's vector rows, chunk rows and document_results rows under every model: one partition
+        delete in each table, vectors first. Deleting again changes nothing.
+
+        Raises:
+            StoreError: a write timed out or Cassandra was unavailable (run it again).
+        """
+        self._connect()
+        for dimension in sorted(self._vector_tables | self._existing_vector_tables()):
+            self._execute(f"DELETE FROM {self._ks}.chunk_vectors_d{dimension} WHERE doc_id = ?", (doc_id,),
+                          "delete_document_rows")
+        self._execute(f"DELETE FROM {self._ks}.chunks WHERE doc_id = ?", (doc_id,), "delete_document_rows")
+        self._execute(f"DELETE FROM {self._ks}.document_results WHERE doc_id = ?", (doc_id,), "delete_document_rows")
+
+    def mark_document_deleted(self, doc_id: str, at: datetime) -> None:
+        """Set ``deleted_at`` on a documents row, that cell alone.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._execute(f"UPDATE {self._ks}.documents SET deleted_at = ? WHERE doc_id = ?", (_ts(at), doc_id),
+                      "mark_document_deleted")
+
+    def set_document_generation(self, doc_id: str, generation: int) -> None:
+        """Set ``generation`` on a documents row, that cell alone.
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._execute(f"UPDATE {self._ks}.documents SET generation = ? WHERE doc_id = ?", (generation, doc_id),
+                      "set_document_generation")
+
+    def swap_source(self, expected: SourceRow | None, row: SourceRow) -> tuple[bool, SourceRow | None]:
+        """Write ``row`` when the stored sources row is still ``expected``: a lightweight transaction (an INSERT IF
+        NOT EXISTS for no row; else an UPDATE IF on its generation and deletion).
+
+        Returns:
+            Whether it was written (or found written by an earlier attempt of the same write), and the row that
+            stands now.
+
+        Raises:
+            StoreError: the write failed transiently; ``store_cas_unknown``: it may or may not have landed (read
+                the row again).
+        """
+        values = SOURCE_ROWS.to_columns(row, _ENCODING)
+        if expected is None:
+            found = self._execute(_insert(f"{self._ks}.sources", SOURCES.column_list) + " IF NOT EXISTS", values,
+                                  "swap_source")
+        else:
+            columns = [c for c in SOURCES.columns if c not in SOURCES.key]
+            by_name = dict(zip(SOURCES.columns, values, strict=True))
+            assignments = ", ".join(f"{c} = ?" for c in columns)
+            found = self._execute(
+                f"UPDATE {self._ks}.sources SET {assignments} WHERE tenant = ? AND source_key = ? "
+                "IF generation = ? AND deleted_through = ?",
+                (*(by_name[c] for c in columns), row.tenant, row.source_key,
+                 expected.generation or None, expected.deleted_through), "swap_source")
+        if not found or found[0]["[applied]"]:
+            return True, row
+        # a refused UPDATE IF answers the compared columns alone: the row that stands is read again (the
+        # transaction that refused this one is decided, so a read at the store's consistency sees it)
+        standing = self.get_source(row.tenant, row.source_key)
+        if self._landed(standing, row):
+            return True, row  # an earlier attempt of this write landed
+        return False, standing
 
     # -- admission ---------------------------------------------------------------------
 

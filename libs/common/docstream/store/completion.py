@@ -7,22 +7,16 @@ the offset commit, it leaves the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 
-from docstream.ids import MAX_VERSIONS
 from docstream.records import DocumentCompleted, carry
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, ResultStore, TaskTally
+from docstream.store.sources import RETIRING, enforce, fence, versions_back
 from docstream.tasks.base import EMBED
 from docstream.usage import document_usage
 
-__all__ = ["RETIRING", "latest_completed", "record_completion", "result_row", "retire_earlier", "versions_back"]
-
-RETIRING = frozenset({"completed", "partial"})
-"""The statuses of a new version that retire its earlier version's results under the same model (a failed one
-leaves them: docs/intake.md "Versions of a document")."""
-
+__all__ = ["latest_completed", "record_completion", "result_row", "retire_earlier"]
 
 def result_row(completed: DocumentCompleted) -> DocumentResultRow:
     """The document_results row of a task's DocumentCompleted."""
@@ -30,18 +24,6 @@ def result_row(completed: DocumentCompleted) -> DocumentResultRow:
     # compatibility: a record from before tasks names none, and was embed's
     return carry(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
                  task=completed.task or EMBED)
-
-
-def versions_back(store: ResultStore, doc_id: str) -> Iterator[str]:
-    """``doc_id``, then each version before it (``previous_doc_id`` on its documents row), at most
-    ``MAX_VERSIONS``; a loop in the history ends the walk. A version's row is read only when the next is asked."""
-    seen: set[str] = set()
-    current: str | None = doc_id
-    while current is not None and current not in seen and len(seen) < MAX_VERSIONS:
-        seen.add(current)
-        yield current
-        row = store.get_document(current)
-        current = row.previous_doc_id if row is not None else None
 
 
 def retire_earlier(store: ResultStore, doc_id: str, model_id: str) -> int:
@@ -77,18 +59,28 @@ def record_completion(store: ResultStore, completed: DocumentCompleted, now: dat
     Rows: the document result; the job document's entry for the task (its terminal status and usage: the jobs
     agent's recount reads them); and, for a job of this one task, the document's status and the job document's.
     A new version of a source that completed (``RETIRING``) deletes its earlier version's chunk rows and result under
-    the same model: the earlier version is retired, and a search finds the current text only.
+    the same model: the earlier version is retired, and a search finds the current text only. A version that
+    completes after a newer one did is retired as it is written, and one whose source was deleted writes no
+    result and is published failed (``source_deleted``): ``docstream.store.sources.enforce``.
     A job of several tasks gets the document's status from the jobs agent once every task is in.
     """
     document: DocumentRow | None = store.get_document(completed.doc_id)
+    job = store.get_job(completed.job_id)
     if document is not None:
         completed = replace(completed, source_uri=document.source_uri, filename=document.filename,
                             content_sha256=document.content_sha256, page_count=document.page_count,
                             pages_by_verdict=dict(document.pages_by_verdict),
                             pages_by_source=dict(document.pages_by_source))
-    store.upsert_document_result(result_row(completed))
-    if document is not None and document.previous_doc_id and completed.status in RETIRING:
-        retire_earlier(store, document.previous_doc_id, completed.model_id or "")
+    if document is not None and job is not None and fence(store, document, job.tenant) == "source_deleted":
+        # deleted while in flight: no result, and its job sees it end failed (docs/reliability.md "Invariants")
+        completed = replace(completed, status="failed", error_code="source_deleted",
+                            error="its source was deleted while it was processed")
+    else:
+        store.upsert_document_result(result_row(completed))
+        if document is not None and document.previous_doc_id and completed.status in RETIRING:
+            retire_earlier(store, document.previous_doc_id, completed.model_id or "")
+        if job is not None:  # after the write: a delete or a newer version's completion since takes it back
+            enforce(store, completed.doc_id, job.tenant, completed.model_id)
     task = completed.task or EMBED
     usage = document_usage(completed)
     store.upsert_job_document_task(completed.job_id, completed.doc_id, task, TaskTally(completed.status, usage), now)

@@ -488,7 +488,7 @@ JOB_ROWS = RowMapping(JobRow, "jobs", key=("job_id",))
 JOB_DOCUMENT_ROWS = RowMapping(JobDocumentRow, "job_documents", key=("job_id", "doc_id"), element_columns=("tasks",),
                                null_reads_as={"status": "submitted"})
 """A row ``upsert_job_document_task`` created holds no status: it reads as ``submitted``."""
-DOCUMENT_ROWS = RowMapping(DocumentRow, "documents", key=("doc_id",))
+DOCUMENT_ROWS = RowMapping(DocumentRow, "documents", key=("doc_id",), element_columns=("generation", "deleted_at"))
 DOCUMENT_RESULT_ROWS = RowMapping(DocumentResultRow, "document_results", key=("doc_id", "model_id"))
 CHUNK_ROWS = RowMapping(ChunkRow, "chunks", key=("doc_id", "model_id", "chunk_index"))
 API_KEY_ROWS = RowMapping(ApiKeyRow, "api_keys", key=("key_id",))

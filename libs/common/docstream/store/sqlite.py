@@ -32,6 +32,7 @@ from docstream.store.base import (
     JobState,
     QueuedJobRow,
     SearchHit,
+    SourceRow,
     check_throughput,
 )
 from docstream.store.codec import encode_embedding, none_if_empty, utc_millis
@@ -45,6 +46,8 @@ from docstream.store.rows import (
     JOB_DOCUMENTS,
     JOBS,
     QUEUE_ROWS,
+    SOURCE_ROWS,
+    SOURCES,
     ColumnEncoding,
     Columns,
     Table,
@@ -400,6 +403,54 @@ class SqliteStore(TableStore):
         with self._errors("delete_results"), self._transaction(conn):
             conn.execute("DELETE FROM chunks WHERE doc_id = ? AND model_id = ?", (doc_id, model_id))
             conn.execute("DELETE FROM document_results WHERE doc_id = ? AND model_id = ?", (doc_id, model_id))
+
+    def delete_document_rows(self, doc_id: str) -> None:
+        """Delete a document's chunk rows and document_results rows under every model, in one transaction.
+
+        Raises:
+            StoreError: the write failed transiently (nothing of it was written).
+        """
+        conn = self._connection()
+        with self._errors("delete_document_rows"), self._transaction(conn):
+            conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
+            conn.execute("DELETE FROM document_results WHERE doc_id = ?", (doc_id,))
+
+    def mark_document_deleted(self, doc_id: str, at: datetime) -> None:
+        """Set ``deleted_at`` on a documents row, that column alone (no row: nothing).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._write("UPDATE documents SET deleted_at = ? WHERE doc_id = ?", (_ENCODING.timestamp(at), doc_id),
+                    "mark_document_deleted")
+
+    def set_document_generation(self, doc_id: str, generation: int) -> None:
+        """Set ``generation`` on a documents row, that column alone (no row: nothing).
+
+        Raises:
+            StoreError: the write failed transiently.
+        """
+        self._write("UPDATE documents SET generation = ? WHERE doc_id = ?", (generation, doc_id),
+                    "set_document_generation")
+
+    def swap_source(self, expected: SourceRow | None, row: SourceRow) -> tuple[bool, SourceRow | None]:
+        """Write ``row`` when the stored sources row is still ``expected`` (one transaction under the write lock).
+
+        Returns:
+            Whether it was written, and the row that stands now.
+
+        Raises:
+            StoreError: the transaction failed transiently (nothing of it was written).
+        """
+        conn = self._connection()
+        with self._errors("swap_source"), self._transaction(conn):
+            found = conn.execute(f"SELECT {SOURCES.select_list} FROM sources WHERE tenant = ? AND source_key = ?",
+                                 (row.tenant, row.source_key)).fetchone()
+            stored = None if found is None else SOURCE_ROWS.from_columns(found, _ENCODING)
+            if not self._same_source(stored, expected):
+                return self._landed(stored, row), stored
+            conn.execute(_upsert_sql(SOURCES), SOURCE_ROWS.to_columns(row, _ENCODING))
+        return True, row
 
     def count_chunks(self, doc_id: str, model_id: str) -> int:
         """Number of chunk rows of a document for one model.

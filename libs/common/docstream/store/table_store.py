@@ -39,7 +39,6 @@ from docstream.store.rows import (
     JOB_ROWS,
     QUEUE_ROWS,
     SOURCE_ROWS,
-    SOURCES,
     USAGE_COLUMNS,
     ColumnEncoding,
     Columns,
@@ -323,14 +322,6 @@ class TableStore(ABC):
 
     # -- sources ---------------------------------------------------------------------
 
-    def upsert_source(self, row: SourceRow) -> None:
-        """Write a sources row: the source's current version.
-
-        Raises:
-            StoreError: the write failed transiently.
-        """
-        self._put(SOURCE_ROWS, row, "upsert_source")
-
     def get_source(self, tenant: str, source_key: str) -> SourceRow | None:
         """Read a sources row.
 
@@ -338,6 +329,18 @@ class TableStore(ABC):
             StoreError: the read failed transiently.
         """
         return self._read(SOURCE_ROWS, (tenant, source_key), "get_source")
+
+    @staticmethod
+    def _same_source(stored: SourceRow | None, expected: SourceRow | None) -> bool:
+        """Whether ``stored`` is the row ``expected`` names (by generation and deletion: what a swap compares)."""
+        if stored is None or expected is None:
+            return stored is expected
+        return (stored.generation, stored.deleted_through) == (expected.generation, expected.deleted_through)
+
+    @classmethod
+    def _landed(cls, stored: SourceRow | None, row: SourceRow) -> bool:
+        """Whether ``stored`` is ``row`` itself: a swap repeated after an attempt that landed counts as written."""
+        return stored is not None and cls._same_source(stored, row) and stored.doc_id == row.doc_id
 
     def upsert_queued_job(self, row: QueuedJobRow) -> None:
         """Write a lane_queue row (a plain upsert: a write repeated leaves the same row).
@@ -355,11 +358,3 @@ class TableStore(ABC):
             StoreError: the write failed transiently.
         """
         self._delete(QUEUE_ROWS.table, (lane, job_id), "delete_queued_job")
-
-    def delete_source(self, tenant: str, source_key: str) -> None:
-        """Delete a sources row (nothing when there is none).
-
-        Raises:
-            StoreError: the write failed transiently.
-        """
-        self._delete(SOURCES, (tenant, source_key), "delete_source")

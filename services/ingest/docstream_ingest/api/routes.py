@@ -24,7 +24,7 @@ from docstream.logging import get_logger
 from docstream.progress import aware, job_progress
 from docstream.standing import QueueStanding, tenant_standing
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.store.sources import SourceInFlightError, delete_source
+from docstream.store.sources import delete_source
 from docstream.store.standings import standings
 from docstream.tasks.base import Label, Prompt, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
@@ -625,7 +625,7 @@ def cancel_job(ctx: Ctx, caller: Caller, job_id: JobId) -> JSONResponse:
     "/sources",
     response_model=SourceDeleted,
     summary="Delete a document by its source",
-    responses=_errors(401, 404, 409, 422, 503),
+    responses=_errors(401, 404, 422, 503),
 )
 def delete_source_route(
     ctx: Ctx,
@@ -633,17 +633,16 @@ def delete_source_route(
     key: Annotated[str, Query(description=f"The source key: the URI it was submitted from (docs/intake.md); 1 to "
                                           f"{MAX_SOURCE_KEY_BYTES} UTF-8 bytes, no control character.")],
 ) -> SourceDeleted:
-    """Retire every version of one of the tenant's sources: their chunks, vectors and results leave the store;
-    the jobs keep their counts. A tombstone on the intake topic tells the sinks to remove it too (published
-    first: 503 when it cannot be, and nothing is deleted). 404 for a source the tenant does not have, 409 while
-    its current version is in flight."""
+    """Delete every version of one of the tenant's sources, in flight or not, for good: their chunks, vectors
+    and results leave the store, and none comes back (docs/reliability.md "Invariants"); the jobs keep their
+    counts, a version in flight ends failed with ``source_deleted``. A tombstone on the intake topic then tells
+    the sinks to remove it too (503 when it cannot be published: the store's part is done; send the delete
+    again). 404 for a source the tenant does not have."""
     check_source_key(key)  # InputError invalid_source_key → 422, before anything is published
     announce = tombstone_announcer(ctx.producer, Topics(ctx.settings.kafka.topic_prefix),
                                    ctx.settings.api.flush_timeout_s)
     try:
         done = delete_source(ctx.store, caller.tenant, key, announce=announce)
-    except SourceInFlightError as exc:
-        raise ApiError(409, exc.code, exc.message) from exc
     except InputError as exc:
         raise ApiError(404 if exc.code == "source_not_found" else 422, exc.code, exc.message) from exc
     return SourceDeleted(source_key=done.source_key or key, doc_id=done.doc_id, versions=done.versions,
