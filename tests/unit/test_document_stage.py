@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from docstream.avro import AvroSerde
 from docstream.errors import PoisonRecord
 from docstream.kafka.loop import Envelope
 from docstream.records import DocumentCompleted
+from docstream.settings import KafkaSettings
 from docstream.store.base import DocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream.tasks.base import FoldInput, Prompt, TaskRequest
@@ -74,6 +76,28 @@ def test_a_document_of_two_chunk_summaries_gets_its_summary_written_and_publishe
     assert job_document.status == "completed"  # the job counts wait for this row
     document = store.get_document("doc-1")
     assert document is not None and document.status == "completed"
+
+
+def test_a_finished_document_over_the_record_limit_fails_with_output_too_large_and_keeps_its_tokens(
+        tmp_path: Path) -> None:
+    task, _ = scripted_task(lambda body: chat_answer("Das Ganze." * 200, prompt=50, completion=3),
+                                 context_tokens=512, max_tokens=64)
+    store = _store(tmp_path)
+    serde = AvroSerde(KafkaSettings())
+
+    def measure(completed: DocumentCompleted) -> int:
+        return len(serde.serialize(completed, TOPICS.completed))
+
+    stage = DocumentStage(task, store, TOPICS, measure=measure, max_message_bytes=4096)  # a limit of 3,072 bytes
+    [out] = stage(_pending(task.model_id_for(SUMMARIZE), ["Первая часть.", "الجزء الثاني."]))
+    finished = out.value
+    assert isinstance(finished, DocumentCompleted)
+    assert (finished.status, finished.error_code) == ("failed", "output_too_large")
+    assert measure(finished) <= 3072
+    assert json.loads(finished.output or "{}") == {"kind": "summarize", "prompt_tokens": 60 + 50,
+                                                   "completion_tokens": 8 + 3}
+    row = store.get_document_result("doc-1", task.model_id_for(SUMMARIZE))
+    assert row is not None and row.status == "failed"
 
 
 def test_a_record_handled_again_after_its_write_asks_the_model_nothing(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 from docstream.errors import PoisonRecord
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
-from docstream.records import DocumentCompleted, DocumentStatus, utc_now
+from docstream.records import DocumentCompleted, DocumentStatus, output_too_large, record_limit, utc_now
 from docstream.store import ResultStore
 from docstream.store.completion import record_completion
 from docstream.tasks.base import GENERATE, Prompt, TaskRequest, failure_output
@@ -59,7 +59,14 @@ class DocumentStage:
     """The ConsumeLoop handler of the mapped topic (see the module)."""
 
     def __init__(self, task: GenerateTask, store: ResultStore, topics: Topics, *,
-                 clock: Callable[[], datetime] = utc_now, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], datetime] = utc_now, monotonic: Callable[[], float] = time.monotonic,
+                 measure: Callable[[DocumentCompleted], int] | None = None,
+                 max_message_bytes: int | None = None) -> None:
+        """``measure``: the size of a DocumentCompleted as it is produced (the serializer's bytes); with
+        ``max_message_bytes``, a document whose finished record would pass ``records.record_limit`` of it fails
+        with ``output_too_large`` (docs/reliability.md "Invariants": every record is bounded)."""
+        self._measure = measure
+        self._limit = record_limit(max_message_bytes) if max_message_bytes is not None else None
         self._task = task
         self._store = store
         self._topics = topics
@@ -89,10 +96,20 @@ class DocumentStage:
             _log.info("document_step_already_written", doc_id=completed.doc_id, model_id=completed.model_id)
         else:
             finished = self._step(completed, output)
-        finished = record_completion(self._store, finished, self._clock())
+        finished = record_completion(self._store, self._bounded(finished), self._clock())
         _log.info("document_completed", job_id=finished.job_id, doc_id=finished.doc_id, status=finished.status,
                   error_code=finished.error_code)
         return [Output(self._topics.completed, finished.doc_id, finished)]
+
+    def _bounded(self, finished: DocumentCompleted) -> DocumentCompleted:
+        if self._measure is None or self._limit is None:
+            return finished
+        size = self._measure(finished)
+        if size <= self._limit:
+            return finished
+        _log.warning("document_output_too_large", job_id=finished.job_id, doc_id=finished.doc_id, size=size,
+                     limit=self._limit)
+        return output_too_large(finished, size, self._limit)
 
     def _step(self, completed: DocumentCompleted, output: dict[str, Any]) -> DocumentCompleted:
         prompt = self._prompt(completed)

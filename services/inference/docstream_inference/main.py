@@ -9,6 +9,7 @@ from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.loop import ConsumeLoop
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
+from docstream.records import DocumentCompleted
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
@@ -70,9 +71,15 @@ def build_document_stage(
     topics = Topics(settings.kafka.topic_prefix)
     generate = task if task is not None else GenerateTask.load(settings)
     generate.bind_metrics(metrics, document_stage.SERVICE)
+    serde = AvroSerde(settings.kafka)
+
+    def measure(completed: DocumentCompleted) -> int:
+        return len(serde.serialize(completed, topics.completed))
+
+    stage = DocumentStage(generate, store, topics, measure=measure, max_message_bytes=settings.kafka.max_message_bytes)
     return ConsumeLoop(
         settings.kafka, settings.retry, group_id=topics.group(document_stage.SERVICE), topics=[topics.mapped],
-        handler=DocumentStage(generate, store, topics), serde=AvroSerde(settings.kafka),
+        handler=stage, serde=serde,
         service=document_stage.SERVICE, metrics=metrics, static_assignment=static_assignment, producer=producer,
     )
 
