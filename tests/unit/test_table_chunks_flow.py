@@ -127,6 +127,10 @@ def test_a_deleted_version_is_never_chunked_again_and_one_in_flight_ends_failed(
         store.set_document_generation("doc-2", 1)
         outputs = handler.handle(replace(in_flight, previous_doc_id="doc-1"))
         assert [(o.value.status, o.value.error_code) for o in outputs] == [("failed", "source_deleted")]  # type: ignore[union-attr]
+        # one whose chunks went out before the delete (a redelivery, a replay): the reducer ends it, not the chunker
+        # (each document ends once)
+        store.upsert_document(replace(store.get_document("doc-2"), status="chunked"))  # type: ignore[arg-type]
+        assert handler.handle(replace(in_flight, previous_doc_id="doc-1")) == []
     finally:
         store.close()
 

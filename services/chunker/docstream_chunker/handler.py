@@ -333,13 +333,15 @@ class ChunkerHandler:
 
     def _deleted(self, submitted: DocumentSubmitted) -> list[Output] | None:
         """None: the document is not deleted; else what a deleted one gives (docs/reliability.md "Invariants"): no
-        chunk, ever; one not ended yet ends failed (``source_deleted``) so that its job completes; one that ended
-        (a replay) keeps its rows."""
+        chunk, ever. One whose chunks never went out (``submitted``, or ``chunking``: its rows say ``chunked`` before
+        its chunks are produced) ends failed here (``source_deleted``), so that its job completes; one whose chunks
+        went out ends where they go (the reducer's ``record_completion`` fails it with the same code), and one that
+        ended keeps its rows: each document ends once."""
         row = self._store.get_document(submitted.doc_id)
         if row is None or fence(self._store, row, submitted.tenant) != "source_deleted":
             return None
-        if row.status in TERMINAL_DOC_STATES:
-            _log.info("document_deleted_not_rechunked")
+        if row.status not in ("submitted", "chunking"):
+            _log.info("document_deleted_not_rechunked", status=row.status)
             return []
         return self._failed(submitted, "source_deleted", "its source was deleted before it was chunked", 0)
 
