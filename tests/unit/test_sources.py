@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import random
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -96,6 +97,53 @@ def test_concurrent_submissions_of_one_source_never_fork_its_chain(tmp_path: Pat
         # one chain through every version, generations 9 down to 1: no version is on a branch of its own
         assert [g for g, _ in chain] == list(range(9, 0, -1))
         assert {d for _, d in chain} == {"v1", *(f"c{n}" for n in range(8))}
+    finally:
+        store.close()
+
+
+def test_deletes_racing_submissions_leave_each_version_deleted_or_current_never_orphaned(tmp_path: Path) -> None:
+    """Submissions and deletes of one source at once, in a random interleaving: each delete is ordered with each
+    submission by the sources row's compare-and-set. Afterwards every version is either deleted (marked, below the
+    row's deleted_through) or in the live chain the row leads to; none is both, none is neither."""
+    store = _store(tmp_path, "completed")
+    rng = random.Random(44)
+    kinds = ["submit"] * 12 + ["delete"] * 4
+    rng.shuffle(kinds)
+    ready = threading.Barrier(len(kinds))
+    errors: list[BaseException] = []
+
+    def act(n: int, kind: str) -> None:
+        ready.wait()
+        try:
+            if kind == "submit":
+                _version(store, f"r{n}", "completed")
+            else:
+                delete_source(store, "acme", "s3://b/a.pdf")
+        except BaseException as exc:  # handed to the test
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=act, args=(n, kind)) for n, kind in enumerate(kinds)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors
+        source = store.get_source("acme", "s3://b/a.pdf")
+        assert source is not None and source.generation == 13  # v1 and 12 submissions, one generation each
+        live: set[str] = set()
+        doc_id: str | None = source.doc_id if source.live else None
+        while doc_id is not None:
+            row = store.get_document(doc_id)
+            assert row is not None and row.generation > (source.deleted_through or 0)  # type: ignore[operator]
+            live.add(doc_id)
+            doc_id = row.previous_doc_id
+        for name in ["v1", *(f"r{n}" for n, kind in enumerate(kinds) if kind == "submit")]:
+            row = store.get_document(name)
+            assert row is not None and row.generation is not None
+            deleted = fence(store, row, "acme") == "source_deleted"
+            assert deleted != (name in live), name
+            assert deleted == (row.generation <= (source.deleted_through or 0)), name
     finally:
         store.close()
 
