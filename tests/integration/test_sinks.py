@@ -34,6 +34,7 @@ from docstream.metrics import Metrics
 from docstream.records import DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
+from docstream.store.sources import delete_source
 from docstream.tenancy import tenant_intake_topic
 from docstream.topics import Topics
 from tests.fixtures.kafka import wait_until
@@ -301,6 +302,38 @@ def test_a_source_deleted_by_docstream_delete_or_by_a_tombstone_leaves_the_sink(
         sink.stop()
     _assert_holds_exactly(engine, tenant, kept)
     assert sink.metrics.sink_documents.labels(f"sink-{SINK}", "removed")._value.get() == 2
+
+
+def test_a_source_deleted_and_submitted_again_before_the_sink_reads_the_tombstone_keeps_only_its_new_version(
+    sink_case: tuple[Settings, SinkEngine, str], kafka_bootstrap: str, cassandra_store: ResultStore,
+) -> None:
+    settings, engine, prefix = sink_case
+    rng, tenant, key = random.Random(11), f"t{prefix[-8:]}", "s3://bucket/r.pdf"
+    topics = Topics(prefix)
+    old = seed_job(cassandra_store, f"{prefix}-j1", tenant, [(f"{prefix}-r1", key, _paragraphs(rng, 6, "old"))],
+                   rng=rng)
+    _publish(kafka_bootstrap, topics.completed, old.completed, settings)
+    sink = _Running(settings, cassandra_store, open_engine(settings.sinks[SINK]))
+    try:
+        wait_until(lambda: set(_held(engine, tenant)) == set(_expected(old)), 60, "the first version's points")
+        # the source is deleted (the store's part; its tombstone held back), submitted again, and the new version
+        # completes: the sink writes it, a first version of a later generation, before it reads the tombstone
+        told: list[str] = []
+        delete_source(cassandra_store, tenant, key, announce=told.append)
+        new = seed_job(cassandra_store, f"{prefix}-j2", tenant, [(f"{prefix}-r2", key, _paragraphs(rng, 4, "new"))],
+                       rng=rng)
+        assert cassandra_store.get_document(f"{prefix}-r2").previous_doc_id is None  # type: ignore[union-attr]
+        _publish(kafka_bootstrap, topics.completed, new.completed, settings)
+        wait_until(lambda: set(_expected(new)) <= set(_held(engine, tenant)), 60, "the new version's points")
+        # then the tombstone of the deleted version: it leaves the new version alone, and nothing of the old stays
+        producer = Producer(producer_config(settings.kafka))
+        producer.produce(topics.submitted, key=told[0].encode(), value=None)
+        assert producer.flush(30) == 0
+        removed = sink.metrics.sink_documents.labels(f"sink-{SINK}", "removed")
+        wait_until(lambda: removed._value.get() >= 1, 60, "the tombstone read")
+    finally:
+        sink.stop()
+    _assert_holds_exactly(engine, tenant, _expected(new))
 
 
 def test_kill_9_of_the_sink_mid_job_loses_and_doubles_nothing(
