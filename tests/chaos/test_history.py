@@ -1,12 +1,16 @@
 """A history checker on the real stack (issue 44, item 2): random histories of versions, deletes, replays and
-kills, then the invariants of docs/reliability.md "Invariants" checked against the store and the completed topic.
+kills, then the invariants of docs/reliability.md "Invariants" checked against the store, the completed topic, a
+sink's engine and the export.
 
 In the spirit of Jepsen: each history is a list of operations drawn from a seed (``plan_history``) and run one
 after the other against the module's shared pipeline (tests/chaos/conftest.py: chunker, inference and an
-exactly-once reducer as processes on the deploy/local Kafka and Cassandra). What each operation did is
-recorded; once every job of the history has ended and every consumer group has read its topic to the end
-(quiescence: waited for, never assumed), the store and the completed topic must agree with a model of what was
-submitted and deleted, in that order:
+exactly-once reducer as processes on the deploy/local Kafka and Cassandra) and a sink beside it (``history_sink``:
+``docstream sink run history`` as a process of the pipeline, on a PostgreSQL server of its own from Debian's
+package, tests/fixtures/sinks.py; started once per module). What each operation did is recorded; once every job
+of the history has ended and every consumer group has read its topic to the end (quiescence: waited for, never
+assumed; the sink's group on the completed topic up to its last record, not its end: a transaction's commit
+marker ends it), the store, the completed topic, the sink and `docstream results` must agree with a model of what
+was submitted and deleted, in that order:
 
 * a source's versions form one chain: the sources row names the last version submitted, its generation is one
   more per submission (a delete keeps it), and ``previous_doc_id`` leads back, one generation at a time, to the
@@ -16,6 +20,13 @@ submitted and deleted, in that order:
 * of a live source's versions since its last delete only the newest has a result (completed) and chunk rows,
   whatever order they completed in: every older one is retired;
 * every version has exactly one DocumentCompleted on the completed topic (the reducer runs exactly-once);
+* the sink holds, of each source, exactly the points of the version the store shows: a live source's newest
+  version's (``points_of`` its chunk rows: the ids, that doc_id, the vectors; ``compare`` finds no missing, extra,
+  stale or mismatched point), a deleted source's none (``SinkEngine.scan`` of the tenant; no id held twice);
+* the export of each version's job (`docstream results JOB --chunks --out FILE`, JSON Lines) has, for the newest
+  version of a live source, one document record, completed, with its chunk count, and exactly its chunk rows as
+  chunk records; for a deleted or retired version no chunk record and no result in its document record (the job
+  still lists the document);
 * a chunker replay (``docstream replay --service chunker`` back to the history's start) brings nothing deleted
   or retired back: the checks run after its records were consumed by every stage.
 
@@ -24,7 +35,9 @@ in a job of its own; a big one or a one-page one, so that versions complete out 
 version and at once a one-page one of the same source), ``delete`` (`docstream delete`, which publishes the
 tombstone), ``submit_delete`` (a big version and at once a delete: a version in flight at the delete), ``kill``
 (kill -9 of inference or the reducer, restarted after a pause), ``replay`` (the chunker stopped, its group reset
-to the history's start, started again) and ``pause``. Submitted again after a delete, a source starts a new
+to the history's start, started again) and ``pause``; besides them ``plan_sink_kills`` puts ``SINK_KILLS`` kill -9
+of the sink (restarted after a pause) at places drawn from a stream of the seed of their own, so the plans of the
+seeds kept before the sink came stay as they were. Submitted again after a delete, a source starts a new
 chain. The duplicate upload name of the HTTP API is not exercised: the shared pipeline runs no API.
 
 Seeds: ``DOCSTREAM_CHAOS_SEED`` (tests/chaos/harness.py) gives the histories' seeds; `make test` runs
@@ -50,11 +63,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from docstream_sink.engine import SinkEngine, open_engine
+from docstream_sink.points import compare, points_of
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
 from docstream.errors import StoreError
 from docstream.records import DocumentCompleted
+from docstream.settings import SinkSettings
 from docstream.store.base import ResultStore, SourceRow
 from docstream_ingest.sources import source_key_of
 from tests.chaos.harness import (
@@ -69,7 +85,8 @@ from tests.chaos.harness import (
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import kafka_settings
 from tests.fixtures.kafka import read_topic as read_to_end
-from tests.fixtures.services import Pipeline
+from tests.fixtures.services import Pipeline, ServiceProcess
+from tests.fixtures.sinks import postgres_server
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(SCALE.test_timeout_s)]
 
@@ -105,6 +122,11 @@ _WEIGHTS: dict[Kind, float] = {"submit": 5.0, "race": 1.5, "delete": 2.0, "submi
                                "pause": 1.0, "replay": 0.5}
 _KILLED = ("inference", "reducer")
 _GROUP_WAIT_S = 180.0
+SINK = "history"
+"""The sink beside the pipeline: ``docstream sink run history`` ([sinks.history], a PostgreSQL table)."""
+SINK_SERVICE = "sink"
+SINK_KILLS = (1, 2)
+"""kill -9 of the sink in a history: (``SHORT``, otherwise)."""
 
 
 # -- the plan: operations drawn from a seed (pure) ----------------------------------------------------
@@ -182,6 +204,17 @@ def plan_history(seed: int, operations: int) -> tuple[int, list[Operation]]:
         if out[-1].source is not None:
             submitted.add(out[-1].source)
     return sources, out
+
+
+def plan_sink_kills(seed: int, plan: list[Operation]) -> list[Operation]:
+    """``plan`` with ``SINK_KILLS`` kill -9 of the sink (restarted after a pause) at places drawn from a stream of
+    the seed of their own: the plans of ``plan_history`` stay those of the seeds kept before the sink came."""
+    rng = random.Random(f"sink-kills-{seed}")
+    out = list(plan)
+    for _ in range(SINK_KILLS[1] if FULL else SINK_KILLS[0]):
+        out.insert(rng.randrange(len(out) + 1),
+                   Operation("kill", service=SINK_SERVICE, pause_s=round(rng.uniform(0.2, 1.5), 2)))
+    return out
 
 
 def _seeds() -> list[Any]:
@@ -308,7 +341,7 @@ class History:
 
     def kill(self, name: str, pause_s: float) -> None:
         service = self.pipeline.service(name)
-        wait_ready(self.pipeline, name)  # a kill of a run that started, not of a start-up
+        _ready(self.pipeline, name)  # a kill of a run that started, not of a start-up
         service.kill9()
         self.note("kill", service=name)
         time.sleep(pause_s)
@@ -333,6 +366,15 @@ class History:
 
 
 # -- quiescence -----------------------------------------------------------------------------------------
+
+
+def _ready(pipeline: Pipeline, name: str) -> None:
+    """Wait until the service's current run is ready (the sink: its consumer has its partitions)."""
+    if name != SINK_SERVICE:
+        wait_ready(pipeline, name)
+        return
+    sink = pipeline.service(name)
+    pipeline.until(lambda: sink.logged("partitions_assigned"), "the sink to be ready", _GROUP_WAIT_S, alive=(name,))
 
 
 def _jobs_ended(store: ResultStore, job_ids: list[str]) -> bool:
@@ -367,13 +409,42 @@ def _quiesce(pipeline: Pipeline, store: ResultStore, probe: KafkaProbe, job_ids:
     return time.monotonic() - started
 
 
+def _quiesce_sink(pipeline: Pipeline, probe: KafkaProbe, bootstrap: str, completed: list[Any]) -> float:
+    """After ``_quiesce``: wait until the sink's group committed, on the completed topic (``completed``: its
+    messages, read to the end) and on the intake topic (its tombstones), past the last record each partition shows
+    a reader (read_committed). Not the high watermark: the reducer writes the completed topic in transactions, and
+    a commit marker ends it, past which a consumer's committed offset never goes; seconds waited."""
+    started = time.monotonic()
+    _ready(pipeline, SINK_SERVICE)
+    topics = pipeline.topics
+    submitted = read_to_end(bootstrap, topics.submitted, timeout_s=60.0).messages
+    targets: dict[tuple[str, int], int] = {}
+    for msg in (*completed, *submitted):
+        at = (str(msg.topic()), int(msg.partition()))
+        targets[at] = max(targets.get(at, 0), int(msg.offset()) + 1)
+    group = topics.group(f"sink-{SINK}")
+
+    def caught_up() -> bool:
+        for topic in (topics.completed, topics.submitted):
+            committed = probe.committed(group, topic)
+            if any(committed.get(p, -1) < end for (t, p), end in targets.items() if t == topic):
+                return False
+        return True
+
+    pipeline.until(caught_up, "the sink to read the completed and intake topics to the end", _GROUP_WAIT_S,
+                   poll_s=0.25)
+    return time.monotonic() - started
+
+
 # -- the checks -------------------------------------------------------------------------------------------
 
 
-def _completed_records(bootstrap: str, pipeline: Pipeline, doc_ids: set[str]) -> list[DocumentCompleted]:
+def _completed_topic(bootstrap: str, pipeline: Pipeline, doc_ids: set[str]) -> tuple[list[DocumentCompleted],
+                                                                                     list[Any]]:
+    """The history's DocumentCompleted records on the completed topic, and every message of it (to the end)."""
     serde = AvroSerde(kafka_settings(bootstrap).kafka)
-    records = read_to_end(bootstrap, pipeline.topics.completed, serde=serde, timeout_s=60.0).records
-    return [r for r in records if isinstance(r, DocumentCompleted) and r.doc_id in doc_ids]
+    reader = read_to_end(bootstrap, pipeline.topics.completed, serde=serde, timeout_s=60.0)
+    return [r for r in reader.records if isinstance(r, DocumentCompleted) and r.doc_id in doc_ids], reader.messages
 
 
 def _describe_rows(store: ResultStore, doc_id: str) -> str:
@@ -486,6 +557,90 @@ def check_completed_topic(history: History, records: list[DocumentCompleted]) ->
     return out, late
 
 
+def _label(source: Source, version: Version) -> str:
+    why = "" if source.live and version is source.versions[-1] else \
+        " deleted" if source.deleted(version) else " retired"
+    return f"v{version.generation}{why}"
+
+
+def check_sink(store: ResultStore, held: dict[str, tuple[str, list[float]]], source: Source) -> list[str]:
+    """The violations of the sink by ``source``'s points (``held``: every point of the tenant the sink holds, id →
+    (doc_id, vector)): a live source's newest version's points exactly (``points_of`` its chunk rows: ids, doc_id,
+    vectors), a deleted source's none."""
+    versions = {v.doc_id: v for v in source.versions}
+    mine = {point_id: point for point_id, point in held.items() if point[0] in versions}
+    name = f"s{source.index}"
+    if not source.versions:
+        return []
+
+    def by_version(point_ids: Any) -> dict[str, int]:
+        return dict(Counter(_label(source, versions[mine[i][0]]) for i in point_ids if i in mine))
+
+    if not source.live:
+        return [f"{name}: deleted, yet the sink holds {len(mine)} of its points ({by_version(mine)})"] if mine else []
+    newest = source.versions[-1]
+    document = store.get_document(newest.doc_id)
+    if document is None:
+        return []  # check_source says so
+    expected = points_of(TENANT, document, list(store.iter_chunks(newest.doc_id, MODEL_ID)))
+    found = compare(expected, mine)
+    if not found.total:
+        return []
+    return [f"{name} v{newest.generation} {newest.doc_id}: the sink holds {len(mine)} points of the source, "
+            f"{len(expected)} expected (the newest version's): {found.counts()}; extra of {by_version(found.extra)}, "
+            f"stale ones held under {by_version(found.stale)}"]
+
+
+def _held(engine: SinkEngine) -> tuple[dict[str, tuple[str, list[float]]], list[str]]:
+    rows = list(engine.scan(TENANT))
+    held = {point_id: (doc_id, vector) for point_id, doc_id, vector in rows}
+    twice = [point_id for point_id, n in Counter(r[0] for r in rows).items() if n > 1]
+    return held, [f"the sink holds {len(twice)} ids twice: {twice[:5]}"] if twice else []
+
+
+def _export(pipeline: Pipeline, job_id: str, folder: Path) -> list[dict[str, Any]]:
+    """`docstream results JOB --chunks --out FILE`: the JSON Lines records of the job's export."""
+    out = folder / f"export-{job_id}.jsonl"
+    done = pipeline.cli("results", job_id, "--chunks", "--out", str(out), timeout_s=120.0)
+    assert done.returncode == 0, f"docstream results {job_id} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+def check_export(store: ResultStore, source: Source, exported: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The violations of the exports of ``source``'s jobs (one version each): the newest version of a live source
+    has its document record, completed, with the result's chunk count and exactly its chunk rows as chunk records
+    (ids in order); a deleted or retired version has no chunk record and no result in its document record (the job
+    keeps listing the document: its ``job_documents`` row)."""
+    out: list[str] = []
+    newest = source.versions[-1] if source.versions and source.live else None
+    for version in source.versions:
+        records = exported.get(version.job_id, [])
+        label = f"s{source.index} {_label(source, version)} {version.doc_id}"
+        foreign = sorted({str(r.get("doc_id")) for r in records} - {version.doc_id})
+        if foreign:
+            out.append(f"{label}: the export of its job {version.job_id} holds other documents {foreign}")
+        documents = [r for r in records if r.get("record") == "document"]
+        chunks = [r for r in records if r.get("record") == "chunk"]
+        if version is newest:
+            want = [c.chunk_id for c in store.iter_chunks(version.doc_id, MODEL_ID)]
+            shown = [(d.get("status"), d.get("chunk_count")) for d in documents]
+            if shown != [("completed", len(want))]:
+                out.append(f"{label}: the export's document records (status, chunk_count) {shown}, expected "
+                           f"{[('completed', len(want))]}")
+            if [c.get("chunk_id") for c in chunks] != want:
+                out.append(f"{label}: the export has {len(chunks)} chunk records, the store {len(want)} chunk rows "
+                           f"(ids differ)" if len(chunks) == len(want) else
+                           f"{label}: the export has {len(chunks)} chunk records, the store {len(want)} chunk rows")
+            continue
+        if chunks:
+            out.append(f"{label}: yet the export has {len(chunks)} chunk records of it")
+        with_result = [(d.get("status"), d.get("chunk_count"), d.get("completed_at")) for d in documents
+                       if d.get("chunk_count") is not None or d.get("completed_at") is not None or d.get("embedding")]
+        if with_result:
+            out.append(f"{label}: yet the export's document record carries a result {with_result}")
+    return out
+
+
 def _fenced(pipeline: Pipeline) -> Counter[str]:
     return Counter({name: pipeline.service(name).count_events("version_fenced")
                     for name in ("chunker", "inference", "reducer")})
@@ -503,12 +658,50 @@ def history_report(chaos_report: ChaosReport) -> Iterator[ChaosReport]:
     chaos_report.record("history checker", **_SUMMARY, mode=SCALE.mode, base_seed=SCALE.seed)
 
 
+@dataclass
+class HistorySink:
+    """The module's sink: its service and the test's own connection to its engine."""
+
+    service: ServiceProcess
+    engine: SinkEngine
+
+
+@pytest.fixture(scope="module")
+def history_sink(shared_pipeline: Pipeline) -> Iterator[HistorySink]:
+    """``docstream sink run history`` beside the module's pipeline (a service of it: ``Pipeline.until`` fails when it
+    died), on a PostgreSQL server of its own; started once, its ready wait left to the first history's use."""
+    with postgres_server() as uri:
+        settings = SinkSettings(kind="postgres", uri=uri, collection="history_points", batch_size=64)
+        sinks = {SINK: {"kind": "postgres", "uri": uri, "collection": settings.collection, "batch_size": 64}}
+        service = ServiceProcess(SINK_SERVICE, {**shared_pipeline.env, "DOCSTREAM_SINKS": json.dumps(sinks)},
+                                 shared_pipeline.folder, command="sink", args=["run", SINK])
+        shared_pipeline.services[SINK_SERVICE] = service
+        service.start()
+        engine = open_engine(settings)
+        try:
+            yield HistorySink(service, engine)
+        finally:
+            engine.close()
+            service.stop(timeout_s=10)
+            del shared_pipeline.services[SINK_SERVICE]
+
+
+@pytest.fixture
+def sink(history_sink: HistorySink, pipeline: Pipeline) -> HistorySink:
+    """The module's sink, running (a dead one started again)."""
+    if not history_sink.service.alive():
+        history_sink.service.stop()
+        history_sink.service.start()
+    return history_sink
+
+
 @pytest.mark.parametrize(("seed", "operations"), _seeds())
 def test_a_random_history_of_versions_deletes_replays_and_kills_keeps_the_invariants(
-    seed: int, operations: int, pipeline: Pipeline, cassandra_store: ResultStore, kafka_bootstrap: str,
-    history_report: ChaosReport, tmp_path: Path,
+    seed: int, operations: int, pipeline: Pipeline, sink: HistorySink, cassandra_store: ResultStore,
+    kafka_bootstrap: str, history_report: ChaosReport, tmp_path: Path,
 ) -> None:
-    count, plan = plan_history(seed, operations)
+    count, planned = plan_history(seed, operations)
+    plan = plan_sink_kills(seed, planned)
     folder = tmp_path / f"history-{seed}"
     folder.mkdir()
     history = History(seed, pipeline, cassandra_store, folder,
@@ -525,18 +718,33 @@ def test_a_random_history_of_versions_deletes_replays_and_kills_keeps_the_invari
         vector = _probe_vector(cassandra_store, history.versions)
         for source in history.sources:
             violations += check_source(cassandra_store, source, vector)
-        records = _completed_records(kafka_bootstrap, pipeline, {v.doc_id for v in history.versions})
+        records, messages = _completed_topic(kafka_bootstrap, pipeline, {v.doc_id for v in history.versions})
         on_topic, late = check_completed_topic(history, records)
         violations += on_topic
+        sink_quiet_s = _quiesce_sink(pipeline, probe, kafka_bootstrap, messages)
+        held, twice = _held(sink.engine)
+        violations += twice
+        for source in history.sources:
+            violations += check_sink(cassandra_store, held, source)
+        export_started = time.monotonic()
+        exported = {v.job_id: _export(pipeline, v.job_id, folder) for v in history.versions}
+        export_s = time.monotonic() - export_started
+        for source in history.sources:
+            violations += check_export(cassandra_store, source, exported)
     finally:
         probe.close()
     elapsed = time.monotonic() - started
+    doc_ids = {v.doc_id for v in history.versions}
     figures = {
         "seed": seed, "sources": count, "operations": [str(o) for o in plan], "versions": len(history.versions),
         "deletes": sum(len(s.deletes) for s in history.sources),
-        "kills": sum(o.kind == "kill" for o in plan), "replays": sum(o.kind == "replay" for o in plan),
+        "kills": sum(o.kind == "kill" and o.service != SINK_SERVICE for o in plan),
+        "sink_kills": sum(o.service == SINK_SERVICE for o in plan), "replays": sum(o.kind == "replay" for o in plan),
         "completed_after_newer": late, "fenced": dict(_fenced(pipeline) - fenced_before),
-        "operations_s": round(ops_s, 1), "quiescence_s": round(quiet_s, 1), "seconds": round(elapsed, 1),
+        "sink_points": sum(d in doc_ids for d, _ in held.values()),
+        "exported_chunks": sum(r.get("record") == "chunk" for rs in exported.values() for r in rs),
+        "operations_s": round(ops_s, 1), "quiescence_s": round(quiet_s, 1), "sink_quiescence_s": round(sink_quiet_s, 1),
+        "export_s": round(export_s, 1), "seconds": round(elapsed, 1),
         "violations": violations,
     }
     history_report.record(f"history {seed}", **{k: v for k, v in figures.items() if k != "operations"})
