@@ -109,11 +109,22 @@ KEPT_SEEDS: list[tuple[int, int, str]] = [
 """(seed, operations, why) of histories that once broke an invariant: they run in every mode, before the drawn
 ones."""
 KEPT_SEEDS_FULL: list[tuple[int, int, str]] = [
-    (seed, 14, "the same duplicate DocumentCompleted, two or three versions of one source") for seed in
-    (7000, 7001, 7004)
+    *((seed, 14, "the same duplicate DocumentCompleted, two or three versions of one source") for seed in
+      (7000, 7001, 7004)),
+    *((seed, 14, "the sink deleted every point of a source submitted again after its delete, on a completion of a "
+                 "version deleted before (fixed: a deleted version's completion settles the source as the store has "
+                 "it)") for seed in (9000, 9002, 9003)),
+    (9001, 14, "the sink: vectors of a version re-embedded by a replay (KNOWN_VIOLATIONS)"),
 ]
 """Kept seeds of longer histories: they run under ``DOCSTREAM_CHAOS_FULL=1``."""
-KNOWN_VIOLATIONS: dict[str, str] = {}
+KNOWN_VIOLATIONS: dict[str, str] = {
+    r"\{'missing': 0, 'extra': 0, 'stale': 0, 'vector_mismatch': [1-9]\d*\}":
+        "a chunker replay re-chunks a version that completed and that the sink wrote: inference embeds its chunks "
+        "again and rewrites its chunk rows with other vectors (the CPU bf16 autocast runtime: one text's vector "
+        "moves by up to 7e-4 a component with the batch it is in, beyond points.VECTOR_TOLERANCE 1e-4), and no "
+        "DocumentCompleted tells the sink, whose points keep the first vectors (sink verify: vector_mismatch). "
+        "Seed 9001 (s1 v3)",
+}
 """A violation that matches one of these patterns (re.search) while nothing else is violated makes its history
 xfail, with the reason, instead of failing: an open bug, named. Remove the entry with the fix."""
 
@@ -586,7 +597,8 @@ def check_sink(store: ResultStore, held: dict[str, tuple[str, list[float]]], sou
     found = compare(expected, mine)
     if not found.total:
         return []
-    return [f"{name} v{newest.generation} {newest.doc_id}: the sink holds {len(mine)} points of the source, "
+    again = f", submitted again after its delete through {source.deleted_through}" if source.deletes else ""
+    return [f"{name} v{newest.generation} {newest.doc_id}{again}: the sink holds {len(mine)} points of the source, "
             f"{len(expected)} expected (the newest version's): {found.counts()}; extra of {by_version(found.extra)}, "
             f"stale ones held under {by_version(found.stale)}"]
 

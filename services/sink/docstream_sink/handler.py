@@ -259,7 +259,7 @@ class SinkHandler:
         writer = self._writer
         outcomes: list[str] = []
         written: list[tuple[str, DocumentRow, Write]] = []
-        removed: list[tuple[str, Remove]] = []
+        removed: list[tuple[str, DocumentRow]] = []
         seen: set[str] = set()
         with writer.writes() as writes:
             for envelope in envelopes:
@@ -278,8 +278,8 @@ class SinkHandler:
                 if isinstance(action, Skip):
                     outcomes.append(action.reason)
                 elif isinstance(action, Remove):
-                    assert tenant is not None
-                    removed.append((tenant, action))
+                    assert tenant is not None and document is not None
+                    removed.append((tenant, document))
                     outcomes.append("removed")
                 else:
                     assert tenant is not None and document is not None
@@ -295,9 +295,11 @@ class SinkHandler:
             if not isinstance(writer.plan(document, tenant), Write):
                 # deleted or retired while it was written: its points go again (the check after the write)
                 writer.settle(tenant, document)
-        for tenant, remove in removed:
-            writer.remove(tenant, remove)
-            _log.info("sink_source_removed", sink=writer.name, source_chars=len(remove.source))
+        for tenant, document in removed:
+            # a deleted version: its source's points as the store has them now, not every point of the source (it
+            # may have been submitted again since its delete, and its new version written)
+            writer.settle(tenant, document)
+            _log.info("sink_source_removed", sink=writer.name, source_chars=len(document.source_key or ""))
         for outcome in outcomes:
             self._metrics.sink_documents.labels(self._label, outcome).inc()
         return [[] for _ in envelopes]

@@ -101,7 +101,12 @@ class PostgresEngine:
 
     def _delete(self, what: str, where: sql.Composable, params: Sequence[str]) -> int:
         statement = sql.SQL("DELETE FROM {} WHERE ").format(self._table) + where
-        return self._call(what, lambda conn: conn.execute(statement, params).rowcount)
+        try:
+            return self._call(what, lambda conn: conn.execute(statement, params).rowcount)
+        except DocstreamError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+                return 0  # no point was ever written (the table comes with the first upsert): nothing to delete
+            raise
 
     def delete_other_versions(self, tenant: str, source: str, doc_id: str) -> int:
         return self._delete("delete of other versions", sql.SQL("tenant = %s AND source = %s AND doc_id <> %s"),
