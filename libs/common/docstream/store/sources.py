@@ -19,7 +19,7 @@
   step, as Cassandra's last write wins asks anyway.)
 
 A tombstone on the intake topic (a record without a value, keyed by the doc_id of a version) asks the same of
-that version's source: ``tombstoned`` says whether it still applies, ``delete_by_tombstone`` (the chunker)
+that version's source: ``tombstoned`` finds the document it names, ``delete_by_tombstone`` (the chunker)
 deletes; ``docstream delete`` and ``DELETE /v1/sources`` publish one, so that the sinks remove the source too.
 """
 
@@ -37,14 +37,13 @@ from docstream.logging import get_logger
 from docstream.retry import backoff_delay
 from docstream.store.base import DocumentRow, ResultStore, SourceRow
 
-__all__ = ["FENCES", "RETIRING", "DeletedSource", "Fence", "advance_source", "delete_by_tombstone", "delete_source",
+__all__ = ["RETIRING", "DeletedSource", "Fence", "advance_source", "delete_by_tombstone", "delete_source",
            "enforce", "fence", "generation_of", "tombstoned", "versions_back"]
 
 _log = get_logger(__name__)
 _SWAP_ATTEMPTS = 32
 
 Fence = Literal["source_deleted", "version_retired"]
-FENCES: tuple[Fence, ...] = ("source_deleted", "version_retired")
 """Why a version's rows must not stand: its source was deleted since it was submitted; a newer version of its
 source completed under the same model."""
 
