@@ -23,9 +23,19 @@ $(STAMP): pyproject.toml
 	@$(UV) -e '.[dev]'
 	@touch $(STAMP)
 
-# deploy/install-ocr.sh: Debian's Tesseract language data for OCR (a no-op once installed; root installs it)
+# deploy/install-ocr.sh: Debian's Tesseract language data for OCR (a no-op once installed; root installs it);
+# deploy/install-java.sh: a Java 17+ runtime and Maven for the Kafka broker that `docstream run` starts
+# (docstream_cli.embedded_kafka; root installs Debian's, others are told the command); then the broker's jars,
+# which Maven fetches once into ~/.cache/docstream/stack/lib/kafka (deploy/local/stack fetch), and their
+# class-data archive, recorded once by starting and stopping a broker (python -m docstream_cli.embedded_kafka).
+# Each is a no-op when done. Without Java 17+ the last two wait for it (one line says so; docstream run then
+# says java_missing). -W: runpy warns that docstream.kafka (the package, imported first) had imported the module.
 setup: $(STAMP)
 	@bash deploy/install-ocr.sh
+	@bash deploy/install-java.sh
+	@if bash deploy/install-java.sh --check; then \
+	  deploy/local/stack fetch kafka && $(BIN)/python -m docstream_cli.embedded_kafka; \
+	else echo "setup: no Java 17+ yet (deploy/install-java.sh said how): skipped the Kafka jars and class-data archive"; fi
 
 run: setup
 	@$(BIN)/docstream run examples/*.pdf --out .docstream/results.jsonl; rc=$$?; \

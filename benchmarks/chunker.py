@@ -16,15 +16,15 @@
    the overhead is their ratio (target <= 5 %) and the projected chunker pages/s with it.
 2. Memory. A fresh process loads the tokenizer (its "idle" RSS), then chunks a 1,000-page PDF;
    peak RSS (ru_maxrss) above idle is the figure (target < 300 MB).
-3. The chunker service (``--service tansu,kafka``): 20-page generated PDFs are submitted (not
+3. The chunker service (``--service embedded,kafka``): 20-page generated PDFs are submitted (not
    timed: object store, rows, DocumentSubmitted) to a fresh topic prefix; then the service's own
    consume loop (``build_chunker``, as ``docstream run`` runs it: intake topic → extraction child
    → rows → ChunkCreated produced → offsets committed) runs on a thread while the chunks topic
    is read. Pages/s over the window from the first document's last chunk to the last one's (the
    loop start and the extraction child's spawn left out), and CPU ms per page of this process
    (the service, and the reader of the chunks topic) and its extraction child over the same
-   window (not the broker's, nor Cassandra's). tansu + SQLite, and real Kafka + Cassandra
-   (127.0.0.1:19092 / 127.0.0.1:19042, keyspace docstream_bench).
+   window (not the broker's, nor Cassandra's). The embedded Kafka broker + SQLite, and real Kafka +
+   Cassandra (127.0.0.1:19092 / 127.0.0.1:19042, keyspace docstream_bench).
 
 4. Old against new (``--against REF``, only this): the chunker path of git ``REF`` (its
    libs/common, from ``git archive``) and of this tree, each in its own process over the same
@@ -313,33 +313,36 @@ def memory(pages: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def _service_stack(stack: str, folder: Path) -> Iterator[Settings]:
-    from docstream.kafka.embedded import EmbeddedBroker
+def _service_stack(stack: str, folder: Path) -> Iterator[tuple[Settings, int | None]]:
+    """The settings of a service run on ``stack``, and the embedded broker's process id (None on real Kafka)."""
+    from docstream_cli.embedded_kafka import EmbeddedKafka
 
     prefix = f"benchc-{uuid.uuid4().hex[:10]}"
     overrides: dict[str, dict[str, Any]] = {
         "kafka": {"topic_prefix": prefix, "bootstrap_servers": "127.0.0.1:19092"},
         "object_store": {"url": str(folder / "objects")}, "log": {"level": "WARNING"},
     }
+    broker_pid: int | None = None
     with contextlib.ExitStack() as exits:
-        if stack == "tansu":
-            broker = exits.enter_context(EmbeddedBroker(folder / "broker"))
+        if stack == "embedded":
+            broker = exits.enter_context(EmbeddedKafka(folder / "broker"))
+            broker_pid = broker.pid
             overrides["kafka"].update(bootstrap_servers=broker.bootstrap_servers, partitions=2)
             overrides["store"] = {"backend": "sqlite", "sqlite_path": str(folder / "bench.db")}
         else:
             overrides["store"] = {"backend": "cassandra"}
             overrides["cassandra"] = {"contact_points": ["127.0.0.1"], "port": 19042, "keyspace": "docstream_bench"}
-        yield Settings().with_overrides(**overrides)
+        yield Settings().with_overrides(**overrides), broker_pid
 
 
-def _cpu_with_children() -> float:
+def _cpu_with_children(broker_pid: int | None) -> float:
     import psutil
 
     me = psutil.Process()
     total = 0.0
     for proc in (me, *me.children(recursive=True)):
         with contextlib.suppress(psutil.NoSuchProcess):
-            if proc.name() == "tansu":  # the embedded broker is a child too: count only the chunker's side
+            if proc.pid == broker_pid:  # the embedded broker is a child too: count only the chunker's side
                 continue
             times = proc.cpu_times()
             total += times.user + times.system
@@ -347,7 +350,7 @@ def _cpu_with_children() -> float:
 
 
 def service(stack: str, docs: int) -> dict[str, float]:
-    """Pages/s of the chunker service's loop on ``stack`` (tansu or kafka), documents submitted first."""
+    """Pages/s of the chunker service's loop on ``stack`` (embedded or kafka), documents submitted first."""
     from confluent_kafka import Consumer, TopicPartition
 
     from docstream.avro import AvroSerde
@@ -361,7 +364,7 @@ def service(stack: str, docs: int) -> dict[str, float]:
     from docstream_ingest.intake import IntakeClients, submit_paths
     from docstream_ingest.request import JobRequest
 
-    with tempfile.TemporaryDirectory() as tmp, _service_stack(stack, Path(tmp)) as settings:
+    with tempfile.TemporaryDirectory() as tmp, _service_stack(stack, Path(tmp)) as (settings, broker_pid):
         folder = Path(tmp) / "pdfs"
         folder.mkdir()
         for i in range(docs):
@@ -397,7 +400,7 @@ def service(stack: str, docs: int) -> dict[str, float]:
                     if isinstance(record, ChunkCreated):
                         seen[record.doc_id] = seen.get(record.doc_id, 0) + 1
                         if seen[record.doc_id] == record.chunk_count:
-                            done.append((time.perf_counter(), _cpu_with_children(), record.doc_id))
+                            done.append((time.perf_counter(), _cpu_with_children(broker_pid), record.doc_id))
         finally:
             chunker.stop()
             runner.join(60)
@@ -417,7 +420,8 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=240, help="pages in the speed test (4 PDFs)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds of the speed test")
     parser.add_argument("--big-pages", type=int, default=1000, help="pages of the memory test PDF (0: skip)")
-    parser.add_argument("--service", default="tansu,kafka", help="service run stacks, comma-separated ('': skip)")
+    parser.add_argument("--service", default="embedded,kafka",
+                        help="service run stacks, comma-separated: embedded, kafka ('': skip)")
     parser.add_argument("--service-docs", type=int, default=100, help="20-page PDFs of the service run")
     parser.add_argument("--verdicts", action="store_true", help="also time the page verdict (page_facts + assess_page)")
     parser.add_argument("--against", metavar="REF", help="only: the chunker path of git REF against this tree's")
@@ -461,7 +465,7 @@ def main() -> None:
             f"above idle {m['peak_above_idle_mb']} MB (target < 300)"
         )
     for row in results["service"]:
-        name = "tansu + SQLite" if row["stack"] == "tansu" else "Kafka + Cassandra"
+        name = "embedded Kafka + SQLite" if row["stack"] == "embedded" else "Kafka + Cassandra"
         print(f"chunker service, {name}: {row['pages_per_s']:.1f} pages/s, {row['cpu_ms_per_page']:.2f} CPU ms/page "
               f"(process + extraction child, not the broker; {row['documents']} documents, {row['pages']} pages, "
               f"{row['chunks']} chunks, window {row['window_s']} s)")

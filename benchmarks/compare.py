@@ -6,7 +6,7 @@ count on a machine shared with other work):
 * (a) plain: benchmarks/plain_pipeline.py, PyMuPDF → docstream chunker → SentenceTransformer.encode, fp32;
 * (b) plain under ``torch.autocast("cpu", bfloat16)`` (emulated, slower, where the CPU lacks avx512_bf16/AMX);
 * (c) Ray Data (skipped unless ``ray`` is installed: ``pip install '.[bench]'``);
-* (d) ``docstream run`` (tansu + SQLite, one process), fresh state dir;
+* (d) ``docstream run`` (the embedded Kafka broker + SQLite, one process), fresh state dir;
 * (f) ``docstream run`` with ``chunker.ocr.mode = off``: against (d), what `auto` OCR costs on
   born-digital PDFs (nothing, when no page's layer is unusable);
 * (e) the real stack: ``docstream chunker|inference|reducer`` as separate processes on Kafka +

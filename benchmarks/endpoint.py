@@ -13,7 +13,7 @@ loopback from .venv-infinity, deploy/local/install-infinity.sh, unless ``--url``
 * local, for reference: the bundled model in this process, ``encode`` over the same texts.
 
 It prints chunks/s of each and the ratio service / plain (target >= 0.9). Real Kafka and Cassandra
-from deploy/local by default; ``--broker tansu --store sqlite`` for the embedded stack.
+from deploy/local by default; ``--broker embedded --store sqlite`` for the embedded stack.
 
     bash deploy/local/install-infinity.sh .venv            # once: the server's own virtualenv
     .venv/bin/python benchmarks/endpoint.py --chunks 768 --words 90 --rounds 2
@@ -91,7 +91,8 @@ def main() -> None:
     parser.add_argument("--url", help="an OpenAI base URL already serving; unset: start Infinity here")
     parser.add_argument("--api-key")
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
-    parser.add_argument("--broker", choices=["kafka", "tansu"], default="kafka")
+    parser.add_argument("--broker", choices=["kafka", "embedded"], default="kafka",
+                        help="kafka: the real Kafka at --bootstrap; embedded: an embedded Kafka broker")
     parser.add_argument("--store", choices=["cassandra", "sqlite"], default="cassandra")
     parser.add_argument("--bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--cassandra", default="127.0.0.1:19042")

@@ -12,8 +12,8 @@ llama.cpp, started here on loopback from .venv-llm, deploy/local/install-llm.sh,
   offset is committed.
 
 It prints chunks/s and completion tokens/s (the server's ``usage``) of each, and the ratio service / plain
-(target >= 0.9). The embedded stack (tansu, SQLite) by default; ``--broker kafka --store cassandra`` for
-deploy/local's.
+(target >= 0.9). The embedded stack (an embedded Kafka broker, SQLite) by default; ``--broker kafka --store
+cassandra`` for deploy/local's.
 
     bash deploy/local/install-llm.sh .venv            # once: the server's own virtualenv
     .venv/bin/python benchmarks/generate.py --chunks 24 --rounds 2
@@ -110,7 +110,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128, help="an answer's max_tokens (both clients)")
     parser.add_argument("--url", help="an OpenAI base URL already serving; unset: start the test chat server")
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--broker", choices=["kafka", "tansu"], default="tansu")
+    parser.add_argument("--broker", choices=["kafka", "embedded"], default="embedded",
+                        help="kafka: the real Kafka at --bootstrap; embedded: an embedded Kafka broker")
     parser.add_argument("--store", choices=["cassandra", "sqlite"], default="sqlite")
     parser.add_argument("--bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--cassandra", default="127.0.0.1:19042")

@@ -14,7 +14,8 @@ It prints chunks/s of both, their ratio (target ≥ 0.85), the CPU time per chun
 (process CPU seconds over the timed window: a measure that holds up on a machine shared with
 other work, where wall-clock throughput swings) and the peak RSS of this process during the
 service run. Defaults: real Kafka (127.0.0.1:19092) and Cassandra (127.0.0.1:19042)
-from deploy/local; ``--broker tansu`` and ``--store sqlite`` use the embedded stack.
+from deploy/local; ``--broker embedded`` (the embedded Kafka broker, in a temporary folder) and
+``--store sqlite`` use the embedded stack.
 
     .venv/bin/python benchmarks/inference.py --chunks 512 --words 90
     .venv/bin/python benchmarks/inference.py --device cuda --batch-sizes 32,64,128,256
@@ -48,7 +49,6 @@ from machine import cpu_line
 from docstream.avro.serde import AvroSerde
 from docstream.embedding import PreparedBatch, Runtime, SentenceTransformerEmbedder, load_embedder
 from docstream.kafka.admin import ensure_topics
-from docstream.kafka.embedded import EmbeddedBroker
 from docstream.logging import configure_logging
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
@@ -56,6 +56,7 @@ from docstream.store import ResultStore, SqliteStore
 from docstream.tasks.base import Task
 from docstream.tasks.embed import EmbedTask
 from docstream.topics import Topics
+from docstream_cli.embedded_kafka import EmbeddedKafka
 from docstream_inference.pipeline import InferencePipeline, group_id
 
 _VOCABULARY = (
@@ -254,8 +255,8 @@ def _stack(args: argparse.Namespace) -> Iterator[tuple[Settings, ResultStore]]:
         "inference": {"device": args.device, "runtime": args.runtime},
     }
     with contextlib.ExitStack() as stack:
-        if args.broker == "tansu":
-            broker = stack.enter_context(EmbeddedBroker(Path(stack.enter_context(tempfile.TemporaryDirectory()))))
+        if args.broker == "embedded":
+            broker = stack.enter_context(EmbeddedKafka(Path(stack.enter_context(tempfile.TemporaryDirectory()))))
             overrides["kafka"]["bootstrap_servers"] = broker.bootstrap_servers
         store: ResultStore
         if args.store == "sqlite":
@@ -341,7 +342,8 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=512, help="chunks per run")
     parser.add_argument("--words", type=int, default=90, help="words per chunk (~1.3 tokens each)")
     parser.add_argument("--batch-sizes", default="16,32,64,128")
-    parser.add_argument("--broker", choices=["kafka", "tansu"], default="kafka")
+    parser.add_argument("--broker", choices=["kafka", "embedded"], default="kafka",
+                        help="kafka: the real Kafka at --bootstrap; embedded: an embedded Kafka broker")
     parser.add_argument("--store", choices=["cassandra", "sqlite"], default="cassandra")
     parser.add_argument("--bootstrap", default="127.0.0.1:19092")
     parser.add_argument("--cassandra", default="127.0.0.1:19042")

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/reducer.py --stack kafka            # real Kafka + Cassandra, exactly-once
     .venv/bin/python benchmarks/reducer.py --stack kafka --no-eos   # the same, at-least-once
-    .venv/bin/python benchmarks/reducer.py --stack tansu            # tansu + SQLite (at-least-once only)
+    .venv/bin/python benchmarks/reducer.py --stack embedded         # embedded Kafka + SQLite, exactly-once
     .venv/bin/python benchmarks/reducer.py --stack kafka --profile /tmp/reducer.prof   # cProfile the reducer
 
 1. Not timed: a fresh topic prefix, its topics, a job row and one documents/job_documents row per
@@ -10,9 +10,8 @@
    ChunkEmbedded records (``--docs`` documents of records/docs chunks, ``--dim`` floats each,
    as the inference service produces them: ``docstream_inference.handler.embedded_record``'s
    fields, the services' producer options) produced to the embedded topic.
-2. Timed: ``docstream reducer`` is started as its own process (``kafka.transactions`` on with
-   ``--stack kafka`` unless ``--no-eos``; tansu does not hide aborted records, so exactly-once
-   is real-Kafka only) and the completed topic is read (read_committed) until every document's
+2. Timed: ``docstream reducer`` is started as its own process (``kafka.transactions`` on unless
+   ``--no-eos``) and the completed topic is read (read_committed) until every document's
    DocumentCompleted is out.
 
 Figures: the steady window runs from the first DocumentCompleted to the last one (the process
@@ -52,12 +51,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from docstream.avro import AvroSerde  # noqa: E402
 from docstream.kafka.admin import ensure_topics  # noqa: E402
 from docstream.kafka.clients import producer_config  # noqa: E402
-from docstream.kafka.embedded import EmbeddedBroker  # noqa: E402
 from docstream.logging import configure_logging  # noqa: E402
 from docstream.records import ChunkEmbedded, DocumentCompleted  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore, SqliteStore  # noqa: E402
 from docstream.topics import Topics  # noqa: E402
+from docstream_cli.embedded_kafka import EmbeddedKafka  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import cpu_banner, load_average  # noqa: E402
@@ -145,8 +144,8 @@ def _stack(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Settings, 
     kafka = {"bootstrap_servers": args.bootstrap, "partitions": args.partitions}
     with contextlib.ExitStack() as stack:
         store: ResultStore
-        if args.stack == "tansu":
-            broker = stack.enter_context(EmbeddedBroker(workdir / "broker"))
+        if args.stack == "embedded":
+            broker = stack.enter_context(EmbeddedKafka(workdir / "broker"))
             kafka["bootstrap_servers"] = broker.bootstrap_servers
             settings = Settings().with_overrides(kafka=kafka)
             store = SqliteStore(workdir / "bench.db")
@@ -277,9 +276,9 @@ def _tail(workdir: Path, lines: int = 15) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stack", choices=["kafka", "tansu"], default="kafka",
-                        help="kafka: real Kafka + Cassandra; tansu: embedded broker + SQLite")
-    parser.add_argument("--no-eos", action="store_true", help="at-least-once on real Kafka (tansu always is)")
+    parser.add_argument("--stack", choices=["kafka", "embedded"], default="kafka",
+                        help="kafka: real Kafka + Cassandra; embedded: the embedded Kafka broker + SQLite")
+    parser.add_argument("--no-eos", action="store_true", help="at-least-once instead of exactly-once")
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--dim", type=int, default=384)
@@ -292,7 +291,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="run the reducer under cProfile, stats written here")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    eos = args.stack == "kafka" and not args.no_eos
+    eos = not args.no_eos
     configure_logging(level="WARNING", fmt="console")
     print(cpu_banner())
     print(f"{'stack':<18} {'EOS':>4} {'records':>8} {'docs':>5} {'window s':>9} {'records/s':>10} {'docs/s':>7} "
@@ -301,7 +300,7 @@ def main() -> None:
     for _ in range(args.rounds):
         row = run(args, eos=eos)
         results.append(row)
-        name = "Kafka + Cassandra" if args.stack == "kafka" else "tansu + SQLite"
+        name = "Kafka + Cassandra" if args.stack == "kafka" else "embedded + SQLite"
         print(f"{name:<18} {'on' if eos else 'off':>4} {row['records']:>8} {row['documents']:>5} "
               f"{row['window_s']:>9.2f} {row['records_per_s']:>10.1f} {row['documents_per_s']:>7.1f} "
               f"{row['cpu_ms_per_record']:>11.3f} {row['from_start_s']:>13.2f} {row['duplicates']:>6}", flush=True)

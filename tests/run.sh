@@ -32,7 +32,7 @@ cd "$here"
 if [ "$#" -eq 0 ]; then
   fuzz=tests/chaos/test_extraction_fuzz.py
   own_stack=(tests/e2e/test_run_generate.py tests/e2e/test_run_versions.py tests/e2e/test_run_scripts.py
-             tests/e2e/test_run_tables.py tests/integration/test_fidelity.py
+             tests/e2e/test_run_tables.py tests/e2e/test_run_broker.py tests/integration/test_fidelity.py
              tests/integration/test_ocr_accuracy.py)
   first=(tests/integration tests/e2e "$fuzz" -m "not cluster and not alone" --durations=25)
   for file in "${own_stack[@]}"; do first+=(--ignore "$file"); done

@@ -1,4 +1,10 @@
-"""`docstream run` end to end on the embedded stack (tansu + SQLite), as a user runs it."""
+"""`docstream run` end to end on the embedded stack (a single-node Kafka under the state dir + SQLite), as a user
+runs it.
+
+The first run, and the runs that fail, start the Kafka of their state dir as a user's run does (and must stop
+it); the kill -9 test runs on the session's shared broker (``shared_broker_env``). tests/e2e/test_run_broker.py
+holds the tests about the run's own broker.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from tests.fixtures.documents import (
     make_pdf,
 )
 from tests.fixtures.kafka import wait_until
-from tests.fixtures.services import DOCSTREAM, ServiceProcess, bare_env
+from tests.fixtures.services import DOCSTREAM, ServiceProcess, bare_env, broker_jvms, shared_broker_env
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +66,9 @@ def test_run_reports_good_and_bad_documents_and_exits_non_zero(tmp_path: Path) -
     assert "completed" in proc.stdout and "failed" in proc.stdout
     for name in bad:
         assert name in proc.stdout, f"summary names {name}"
+    kafka = tmp_path / "state" / "kafka"  # the run's own broker: stopped, its topics kept in the state dir
+    assert not broker_jvms(kafka)
+    assert (kafka / "data" / "docstream.documents.completed-0").is_dir()
 
 
 def _stored_chunk_ids(db: Path) -> set[str]:
@@ -67,7 +76,7 @@ def _stored_chunk_ids(db: Path) -> set[str]:
         return {row[0] for row in conn.execute("SELECT chunk_id FROM chunks WHERE status = 'ok'")}
 
 
-def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path: Path) -> None:
+def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path: Path, kafka_bootstrap: str) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     for i in range(8):
@@ -75,7 +84,8 @@ def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path:
     state, out, log = tmp_path / "state", tmp_path / "results.jsonl", tmp_path / "embedded.log"
     arguments = [str(inputs), "--out", str(out), "--state-dir", str(state), "--timeout", "400"]
     command = [DOCSTREAM, "run", *arguments]
-    env = bare_env(DOCSTREAM_FAULTS__EMBED_LOG=str(log), DOCSTREAM_INFERENCE__MAX_BATCH_SIZE="4")
+    env = shared_broker_env(kafka_bootstrap, "run-kill", DOCSTREAM_FAULTS__EMBED_LOG=str(log),
+                            DOCSTREAM_INFERENCE__MAX_BATCH_SIZE="4")
 
     first = ServiceProcess("run", env, tmp_path / "logs", args=arguments, cwd=tmp_path)
     first.start()
@@ -136,6 +146,7 @@ def test_a_model_that_fails_to_load_fails_the_run_with_its_error(tmp_path: Path)
     events = [json.loads(line) for line in (tmp_path / "state" / "run.log").read_text().splitlines()]
     assert any(e["event"] == "model_load_failed" for e in events)
     assert any(e["event"] == "embedded_broker_stopped" for e in events), "the run stopped what it started"
+    assert not broker_jvms(tmp_path / "state" / "kafka")
 
 
 def test_a_service_that_fails_to_start_fails_the_run_with_a_clear_error(tmp_path: Path) -> None:
@@ -154,3 +165,4 @@ def test_a_service_that_fails_to_start_fails_the_run_with_a_clear_error(tmp_path
     events = [json.loads(line) for line in (state / "run.log").read_text().splitlines()]
     assert any(e["event"] == "service_failed" and e["service"] == "reducer" for e in events)
     assert any(e["event"] == "embedded_broker_stopped" for e in events), "the run stopped what it started"
+    assert not broker_jvms(tmp_path / "state" / "kafka")

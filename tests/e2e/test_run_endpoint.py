@@ -1,8 +1,9 @@
 """`docstream run` with the embed model behind an endpoint (a real Infinity server), then with the local model.
 
-On the embedded stack (tansu + SQLite): the endpoint run completes every document under
-``endpoint/all-MiniLM-L6-v2``; a second run in the same folder with the local model adds its results
-beside them (a job of its own, under the local model's model_id), and the two document vectors agree.
+On the embedded stack (SQLite, and the session's shared broker: ``shared_broker_env``): the endpoint run
+completes every document under ``endpoint/all-MiniLM-L6-v2``; a second run in the same folder, on the same topics,
+with the local model adds its results beside them (a job of its own, under the local model's model_id), and the
+two document vectors agree.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 from docstream.store import SqliteStore
 from tests.fixtures.documents import make_pdf_of_paragraphs
-from tests.fixtures.services import DOCSTREAM, bare_env
+from tests.fixtures.services import DOCSTREAM, shared_broker_env
 
 pytestmark = pytest.mark.e2e
 
@@ -30,9 +31,9 @@ PAGES = {
 }
 
 
-def _run(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def _run(folder: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([str(DOCSTREAM), "run", "in", "--timeout", "300"], cwd=folder,
-                          env=bare_env(COLUMNS="200", **env), capture_output=True, text=True, timeout=400, check=False)
+                          env={**env, **extra}, capture_output=True, text=True, timeout=400, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -41,15 +42,16 @@ def _job_id(folder: Path) -> str:
     return str(json.loads((folder / ".docstream" / "run.json").read_text())["job_id"])
 
 
-def test_an_endpoint_run_and_a_local_run_sit_side_by_side(tmp_path: Path, infinity: Any) -> None:
+def test_an_endpoint_run_and_a_local_run_sit_side_by_side(tmp_path: Path, infinity: Any, kafka_bootstrap: str) -> None:
     (tmp_path / "in").mkdir()
     for name, pages in PAGES.items():
         (tmp_path / "in" / f"{name}.pdf").write_bytes(make_pdf_of_paragraphs(pages).data)
-    done = _run(tmp_path, DOCSTREAM_INFERENCE__ENDPOINT__URL=infinity.url,
+    env = shared_broker_env(kafka_bootstrap, "endpoint", COLUMNS="200")
+    done = _run(tmp_path, env, DOCSTREAM_INFERENCE__ENDPOINT__URL=infinity.url,
                 DOCSTREAM_INFERENCE__ENDPOINT__API_KEY=infinity.api_key)
     assert infinity.api_key not in done.stdout + done.stderr  # the key is never logged
     endpoint_job = _job_id(tmp_path)
-    _run(tmp_path)  # the local model, same folder: a job of its own, its results beside the endpoint's
+    _run(tmp_path, env)  # the local model, same folder: a job of its own, its results beside the endpoint's
     local_job = _job_id(tmp_path)
     assert local_job != endpoint_job
     store = SqliteStore(tmp_path / ".docstream" / "docstream.db")

@@ -7,6 +7,9 @@ document for the generate task, a summary per chunk, the one-chunk document's su
 the summary of their chunk summaries (the document stage, which the run starts beside the generate task). The
 extract run goes through the fault proxy, which garbles every answer for the document built to fail, and counts
 the tokens of every answer it serves: the run's chat tokens are that bill.
+
+Its runs start the Kafka of their state dir, not the session's shared broker (``shared_broker_env``):
+tests/run.sh runs this file beside the chaos scenarios, which stop and restart the stack's Kafka.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from docstream.errors import ConfigError
 from docstream.settings import OcrSettings
 from docstream_chunker.ocr import open_engine
 from tests.fixtures.documents import make_pdf, make_scanned_copy, page_marker
-from tests.fixtures.services import DOCSTREAM, bare_env
+from tests.fixtures.services import DOCSTREAM, shared_broker_env
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +43,7 @@ def _ocred_pages(output: str) -> Counter[str]:
     return pages
 
 
-def test_run_ocrs_the_scans_and_never_the_normal_pdfs(tmp_path: Path) -> None:
+def test_run_ocrs_the_scans_and_never_the_normal_pdfs(tmp_path: Path, kafka_bootstrap: str) -> None:
     missing = _engine_missing()
     if missing is not None:
         pytest.fail(f"no OCR engine (`make setup` installs it: deploy/install-ocr.sh): {missing}")
@@ -60,7 +60,7 @@ def test_run_ocrs_the_scans_and_never_the_normal_pdfs(tmp_path: Path) -> None:
     proc = subprocess.run(
         [DOCSTREAM, "run", str(inputs), "--out", str(out), "--chunks", "--state-dir", str(tmp_path / "state"),
          "--timeout", "500"],
-        cwd=tmp_path, env=bare_env(), capture_output=True, text=True, timeout=560,
+        cwd=tmp_path, env=shared_broker_env(kafka_bootstrap, "ocr"), capture_output=True, text=True, timeout=560,
     )
 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -6,6 +6,9 @@ documents (tests.fixtures.scripts, fonts from Debian, nothing typed) run through
 pipeline on the embedded stack with the default settings (OCR `auto`, languages `eng`) and the
 real engine installed: no page is OCRed, every chunk is `text_layer` with reason `text_layer`,
 and the stored chunks are the layer's text, whole.
+
+Its runs start the Kafka of their state dir, not the session's shared broker (``shared_broker_env``):
+tests/run.sh runs this file beside the chaos scenarios, which stop and restart the stack's Kafka.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ a caption between two paragraphs, a long one split into several chunks, a Cyrill
 results file (``--out ... --chunks``, what ``docstream results --chunks`` writes) holds each table
 chunk's ``kind``, its Markdown text with the header row, and its cells with spans, page and bbox;
 ``docstream results <job> --chunks`` shows the same.
+
+Its runs start the Kafka of their state dir, not the session's shared broker (``shared_broker_env``):
+tests/run.sh runs this file beside the chaos scenarios, which stop and restart the stack's Kafka.
 """
 
 from __future__ import annotations

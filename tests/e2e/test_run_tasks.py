@@ -20,21 +20,23 @@ from docstream.export import task_path
 from docstream.store import SqliteStore
 from docstream.store.base import DocumentResultRow
 from tests.fixtures.documents import make_pdf_of_paragraphs
-from tests.fixtures.services import DOCSTREAM, bare_env
+from tests.fixtures.services import DOCSTREAM, shared_broker_env
 from tests.fixtures.task_documents import CUT_MENTIONS, KNOWN_MENTIONS, TASK_CHUNKING, TOPIC_LABELS, TOPIC_PAGES
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def task_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, DocumentResultRow]], str]:
+def task_run(tmp_path_factory: pytest.TempPathFactory,
+             kafka_bootstrap: str) -> tuple[Path, dict[str, dict[str, DocumentResultRow]], str]:
     """A folder where `docstream run` ran the three tasks over the topic PDFs: results by topic, then by task."""
     folder = tmp_path_factory.mktemp("tasks")
     (folder / "in").mkdir()
     for topic, pages in TOPIC_PAGES.items():
         (folder / "in" / f"{topic}.pdf").write_bytes(make_pdf_of_paragraphs(pages).data)
-    env = bare_env(COLUMNS="200", DOCSTREAM_CHUNKER__MAX_TOKENS=str(TASK_CHUNKING["max_tokens"]),
-                   DOCSTREAM_CHUNKER__OVERLAP_TOKENS=str(TASK_CHUNKING["overlap_tokens"]))
+    env = shared_broker_env(kafka_bootstrap, "tasks", COLUMNS="200",
+                            DOCSTREAM_CHUNKER__MAX_TOKENS=str(TASK_CHUNKING["max_tokens"]),
+                            DOCSTREAM_CHUNKER__OVERLAP_TOKENS=str(TASK_CHUNKING["overlap_tokens"]))
     done = subprocess.run(
         [str(DOCSTREAM), "run", "in", "--task", "embed", "--task", "entities", "--task", "classify",
          "--labels", ",".join(TOPIC_LABELS), "--out", "out/results.jsonl", "--timeout", "500"],
@@ -127,12 +129,13 @@ def test_documents_on_different_topics_get_their_topic_as_top_label(
         assert classified.top_chunks and all(0 <= i < classified.chunk_count for i in classified.top_chunks)
 
 
-def test_a_users_own_task_runs_by_module_and_class_beside_embed(tmp_path: Path) -> None:
+def test_a_users_own_task_runs_by_module_and_class_beside_embed(tmp_path: Path, kafka_bootstrap: str) -> None:
     """examples/custom_task's sentiment task, named as module:Class on the command line (PYTHONPATH is the
     repository root, as its README says): its document output is in the run's results, beside embed's."""
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "notes.pdf").write_bytes(make_pdf_of_paragraphs(TOPIC_PAGES["sport"]).data)
-    env = bare_env(COLUMNS="200", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env = shared_broker_env(kafka_bootstrap, "custom-task", COLUMNS="200",
+                            PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     run = subprocess.run(
         [str(DOCSTREAM), "run", "in", "--task", "embed", "--task", "examples.custom_task.sentiment:SentimentTask",
          "--out", "results.parquet", "--timeout", "300"], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -1,7 +1,10 @@
 """After `docstream run`, the next commands a user types find that run's store, with no settings at all.
 
-Every command runs as a subprocess with no DOCSTREAM_* variable (``bare_env``): the defaults point at a
-Cassandra, which may be up or down; each command must answer from the run's SQLite file and say so.
+The run itself goes to the session's shared broker (``shared_broker_env``: settings that name a Kafka cluster,
+a topic prefix and a reducer app id of its own); every command after it runs as a subprocess with no DOCSTREAM_*
+variable (``bare_env``): the defaults point at a Cassandra, which may be up or down; each command must answer
+from the run's SQLite file and say so, and ``dlq``/``replay`` read the broker and topics its ``run.json``
+recorded. tests/e2e/test_run_broker.py has the readers of a run on its own broker.
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from docstream.topics import Topics
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.services import DOCSTREAM, bare_env
+from tests.fixtures.services import DOCSTREAM, bare_env, shared_broker_env
 
 pytestmark = pytest.mark.e2e
 
 _DIMS = 384  # the bundled all-MiniLM-L6-v2
 
 
-def _docstream(cwd: Path, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(DOCSTREAM), *args], cwd=cwd, env=bare_env(COLUMNS="200"), capture_output=True,
+def _docstream(cwd: Path, *args: str, timeout_s: float = 300,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(DOCSTREAM), *args], cwd=cwd, env=env or bare_env(COLUMNS="200"), capture_output=True,
                           text=True, timeout=timeout_s, check=False)
 
 
@@ -46,13 +51,19 @@ def _excerpt(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def made_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def run_env(kafka_bootstrap: str) -> dict[str, str]:
+    """The settings of this module's runs: the shared broker, under a topic prefix of their own."""
+    return shared_broker_env(kafka_bootstrap, "readers", COLUMNS="200")
+
+
+@pytest.fixture(scope="module")
+def made_run(tmp_path_factory: pytest.TempPathFactory, run_env: dict[str, str]) -> tuple[Path, str]:
     """A folder where `docstream run in/` ran over three generated PDFs; its job id."""
     folder = tmp_path_factory.mktemp("user")
     (folder / "in").mkdir()
     for i in range(3):
         (folder / "in" / f"report-{i}.pdf").write_bytes(make_pdf(3 + i, seed=40 + i, toc=True).data)
-    run = _ok(_docstream(folder, "run", "in", "--timeout", "400", timeout_s=480))
+    run = _ok(_docstream(folder, "run", "in", "--timeout", "400", timeout_s=480, env=run_env))
     job_id = json.loads((folder / ".docstream" / "run.json").read_text())["job_id"]
     assert f"docstream status {job_id}" in run.stdout, "the run names the next commands"
     return folder, job_id
@@ -122,24 +133,40 @@ def test_state_dir_reads_the_run_from_another_folder(made_run: tuple[Path, str],
     assert elsewhere.returncode == 2 and "holds no docstream run" in elsewhere.stderr
 
 
-def test_dlq_and_replay_refuse_the_runs_gone_broker_at_once(made_run: tuple[Path, str]) -> None:
+def test_dlq_and_replay_read_the_topics_of_the_run_on_the_broker_it_recorded(
+    made_run: tuple[Path, str], run_env: dict[str, str],
+) -> None:
     folder, job_id = made_run
+    bootstrap, prefix = run_env["DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS"], run_env["DOCSTREAM_KAFKA__TOPIC_PREFIX"]
+    recorded = json.loads((folder / ".docstream" / "run.json").read_text())
+    assert (recorded["broker"], recorded["topic_prefix"]) == (bootstrap, prefix)
+    topics = Topics(prefix)
+    documents, chunks = _export(folder, job_id)
 
-    for args in (("dlq", "list", "docstream.chunks"), ("replay", "--service", "inference", "--to-offset",
-                                                          "earliest", "--dry-run")):
-        done = _docstream(folder, *args, timeout_s=60)  # no broker to wait for: it fails at once
-        assert done.returncode == 2, done.stdout + done.stderr
-        message = " ".join(done.stderr.split())
-        assert "ended with the run" in message and f"docstream results {job_id}" in message
-        assert "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS" in message
+    listed = _ok(_docstream(folder, "dlq", "list", topics.chunks))  # no settings: the run's broker and prefix
+    planned = _ok(_docstream(folder, "replay", "--service", "inference", "--to-offset", "earliest", "--dry-run"))
+
+    for done in (listed, planned):
+        line = " ".join(done.stderr.split())
+        assert f"broker: kafka {bootstrap} (docstream run of" in line and f"job {job_id})" in line, line
+    assert not (folder / ".docstream" / "kafka").exists(), "a run on a named cluster has no broker of its own"
+    assert f"{topics.chunks}.dlq: 0 records" in listed.stdout, listed.stdout
+    assert f"replay inference: group {prefix}-inference on {topics.chunks} → earliest" in " ".join(
+        planned.stdout.split()), planned.stdout
+    total = re.search(r"│\s*total\s*│(?:\s*│){3}\s*(\d+)\s*│", planned.stdout)
+    assert total is not None, planned.stdout
+    assert int(total.group(1)) == len(chunks) == sum(d["chunk_count"] for d in documents)  # each chunk once
+    assert "dry run: nothing changed" in planned.stdout
 
 
-def test_run_with_chunks_writes_chunk_rows_to_parquet_beside_the_documents(made_run: tuple[Path, str]) -> None:
+def test_run_with_chunks_writes_chunk_rows_to_parquet_beside_the_documents(
+    made_run: tuple[Path, str], run_env: dict[str, str],
+) -> None:
     folder, job_id = made_run
     _, exported = _export(folder, job_id)
 
     done = _ok(_docstream(folder, "run", "in", "--chunks", "--out", "out/results.parquet", "--timeout", "400",
-                          timeout_s=480))  # the same job: resumed from the store, nothing embedded again
+                          timeout_s=480, env=run_env))  # the same job: resumed from the store, nothing embedded again
 
     assert "out/results.chunks.parquet" in done.stdout
     documents = pq.read_table(folder / "out" / "results.parquet")

@@ -1,7 +1,11 @@
 """`docstream run` on a file, then on the same file edited in one paragraph: the second run is the file's next
 version (docs/intake.md "Versions of a document") and runs the model only on the chunks whose text changed; the
 others keep the first version's vectors, bit for bit, and the first version's chunks are retired. Then
-`docstream delete` of the file retires every version."""
+`docstream delete` of the file retires every version.
+
+Its runs start the Kafka of their state dir, not the session's shared broker (``shared_broker_env``):
+tests/run.sh runs this file beside the chaos scenarios, which stop and restart the stack's Kafka.
+"""
 
 from __future__ import annotations
 

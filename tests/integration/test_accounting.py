@@ -10,7 +10,6 @@ both stages (chunker, inference) took time. No wall-clock figure is compared wit
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -24,7 +23,7 @@ from docstream.store import ResultStore, SqliteStore
 from docstream.usage import STAGE_CHUNKER, STAGE_INFERENCE, Usage
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.kafka import read_topic
-from tests.fixtures.services import DOCSTREAM, Pipeline, running_pipeline
+from tests.fixtures.services import DOCSTREAM, Pipeline, running_pipeline, shared_broker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,10 +87,10 @@ def test_a_job_on_kafka_and_cassandra_reports_what_it_cost(
     assert sum(u.tokens for u in per_document if u is not None) == own.tokens
 
 
-def test_docstream_run_reports_what_the_job_cost(tmp_path: Path) -> None:
+def test_docstream_run_reports_what_the_job_cost(tmp_path: Path, kafka_bootstrap: str) -> None:
     folder = _inputs(tmp_path / "docs")
     state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSTREAM_")}
+    env = shared_broker_env(kafka_bootstrap, "accounting")
     proc = subprocess.run([DOCSTREAM, "run", str(folder), "--state-dir", str(state), "--timeout", "400"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=480)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # notes.pdf failed

@@ -328,8 +328,9 @@ def test_a_mixed_job_chunks_the_good_and_fails_each_bad_with_its_code(
     assert {r.status for r in service.store.iter_job_documents(job_id)} == {"chunked", "failed"}
 
 
-def test_small_job_on_each_broker(broker: str, service_factory: Callable[..., Service]) -> None:
-    service = service_factory(broker)
+def test_a_small_job_of_a_pdf_a_locked_pdf_and_a_text_document(kafka_bootstrap: str,
+                                                              service_factory: Callable[..., Service]) -> None:
+    service = service_factory(kafka_bootstrap)
     job_id = f"job-{uuid.uuid4().hex}"
     records = [
         service.submission(make_pdf(4, seed=7, toc=True).data, "a.pdf", job_id),

@@ -1,4 +1,4 @@
-"""`docstream dlq list|show|replay` against real brokers (Kafka and tansu), on dead letters written by the real
+"""`docstream dlq list|show|replay` against the real Kafka, on dead letters written by the real
 DlqRouter: counts, previews, records sent back with their key to their original partition, and the dlq-replay
 group that keeps the same record from going back twice."""
 
@@ -53,7 +53,7 @@ def _dead_letter(settings: Settings, topic: str, letters: list[tuple[int, int, s
 
     for partition, offset, key, value, error in letters:
         router.publish(topic, partition, offset, key.encode(), value, error, 2, on_delivery=on_delivery)
-        producer.flush(30)  # one request per record: tansu's end offsets are exact then (docs/replay.md)
+    producer.flush(30)
     producer.close(10)
     assert delivered.is_set()
 

@@ -1,4 +1,4 @@
-"""ConsumeLoop on both brokers: DLQ of poison bytes, commit only after delivery, retries, fatal exhaustion."""
+"""ConsumeLoop on the real Kafka: DLQ of poison bytes, commit only after delivery, retries, fatal exhaustion."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The reducer creates Faust's internal topics before its worker starts (real Kafka); it asks the broker whether its
-at-least-once producer can be idempotent (real Kafka and the embedded tansu)."""
+"""The reducer creates Faust's internal topics before its worker starts (real Kafka)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from docstream.kafka.admin import create_topics
-from docstream.settings import Settings
-from docstream_reducer.app import TABLES, by_job_topic, internal_topic_specs, resolve_producer_idempotence
+from docstream_reducer.app import TABLES, by_job_topic, internal_topic_specs
 from tests.fixtures.kafka import kafka_settings
 
 pytestmark = pytest.mark.integration
@@ -35,19 +33,3 @@ def test_internal_topics_exist_before_faust_starts_with_faust_s_names_and_config
         config = future.result(timeout=10)
         assert config["cleanup.policy"].value == "compact"
         assert config["max.message.bytes"].value == str(settings.kafka.max_message_bytes)  # not the broker's 1 MiB
-
-
-def _idempotent(settings: Settings) -> bool:
-    return resolve_producer_idempotence(settings.kafka, settings.reducer)
-
-
-def test_the_at_least_once_producer_is_idempotent_on_kafka_and_not_on_the_embedded_tansu(
-    kafka_bootstrap: str, tansu_bootstrap: str,
-) -> None:
-    # tansu 0.6.0 answers aiokafka's InitProducerId with an unknown error: auto turns idempotence off there only
-    assert _idempotent(kafka_settings(kafka_bootstrap)) is True
-    assert _idempotent(kafka_settings(tansu_bootstrap)) is False
-    forced = kafka_settings(tansu_bootstrap).with_overrides(reducer={"idempotent_producer": "on"})
-    assert _idempotent(forced) is True
-    off = kafka_settings(kafka_bootstrap).with_overrides(reducer={"idempotent_producer": "off"})
-    assert _idempotent(off) is False

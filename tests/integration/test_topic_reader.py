@@ -1,4 +1,4 @@
-"""tests.fixtures.kafka.read_topic / TopicReader, the one topic reader of the tests, on both brokers."""
+"""tests.fixtures.kafka.read_topic / TopicReader, the one topic reader of the tests, on the real Kafka."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ pytestmark = pytest.mark.integration
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    """One record per request: tansu 0.6.0 reports a multi-record batch's end short (docs/replay.md)."""
+    """``values`` in order, keyed ``k0``, ``k1``, ...; returns once the broker has them all."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for i, value in enumerate(values):
         producer.produce(topic, value, f"k{i}")
-        assert producer.flush(10) == 0
+    assert producer.flush(10) == 0
 
 
 def test_expected_returns_as_soon_as_it_has_that_many_in_order(

@@ -235,9 +235,11 @@ def test_usage() -> None:
     assert stack.parse_args(["down", "--purge", "kafka"]) == ("down", ["kafka"], {}, True, None)
     assert stack.parse_args(["kill", "kafka", "2"]) == ("kill", ["kafka"], {}, False, 2)
     assert stack.parse_args(["nodes", "cassandra"]) == ("nodes", ["cassandra"], {}, False, None)
+    assert stack.parse_args(["fetch"]) == ("fetch", ["kafka"], {}, False, None)
+    assert stack.parse_args(["fetch", "cassandra"]) == ("fetch", ["cassandra"], {}, False, None)
     for bad in (["up", "--kafka-brokers", "0"], ["up", "--kafka-brokers"], ["kill", "kafka"],
                 ["start", "zookeeper", "1"], ["status", "--kafka-brokers", "3"], ["nodes"], ["env", "kafka"],
-                ["frobnicate"]):
+                ["fetch", "zookeeper"], ["fetch", "--purge"], ["frobnicate"]):
         with pytest.raises(ValueError, match=r"\w"):
             stack.parse_args(bad)
 

@@ -198,8 +198,7 @@ def test_transactional_producers_get_their_own_apps_transaction_timeout(shimmed:
 
 
 def test_at_least_once_producers_are_idempotent_when_the_transport_says_so(shimmed: Callable[..., faust.App]) -> None:
-    # reducer.idempotent_producer (auto: on, but not on the embedded tansu, which answers aiokafka's
-    # InitProducerId with an unknown error; docs/operations.md "A replicated deployment")
+    # reducer.idempotent_producer (auto and on: idempotent, off: not; docs/operations.md "A replicated deployment")
     idempotent = shimmed("shim-idempotent", idempotent=True)
     assert idempotent.producer._settings_extra() == {"acks": "all", "enable_idempotence": True}
     assert shimmed("shim-not-idempotent").producer._settings_extra() == {}
@@ -220,20 +219,20 @@ def test_at_least_once_producers_are_idempotent_when_the_transport_says_so(shimm
     assert manager is not None and manager.transactional_id is None
 
 
-@pytest.mark.parametrize(("mode", "cluster_id", "idempotent"), [
-    ("auto", "Va2ePYwOZQqSuHG6hiCedA", True),
-    ("auto", None, True),
-    ("auto", "docstream-embedded", False),
-    ("on", "docstream-embedded", True),
-    ("off", "Va2ePYwOZQqSuHG6hiCedA", False),
+@pytest.mark.parametrize(("mode", "transactions", "idempotent"), [
+    ("auto", False, True),
+    ("on", False, True),
+    ("off", False, False),
+    ("off", True, True),  # exactly-once producers are transactional, hence idempotent
 ])
-def test_the_reducers_producer_idempotence_by_mode_and_broker(mode: str, cluster_id: str | None,
-                                                              idempotent: bool) -> None:
-    from docstream.kafka.embedded import EMBEDDED_CLUSTER_ID
-    from docstream_reducer.app import producer_idempotence
+def test_the_reducers_producer_idempotence_by_mode(mode: str, transactions: bool, idempotent: bool) -> None:
+    from docstream.settings import Settings
+    from docstream_reducer.app import resolve_producer_idempotence
 
-    assert EMBEDDED_CLUSTER_ID == "docstream-embedded"
-    assert producer_idempotence(mode, cluster_id) is idempotent
+    # no broker answers here: the decision is the settings' alone, nothing is asked of the cluster
+    settings = Settings().with_overrides(kafka={"bootstrap_servers": "127.0.0.1:9", "transactions": transactions},
+                                         reducer={"idempotent_producer": mode})
+    assert resolve_producer_idempotence(settings.kafka, settings.reducer) is idempotent
 
 
 def test_the_apps_aiokafka_producers_retry_find_coordinator(shimmed: Callable[..., faust.App]) -> None:

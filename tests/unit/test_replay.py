@@ -160,13 +160,17 @@ def test_a_new_group_replays_everything_and_latest_skips_what_is_unread() -> Non
     assert (ahead.records_to_replay, ahead.partitions[0].records_skipped) == (0, 4)
 
 
-def test_plans_need_partitions_and_model_only_for_inference() -> None:
+def test_plans_need_partitions_and_model_only_for_chunker_or_inference() -> None:
     with pytest.raises(InputError, match="does it exist") as missing:
         _plan(ResetTarget("earliest"))
     assert missing.value.code == "topic_missing"
-    with pytest.raises(InputError, match="only applies to --service inference"):
-        _plan(ResetTarget("earliest"), PartitionOffsets(0, 0, 1), service="chunker", model_id="m2")
+    with pytest.raises(InputError, match="only applies to --service chunker or inference"):
+        _plan(ResetTarget("earliest"), PartitionOffsets(0, 0, 1), service="reducer", model_id="m2")
     assert _plan(ResetTarget("earliest"), PartitionOffsets(0, 0, 1), model_id="m2").model_id == "m2"
+    chunker = _plan(ResetTarget("earliest"), PartitionOffsets(0, 0, 1), service="chunker", model_id="m2")
+    steps = next_steps(chunker)
+    assert "DOCSTREAM_CHUNKER__MODEL_ID=m2 docstream chunker" in steps[0]
+    assert any("DOCSTREAM_INFERENCE__MODEL_ID=m2" in step for step in steps[1:])
 
 
 @pytest.mark.parametrize(
@@ -175,7 +179,7 @@ def test_plans_need_partitions_and_model_only_for_inference() -> None:
      ("DEAD", 0, False), ("UNKNOWN", 1, True)],
 )
 def test_liveness_looks_at_state_and_members(state: str, members: int, live: bool) -> None:
-    # tansu describes a STABLE group with an empty member list: the state alone must count
+    # either is enough: a live state counts even when the broker lists no member, members count in any state
     assert is_live(GroupState("g", state, members)) is live
 
 

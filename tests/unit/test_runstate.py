@@ -12,16 +12,17 @@ import pytest
 from docstream.errors import ConfigError, InputError
 from docstream.settings import load_settings
 from docstream_cli.runstate import (
+    EMBEDDED,
     RUN_FILE,
     RunRecord,
     StoreSource,
-    broker_refusal,
     choose_store,
     decode_run_record,
     encode_run_record,
+    run_broker,
     run_label,
 )
-from docstream_cli.statedir import read_run_record, refuse_run_broker, resolve_reader, store_line, write_run_record
+from docstream_cli.statedir import read_run_record, reader_broker, resolve_reader, store_line, write_run_record
 
 _STARTED = datetime(2026, 12, 1, 16, 27, 52, tzinfo=UTC)
 
@@ -115,16 +116,29 @@ def test_the_label_names_the_run_its_job_and_whether_it_finished() -> None:
 # the broker of a run ---------------------------------------------------------------------------
 
 
-def test_dlq_and_replay_refuse_a_runs_broker_and_say_what_works_instead() -> None:
-    message = broker_refusal(StoreSource("local_run", _run()), settings_name_broker=False)
-    assert message is not None
-    assert "memory" in message and "ended with the run" in message
-    assert "docstream results job-1" in message and "DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS" in message
+def test_dlq_and_replay_read_the_runs_own_broker_or_the_cluster_it_named() -> None:
+    own = run_broker(StoreSource("local_run", _run()), settings_name_broker=False)
+    assert own is not None and own.state_dir == "/work/a/.docstream" and own.bootstrap_servers is None
+    named = run_broker(StoreSource("state_dir", _run(broker="10.0.0.5:9092", topic_prefix="t1")),
+                       settings_name_broker=False)
+    assert named is not None and named.state_dir is None and named.bootstrap_servers == "10.0.0.5:9092"
 
 
 def test_dlq_and_replay_go_on_with_a_named_kafka_or_without_a_run() -> None:
-    assert broker_refusal(StoreSource("state_dir", _run()), settings_name_broker=True) is None
-    assert broker_refusal(StoreSource("configured"), settings_name_broker=False) is None
+    assert run_broker(StoreSource("state_dir", _run()), settings_name_broker=True) is None
+    assert run_broker(StoreSource("configured"), settings_name_broker=False) is None
+
+
+def test_a_record_of_the_memory_broker_era_reads_as_a_run_on_its_own_broker() -> None:
+    text = encode_run_record(_run()).replace('"version": 2', '"version": 1').replace('"broker": "embedded"',
+                                                                                  '"broker": "memory"')
+    old = decode_run_record(text)
+    assert old.version == 1 and old.broker == EMBEDDED and old.topic_prefix == "docstream"
+
+
+def test_the_record_keeps_the_broker_prefix_and_app_id() -> None:
+    record = _run(broker="10.0.0.5:9092", topic_prefix="t1", reducer_app_id="t1-reducer")
+    assert decode_run_record(encode_run_record(record)) == record
 
 
 # on disk and in the settings --------------------------------------------------------------------
@@ -194,9 +208,11 @@ def test_without_a_run_the_line_says_why_the_configured_store(clean_env: pytest.
 
 
 def test_a_named_kafka_lets_dlq_read_it_beside_a_run(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    _made_run(tmp_path)
-    with pytest.raises(InputError) as refused:
-        refuse_run_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path))
-    assert refused.value.code == "run_broker_gone"
+    _made_run(tmp_path, broker="10.0.0.5:9092", topic_prefix="t1", reducer_app_id="t1-reducer")
+    with reader_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path)) as (settings, line):
+        assert settings.kafka.bootstrap_servers == "10.0.0.5:9092" and settings.kafka.topic_prefix == "t1"
+        assert settings.reducer.app_id == "t1-reducer" and line.startswith("broker: kafka 10.0.0.5:9092 (")
     clean_env.setenv("DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:19092")
-    refuse_run_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path))
+    with reader_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path)) as (settings, line):
+        assert settings.kafka.bootstrap_servers == "127.0.0.1:19092" and settings.kafka.topic_prefix == "docstream"
+        assert line == "broker: kafka 127.0.0.1:19092"

@@ -293,6 +293,11 @@ class ChunkerSettings(BaseModel):
         "auto", description="auto: ruled tables on PDF pages that keep their text layer become table chunks "
         "(Markdown text, cells in the record, the header repeated on each part; docs/chunking.md \"Tables\"), "
         "looked for only where two cheap checks see a ruled grid; off: never looked for, tables stay in the text.")
+    model_id: str | None = Field(
+        None, max_length=200,
+        description="The model_id every chunk asks for instead of its submission's (docstream replay --service "
+        "chunker --model: the documents are embedded again under that model, beside their first results).",
+    )
     group_id: str | None = Field(
         None, description="Consumer group override (docstream replay --new-group); unset: <topic_prefix>-chunker."
     )
@@ -578,8 +583,8 @@ class ReducerSettings(BaseModel):
         "auto",
         description="At-least-once only (exactly-once producers are always idempotent): the reducer's aiokafka "
                     "producer sends with enable_idempotence and acks=all, so a send retried across a leader change "
-                    "is not written twice. auto: on, unless the broker is docstream's embedded tansu (cluster id "
-                    "docstream-embedded), which refuses aiokafka's InitProducerId; off for another broker that does.",
+                    "is not written twice. auto and on: idempotent; off: not, for a broker that refuses aiokafka's "
+                    "InitProducerId (auto is kept so that existing settings still load).",
     )
     stall_timeout_s: float = Field(
         20.0, ge=1, le=3600,
@@ -816,13 +821,19 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     def with_overrides(self, **sections: dict[str, Any]) -> Settings:
-        """Return a copy with some fields of some sections replaced (validated)."""
-        data = self.model_dump()
+        """Return a copy with some fields of some sections replaced (validated).
+
+        The copy knows which fields were set as this one does, plus the replaced ones (``model_fields_set``,
+        nested too): a field left at its default still reads as not given (``docstream run`` tells by it
+        whether the settings name a broker).
+        """
+        data = self.model_dump(exclude_unset=True)
         for section, values in sections.items():
-            if section not in data:
+            if section not in type(self).model_fields:
                 raise ConfigError(f"unknown settings section {section!r}")
-            if isinstance(data[section], dict):
-                data[section] = {**data[section], **values}
+            current = data.get(section)
+            if isinstance(values, dict) and (current is None or isinstance(current, dict)):
+                data[section] = {**(current or {}), **values}
             else:
                 data[section] = values
         return Settings.model_validate(_unsecret(data))

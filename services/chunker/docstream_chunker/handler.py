@@ -291,6 +291,7 @@ class ChunkerHandler:
                 value=carry(
                     ChunkCreated, submitted, chunk, source,
                     chunk_id=chunk_id(submitted.content_sha256, result.chunker_settings, chunk.index),
+                    model_id=self._chunker.model_id or submitted.model_id,
                     chunk_index=chunk.index,
                     chunk_count=count,
                     chunker_settings=result.chunker_settings,
@@ -392,7 +393,7 @@ class ChunkerHandler:
             doc_id=submitted.doc_id,
             status="failed",
             completed_at=now,
-            model_id=submitted.model_id,
+            model_id=self._chunker.model_id or submitted.model_id,
             source_uri=submitted.source_uri,
             filename=submitted.filename,
             content_sha256=submitted.content_sha256,

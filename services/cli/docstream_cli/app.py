@@ -105,21 +105,16 @@ _StateDirOpt = typer.Option(
 )
 
 
-def _reader_settings(config: str | None, state_dir: str | None, *, broker: bool = False) -> Settings:
+def _reader_settings(config: str | None, state_dir: str | None) -> Settings:
     """The settings of a reading command, after the store rule of docstream_cli.runstate; says on stderr what it reads.
 
     Raises:
-        DocstreamError: the settings or a run record are invalid, ``--state-dir`` holds no run, or
-            (``broker``) the command would need the gone broker of a run.
+        DocstreamError: the settings or a run record are invalid, or ``--state-dir`` holds no run.
     """
-    from docstream_cli.statedir import refuse_run_broker, resolve_reader, store_line
+    from docstream_cli.statedir import resolve_reader, store_line
 
     reader = resolve_reader(_settings(config), state_dir=state_dir)
-    if broker:
-        refuse_run_broker(reader)
-        typer.echo(f"broker: kafka {reader.settings.kafka.bootstrap_servers}", err=True)
-    else:
-        typer.echo(store_line(reader), err=True)
+    typer.echo(store_line(reader), err=True)
     return reader.settings
 
 
@@ -343,18 +338,26 @@ def results(
 def _run_tool(config: str | None, state_dir: str | None, command: Any, *, broker: bool = False) -> int:
     """Run ``command(settings, console)`` of a replay/DLQ/search tool: bad input exits 2, failures 1.
 
-    ``broker``: the tool reads the broker (dlq, replay), not the store, and refuses a run's, which is gone.
+    ``broker``: the tool reads the broker (dlq, replay), not the store: a run's own broker is started for the
+    command's duration (``docstream_cli.statedir.reader_broker``).
     """
     from rich.console import Console
 
     from docstream.errors import DocstreamError, InputError
     from docstream.logging import configure_logging
+    from docstream_cli.statedir import reader_broker, resolve_reader
 
     console, errors = Console(), Console(stderr=True)
     try:
-        settings = _reader_settings(config, state_dir, broker=broker)
-        configure_logging(level=settings.log.level, fmt=settings.log.format)
-        return int(command(settings, console))
+        if not broker:
+            settings = _reader_settings(config, state_dir)
+            configure_logging(level=settings.log.level, fmt=settings.log.format)
+            return int(command(settings, console))
+        reader = resolve_reader(_settings(config), state_dir=state_dir)
+        configure_logging(level=reader.settings.log.level, fmt=reader.settings.log.format)
+        with reader_broker(reader) as (settings, line):
+            typer.echo(line, err=True)
+            return int(command(settings, console))
     except InputError as exc:
         errors.print(f"[red]error:[/red] {exc.message}")
         return 2
@@ -398,12 +401,45 @@ def replay(
     config: str | None = _ConfigOpt,
     state_dir: str | None = _StateDirOpt,
 ) -> None:
-    """Reset (or create) a consumer group so a service processes its topic again (docs/replay.md)."""
+    """Reset (or create) a consumer group so a service processes its topic again (docs/replay.md).
+
+    In a `docstream run` state dir, where no service runs, a chunker or inference replay with --model (a model
+    folder, or a model_id for the run's weights) is processed by this command: the documents are embedded again
+    and their results sit beside the first ones.
+    """
+    from pathlib import Path
+
+    from docstream.errors import DocstreamError
     from docstream_cli.ops import replay as module
-    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_replay(
-        settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime, to_offset=to_offset,
-        new_group=new_group, model_id=model, task=task, lane=lane, force=force, yes=yes, dry_run=dry_run),
-        broker=True))
+    from docstream_cli.runner import replay_run
+    from docstream_cli.runstate import EMBEDDED
+    from docstream_cli.statedir import resolve_reader
+
+    model_path: str | None = None
+    run_dir: Path | None = None
+    own_broker = True
+    try:
+        reader = resolve_reader(_settings(config), state_dir=state_dir)
+        if reader.source.run is not None and "kafka" not in reader.named:
+            run_dir = Path(reader.source.run.state_dir)
+            own_broker = reader.source.run.broker == EMBEDDED
+    except DocstreamError:
+        pass  # _run_tool reports it
+    if model is not None and run_dir is not None and Path(model).is_dir():
+        model_path, model = str(Path(model).resolve()), Path(model).resolve().name
+
+    def _replay(settings: Any, console: Any) -> int:
+        then = None
+        if run_dir is not None and model is not None and service in ("chunker", "inference") and not new_group:
+            def then(plan: Any) -> int:
+                return replay_run(settings, run_dir, plan, model_path=model_path, console=console,
+                                  own_broker=own_broker)
+        return module.run_replay(
+            settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime,
+            to_offset=to_offset, new_group=new_group, model_id=model, task=task, lane=lane, force=force, yes=yes,
+            dry_run=dry_run, then=then)
+
+    raise typer.Exit(_run_tool(config, state_dir, _replay, broker=True))
 
 
 sink_app = typer.Typer(help="Sinks: keep an external vector store in step with the completed documents "
@@ -559,7 +595,7 @@ def run(
     schema: str | None = _SchemaOpt,
     config: str | None = _ConfigOpt,
 ) -> None:
-    """Run the whole pipeline in this process on the embedded stack (tansu, SQLite, a local folder).
+    """Run the whole pipeline in this process on the embedded stack (Kafka, SQLite, a local folder).
 
     Re-running the same command resumes: documents already embedded are not computed again.
     Afterwards `docstream status|results|search` in this folder (or with --state-dir) read this run's store.

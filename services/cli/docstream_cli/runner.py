@@ -1,9 +1,12 @@
 """`docstream run`: the whole pipeline in one process on the embedded stack.
 
-tansu (memory broker), SQLite and a local object store live under ``./.docstream/``. The same
-service code as the real stack runs here: the chunker's consume loop and the inference
-pipeline on threads, the reducer's Faust worker on a thread of its own event loop, and a
-progress consumer on the completed and embedded topics.
+A single-node Apache Kafka (``docstream_cli.embedded_kafka``), SQLite and a local object store live under
+``./.docstream/`` (``--state-dir``); the broker keeps its topics there after the run, so ``docstream
+dlq|replay`` read them afterwards and a second run finds them. Settings that name a broker
+(``DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS``, or ``kafka.bootstrap_servers`` in ``--config``) run the job on that
+cluster instead. The same service code as the real stack runs here: the chunker's consume loop and the
+inference pipeline on threads, the reducer's Faust worker (exactly-once) on a thread of its own event loop, and
+a progress consumer on the completed and embedded topics.
 
 Start-up runs side by side, so that a run costs little more than its model load and model time
 (docs/performance.md, "Fixed cost of docstream run"): the model loads on a thread from the first
@@ -11,14 +14,16 @@ moment; meanwhile the broker starts, the topics and the store are made, the redu
 chunker start on their threads (the reducer's group join and table recovery, the extraction
 child) and the documents are submitted. The inference service starts once the model is there.
 The chunker and the inference pipeline take every partition by ``assign()`` (static assignment:
-no group join); they still commit their offsets, after the writes. A run's phases are logged as
+no group join); they commit their offsets after the writes. A run's phases are logged as
 ``run_phase`` events with monotonic offsets (``t_s``) in ``<state-dir>/run.log``.
 
-Resuming: the embedded broker's topics vanish when it stops, so a re-run resumes from the
-SQLite store instead. The job id of a run is derived from the inputs, the model and the
-chunker settings, so the same command gives the same job and the same doc_ids: documents
-with a result row for the model are not submitted again, and the inference service reuses
-chunk rows already written (``inference.reuse_stored``), so no chunk is embedded twice.
+Resuming: the job id of a run is derived from the inputs, the model and the chunker settings, so the
+same command gives the same job and the same doc_ids. A run that finds its topics resumes every service
+from its committed offsets; the intake produces again only documents still ``submitted`` (their record
+may never have reached the broker), and documents with a result row for the model are not submitted
+again. A run whose topics are new (a removed broker folder, another cluster) submits every document
+without a result. The inference service reuses chunk rows already written (``inference.reuse_stored``),
+so no chunk is embedded twice.
 """
 
 from __future__ import annotations
@@ -47,10 +52,9 @@ from rich.progress import (
 from rich.table import Table
 
 from docstream.avro.serde import AvroSerde
-from docstream.errors import DocstreamError, FatalError, SchemaError
+from docstream.errors import DocstreamError, FatalError, InputError, SchemaError
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer, consumer_config
-from docstream.kafka.embedded import EmbeddedBroker
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded, DocumentCompleted
@@ -61,19 +65,20 @@ from docstream.tasks.base import EMBED, GENERATE, Task, TaskRequest, close_task
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 from docstream.topics import Topics
 from docstream.usage import Usage, across_tasks, total_usage
-from docstream_cli.runstate import LOCAL_STATE_DIR, RunRecord
+from docstream_cli.embedded_kafka import EmbeddedKafka
+from docstream_cli.runstate import EMBEDDED, LOCAL_STATE_DIR, RunRecord
 from docstream_cli.statedir import write_run_record
 
 if TYPE_CHECKING:
+    from docstream_cli.ops.replay_plan import ReplayPlan
     from docstream_ingest.commands import PromptFlags
 
-__all__ = ["RunOutcome", "embedded_settings", "run_job", "run_job_id", "usage_line"]
+__all__ = ["RunOutcome", "embedded_settings", "names_broker", "replay_run", "run_job", "run_job_id", "usage_line"]
 
 _log = get_logger(__name__)
 _NAMESPACE = uuid.UUID("2c6f5e0e-3a4b-4f0f-8f4e-5d3b1e0c9a77")
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 _SERVICE_POLL_S = 0.1  # how often the run and its services look for a stop, an error, a record
-_BROKER_GRACE_S = 0.1
 
 
 @dataclass
@@ -100,26 +105,57 @@ class RunOutcome:
         return sum(1 for s in self.statuses.values() if s == "failed") + len(self.refused)
 
 
-def embedded_settings(base: Settings, state_dir: Path, bootstrap: str) -> Settings:
-    """``base`` pointed at the embedded stack under ``state_dir``.
+def names_broker(settings: Settings) -> bool:
+    """Whether the settings name a Kafka cluster (``kafka.bootstrap_servers`` set): a run uses it, not its own."""
+    return "bootstrap_servers" in settings.kafka.model_fields_set
 
-    The session timeout is 3 s with heartbeats every 0.5 s: the only group member of a run is the
-    reducer's Faust consumer (the chunker and the inference pipeline are assigned, not members),
-    and tansu holds a new group's JoinGroup for about half the session timeout (docs/messaging.md):
-    the reducer is ready ~1 s sooner than with the default 6 s, still with 6 heartbeats of margin.
-    Consumers ask for ``fetch.wait.max.ms=100``: tansu answers a waiting fetch late when a record
-    arrives, ~0.11 s at librdkafka's 500 ms and ~0.015 s at 100 ms (measured, tansu 0.6.0), and
-    every hop of a run's first document pays it.
+
+def embedded_settings(base: Settings, state_dir: Path, bootstrap: str, *, own_broker: bool = True) -> Settings:
+    """``base`` pointed at the embedded stack under ``state_dir`` and the broker at ``bootstrap``.
+
+    ``own_broker``: the broker is the state dir's (two partitions per topic, nothing expires: the topics
+    stay until the folder is removed). Exactly-once (``kafka.transactions``) is on unless the settings
+    turn it off.
     """
     state_dir = state_dir.resolve()
+    kafka: dict[str, Any] = {"bootstrap_servers": bootstrap}
+    if "transactions" not in base.kafka.model_fields_set:
+        kafka["transactions"] = True
+    if own_broker:
+        kafka.update(partitions=2, replication_factor=1, min_insync_replicas=None, intake_retention_ms=-1,
+                     results_retention_ms=-1, dlq_retention_ms=-1)
     return base.with_overrides(
-        kafka={"bootstrap_servers": bootstrap, "partitions": 2, "replication_factor": 1, "transactions": False,
-               "session_timeout_ms": 3000, "heartbeat_interval_ms": 500, "fetch_wait_max_ms": 100},
+        kafka=kafka,
         store={"backend": "sqlite", "sqlite_path": str(state_dir / "docstream.db")},
         object_store={"url": str(state_dir / "objects")},
         reducer={"data_dir": str(state_dir / "reducer")},
         inference={"reuse_stored": True},
     )
+
+
+class _RunBroker:
+    """The broker of a run: the state dir's ``EmbeddedKafka`` (``<state-dir>/kafka``), or the cluster the
+    settings name (``names_broker``), which the run neither starts nor stops."""
+
+    def __init__(self, settings: Settings, state_dir: Path) -> None:
+        self.embedded: EmbeddedKafka | None = None if names_broker(settings) else EmbeddedKafka(state_dir / "kafka")
+        self._bootstrap = settings.kafka.bootstrap_servers
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.embedded.bootstrap_servers if self.embedded is not None else self._bootstrap
+
+    def start(self) -> None:
+        if self.embedded is not None:
+            self.embedded.start()
+
+    def begin_stop(self) -> None:
+        if self.embedded is not None:
+            self.embedded.begin_stop()
+
+    def stop(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
 
 
 def run_job_id(paths: Sequence[str | Path], model_id: str, settings_key: str) -> str:
@@ -154,13 +190,14 @@ class _Progress:
     """
 
     def __init__(self, settings: Settings, serde: AvroSerde, job_id: str, expected: set[str],
-                 tasks: Sequence[str] = (EMBED,)) -> None:
+                 tasks: Sequence[str] = (EMBED,), model_id: str | None = None) -> None:
         topics = Topics(settings.kafka.topic_prefix)
         conf = consumer_config(settings.kafka, group_id=f"{topics.prefix}-run-progress")
         self._consumer = Consumer(conf)
         self._topics = (topics.completed, topics.embedded)
         self._serde = serde
         self._job_id = job_id
+        self._model_id = model_id  # set: only the results of this model count (a replay under a new model)
         self.expected = expected
         self.tasks = tuple(tasks)
         self.done: dict[str, DocumentCompleted] = {}
@@ -188,6 +225,8 @@ class _Progress:
             try:
                 record = self._serde.deserialize(value, topic)
             except SchemaError:
+                continue
+            if self._model_id is not None and getattr(record, "model_id", None) != self._model_id:
                 continue
             if isinstance(record, DocumentCompleted) and record.doc_id in self.expected:
                 self._completed(record)
@@ -390,8 +429,7 @@ def _start_document_stage(
 class _Producers:
     """The run's own producers, made as soon as the broker is up and closed after the services stopped.
 
-    An idempotent producer's first record waits for its producer id: ~0.5 s on tansu right after the
-    producer is made, nothing once it has had that time. Made early, none of them waits later.
+    An idempotent producer's first record waits for its producer id. Made early, none of them waits later.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -445,14 +483,19 @@ def run_job(
     phases.mark("run_started")
     names = [t.name for t in tasks]
     model = _ModelLoad(settings, phases, names)
-    with EmbeddedBroker(state_dir / "broker") as broker:
+    broker = _RunBroker(settings, state_dir)
+    broker.start()
+    try:
         phases.mark("broker_started")
-        settings = embedded_settings(settings, state_dir, broker.bootstrap_servers)
+        settings = embedded_settings(settings, state_dir, broker.bootstrap_servers,
+                                     own_broker=broker.embedded is not None)
         producers = _Producers(settings)
         services = _Services(phases)
         try:
-            ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-            phases.mark("topics_created")
+            topics = Topics(settings.kafka.topic_prefix)
+            # topics made now hold nothing to resume from: every document without a result goes again
+            fresh = topics.submitted in ensure_topics(settings.kafka, topics)
+            phases.mark("topics_created", fresh=fresh)
             store = SqliteStore(Path(settings.store.sqlite_path))
             metrics = Metrics()
             # the reducer's slow start (group join, table recovery) begins first; it touches the store
@@ -469,6 +512,8 @@ def run_job(
             record = RunRecord(
                 state_dir=str(state_dir.resolve()), sqlite_path=str(settings.store.sqlite_path), job_id=job_id,
                 model_id=model_id, model_path=inference.model_path, started_at=datetime.now(UTC),
+                broker=EMBEDDED if broker.embedded is not None else settings.kafka.bootstrap_servers,
+                topic_prefix=topics.prefix, reducer_app_id=settings.reducer.app_id,
             )
             write_run_record(state_dir, record)
             serde = AvroSerde(settings.kafka)
@@ -480,7 +525,7 @@ def run_job(
 
             result = submit_paths(
                 paths, JobRequest(job_id=job_id, model_id=model_id, tasks=tasks),
-                IntakeClients(settings, store, producers.intake, serde), resubmit=_not_done,
+                IntakeClients(settings, store, producers.intake, serde), resubmit=_not_done if fresh else None,
             )
             phases.mark("submitted")
             outcome = RunOutcome(job_id=job_id, refused=[(r.path, r.code, r.reason) for r in result.refused])
@@ -495,6 +540,10 @@ def run_job(
                     outcome.statuses[dup.doc_id] = row.status
                     outcome.filenames[dup.doc_id] = dup.path
                     outcome.resumed_chunks += row.chunk_count
+                elif row is None and not fresh and _in_flight(store, dup.doc_id):
+                    # on its way in the kept topics: the services resume it from their committed offsets
+                    expected.add(dup.doc_id)
+                    outcome.filenames[dup.doc_id] = dup.path
             if expected:
                 for task in _await_model(model, services, deadline):
                     services.start("inference" if task.name == EMBED else f"inference-{task.name}",
@@ -521,7 +570,8 @@ def run_job(
             phases.mark("exported")
         store.close()
         write_run_record(state_dir, replace(record, finished_at=datetime.now(UTC)))
-        broker.stop(grace_s=_BROKER_GRACE_S)  # every client is closed; its memory storage holds nothing to keep
+    finally:
+        broker.stop()
     phases.mark("broker_stopped")
     outcome.seconds = time.monotonic() - started
     phases.mark("run_finished")
@@ -577,6 +627,12 @@ def _await_model(model: _ModelLoad, services: _Services, deadline: float | None)
             return loaded
 
 
+def _in_flight(store: ResultStore, doc_id: str) -> bool:
+    """A document of the job that is neither terminal nor deleted: a run that kept its topics waits for it."""
+    row = store.get_document(doc_id)
+    return row is not None and row.status not in TERMINAL_DOC_STATES and row.deleted_at is None
+
+
 def _all_tasks_done(store: ResultStore, doc_id: str, names: Sequence[str]) -> bool:
     """Every task of ``names`` has a document result for the document (a resumed run skips it)."""
     return set(names) <= {row.task for row in store.list_document_results(doc_id)}
@@ -616,12 +672,14 @@ def _follow(
     services: _Services,
     tasks: Sequence[str] = (EMBED,),
     ocr_pages: Callable[[], int] = lambda: 0,
+    model_id: str | None = None,
 ) -> None:
     """Show progress until every expected document is completed for every task; then record their statuses.
 
     ``ocr_pages``: the pages OCR has started on so far; a row of the bar shows them once there are any.
+    ``model_id``: only results of this model count (a replay under a new model).
     """
-    progress_feed = _Progress(settings, serde, outcome.job_id, expected, tasks)
+    progress_feed = _Progress(settings, serde, outcome.job_id, expected, tasks, model_id)
     columns: list[Any] = [
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -658,6 +716,112 @@ def _follow(
         outcome.chunks += record.chunk_count - record.failed_chunks
         if record.status != "completed":
             outcome.errors[doc_id] = (record.error_code, record.error)
+
+
+def replay_run(
+    settings: Settings,
+    state_dir: Path,
+    plan: ReplayPlan,
+    *,
+    model_path: str | None,
+    console: Console,
+    own_broker: bool = True,
+    timeout_s: float | None = None,
+) -> int:
+    """Process a replay in a run's state dir, where no service runs, on the run's broker (``settings`` point at
+    it): the chunker and the reducer, and an inference service with the replay's model, until every document of
+    the replayed records has completed under ``plan.model_id``. Their results sit beside the first ones
+    (document results and chunk rows are keyed by model_id). Returns the exit status (0: every document
+    completed, 1: some failed).
+
+    ``model_path``: the weights (None: the run's model's). ``own_broker``: the run's broker is its state dir's.
+
+    Raises:
+        InputError: no ``plan.model_id``, the run's own (``settings.inference.model_id``), or a service this does
+            not process.
+        DocstreamError: the model did not load, a service failed, or ``timeout_s`` passed.
+    """
+    service, model_id = plan.source.service, plan.model_id
+    if model_id is None or model_id == settings.inference.model_id or service not in ("chunker", "inference"):
+        raise InputError("a replay in a run's state dir is processed for --service chunker or inference with "
+                         "--model: under the run's own model it would write the same rows again", code="replay_model")
+    started = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
+    settings = embedded_settings(settings, state_dir, settings.kafka.bootstrap_servers,
+                                 own_broker=own_broker).with_overrides(
+        inference={"model_id": model_id, "model_path": model_path or settings.inference.model_path},
+        chunker={"model_id": model_id} if service == "chunker" else {},
+    )
+    phases = _Phases()
+    model = _ModelLoad(settings, phases)
+    store = SqliteStore(Path(settings.store.sqlite_path))
+    store.migrate()
+    serde = AvroSerde(settings.kafka)
+    expected = {doc_id for doc_id in _replayed_documents(settings, plan) if _live(store, doc_id)}
+    outcome = RunOutcome(job_id=f"replay of {plan.source.topic}")
+    for doc_id in expected:
+        row = store.get_document(doc_id)
+        outcome.filenames[doc_id] = (row.filename if row is not None else None) or doc_id
+    producers = _Producers(settings)
+    services = _Services(phases)
+    metrics = Metrics()
+    try:
+        if expected:
+            services.start("reducer", lambda: _start_reducer(settings, store, metrics))
+            if service == "chunker":
+                services.start("chunker", lambda: _start_chunker(settings, store, metrics, producers.chunker))
+            for task in _await_model(model, services, deadline):
+                services.start("inference", partial(_start_inference, settings, store, metrics, producers.inference,
+                                                    task))
+            _follow(settings, serde, outcome, expected, console, deadline, phases, services, model_id=model_id)
+    finally:
+        services.stop()
+        producers.close()
+        store.close()
+    outcome.seconds = time.monotonic() - started
+    console.print(summary_table(outcome))
+    problems = problems_table(outcome)
+    if problems is not None:
+        console.print(problems)
+    console.print(f"replayed {len(expected)} documents under model_id {model_id} in {outcome.seconds:.1f} s; "
+                  f"their results sit beside the first ones: docstream results <job> --model {model_id}",
+                  highlight=False, soft_wrap=True)
+    return EXIT_FAILED if outcome.failed else EXIT_OK
+
+
+def _live(store: ResultStore, doc_id: str) -> bool:
+    """A document a replay completes again: known, not deleted, not skipped (those produce no completion)."""
+    row = store.get_document(doc_id)
+    return row is not None and row.status != "skipped" and row.deleted_at is None
+
+
+def _replayed_documents(settings: Settings, plan: ReplayPlan) -> set[str]:
+    """The doc_ids (record keys) of the records a replay reads: each partition from its target to its end."""
+    moves = [move for move in plan.partitions if move.records_to_replay]
+    if not moves:
+        return set()
+    consumer = Consumer(consumer_config(settings.kafka, group_id=f"{settings.kafka.topic_prefix}-replay-scan"))
+    ends = {move.partition: move.high for move in moves}
+    doc_ids: set[str] = set()
+    try:
+        consumer.assign([TopicPartition(plan.source.topic, move.partition, move.target) for move in moves])
+        deadline = time.monotonic() + 60.0
+        while ends and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                if msg.error() is not None:
+                    continue
+                partition, offset, key = msg.partition(), msg.offset(), msg.key()
+                if key and msg.value() is not None:
+                    doc_ids.add(key.decode("utf-8", "replace"))
+                if partition is not None and offset is not None and offset + 1 >= ends.get(partition, 0):
+                    ends.pop(partition, None)
+            for partition in list(ends):  # read_committed: the last offsets may be transaction markers
+                position = consumer.position([TopicPartition(plan.source.topic, partition)])[0].offset
+                if position >= ends[partition]:
+                    ends.pop(partition)
+    finally:
+        consumer.close()
+    return doc_ids
 
 
 def summary_table(outcome: RunOutcome) -> Table:

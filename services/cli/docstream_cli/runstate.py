@@ -10,9 +10,9 @@ again when it finishes. ``docstream status|results|search|dlq|replay`` then choo
 3. else ``./.docstream`` when it holds a run;
 4. else the configured store (by default Cassandra).
 
-A run's broker is the embedded tansu, memory storage only: its topics end with the run.
-``broker_refusal`` says why ``dlq``/``replay`` cannot read a run's topics and what works instead.
-No I/O here: callers read the files and the settings.
+A run's broker is the state dir's own Kafka (``<state-dir>/kafka``), which keeps the run's topics, or the
+cluster the run's settings named. ``run_broker`` says which one ``dlq``/``replay`` read: the settings' when
+they name a broker, else the run's. No I/O here: callers read the files and the settings.
 """
 
 from __future__ import annotations
@@ -25,21 +25,25 @@ from typing import Any, Literal
 from docstream.errors import ConfigError, InputError
 
 __all__ = [
+    "EMBEDDED",
     "LOCAL_STATE_DIR",
     "RUN_FILE",
     "RUN_RECORD_VERSION",
+    "RunBroker",
     "RunRecord",
     "StoreSource",
-    "broker_refusal",
     "choose_store",
     "decode_run_record",
     "encode_run_record",
+    "run_broker",
     "run_label",
 ]
 
 RUN_FILE = "run.json"
 """The file of a state dir that says a run was made there."""
-RUN_RECORD_VERSION = 1
+RUN_RECORD_VERSION = 2
+EMBEDDED = "embedded"
+"""``RunRecord.broker`` of a run on its state dir's own Kafka."""
 LOCAL_STATE_DIR = ".docstream"
 """The state dir of `docstream run` by default, and the one the readers look for in the working directory."""
 _MAX_RECORD_CHARS = 64 * 1024
@@ -59,8 +63,12 @@ class RunRecord:
         model_path: the model folder it loaded (None: the bundled model).
         started_at: when the job started (UTC).
         finished_at: when it finished (None: running, or it stopped before the end).
-        broker: the embedded broker and its storage, e.g. ``tansu memory``: nothing of it is kept.
-        version: the format of the file.
+        broker: ``embedded`` (the state dir's Kafka, ``<state-dir>/kafka``) or the bootstrap servers of the
+            cluster the run's settings named.
+        topic_prefix: the run's topic prefix.
+        reducer_app_id: the run's reducer app id (its consumer group and changelog topics).
+        version: the format of the file (1: a run on the memory broker of earlier versions, whose topics are
+            gone; read as ``embedded``).
     """
 
     state_dir: str
@@ -70,7 +78,9 @@ class RunRecord:
     model_path: str | None
     started_at: datetime
     finished_at: datetime | None = None
-    broker: str = "tansu memory"
+    broker: str = EMBEDDED
+    topic_prefix: str = "docstream"
+    reducer_app_id: str = "docstream-reducer"
     version: int = RUN_RECORD_VERSION
 
 
@@ -97,6 +107,8 @@ def encode_run_record(record: RunRecord) -> str:
         "state_dir": record.state_dir,
         "store": {"backend": "sqlite", "path": record.sqlite_path},
         "broker": record.broker,
+        "topic_prefix": record.topic_prefix,
+        "reducer_app_id": record.reducer_app_id,
         "job_id": record.job_id,
         "model_id": record.model_id,
         "model_path": record.model_path,
@@ -129,7 +141,9 @@ def decode_run_record(text: str, *, where: str = RUN_FILE) -> RunRecord:
             state_dir=_text(body["state_dir"]), sqlite_path=_text(store["path"]), job_id=_text(body["job_id"]),
             model_id=_text(body["model_id"]), model_path=body.get("model_path") and _text(body["model_path"]),
             started_at=_aware(body["started_at"]), finished_at=_aware(finished) if finished else None,
-            broker=_text(body.get("broker", "tansu memory")), version=version,
+            broker=_text(body["broker"]) if version >= 2 else EMBEDDED,
+            topic_prefix=_text(body.get("topic_prefix", "docstream")),
+            reducer_app_id=_text(body.get("reducer_app_id", "docstream-reducer")), version=version,
         )
     except ConfigError:
         raise
@@ -187,11 +201,24 @@ def run_label(run: RunRecord) -> str:
     return f"docstream run of {started}, job {run.job_id}{ended}"
 
 
-def broker_refusal(source: StoreSource, *, settings_name_broker: bool) -> str | None:
-    """Why ``dlq``/``replay`` cannot read the broker of ``source``'s run, or None when they can go on.
+@dataclass(frozen=True, slots=True)
+class RunBroker:
+    """The broker a ``dlq``/``replay`` command reads for a run (``run_broker``).
 
-    They go on with the configured Kafka when the settings name a broker
-    (``DOCSTREAM_KAFKA__*`` or ``--config``), or when no run is involved.
+    Attributes:
+        run: the run.
+        state_dir: the run's state dir when its broker is its own (``<state-dir>/kafka``), else None.
+        bootstrap_servers: the cluster the run's settings named, else None.
+    """
+
+    run: RunRecord
+    state_dir: str | None
+    bootstrap_servers: str | None
+
+
+def run_broker(source: StoreSource, *, settings_name_broker: bool) -> RunBroker | None:
+    """The run's broker a ``dlq``/``replay`` command reads, or None: the settings' broker (they name one,
+    ``DOCSTREAM_KAFKA__*`` or ``--config``), or no run is involved.
 
     Args:
         source: the store choice of the command (``choose_store``).
@@ -200,10 +227,6 @@ def broker_refusal(source: StoreSource, *, settings_name_broker: bool) -> str | 
     if settings_name_broker or source.run is None:
         return None
     run = source.run
-    return (
-        f"{run.state_dir} holds a docstream run: its broker was the embedded one ({run.broker} storage), "
-        "whose topics, dead-letter topics included, ended with the run, so there is nothing to list or "
-        f"replay. What the run could not process is in its store: `docstream results {run.job_id}` gives "
-        "each document's status and error_code, with --chunks each failed chunk's. To use a Kafka cluster "
-        "instead, set DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS (or --config)."
-    )
+    if run.broker == EMBEDDED:
+        return RunBroker(run, run.state_dir, None)
+    return RunBroker(run, None, run.broker)

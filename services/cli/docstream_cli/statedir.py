@@ -2,30 +2,34 @@
 
 ``write_run_record``/``read_run_record`` keep ``<state-dir>/run.json``; ``resolve_reader`` applies
 the rule of ``docstream_cli.runstate.choose_store`` to the settings, the ``--state-dir`` option and
-the working directory, and ``store_line`` is what each command prints on stderr about it.
+the working directory, and ``store_line`` is what each command prints on stderr about it. ``reader_broker``
+gives ``dlq``/``replay`` the run's broker for their duration.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from docstream.errors import ConfigError, InputError
+from docstream.errors import ConfigError
 from docstream.settings import Settings
+from docstream_cli.embedded_kafka import BrokerBusyError, EmbeddedKafka, running_broker
 from docstream_cli.runstate import (
     LOCAL_STATE_DIR,
     RUN_FILE,
     RunRecord,
     StoreSource,
-    broker_refusal,
     choose_store,
     decode_run_record,
     encode_run_record,
+    run_broker,
     run_label,
 )
 
-__all__ = ["ReaderSettings", "read_run_record", "refuse_run_broker", "resolve_reader", "store_line",
+__all__ = ["ReaderSettings", "read_run_record", "reader_broker", "resolve_reader", "store_line",
            "write_run_record"]
 
 _STORE_SECTIONS = frozenset({"store", "cassandra"})
@@ -116,12 +120,48 @@ def store_line(reader: ReaderSettings) -> str:
     return f"store: {where} ({why})"
 
 
-def refuse_run_broker(reader: ReaderSettings) -> None:
-    """Fail fast when a ``dlq``/``replay`` command would need the broker of a run, whose topics are gone.
+@contextlib.contextmanager
+def reader_broker(reader: ReaderSettings) -> Iterator[tuple[Settings, str]]:
+    """The settings of a ``dlq``/``replay`` command pointed at its broker while the block runs, and the
+    ``broker: …`` line it prints.
+
+    The settings' broker when they name one (or no run is involved); else the run's: the cluster it named, or
+    its state dir's own Kafka (``<state-dir>/kafka``): the live one when a process runs it (a run going on),
+    else one started for the block and stopped after it. The run's topic prefix and reducer app id come along.
 
     Raises:
-        InputError: the store is a run's and the settings name no Kafka (``run_broker_gone``).
+        ConfigError: the state dir's broker cannot start (no Java, no jars: the message names the fix).
+        FatalError: it did not come up.
     """
-    refusal = broker_refusal(reader.source, settings_name_broker="kafka" in reader.named)
-    if refusal is not None:
-        raise InputError(refusal, code="run_broker_gone")
+    choice = run_broker(reader.source, settings_name_broker="kafka" in reader.named)
+    if choice is None:
+        yield reader.settings, f"broker: kafka {reader.settings.kafka.bootstrap_servers}"
+        return
+    run = choice.run
+
+    def pointed(bootstrap: str) -> Settings:
+        return reader.settings.with_overrides(kafka={"bootstrap_servers": bootstrap, "topic_prefix": run.topic_prefix},
+                                              reducer={"app_id": run.reducer_app_id})
+
+    label = run_label(run)
+    if choice.bootstrap_servers is not None:
+        yield pointed(choice.bootstrap_servers), f"broker: kafka {choice.bootstrap_servers} ({label})"
+        return
+    folder = Path(run.state_dir) / "kafka"
+    live = running_broker(folder)
+    if live is None:
+        broker = EmbeddedKafka(folder)
+        try:
+            broker.start()
+        except BrokerBusyError as busy:  # its owner is starting it, or stopping: theirs if it answers
+            if busy.bootstrap_servers is None:
+                raise
+            live = busy.bootstrap_servers
+        else:
+            try:
+                yield pointed(broker.bootstrap_servers), f"broker: kafka {broker.bootstrap_servers} (started " \
+                    f"for this command from {folder}; {label})"
+            finally:
+                broker.stop()
+            return
+    yield pointed(live), f"broker: kafka {live} (the running broker of {folder}; {label})"

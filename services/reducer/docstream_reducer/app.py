@@ -18,7 +18,6 @@ from docstream.avro import AvroSerde
 from docstream.errors import ConfigError, DocstreamError, RetryableError
 from docstream.kafka.admin import TopicSpec
 from docstream.kafka.clients import admin_config
-from docstream.kafka.embedded import EMBEDDED_CLUSTER_ID
 from docstream.kafka.probe import spans_with_records
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -43,7 +42,6 @@ __all__ = [
     "exit_watchdog",
     "faust_settings",
     "internal_topic_specs",
-    "producer_idempotence",
     "resolve_producer_idempotence",
 ]
 
@@ -99,9 +97,9 @@ def _credentials(kafka: KafkaSettings) -> Any:
 def faust_settings(kafka: KafkaSettings, reducer: ReducerSettings) -> dict[str, Any]:
     """Keyword arguments of ``faust.App`` for these settings.
 
-    Exactly-once when ``kafka.transactions`` (real Kafka; tansu does not hide aborted records),
-    tables in memory rebuilt from their changelog topics, Faust's own web server off (the
-    docstream metrics endpoint serves /metrics, /healthz, /readyz).
+    Exactly-once when ``kafka.transactions``, tables in memory rebuilt from their changelog
+    topics, Faust's own web server off (the docstream metrics endpoint serves /metrics,
+    /healthz, /readyz).
     """
     conf: dict[str, Any] = {
         "broker": [f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(",") if server.strip()],
@@ -129,7 +127,7 @@ def faust_settings(kafka: KafkaSettings, reducer: ReducerSettings) -> dict[str, 
 
 
 def _cluster_metadata(kafka: KafkaSettings, timeout_s: float) -> Any:
-    """The broker's metadata (topics, cluster id) through a short-lived admin client.
+    """The broker's metadata (its topics) through a short-lived admin client.
 
     Raises:
         RetryableError: the broker did not answer.
@@ -140,34 +138,15 @@ def _cluster_metadata(kafka: KafkaSettings, timeout_s: float) -> Any:
         raise RetryableError(f"no cluster metadata: {exc}", code="kafka_timeout") from exc
 
 
-def producer_idempotence(mode: str, cluster_id: str | None) -> bool:
-    """Whether the reducer's at-least-once producer is idempotent (``reducer.idempotent_producer``).
+def resolve_producer_idempotence(kafka: KafkaSettings, reducer: ReducerSettings) -> bool:
+    """Whether the reducer's producer is idempotent, logged as ``reducer_producer_idempotence``.
 
-    ``auto`` is on unless the broker is the embedded tansu, which answers aiokafka's
-    InitProducerId with an unknown error (tansu 0.6.0, measured).
-    """
-    if mode == "on":
-        return True
-    if mode == "off":
-        return False
-    return cluster_id != EMBEDDED_CLUSTER_ID
-
-
-def resolve_producer_idempotence(kafka: KafkaSettings, reducer: ReducerSettings, *, timeout_s: float = 15.0) -> bool:
-    """``producer_idempotence`` for these settings; ``auto`` asks the broker for its cluster id.
-
-    Exactly-once producers are transactional, hence idempotent, whatever this says.
-
-    Raises:
-        RetryableError: ``auto`` and the broker did not answer.
+    Exactly-once producers are transactional, hence idempotent, whatever the setting says; at-least-once
+    ones follow ``reducer.idempotent_producer``: ``auto`` and ``on`` are idempotent, ``off`` is not.
     """
     mode = reducer.idempotent_producer
-    cluster_id = None
-    if mode == "auto" and not kafka.transactions:
-        cluster_id = _cluster_metadata(kafka, timeout_s).cluster_id
-    idempotent = kafka.transactions or producer_idempotence(mode, cluster_id)
-    _log.info("reducer_producer_idempotence", idempotent=idempotent, mode=mode, cluster_id=cluster_id,
-              transactions=kafka.transactions)
+    idempotent = kafka.transactions or mode != "off"
+    _log.info("reducer_producer_idempotence", idempotent=idempotent, mode=mode, transactions=kafka.transactions)
     return idempotent
 
 

@@ -1,4 +1,4 @@
-"""docstream.kafka: clients, topic admin, offset tracking, DLQ, the consume loop, the embedded broker."""
+"""docstream.kafka: clients, topic admin, offset tracking, DLQ, the consume loop."""
 
 from docstream.kafka.admin import TopicSpec, create_topics, ensure_topics, topic_specs
 from docstream.kafka.attempts import Outcome, run_with_retries
@@ -16,7 +16,6 @@ from docstream.kafka.clients import (
     redact_config,
 )
 from docstream.kafka.dlq import DLQ_HEADERS, DlqRouter, dlq_headers, error_code_of
-from docstream.kafka.embedded import EmbeddedBroker, tansu_binary
 from docstream.kafka.loop import ConsumeLoop, Envelope, Handler, Output
 from docstream.kafka.offsets import OffsetTracker, TopicPartitionKey
 
@@ -25,7 +24,6 @@ __all__ = [
     "ConsumeLoop",
     "DeliveryCallback",
     "DlqRouter",
-    "EmbeddedBroker",
     "Envelope",
     "Handler",
     "OffsetTracker",
@@ -48,6 +46,5 @@ __all__ = [
     "raise_for_message",
     "redact_config",
     "run_with_retries",
-    "tansu_binary",
     "topic_specs",
 ]

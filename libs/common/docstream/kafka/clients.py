@@ -124,9 +124,8 @@ def consumer_config(kafka: KafkaSettings, *, group_id: str, client_id: str | Non
     """Consumer options: manual commits and offset store, earliest reset, our group timings.
 
     ``session.timeout.ms``/``heartbeat.interval.ms`` come from the settings (6000/1000 by
-    default): a new group's first assignment then takes ~3 s on tansu instead of ~23 s with
-    librdkafka's 45 s default (docs/messaging.md). Assignment is cooperative-sticky, which
-    works on Apache Kafka and on tansu.
+    default, where librdkafka's session is 45 s): a member that dies without leaving its group
+    loses its partitions within seconds (docs/messaging.md). Assignment is cooperative-sticky.
     """
     conf = {
         "group.id": group_id,

@@ -215,10 +215,13 @@ def run_replay(
     dry_run: bool = False,
     wait_s: float = 30.0,
     admin: GroupAdmin | None = None,
+    then: Callable[[ReplayPlan], int] | None = None,
 ) -> int:
     """``docstream replay``: plan, print, then refuse, ask or apply. Returns the exit status.
 
     0: applied (or ``dry_run``); 1: refused (live group), declined at the prompt, or failed.
+    ``then``: what processes the replay once the reset is applied (a run's state dir, where no service runs),
+    instead of the next steps printed; its exit status is the command's.
 
     Raises:
         InputError: bad options (the CLI turns it into a message and status 2).
@@ -255,6 +258,8 @@ def run_replay(
             console.print("brokers never move a group's offsets under live members: stop the service and retry")
         return 1
     console.print(f"group {source.group_id} reset: {plan.records_to_replay} records to replay on {source.topic}")
+    if then is not None:
+        return then(plan)
     for step in next_steps(plan):
         console.print(f"next: {step}")
     return 0

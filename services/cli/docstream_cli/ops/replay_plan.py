@@ -192,7 +192,7 @@ class GroupState:
     Attributes:
         group_id: the group.
         state: the broker's state name (STABLE, EMPTY, DEAD, ...; UNKNOWN when not told).
-        members: members listed (tansu lists none even for a STABLE group: ``is_live`` looks at both).
+        members: members listed (``is_live`` looks at both: a live state counts even with no member listed).
     """
 
     group_id: str
@@ -321,8 +321,8 @@ def plan_reset(
     """
     if not observed:
         raise InputError(f"topic {source.topic} has no partitions (does it exist?)", code="topic_missing")
-    if model_id is not None and source.service != "inference":
-        raise InputError("--model only applies to --service inference", code="replay_model")
+    if model_id is not None and source.service not in ("chunker", "inference"):
+        raise InputError("--model only applies to --service chunker or inference", code="replay_model")
     moves = tuple(
         PartitionReset(partition=o.partition, current=o.committed, target=resolve_offset(target, o), low=o.low,
                        high=o.high)
@@ -383,9 +383,13 @@ def next_steps(plan: ReplayPlan) -> list[str]:
         }[source.service]
         env.append(f"{variable}={source.group_id}")
     if plan.model_id is not None:
-        env.append(f"DOCSTREAM_INFERENCE__MODEL_ID={plan.model_id}")
+        env.append(("DOCSTREAM_CHUNKER__MODEL_ID" if source.service == "chunker" else "DOCSTREAM_INFERENCE__MODEL_ID")
+                   + f"={plan.model_id}")
     command = f"docstream {source.service}" + (f" --task {source.task} --every-chunk" if source.task else "")
     steps = [f"start the {source.service} service: {' '.join([*env, command])}"]
+    if plan.model_id is not None and source.service == "chunker":
+        steps.append(f"the chunks ask for model_id {plan.model_id}: run an inference service with it "
+                     f"(DOCSTREAM_INFERENCE__MODEL_ID={plan.model_id})")
     if source.task:
         steps.append(f"--every-chunk runs {source.task} also on the chunks of jobs that did not ask for it; its "
                      "results are written under its own model_id beside the existing ones")
