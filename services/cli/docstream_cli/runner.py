@@ -128,7 +128,8 @@ def embedded_settings(base: Settings, state_dir: Path, bootstrap: str, *, own_br
         kafka=kafka,
         store={"backend": "sqlite", "sqlite_path": str(state_dir / "docstream.db")},
         object_store={"url": str(state_dir / "objects")},
-        reducer={"data_dir": str(state_dir / "reducer")},
+        # exactly-once: a completion is seen when its transaction commits, every commit_interval_s
+        reducer={"data_dir": str(state_dir / "reducer"), "commit_interval_s": 0.2},
         inference={"reuse_stored": True},
     )
 
