@@ -70,6 +70,7 @@ _JVM_FLAGS = (
     "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xms64m", "-Xmx256m", "-XX:-UsePerfData",
     "-Djava.awt.headless=true", "-Xlog:cds=off", "-Xlog:cds+dynamic=off",
 )
+_STORAGE_FILES = ("meta.properties", "bootstrap.checkpoint")  # what Kafka's StorageTool writes for one node
 _java_majors: dict[tuple[str, float], int] = {}
 _QUIET = logging.getLogger("docstream.librdkafka.embedded")
 _QUIET.setLevel(logging.ERROR)  # the readiness probe's clients: refused connections and leaderless partitions
@@ -100,7 +101,9 @@ def java_binary() -> str:
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if not java or not os.access(java, os.X_OK):
-        raise ConfigError(f"no Java runtime: the embedded Kafka broker needs one; {_JAVA_FIX}", code="java_missing")
+        where = f"JAVA_HOME={home} holds no bin/java" if home else "no java on PATH"
+        raise ConfigError(f"no Java runtime ({where}): the embedded Kafka broker needs one; {_JAVA_FIX}",
+                          code="java_missing")
     major = _java_major(java)
     if major < 17:
         raise ConfigError(f"{java} is Java {major}: Kafka needs 17 or newer; {_JAVA_FIX}", code="java_too_old")
@@ -392,11 +395,23 @@ class EmbeddedKafka:
                 _marker(self._folder), "-cp", str(jars / "*")]
 
     def _format(self, java: str, jars: Path) -> None:
+        """Format a new folder's storage: a copy of the formatted storage kept beside the jars (two small files,
+        the same for every single node of these jars), else Kafka's StorageTool (a JVM start: ~0.7 s), whose
+        result is kept for the next new folder."""
         data = self._folder / "data"
         self._write_config(_free_port(self._host), _free_port(self._host))
         if (data / "meta.properties").exists():
             return
         started = time.monotonic()
+        kept = _class_archive(java, jars).with_suffix(".storage")
+        if all((kept / name).is_file() for name in _STORAGE_FILES):
+            data.mkdir(parents=True, exist_ok=True)
+            for name in _STORAGE_FILES:
+                shutil.copyfile(kept / name, data / name)
+            self.formatted = True
+            _log.info("embedded_broker_formatted", folder=str(data), seconds=round(time.monotonic() - started, 3),
+                      copied_from=str(kept))
+            return
         done = subprocess.run(
             [*self._jvm(java, jars), "kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", _cluster_id(),
              "-c", str(self._folder / "server.properties")],
@@ -406,6 +421,16 @@ class EmbeddedKafka:
                              f"{(done.stdout + done.stderr)[-2000:]}", code="broker_start_failed")
         self.formatted = True
         _log.info("embedded_broker_formatted", folder=str(data), seconds=round(time.monotonic() - started, 2))
+        if os.access(jars, os.W_OK) and all((data / name).is_file() for name in _STORAGE_FILES):
+            partial = kept.with_suffix(f".storage.{os.getpid()}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            for name in _STORAGE_FILES:
+                shutil.copyfile(data / name, partial / name)
+            try:
+                partial.rename(kept)  # atomic: another process's copy may have landed first, which is as good
+            except OSError:
+                shutil.rmtree(partial, ignore_errors=True)
 
     def _write_config(self, port: int, controller: int) -> None:
         (self._folder / "server.properties").write_text(
