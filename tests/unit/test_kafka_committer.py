@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from docstream.errors import FatalError
 from docstream.kafka.committer import Committer, RebalanceHooks
@@ -32,6 +32,14 @@ class FakeConsumer:
     fail_commit: int | None = None  # a KafkaError code the next commit raises
     callbacks: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
+    committed_offsets: dict[int, int] = field(default_factory=dict)  # the group's, by partition (none: -1001)
+    fail_committed: list[int] = field(default_factory=list)  # KafkaError codes the next committed() calls raise
+    assigned_at: list[tuple[str, int, int]] = field(default_factory=list)
+
+    def committed(self, parts: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        if self.fail_committed:
+            raise KafkaException(KafkaError(self.fail_committed.pop(0)))
+        return [TopicPartition(p.topic, p.partition, self.committed_offsets.get(p.partition, -1001)) for p in parts]
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.callbacks = callbacks
@@ -39,6 +47,7 @@ class FakeConsumer:
 
     def assign(self, parts: list[TopicPartition]) -> None:
         self.events.append(("assign", tuple((p.topic, p.partition) for p in parts)))
+        self.assigned_at = [(p.topic, p.partition, p.offset) for p in parts]
 
     def list_topics(self, topic: str, timeout: float) -> Any:
         info = SimpleNamespace(error=None, partitions=dict.fromkeys(self.partitions))
@@ -89,7 +98,8 @@ class Rig:
 
 def _rig(
     *, static: bool = False, rejoin_timeout_s: float = 5.0, hooks: dict[str, Any] | None = None,
-    partitions: tuple[int, ...] = (0, 1, 2),
+    partitions: tuple[int, ...] = (0, 1, 2), committed: dict[int, int] | None = None,
+    refusals: list[int] | None = None,
 ) -> Rig:
     events: list[tuple[Any, ...]] = []
     consumers: list[FakeConsumer] = []
@@ -98,7 +108,8 @@ def _rig(
     metrics = Metrics()
 
     def new_consumer(on_commit: Callable[[KafkaError | None, list[Any]], None]) -> Any:
-        consumers.append(FakeConsumer(on_commit, events, partitions=partitions))
+        consumers.append(FakeConsumer(on_commit, events, partitions=partitions, committed_offsets=dict(committed or {}),
+                                      fail_committed=list(refusals or [])))
         return consumers[-1]
 
     def hook(name: str) -> Callable[..., None]:
@@ -246,6 +257,20 @@ def test_a_statically_assigned_consumer_takes_every_partition_and_is_never_repla
     for _ in range(5):
         rig.clock.now += 1.0
         assert not rig.committer.watch_membership()
+
+
+def test_a_static_assignment_starts_at_the_committed_offsets_asked_again_while_the_coordinator_is_not_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # librdkafka's own fetch of them, left to assign(), gives up after one NOT_COORDINATOR: the partitions stall
+    monkeypatch.setattr("docstream.kafka.committer.time.sleep", lambda _s: None)
+    rig = _rig(static=True, committed={1: 5},
+               refusals=[KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
+
+    rig.committer.start()
+
+    assert rig.consumer.fail_committed == [], "asked again after each refusal"
+    assert rig.consumer.assigned_at == [(TOPIC, 0, OFFSET_BEGINNING), (TOPIC, 1, 5), (TOPIC, 2, OFFSET_BEGINNING)]
 
 
 def test_a_refused_commit_is_offered_again_and_nothing_new_is_quiet() -> None:

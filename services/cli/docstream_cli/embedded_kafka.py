@@ -490,11 +490,10 @@ class EmbeddedKafka:
         return self._groups_loaded(deadline)
 
     def _groups_loaded(self, deadline: float) -> bool:
-        """Kept topics: the group coordinator has loaded the committed offsets (before that a group's
-        description and offsets are refused with COORDINATOR_LOAD_IN_PROGRESS). ``__consumer_offsets`` has one
-        partition here, so any group answers for all of them."""
-        if not (self._folder / "data" / "__consumer_offsets-0").is_dir():
-            return True
+        """The group coordinator answers: on a new folder it has made ``__consumer_offsets`` (a group's first
+        FindCoordinator makes it), on kept topics it has loaded the committed offsets; before that a group's
+        offsets and description are refused (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS).
+        ``__consumer_offsets`` has one partition here, so any group answers for all of them."""
         conf: dict[str, Any] = {"bootstrap.servers": f"{self._host}:{self._port}", "logger": _QUIET}
         admin = AdminClient(conf)
         while time.monotonic() < deadline and self.is_running():
