@@ -155,8 +155,9 @@ class _RunBroker:
             self.embedded.begin_stop()
 
     def stop(self) -> None:
+        """SIGTERM to the state dir's broker, not waited for: its next owner waits for it (``release``)."""
         if self.embedded is not None:
-            self.embedded.stop()
+            self.embedded.release()
 
 
 def run_job_id(paths: Sequence[str | Path], model_id: str, settings_key: str) -> str:
