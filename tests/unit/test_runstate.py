@@ -209,10 +209,11 @@ def test_without_a_run_the_line_says_why_the_configured_store(clean_env: pytest.
 
 def test_a_named_kafka_lets_dlq_read_it_beside_a_run(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _made_run(tmp_path, broker="10.0.0.5:9092", topic_prefix="t1", reducer_app_id="t1-reducer")
-    with reader_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path)) as (settings, line):
+    with reader_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path)) as (settings, line, run):
         assert settings.kafka.bootstrap_servers == "10.0.0.5:9092" and settings.kafka.topic_prefix == "t1"
         assert settings.reducer.app_id == "t1-reducer" and line.startswith("broker: kafka 10.0.0.5:9092 (")
+        assert run is not None and run.bootstrap_servers == "10.0.0.5:9092" and run.state_dir is None
     clean_env.setenv("DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:19092")
-    with reader_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path)) as (settings, line):
+    with reader_broker(resolve_reader(load_settings(), state_dir=None, cwd=tmp_path)) as (settings, line, run):
         assert settings.kafka.bootstrap_servers == "127.0.0.1:19092" and settings.kafka.topic_prefix == "docstream"
-        assert line == "broker: kafka 127.0.0.1:19092"
+        assert line == "broker: kafka 127.0.0.1:19092" and run is None

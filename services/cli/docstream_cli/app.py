@@ -339,7 +339,8 @@ def _run_tool(config: str | None, state_dir: str | None, command: Any, *, broker
     """Run ``command(settings, console)`` of a replay/DLQ/search tool: bad input exits 2, failures 1.
 
     ``broker``: the tool reads the broker (dlq, replay), not the store: a run's own broker is started for the
-    command's duration (``docstream_cli.statedir.reader_broker``).
+    command's duration (``docstream_cli.statedir.reader_broker``), and the command is called as
+    ``command(settings, console, run)``, ``run`` the ``RunBroker`` of the run it reads (None: the settings').
     """
     from rich.console import Console
 
@@ -355,9 +356,9 @@ def _run_tool(config: str | None, state_dir: str | None, command: Any, *, broker
             return int(command(settings, console))
         reader = resolve_reader(_settings(config), state_dir=state_dir)
         configure_logging(level=reader.settings.log.level, fmt=reader.settings.log.format)
-        with reader_broker(reader) as (settings, line):
+        with reader_broker(reader) as (settings, line, run):
             typer.echo(line, err=True)
-            return int(command(settings, console))
+            return int(command(settings, console, run))
     except InputError as exc:
         errors.print(f"[red]error:[/red] {exc.message}")
         return 2
@@ -409,34 +410,20 @@ def replay(
     """
     from pathlib import Path
 
-    from docstream.errors import DocstreamError
     from docstream_cli.ops import replay as module
     from docstream_cli.runner import replay_run
-    from docstream_cli.runstate import EMBEDDED
-    from docstream_cli.statedir import resolve_reader
 
-    model_path: str | None = None
-    run_dir: Path | None = None
-    own_broker = True
-    try:
-        reader = resolve_reader(_settings(config), state_dir=state_dir)
-        if reader.source.run is not None and "kafka" not in reader.named:
-            run_dir = Path(reader.source.run.state_dir)
-            own_broker = reader.source.run.broker == EMBEDDED
-    except DocstreamError:
-        pass  # _run_tool reports it
-    if model is not None and run_dir is not None and Path(model).is_dir():
-        model_path, model = str(Path(model).resolve()), Path(model).resolve().name
-
-    def _replay(settings: Any, console: Any) -> int:
-        then = None
-        if run_dir is not None and model is not None and service in ("chunker", "inference") and not new_group:
+    def _replay(settings: Any, console: Any, run: Any) -> int:
+        model_id, model_path, then = model, None, None
+        if run is not None and model is not None and Path(model).is_dir():  # a folder, as `docstream run` takes it
+            model_path, model_id = str(Path(model).resolve()), Path(model).resolve().name
+        if run is not None and model is not None and service in ("chunker", "inference") and not new_group:
             def then(plan: Any) -> int:
-                return replay_run(settings, run_dir, plan, model_path=model_path, console=console,
-                                  own_broker=own_broker)
+                return replay_run(settings, Path(run.run.state_dir), plan, model_path=model_path, console=console,
+                                  own_broker=run.state_dir is not None)
         return module.run_replay(
             settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime,
-            to_offset=to_offset, new_group=new_group, model_id=model, task=task, lane=lane, force=force, yes=yes,
+            to_offset=to_offset, new_group=new_group, model_id=model_id, task=task, lane=lane, force=force, yes=yes,
             dry_run=dry_run, then=then)
 
     raise typer.Exit(_run_tool(config, state_dir, _replay, broker=True))
@@ -488,7 +475,7 @@ def dlq_list(
 ) -> None:
     """Count dead letters per original topic and error code, with their offsets."""
     from docstream_cli.ops import dlq as module
-    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_list(
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console, _run: module.run_dlq_list(
         settings, topic, console=console), broker=True))
 
 
@@ -505,7 +492,7 @@ def dlq_show(
 ) -> None:
     """Show records: headers, and the decoded value (or a hex preview); long fields are shortened."""
     from docstream_cli.ops import dlq as module
-    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_show(
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console, _run: module.run_dlq_show(
         settings, topic, console=console, count=count, partition=partition, offset=offset, max_bytes=max_bytes,
         as_json=as_json), broker=True))
 
@@ -530,7 +517,7 @@ def dlq_replay(
     from docstream_cli.ops.dlq_plan import DlqSelection
     selection = DlqSelection(partition=partition, from_offset=from_offset, to_offset=to_offset,
                              error_code=error_code, again=again)
-    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.run_dlq_replay(
+    raise typer.Exit(_run_tool(config, state_dir, lambda settings, console, _run: module.run_dlq_replay(
         settings, topic, console=console, confirm=_confirm, selection=selection, everything=everything, target=to,
         yes=yes, dry_run=dry_run), broker=True))
 

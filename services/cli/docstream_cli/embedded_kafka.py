@@ -331,16 +331,17 @@ class EmbeddedKafka:
         if self._proc is not None:
             return self
         java, jars = java_binary(), kafka_jars()
+        archive = _class_archive(java, jars)
         self._folder.mkdir(parents=True, exist_ok=True)
         self._take_folder()
         try:
             self._wait_for_left_jvm()
             self._rotate_log()
-            self._format(java, jars)
+            self._format(java, jars, archive.with_suffix(".storage"))
             for attempt in range(1, _START_ATTEMPTS + 1):
                 port, controller = _free_port(self._host), _free_port(self._host)
                 started = time.monotonic()
-                self._spawn(java, jars, port, controller)
+                self._spawn(java, jars, archive, port, controller)
                 if self._wait_ready():
                     _log.info("embedded_broker_started", bootstrap_servers=self.bootstrap_servers, pid=self.pid,
                               folder=str(self._folder), formatted=self.formatted,
@@ -391,20 +392,18 @@ class EmbeddedKafka:
             if self.log_path.stat().st_size > _MAX_LOG_BYTES:
                 self.log_path.replace(self.log_path.with_suffix(".log.1"))
 
-    def _jvm(self, java: str, jars: Path) -> list[str]:
-        return [java, *_JVM_FLAGS, f"-Dlog4j2.configurationFile={self._folder / 'log4j2.properties'}",
+    def _jvm(self, java: str, jars: Path, *flags: str) -> list[str]:
+        return [java, *_JVM_FLAGS, *flags, f"-Dlog4j2.configurationFile={self._folder / 'log4j2.properties'}",
                 _marker(self._folder), "-cp", str(jars / "*")]
 
-    def _format(self, java: str, jars: Path) -> None:
-        """Format a new folder's storage: a copy of the formatted storage kept beside the jars (two small files,
-        the same for every single node of these jars), else Kafka's StorageTool (a JVM start: ~0.7 s), whose
-        result is kept for the next new folder."""
+    def _format(self, java: str, jars: Path, kept: Path) -> None:
+        """Format a new folder's storage: a copy of the formatted storage ``kept`` beside the jars (two small
+        files, the same for every single node of these jars), else Kafka's StorageTool (a JVM start: ~0.7 s),
+        whose result is kept there for the next new folder."""
         data = self._folder / "data"
-        self._write_config(_free_port(self._host), _free_port(self._host))
         if (data / "meta.properties").exists():
             return
         started = time.monotonic()
-        kept = _class_archive(java, jars).with_suffix(".storage")
         if all((kept / name).is_file() for name in _STORAGE_FILES):
             data.mkdir(parents=True, exist_ok=True)
             for name in _STORAGE_FILES:
@@ -413,6 +412,7 @@ class EmbeddedKafka:
             _log.info("embedded_broker_formatted", folder=str(data), seconds=round(time.monotonic() - started, 3),
                       copied_from=str(kept))
             return
+        self._write_config(_free_port(self._host), _free_port(self._host))  # what StorageTool reads
         done = subprocess.run(
             [*self._jvm(java, jars), "kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", _cluster_id(),
              "-c", str(self._folder / "server.properties")],
@@ -438,9 +438,8 @@ class EmbeddedKafka:
             _server_properties(self._folder / "data", self._host, port, controller), encoding="utf-8")
         (self._folder / "log4j2.properties").write_text(_LOG4J, encoding="utf-8")
 
-    def _spawn(self, java: str, jars: Path, port: int, controller: int) -> None:
+    def _spawn(self, java: str, jars: Path, archive: Path, port: int, controller: int) -> None:
         self._write_config(port, controller)
-        archive = _class_archive(java, jars)
         sharing: list[str] = []
         if archive.is_file():
             sharing = [f"-XX:SharedArchiveFile={archive}"]
@@ -449,8 +448,7 @@ class EmbeddedKafka:
             sharing = [f"-XX:ArchiveClassesAtExit={self._archive_partial}"]
         self._log_file = open(self.log_path, "ab")  # closed in stop()
         self._proc = subprocess.Popen(
-            [*self._jvm(java, jars)[:-2], *sharing, "-cp", str(jars / "*"), "kafka.Kafka",
-             str(self._folder / "server.properties")],
+            [*self._jvm(java, jars, *sharing), "kafka.Kafka", str(self._folder / "server.properties")],
             stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
@@ -542,10 +540,22 @@ class EmbeddedKafka:
                     proc.kill()
                     proc.wait()
             _log.info("embedded_broker_stopped", pid=proc.pid, returncode=proc.returncode)
+        self._close_log()
+        self._port = None
+
+    def _close_log(self) -> None:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-        self._port = None
+
+    def _let_go_of_folder(self, *, forget_jvm: bool) -> None:
+        """Close the lock (which releases it); ``forget_jvm``: remove ``broker.json`` too (the JVM has ended)."""
+        if self._lock is not None:
+            if forget_jvm:
+                with contextlib.suppress(OSError):
+                    (self._folder / "broker.json").unlink(missing_ok=True)
+            self._lock.close()
+            self._lock = None
 
     def stop(self) -> None:
         """Stop the broker (SIGTERM, then SIGKILL after ``stop_timeout_s``) and let go of the folder. Idempotent."""
@@ -557,11 +567,7 @@ class EmbeddedKafka:
                     partial.replace(self._archive)
                     _log.info("embedded_broker_class_archive_recorded", archive=str(self._archive))
                 partial.unlink(missing_ok=True)
-        if self._lock is not None:
-            with contextlib.suppress(OSError):
-                (self._folder / "broker.json").unlink(missing_ok=True)
-            self._lock.close()
-            self._lock = None
+        self._let_go_of_folder(forget_jvm=True)
 
     def release(self) -> None:
         """Let go of the folder without waiting for the JVM's clean shutdown (SIGTERM is sent): for a caller about
@@ -575,12 +581,8 @@ class EmbeddedKafka:
             return
         self.begin_stop()
         self._proc, self._terminated, self._port = None, False, None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
+        self._close_log()
+        self._let_go_of_folder(forget_jvm=False)
         _RELEASED.append(proc)  # not collected while it runs (Popen warns of a child still running)
         _log.info("embedded_broker_released", pid=proc.pid)
 

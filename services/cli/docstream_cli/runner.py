@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
@@ -59,7 +59,7 @@ from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
-from docstream.store import DocumentResultRow, ResultStore, SqliteStore
+from docstream.store import DocumentResultRow, DocumentRow, ResultStore, SqliteStore
 from docstream.store.base import TERMINAL_DOC_STATES
 from docstream.tasks.base import EMBED, GENERATE, Task, TaskRequest, close_task
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
@@ -759,11 +759,11 @@ def replay_run(
     store = SqliteStore(Path(settings.store.sqlite_path))
     store.migrate()
     serde = AvroSerde(settings.kafka)
-    expected = {doc_id for doc_id in _replayed_documents(settings, plan) if _live(store, doc_id)}
+    rows = {doc_id: store.get_document(doc_id) for doc_id in _replayed_documents(settings, plan)}
+    live = {doc_id: row for doc_id, row in rows.items() if _live(row)}
+    expected = set(live)
     outcome = RunOutcome(job_id=f"replay of {plan.source.topic}")
-    for doc_id in expected:
-        row = store.get_document(doc_id)
-        outcome.filenames[doc_id] = (row.filename if row is not None else None) or doc_id
+    outcome.filenames.update({doc_id: row.filename or doc_id for doc_id, row in live.items()})
     producers = _Producers(settings)
     services = _Services(phases)
     metrics = Metrics()
@@ -791,9 +791,8 @@ def replay_run(
     return EXIT_FAILED if outcome.failed else EXIT_OK
 
 
-def _live(store: ResultStore, doc_id: str) -> bool:
+def _live(row: DocumentRow | None) -> TypeGuard[DocumentRow]:
     """A document a replay completes again: known, not deleted, not skipped (those produce no completion)."""
-    row = store.get_document(doc_id)
     return row is not None and row.status != "skipped" and row.deleted_at is None
 
 

@@ -20,6 +20,7 @@ from docstream_cli.embedded_kafka import BrokerBusyError, EmbeddedKafka, running
 from docstream_cli.runstate import (
     LOCAL_STATE_DIR,
     RUN_FILE,
+    RunBroker,
     RunRecord,
     StoreSource,
     choose_store,
@@ -121,9 +122,9 @@ def store_line(reader: ReaderSettings) -> str:
 
 
 @contextlib.contextmanager
-def reader_broker(reader: ReaderSettings) -> Iterator[tuple[Settings, str]]:
-    """The settings of a ``dlq``/``replay`` command pointed at its broker while the block runs, and the
-    ``broker: …`` line it prints.
+def reader_broker(reader: ReaderSettings) -> Iterator[tuple[Settings, str, RunBroker | None]]:
+    """The settings of a ``dlq``/``replay`` command pointed at its broker while the block runs, the
+    ``broker: …`` line it prints, and the run whose broker it is (None: the settings' broker).
 
     The settings' broker when they name one (or no run is involved); else the run's: the cluster it named, or
     its state dir's own Kafka (``<state-dir>/kafka``): the live one when a process runs it (a run going on),
@@ -135,7 +136,7 @@ def reader_broker(reader: ReaderSettings) -> Iterator[tuple[Settings, str]]:
     """
     choice = run_broker(reader.source, settings_name_broker="kafka" in reader.named)
     if choice is None:
-        yield reader.settings, f"broker: kafka {reader.settings.kafka.bootstrap_servers}"
+        yield reader.settings, f"broker: kafka {reader.settings.kafka.bootstrap_servers}", None
         return
     run = choice.run
 
@@ -145,7 +146,7 @@ def reader_broker(reader: ReaderSettings) -> Iterator[tuple[Settings, str]]:
 
     label = run_label(run)
     if choice.bootstrap_servers is not None:
-        yield pointed(choice.bootstrap_servers), f"broker: kafka {choice.bootstrap_servers} ({label})"
+        yield pointed(choice.bootstrap_servers), f"broker: kafka {choice.bootstrap_servers} ({label})", choice
         return
     folder = Path(run.state_dir) / "kafka"
     live = running_broker(folder)
@@ -160,8 +161,8 @@ def reader_broker(reader: ReaderSettings) -> Iterator[tuple[Settings, str]]:
         else:
             try:
                 yield pointed(broker.bootstrap_servers), f"broker: kafka {broker.bootstrap_servers} (started " \
-                    f"for this command from {folder}; {label})"
+                    f"for this command from {folder}; {label})", choice
             finally:
                 broker.stop()
             return
-    yield pointed(live), f"broker: kafka {live} (the running broker of {folder}; {label})"
+    yield pointed(live), f"broker: kafka {live} (the running broker of {folder}; {label})", choice

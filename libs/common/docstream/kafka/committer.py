@@ -42,9 +42,6 @@ _MEMBERSHIP_EVERY_S = 1.0
 
 OnCommit = Callable[[KafkaError | None, list[Any]], None]
 TopicPartitions = list[TopicPartitionKey]
-
-
-
 _OFFSET_FETCH_ATTEMPTS = 8
 
 
@@ -73,6 +70,7 @@ def _at_committed(consumer: Consumer, tps: Sequence[tuple[str, int]]) -> list[To
         return [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
                 for tp in found]
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
 
 class OffsetBook(Protocol):
     """What a driver knows of its records: which offsets are committable (``OffsetTracker``, ``AckLedger``)."""
