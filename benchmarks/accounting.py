@@ -43,11 +43,11 @@ DOCSTREAM = str(Path(sys.executable).with_name("docstream"))
 
 from machine import cpu_banner, load_average  # noqa: E402
 
-from docstream.models import resolve_model_path  # noqa: E402
-from docstream.runtime import Runtime  # noqa: E402
+from docstream.models.files import resolve_model_path  # noqa: E402
+from docstream.models.runtime import Runtime  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.store import SqliteStore  # noqa: E402
-from docstream.usage import Usage  # noqa: E402
+from docstream.tenants.usage import Usage  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
 
 

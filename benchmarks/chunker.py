@@ -55,12 +55,12 @@ sys.path.insert(0, str(ROOT))
 
 import pymupdf  # noqa: E402
 
-from docstream.chunking import ChunkingConfig  # noqa: E402
 from docstream.ids import content_sha256  # noqa: E402
 from docstream.logging import configure_logging  # noqa: E402
+from docstream.models.tokenization import load_token_counter  # noqa: E402
 from docstream.objectstore import ObjectStore  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
-from docstream.tokenization import load_token_counter  # noqa: E402
+from docstream_chunker.chunking import ChunkingConfig  # noqa: E402
 from docstream_chunker.extraction import chunk_bytes, page_facts  # noqa: E402
 from docstream_chunker.page_quality import assess_page  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
@@ -72,9 +72,9 @@ MODEL_ID = "all-MiniLM-L6-v2"
 _MEMORY_CHILD = """
 import resource, sys, time
 import psutil
-from docstream.chunking import ChunkingConfig
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import chunk_bytes
-from docstream.tokenization import load_token_counter
+from docstream.models.tokenization import load_token_counter
 counter = load_token_counter(None, "all-MiniLM-L6-v2")
 counter.count(["warm", "up"])
 idle = psutil.Process().memory_info().rss
@@ -89,9 +89,9 @@ print(idle, peak, result.page_count, len(result.chunks), seconds)
 
 _AGAINST_CHILD = """
 import inspect, json, sys, time
-from docstream.chunking import ChunkingConfig
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import chunk_bytes
-from docstream.tokenization import load_token_counter
+from docstream.models.tokenization import load_token_counter
 counter = load_token_counter(None, "all-MiniLM-L6-v2")
 documents = [open(path, "rb").read() for path in sys.argv[1:]]
 options = {}

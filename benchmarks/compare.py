@@ -370,7 +370,7 @@ def batch_sweep(sizes: list[int], count: int) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from docstream.models import resolve_model_path
+    from docstream.models.files import resolve_model_path
     from tests.fixtures.documents import paragraphs
 
     model = SentenceTransformer(str(resolve_model_path(None)), device="cpu", local_files_only=True)

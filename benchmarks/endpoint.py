@@ -41,9 +41,9 @@ from machine import cpu_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from docstream.embedding import load_embedder
-from docstream.endpoint import EndpointEmbedder
 from docstream.logging import configure_logging
+from docstream.models.embedding import load_embedder
+from docstream.models.endpoint import EndpointEmbedder
 from docstream.tasks.embed import EmbedTask
 
 

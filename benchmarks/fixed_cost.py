@@ -50,7 +50,7 @@ import json, sys, time
 texts = json.load(open(sys.argv[1]))
 t0 = time.perf_counter()
 import torch, sentence_transformers
-from docstream.models import resolve_model_path
+from docstream.models.files import resolve_model_path
 model = sentence_transformers.SentenceTransformer(str(resolve_model_path(None)), device="cpu", local_files_only=True)
 t1 = time.perf_counter()
 with torch.inference_mode():

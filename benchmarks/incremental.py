@@ -34,10 +34,10 @@ DOCSTREAM = str(Path(sys.executable).with_name("docstream"))
 
 from machine import cpu_line  # noqa: E402
 
-from docstream.chunking import ChunkingConfig, PageText, chunk_document  # noqa: E402
+from docstream.models.tokenization import load_token_counter  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.store import SqliteStore  # noqa: E402
-from docstream.tokenization import load_token_counter  # noqa: E402
+from docstream_chunker.chunking import ChunkingConfig, PageText, chunk_document  # noqa: E402
 from tests.fixtures.documents import make_pdf_of_paragraphs  # noqa: E402
 
 WORDS = ("the broker keeps every record of a partition in order and a consumer commits its offset after the "

@@ -47,9 +47,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from machine import cpu_line
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import PreparedBatch, Runtime, SentenceTransformerEmbedder, load_embedder
 from docstream.kafka.admin import ensure_topics
 from docstream.logging import configure_logging
+from docstream.models.embedding import PreparedBatch, Runtime, SentenceTransformerEmbedder, load_embedder
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.store import ResultStore, SqliteStore

@@ -67,7 +67,7 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from docstream.models import resolve_model_path
+    from docstream.models.files import resolve_model_path
     from tests.fixtures.documents import make_scanned_copy, paragraphs
 
     print(cpu_line())

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
-from docstream.chunking import ChunkingConfig
-from docstream.embedding import cpu_supports_bf16, read_cpu_flags
-from docstream.models import resolve_model_path
-from docstream.tokenization import load_token_counter
+from docstream.models.embedding import cpu_supports_bf16, read_cpu_flags
+from docstream.models.files import resolve_model_path
+from docstream.models.tokenization import load_token_counter
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import chunk_bytes
 
 

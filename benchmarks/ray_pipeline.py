@@ -54,8 +54,8 @@ class _ExtractChunks:
     """flat_map stage: one PDF row → one row per chunk; the tokenizer is loaded once per actor."""
 
     def __init__(self) -> None:
-        from docstream.chunking import ChunkingConfig
-        from docstream.tokenization import load_token_counter
+        from docstream.models.tokenization import load_token_counter
+        from docstream_chunker.chunking import ChunkingConfig
         from docstream_chunker.extraction import chunk_bytes
 
         self._chunk_bytes = chunk_bytes
@@ -76,7 +76,7 @@ class _Embed:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        from docstream.models import resolve_model_path
+        from docstream.models.files import resolve_model_path
 
         torch.set_num_threads(threads)
         self._torch = torch

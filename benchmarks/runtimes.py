@@ -43,8 +43,8 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
-from docstream.embedding import BF16_CPU_FLAGS, read_cpu_flags
-from docstream.models import resolve_model_path
+from docstream.models.embedding import BF16_CPU_FLAGS, read_cpu_flags
+from docstream.models.files import resolve_model_path
 
 _VOCABULARY = (
     "the of and to in is was for on that with as by at from are this be or an which it have not has were "

@@ -34,8 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from docstream_sink.main import build_sink  # noqa: E402
-from docstream_sink.points import POINT_NAMESPACE  # noqa: E402
 from machine import cpu_line  # noqa: E402
 
 from docstream.avro import AvroSerde  # noqa: E402
@@ -46,6 +44,8 @@ from docstream.metrics import Metrics  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.store import ResultStore, SqliteStore  # noqa: E402
 from docstream.topics import Topics  # noqa: E402
+from docstream_sink.main import build_sink  # noqa: E402
+from docstream_sink.points import POINT_NAMESPACE  # noqa: E402
 from tests.fixtures.sinks import SeededJob, milvus_lite_server, postgres_server, seed_job  # noqa: E402
 
 SINK = "bench"

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 import pymupdf  # noqa: E402
 
-from docstream.chunking import ChunkingConfig  # noqa: E402
-from docstream.tokenization import load_token_counter  # noqa: E402
+from docstream.models.tokenization import load_token_counter  # noqa: E402
+from docstream_chunker.chunking import ChunkingConfig  # noqa: E402
 from docstream_chunker.extraction import chunk_bytes, find_page_tables  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
 from tests.fixtures.tables import KnownTable, TableSpec, long_table, make_table_pdf, table_rows  # noqa: E402

@@ -116,7 +116,7 @@ def raw_model(rounds: int, runtime: str, count: int = 64) -> None:
     """The model alone, in this process: encode ``count`` chunks with 1 and with 2 torch threads, alternating."""
     import torch
 
-    from docstream.embedding import load_embedder
+    from docstream.models.embedding import load_embedder
     from docstream.settings import InferenceSettings
 
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -37,13 +37,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
-from docstream.chunking import ChunkingConfig
 from docstream.errors import StoreError
 from docstream.kafka.clients import fetch_committed_offsets
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.records import DocumentCompleted
 from docstream.settings import CassandraSettings, ChunkerSettings, InferenceSettings, KafkaSettings
 from docstream.store.base import ResultStore
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import chunk_bytes
 from tests.fixtures.documents import (
     failure_documents,

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import load_embedder
-from docstream.endpoint import EndpointEmbedder
 from docstream.metrics import Metrics
+from docstream.models.embedding import load_embedder
+from docstream.models.endpoint import EndpointEmbedder
 from docstream.records import ChunkEmbedded
 from docstream.settings import FairnessSettings
 from docstream.store import ResultStore

@@ -63,8 +63,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from docstream_sink.engine import SinkEngine, open_engine
-from docstream_sink.points import compare, points_of
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
@@ -73,6 +71,9 @@ from docstream.records import DocumentCompleted
 from docstream.settings import SinkSettings
 from docstream.store.base import ResultStore, SourceRow
 from docstream_ingest.sources import source_key_of
+from docstream_sink.connect import open_engine
+from docstream_sink.engine import SinkEngine
+from docstream_sink.points import compare, points_of
 from tests.chaos.harness import (
     FULL,
     MODEL_ID,

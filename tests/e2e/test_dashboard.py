@@ -27,7 +27,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from docstream.settings import CassandraSettings
 from docstream.store.base import JobRow, QueuedJobRow, ResultStore
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.services import Pipeline, free_port, service_env
 

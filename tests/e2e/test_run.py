@@ -119,7 +119,7 @@ def test_run_resumes_after_kill_without_embedding_a_stored_chunk_twice(tmp_path:
 
 def _broken_model(folder: Path) -> Path:
     """The bundled model's folder with its weights replaced by garbage: the tokenizer loads, the model does not."""
-    from docstream.models import resolve_model_path
+    from docstream.models.files import resolve_model_path
 
     source = resolve_model_path(None)
     folder.mkdir()

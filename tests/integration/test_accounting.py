@@ -20,7 +20,7 @@ from docstream.avro import AvroSerde
 from docstream.records import JobStatus
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore, SqliteStore
-from docstream.usage import STAGE_CHUNKER, STAGE_INFERENCE, Usage
+from docstream.tenants.usage import STAGE_CHUNKER, STAGE_INFERENCE, Usage
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import DOCSTREAM, Pipeline, running_pipeline, shared_broker_env

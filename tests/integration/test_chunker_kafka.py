@@ -28,13 +28,13 @@ from docstream.kafka.admin import create_topics, topic_specs
 from docstream.kafka.clients import ReliableProducer, consumer_config
 from docstream.kafka.loop import ConsumeLoop
 from docstream.metrics import Metrics
+from docstream.models.tokenization import load_token_counter
 from docstream.objectstore import ObjectStore
 from docstream.records import ChunkCreated, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
 from docstream.store.base import DocumentResultRow, DocumentRow, JobRow
 from docstream.store.sources import advance_source
 from docstream.store.sqlite import SqliteStore
-from docstream.tokenization import load_token_counter
 from docstream.topics import Topics, dlq_topic
 from docstream_chunker.handler import ChunkerHandler, chunk_request
 from docstream_chunker.main import build_chunker

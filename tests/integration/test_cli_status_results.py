@@ -18,7 +18,7 @@ from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumen
 from docstream.store.base import QueuedJobRow, TaskTally
 from docstream.tasks.base import EntitySummary, Mention, TaskRequest
 from docstream.tasks.selection import tasks_option
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 from docstream_cli.app import app
 
 pytestmark = pytest.mark.integration
@@ -164,7 +164,7 @@ def test_status_shows_the_eta_of_a_running_job(cli_store: ResultStore) -> None:
     result = CliRunner().invoke(app, ["status", job_id], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     eta = next(line for line in result.stdout.splitlines() if " eta " in line)
-    assert re.search(r"eta\s+│\s+\d+s\s", eta), eta  # docstream.progress's ETA, as format_duration shows it
+    assert re.search(r"eta\s+│\s+\d+s\s", eta), eta  # docstream.jobs.progress's ETA, as format_duration shows it
 
 
 def test_status_shows_what_the_job_cost(cli_store: ResultStore) -> None:

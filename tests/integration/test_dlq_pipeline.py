@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from docstream.models import DEFAULT_MODEL_ID as MODEL
+from docstream.models.files import DEFAULT_MODEL_ID as MODEL
 from docstream.settings import CassandraSettings
 from docstream.store.base import ResultStore
 from docstream_cli.ops.dlq import iter_dlq

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from docstream.embedding import load_embedder
-from docstream.endpoint import EndpointClient, EndpointEmbedder, EndpointUnavailable
-from docstream.endpoint_protocol import EndpointDimensionError, EndpointRefused, EndpointRejected
 from docstream.errors import PartialBatchError
+from docstream.models.embedding import load_embedder
+from docstream.models.endpoint import EndpointClient, EndpointEmbedder, EndpointUnavailable
+from docstream.models.endpoint_protocol import EndpointDimensionError, EndpointRefused, EndpointRejected
 from docstream.settings import EndpointSettings, InferenceSettings
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import load_embedder
-from docstream.endpoint import EndpointEmbedder
 from docstream.metrics import Metrics
+from docstream.models.embedding import load_embedder
+from docstream.models.endpoint import EndpointEmbedder
 from docstream.records import ChunkCreated, ChunkEmbedded
 from docstream.settings import CassandraSettings
 from docstream.store import ResultStore

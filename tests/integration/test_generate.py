@@ -19,8 +19,8 @@ import httpx
 import jsonschema
 import pytest
 
-from docstream.endpoint import EndpointUnavailable
 from docstream.errors import PartialBatchError
+from docstream.models.endpoint import EndpointUnavailable
 from docstream.settings import Settings
 from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskRequest, failure_output
 from docstream.tasks.fold_generate import GenerateFold

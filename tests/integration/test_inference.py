@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from docstream.avro.serde import AvroSerde
-from docstream.embedding import Embedder, load_embedder
 from docstream.kafka.admin import ensure_topics
-from docstream.models import resolve_model_path
+from docstream.models.embedding import Embedder, load_embedder
+from docstream.models.files import resolve_model_path
 from docstream.records import ChunkCreated, ChunkEmbedded
 from docstream.settings import CassandraSettings, InferenceSettings
 from docstream.store import ResultStore

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from docstream.embedding import load_embedder
+from docstream.models.embedding import load_embedder
 from docstream.settings import InferenceSettings
 from tests.fixtures.documents import paragraphs
 from tests.fixtures.fault_proxy import FaultProxy

@@ -28,7 +28,7 @@ from docstream.records import DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.sources import advance_source
-from docstream.tenancy import tenant_intake_topic
+from docstream.tenants.tenancy import tenant_intake_topic
 from docstream.topics import Topics, dlq_topic
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ExtractorSettings, InlineExtractor

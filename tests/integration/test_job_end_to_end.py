@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from docstream.avro import AvroSerde
-from docstream.chunking import CHUNKER_VERSION
+from docstream.models.runtime import Runtime
 from docstream.records import AnyRecord, DocumentCompleted, JobStatus
-from docstream.runtime import Runtime
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
+from docstream_chunker.chunking import CHUNKER_VERSION
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import Pipeline, running_pipeline

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from docstream.kafka.clients import producer_config
-from docstream.kafka.probe import spans_with_records
+from docstream_reducer.probe import spans_with_records
 from tests.fixtures.kafka import kafka_settings
 
 pytestmark = pytest.mark.integration

@@ -35,14 +35,14 @@ from pathlib import Path
 
 import pytest
 
-from docstream.admission import day_of
 from docstream.avro import AvroSerde
+from docstream.jobs.standing import QueueStanding
+from docstream.jobs.view import standings
 from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
-from docstream.standing import QueueStanding
 from docstream.store import ResultStore
 from docstream.store.base import QueuedJobRow
-from docstream.store.standings import standings
+from docstream.tenants.admission import day_of
 from docstream.topics import Topics
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import read_topic

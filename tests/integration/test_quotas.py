@@ -21,7 +21,6 @@ from typing import NoReturn
 import httpx
 import pytest
 
-from docstream.admission import Slot, TenantLoad, day_of
 from docstream.avro import AvroSerde
 from docstream.errors import FatalError, QuotaExceeded, RetryableError
 from docstream.kafka.admin import ensure_topics
@@ -30,6 +29,7 @@ from docstream.records import DocumentSubmitted
 from docstream.settings import CassandraSettings, FairnessSettings, Settings
 from docstream.store import ResultStore
 from docstream.store.base import ApiKeyRow, DocState, DocumentRow, JobRow
+from docstream.tenants.admission import Slot, TenantLoad, day_of
 from docstream.topics import Topics
 from docstream_chunker.extraction import OcrPageStarted
 from docstream_chunker.handler import ChunkerHandler

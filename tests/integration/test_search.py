@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from docstream.embedding import Embedder
+from docstream.models.embedder import Embedder
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ChunkRow, DocumentRow, ResultStore, SqliteStore
 from docstream_cli.ops.search import query_embedder, run_search, search_chunks

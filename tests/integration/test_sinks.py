@@ -23,10 +23,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from docstream_sink.engine import SinkEngine, open_engine
-from docstream_sink.main import build_sink, sink_writer
-from docstream_sink.points import SinkPoint, point_ids, source_of
-from docstream_sink.verify import verify_sink
 
 from docstream.avro import AvroSerde
 from docstream.kafka.clients import producer_config
@@ -35,8 +31,13 @@ from docstream.records import DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
 from docstream.store.sources import delete_source
-from docstream.tenancy import tenant_intake_topic
+from docstream.tenants.tenancy import tenant_intake_topic
 from docstream.topics import Topics
+from docstream_sink.connect import open_engine
+from docstream_sink.engine import SinkEngine
+from docstream_sink.main import build_sink, sink_writer
+from docstream_sink.points import SinkPoint, point_ids, source_of
+from docstream_sink.verify import verify_sink
 from tests.fixtures.kafka import wait_until
 from tests.fixtures.services import DOCSTREAM, ServiceProcess, service_env
 from tests.fixtures.sinks import SeededJob, seed_job, unit_vector

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from docstream.admission import TenantLoad
 from docstream.errors import InputError, StoreError
 from docstream.settings import CassandraSettings
 from docstream.store import (
@@ -46,7 +45,8 @@ from docstream.store.rows import (
 )
 from docstream.store.table_store import TableStore
 from docstream.tasks.base import EntitySummary, Mention
-from docstream.usage import Usage
+from docstream.tenants.admission import TenantLoad
+from docstream.tenants.usage import Usage
 from tests.fixtures.cassandra import STORE_PAGE_SIZE
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from docstream.chunking import Chunk
 from docstream.errors import DocumentError
 from docstream.kafka.dlq import DlqRouter
 from docstream.metrics import Metrics
@@ -19,6 +18,7 @@ from docstream.records import ChunkCreated, ChunkEmbedded, DocumentChunked, Docu
 from docstream.settings import ChunkerSettings, RetrySettings
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
+from docstream_chunker.chunking import Chunk
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest

@@ -1,4 +1,4 @@
-"""docstream.admission: what a tenant may submit now, which limit holds it back, and which slots reconciliation
+"""docstream.tenants.admission: what a tenant may submit now, which limit holds it back, and which slots reconciliation
 frees. Pure: figures and time in."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docstream.admission import (
+from docstream.tenants.admission import (
     DAILY,
     DOCUMENTS,
     ENQUEUED,

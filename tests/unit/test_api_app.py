@@ -33,7 +33,7 @@ from docstream.store.base import (
 from docstream.store.sqlite import SqliteStore
 from docstream.tasks.base import Mention, TaskRequest
 from docstream.tasks.selection import tasks_option
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 from docstream_ingest.api import create_app
 from docstream_ingest.api.dashboard import load_assets
 from docstream_ingest.apikeys import generate_api_key

@@ -50,22 +50,60 @@ _LIBRARY_API = {"docstream.client": "the producer for systems outside docstream 
 """Library modules for users, not for the services."""
 
 
+def _service_users(graph: object, module: str) -> set[str]:
+    """The services that import ``module`` directly or through other library modules; the CLI does not count.
+
+    The CLI imports every service, so a path through it (or through another service) proves nothing about sharing.
+    """
+    lib_side, frontier = {module}, [module]
+    while frontier:
+        for importer in graph.find_modules_that_directly_import(frontier.pop()):  # type: ignore[attr-defined]
+            if importer.startswith("docstream.") and importer not in lib_side:
+                lib_side.add(importer)
+                frontier.append(importer)
+    users = {
+        importer.split(".")[0]
+        for imported in lib_side
+        for importer in graph.find_modules_that_directly_import(imported)  # type: ignore[attr-defined]
+    }
+    for prefix, loaders in _LOADED_BY_NAME.items():
+        if any(name.startswith(prefix) for name in lib_side):
+            users |= loaders
+    return users & set(_SERVICES)
+
+
 def test_the_library_holds_only_what_two_or_more_services_share() -> None:
-    """libs/common is what services share; a module only one service uses lives in that service (issue 29)."""
+    """libs/common is what services share: a module that one service uses (the CLI aside) lives in that service."""
     import grimp
 
-    graph = grimp.build_graph("docstream", *_SERVICES, "docstream_cli")
+    graph = grimp.build_graph("docstream", *_SERVICES, "docstream_cli", cache_dir=None)
     lone = {}
     for module in sorted(m for m in graph.modules if m.startswith("docstream.")):
         if _module_path(module).with_suffix("").joinpath("__init__.py").is_file() or module in _LIBRARY_API:
             continue  # a package's __init__ re-exports its modules, which are checked one by one
-        users = {found.split(".")[0] for found in graph.find_downstream_modules(module)} & {*_SERVICES, "docstream_cli"}
-        for prefix, loaders in _LOADED_BY_NAME.items():
-            if module.startswith(prefix) or any(d.startswith(prefix) for d in graph.find_downstream_modules(module)):
-                users |= loaders
+        users = _service_users(graph, module)
         if len(users) < 2:
             lone[module] = sorted(users)
     assert lone == {}
+
+
+def test_the_sharing_check_does_not_count_the_cli() -> None:
+    """A library module that the CLI and one service import is lone; one that two services reach through the
+    library is shared."""
+    import grimp
+
+    graph = grimp.ImportGraph()
+    for importer, imported in [
+        ("docstream_cli.app", "docstream.lone"),
+        ("docstream_cli.app", "docstream_ingest.app"),
+        ("docstream_ingest.app", "docstream.lone"),
+        ("docstream_ingest.app", "docstream.facade"),
+        ("docstream_chunker.app", "docstream.facade"),
+        ("docstream.facade", "docstream.inner"),
+    ]:
+        graph.add_import(importer=importer, imported=imported)
+    assert _service_users(graph, "docstream.lone") == {"docstream_ingest"}
+    assert _service_users(graph, "docstream.inner") == {"docstream_ingest", "docstream_chunker"}
 
 
 @pytest.mark.parametrize("module", _PURE)
@@ -102,3 +140,21 @@ def test_record_dataclass_matches_schema(name: str) -> None:
     schema_fields = {f["name"] for f in schema["fields"]}
     assert all(f.get("doc") for f in schema["fields"]), "every field documented"
     assert {f.name for f in fields(RECORD_TYPES[name])} == schema_fields  # type: ignore[arg-type]
+
+
+def test_no_import_cycles() -> None:
+    """No module, and no sibling module or subpackage of one package, imports itself back (tools/import_graph.py)."""
+    import grimp
+
+    from tools.import_graph import PACKAGES, module_cycles, package_cycles
+
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True, cache_dir=None)
+    assert module_cycles(graph) == []
+    assert package_cycles(graph) == []
+
+
+def test_the_library_stays_a_small_core() -> None:
+    """At most 22 top-level entries in libs/common/docstream: a module or package more is a reason to look again."""
+    from tools.import_graph import top_level_entries
+
+    assert len(top_level_entries()) <= 22, top_level_entries()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docstream.batching import Batch, Batcher, BatchPolicy, order_by_length
+from docstream_inference.batching import Batch, Batcher, BatchPolicy, order_by_length
 
 
 class FakeClock:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from docstream.chunking import Chunk
 from docstream.metrics import Metrics
 from docstream.records import DocumentSubmitted
 from docstream.settings import ChunkerSettings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
+from docstream_chunker.chunking import Chunk
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.provenance import ChunkSource, DocumentSources

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from docstream.chunking import Chunk
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, DocumentSubmitted
 from docstream.settings import ChunkerSettings, Settings
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
+from docstream_chunker.chunking import Chunk
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.provenance import ChunkSource, DocumentSources

@@ -1,4 +1,4 @@
-"""docstream.chunking with fake token counters: bounds, boundaries, overlap, pages, headings, ids."""
+"""docstream_chunker.chunking with fake token counters: bounds, boundaries, overlap, pages, headings, ids."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from docstream.chunking import (
+from docstream.errors import InputError
+from docstream_chunker.chunking import (
     PAGE_SEPARATOR,
     Chunk,
     ChunkingConfig,
@@ -22,7 +23,6 @@ from docstream.chunking import (
     chunker_settings,
     effective_budget,
 )
-from docstream.errors import InputError
 
 
 class FakeCounter:

@@ -1,4 +1,4 @@
-"""docstream.chunking with tables: table chunks of their own, in document order, spans that hold, no overlap across."""
+"""docstream_chunker.chunking with tables: table chunks of their own, in order, spans that hold, no overlap."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from docstream.chunking import (
+from docstream.tables import PageTable, TableCell
+from docstream_chunker.chunking import (
     ChunkingConfig,
     Heading,
     PageText,
     chunk_document,
     chunker_settings,
 )
-from docstream.tables import PageTable, TableCell
 from tests.unit.test_chunking import FakeCounter, JoinTaxCounter, paragraph
 
 CONFIG = ChunkingConfig(max_tokens=60, overlap_tokens=8)

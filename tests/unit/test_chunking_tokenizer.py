@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from docstream.chunking import ChunkingConfig, PageText, TokenCounter, chunk_document, effective_budget
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import ChunkingConfig, PageText, TokenCounter, chunk_document, effective_budget
 from tests.fixtures.documents import paragraphs
 
 MODEL_ID = "all-MiniLM-L6-v2"

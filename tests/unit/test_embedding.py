@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from docstream import embedding
-from docstream.embedding import (
+from docstream.errors import ConfigError
+from docstream.models import embedding
+from docstream.models.embedding import (
     Embedder,
     Runtime,
     SentenceTransformerEmbedder,
@@ -22,9 +23,8 @@ from docstream.embedding import (
     read_cpu_flags,
     read_cpu_model,
 )
-from docstream.errors import ConfigError
-from docstream.models import resolve_model_path
-from docstream.runtime import BF16_CPU_FLAGS
+from docstream.models.files import resolve_model_path
+from docstream.models.runtime import BF16_CPU_FLAGS
 from docstream.settings import InferenceSettings
 
 REAL_TEXT = [

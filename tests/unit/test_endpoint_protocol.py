@@ -8,7 +8,8 @@ from email.utils import format_datetime
 
 import pytest
 
-from docstream.endpoint_protocol import (
+from docstream.errors import FatalError, PoisonRecord
+from docstream.models.endpoint_protocol import (
     MAX_RETRY_AFTER_S,
     EndpointDimensionError,
     EndpointResponseError,
@@ -22,7 +23,6 @@ from docstream.endpoint_protocol import (
     status_verdict,
     usage_tokens,
 )
-from docstream.errors import FatalError, PoisonRecord
 from docstream.settings import EndpointSettings, InferenceSettings, Settings
 
 

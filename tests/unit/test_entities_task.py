@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from docstream.errors import ConfigError
-from docstream.models import resolve_model_path
+from docstream.models.files import resolve_model_path
 from docstream.settings import EntitiesSettings, InferenceSettings, Settings, TasksSettings
 from docstream.tasks.base import MAX_CHUNK_MENTIONS, ChunkOutput, Span, Task, TaskRequest
 from docstream.tasks.entities import EntitiesTask, HfTokenRecognizer, SpacyRecognizer, iob_spans

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 import pymupdf
 import pytest
 
-from docstream.chunking import PAGE_SEPARATOR, ChunkingConfig
 from docstream.errors import DocumentError
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import PAGE_SEPARATOR, ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, chunk_bytes, detect_format, extract_pages, open_document
 from tests.fixtures.documents import (
     GeneratedPdf,

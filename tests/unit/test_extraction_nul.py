@@ -10,10 +10,10 @@ from dataclasses import replace
 import pymupdf
 import pytest
 
-from docstream.chunking import ChunkingConfig, Heading, PageText
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.settings import OcrSettings
 from docstream.tables import TableCell
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import ChunkingConfig, Heading, PageText
 from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes, extract_pages
 from docstream_chunker.text_layout import NUL_STAND_IN, without_nul
 from tests.fixtures.documents import make_scanned_copy

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import pymupdf
 import pytest
 
-from docstream.chunking import ChunkingConfig
 from docstream.errors import ConfigError, DocumentError
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.settings import OcrSettings
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes
 from docstream_chunker.ocr import OcrEngine, OcrResult
 from tests.fixtures.documents import make_pdf, make_scanned_copy, russian_paragraphs

@@ -13,9 +13,9 @@ import re
 import pymupdf
 import pytest
 
-from docstream.chunking import ChunkingConfig
 from docstream.errors import DocumentError
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import chunk_bytes, mupdf_errors
 from tests.fixtures.documents import make_pdf, make_png, make_zero_page_pdf, page_marker
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pymupdf
 import pytest
 
-from docstream.chunking import ChunkingConfig
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.settings import OcrSettings
 from docstream.tables import TableCell
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes, extract_pages, find_page_tables
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.tables import KnownTable, TableSpec, long_table, make_mixed_pdf, make_table_pdf, table_rows

@@ -1,4 +1,4 @@
-"""docstream.fairness: lanes and deficit round robin between tenants, with injected queues. Pure."""
+"""docstream.lanes: lanes and deficit round robin between tenants, with injected queues. Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from docstream.fairness import LANES, FairQueue, Lane, Waiting
+from docstream.lanes import LANES, Lane
+from docstream_inference.fair_queue import FairQueue, Waiting
 
 
 def _push(queue: FairQueue[str], lane: Lane, tenant: str, count: int, tokens: int | list[int]) -> None:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from docstream.endpoint_protocol import EndpointResponseError
 from docstream.errors import InputError
+from docstream.models.endpoint_protocol import EndpointResponseError
 from docstream.tasks.base import Prompt
 from docstream.tasks.generation import (
     EXTRACT_INSTRUCTION,

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from docstream.fairness import Lane
+from docstream.lanes import Lane
 from docstream.records import ChunkCreated
 from docstream_inference.stages import FLUSH, FairInbox, Work
 

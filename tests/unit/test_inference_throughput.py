@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from docstream.errors import StoreError
-from docstream.standing import RATE_EVERY_S
+from docstream.jobs.standing import RATE_EVERY_S
 from docstream.store.sqlite import SqliteStore
 from docstream_inference.stages import ThroughputWriter
 

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 import pytest
 
 from docstream import ids
-from docstream.admission import TenantLoad
 from docstream.errors import ConfigError, InputError, QuotaExceeded
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted
@@ -22,6 +21,7 @@ from docstream.store.sqlite import SqliteStore
 from docstream.tasks.base import Label, TaskFold, TaskRequest
 from docstream.tasks.fold_embed import EmbedFold
 from docstream.tasks.selection import job_tasks
+from docstream.tenants.admission import TenantLoad
 from docstream.topics import Topics
 from docstream_ingest.commands import cli_tasks
 from docstream_ingest.intake import (

@@ -1,4 +1,4 @@
-"""docstream.json_input: JSON a tenant sends, refused past its size or depth before ``json.loads`` runs."""
+"""docstream.tenants.json_input: JSON a tenant sends, refused past its size or depth before ``json.loads`` runs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from docstream.errors import InputError
-from docstream.json_input import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_depth, loads_bounded
+from docstream.tenants.json_input import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_depth, loads_bounded
 
 
 def _nested(depth: int) -> str:

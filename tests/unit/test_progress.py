@@ -1,4 +1,4 @@
-"""docstream.progress: done, share, rate and ETA of a job, from its row and a clock."""
+"""docstream.jobs.progress: done, share, rate and ETA of a job, from its row and a clock."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docstream.progress import format_duration, format_rate, job_progress
+from docstream.jobs.progress import format_duration, format_rate, job_progress
 from docstream.store import JobRow
 
 _T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ from docstream.records import ChunkEmbedded, DocumentChunked, DocumentCompleted,
 from docstream.settings import RetrySettings, Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.base import ChunkRow, QueuedJobRow, TaskTally
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 
 EMBEDDED, COMPLETED, JOBS, BY_JOB = "t.chunks.embedded", "t.documents.completed", "t.jobs", "t-by-job"

@@ -17,7 +17,7 @@ from docstream.store import JobRow
 from docstream.store.base import TaskTally
 from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError, TaskRequest
 from docstream.tasks.selection import tasks_option
-from docstream.usage import Usage, across_tasks
+from docstream.tenants.usage import Usage, across_tasks
 from docstream_reducer.aggregation import ANY_TASK, DocumentState, DocumentTally, DocumentTasks, apply, decode_entry
 from tests.unit.test_reducer_agents import (
     BY_JOB,

@@ -1,4 +1,4 @@
-"""The runtime choice (docstream.runtime): candidates from the machine, the pick from injected timings. Pure."""
+"""The runtime choice (docstream.models.runtime): candidates from the machine, the pick from injected timings. Pure."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from docstream.errors import ConfigError
-from docstream.runtime import (
+from docstream.models.runtime import (
     Measurement,
     Runtime,
     cache_entry,

@@ -20,8 +20,9 @@ import fastavro
 import pytest
 from fastavro.read import SchemaResolutionError
 
-from docstream.avro import check_backward_compatible, find_schemas_dir, sample_records
+from docstream.avro import find_schemas_dir
 from docstream.records import DocumentCompleted
+from tests.fixtures.avro_compat import check_backward_compatible, sample_records
 
 _SCHEMAS = find_schemas_dir()
 _REPO = _SCHEMAS.parent

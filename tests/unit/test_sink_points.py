@@ -6,6 +6,9 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+
+from docstream.store.base import ChunkRow, DocumentRow
+from docstream.tasks.base import Mention
 from docstream_sink.points import (
     POINT_NAMESPACE,
     Remove,
@@ -18,9 +21,6 @@ from docstream_sink.points import (
     points_of,
     source_of,
 )
-
-from docstream.store.base import ChunkRow, DocumentRow
-from docstream.tasks.base import Mention
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 

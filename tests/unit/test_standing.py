@@ -1,4 +1,4 @@
-"""Where a job stands in its lane (docstream.standing): pure, with rows, rates and clocks handed in."""
+"""Where a job stands in its lane (docstream.jobs.standing): pure, with rows, rates and clocks handed in."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from docstream.standing import TokenRate, queue_standing
+from docstream.jobs.standing import TokenRate, queue_standing
 from docstream.store.base import JobRow, QueuedJobRow
 
 T0 = datetime(2026, 12, 4, 12, tzinfo=UTC)

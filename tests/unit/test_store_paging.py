@@ -30,7 +30,7 @@ from docstream.store.rows import (
     Table,
 )
 from docstream.store.table_store import MAX_RESULTS_PER_DOCUMENT, TableStore
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 
 T0 = datetime(2024, 5, 1, 12, tzinfo=UTC)
 

@@ -35,7 +35,7 @@ from docstream.store.rows import (
 )
 from docstream.tables import TableCell, TablePart
 from docstream.tasks.base import EntitySummary, Mention
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
 T1 = datetime(2024, 5, 1, 13, 0, 0, 456000, tzinfo=UTC)

@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from docstream.avro import AvroSerde
-from docstream.chunking import Chunk
 from docstream.export import chunks_path, export_results
 from docstream.kafka.loop import Output
 from docstream.records import ChunkCreated, DocumentSubmitted
@@ -22,6 +21,7 @@ from docstream.store.sources import delete_source
 from docstream.store.sqlite import SqliteStore
 from docstream.tables import TableCell, TablePart
 from docstream.topics import Topics
+from docstream_chunker.chunking import Chunk
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest

@@ -4,19 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from docstream.tables import (
-    PageTable,
-    TableCell,
-    TablePart,
-    caption_index,
-    content_paths,
-    grid_cells,
-    looks_tabular,
-    row_lines,
-    ruled_grid,
-    split_table,
-    table_markdown,
-)
+from docstream.tables import PageTable, TableCell, TablePart, row_lines, split_table, table_markdown
+from docstream_chunker.table_detection import caption_index, content_paths, grid_cells, looks_tabular, ruled_grid
 from tests.unit.test_chunking import FakeCounter, JoinTaxCounter
 
 COUNT = FakeCounter().count

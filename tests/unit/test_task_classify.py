@@ -12,9 +12,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from docstream.embedding import Embedder, PreparedBatch, Runtime, load_embedder
 from docstream.errors import ConfigError, InputError
-from docstream.models import resolve_model_path
+from docstream.models.embedding import Embedder, PreparedBatch, Runtime, load_embedder
+from docstream.models.files import resolve_model_path
 from docstream.settings import ClassifySettings, InferenceSettings, Settings, TasksSettings
 from docstream.tasks.base import CLASSIFY, Label, Task, TaskRequest
 from docstream.tasks.classify import ClassifyTask, FolderClassifyTask, zero_shot_model_id

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from docstream.endpoint import EndpointUnavailable
-from docstream.endpoint_protocol import EndpointRejected
 from docstream.errors import PartialBatchError
+from docstream.models.endpoint import EndpointUnavailable
+from docstream.models.endpoint_protocol import EndpointRejected
 from docstream.tasks.base import FoldInput, Prompt, TaskOutputError, TaskRequest, failure_output
 from docstream.tasks.fold_generate import GenerateFold, merge_values
 from docstream.tasks.generation import GenerationTruncated

@@ -1,4 +1,4 @@
-"""docstream.tenancy: whose an intake record is, decided from what the record and the store say (no I/O)."""
+"""docstream.tenants.tenancy: whose an intake record is, decided from what the record and the store say (no I/O)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from docstream import ids
 from docstream.errors import PoisonRecord
-from docstream.tenancy import (
+from docstream.tenants.tenancy import (
     DOC_ID_MISMATCH,
     TENANT_MISMATCH_JOB,
     TENANT_MISMATCH_PREVIOUS,

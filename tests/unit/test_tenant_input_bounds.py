@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from docstream.json_input import MAX_JSON_DEPTH
 from docstream.store.base import SourceRow
 from docstream.store.sources import delete_source
+from docstream.tenants.json_input import MAX_JSON_DEPTH
 from tests.unit.test_api_app import AT, Api, _document, _job, api  # noqa: F401 - the fixture
 
 DEEP = "[" * 3000 + "]" * 3000

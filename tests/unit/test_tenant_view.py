@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from docstream.jobs.standing import QueueStanding, coarse_tokens, tenant_standing
 from docstream.metrics import HIDDEN_TENANT, Metrics, tenant_label_value
-from docstream.standing import QueueStanding, coarse_tokens, tenant_standing
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 NOW = AT + timedelta(seconds=90)

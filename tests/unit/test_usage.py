@@ -1,4 +1,4 @@
-"""Job accounting, pure: docstream.usage and its folds in docstream_reducer.aggregation (docs/operations.md)."""
+"""Job accounting, pure: docstream.tenants.usage and its folds in docstream_reducer.aggregation (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.tasks.fold_embed import EmbedFold
-from docstream.usage import (
+from docstream.tenants.usage import (
     CHAT_COMPLETION,
     CHAT_PROMPT,
     Usage,

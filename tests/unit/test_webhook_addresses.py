@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from docstream.addresses import address_refusal, check_addresses, is_loopback_name, refused_address
 from docstream.errors import InputError
 from docstream.settings import Settings
 from docstream.store.base import ApiKeyRow
 from docstream.store.sqlite import SqliteStore
+from docstream.tenants.addresses import address_refusal, check_addresses, is_loopback_name, refused_address
 from docstream_ingest.api import create_app
 from docstream_ingest.apikeys import generate_api_key
 

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from docstream.usage import Usage, seconds
+from docstream.tenants.usage import Usage, seconds
 
 __all__ = ["HIDDEN_TENANT", "EndpointMetrics", "Metrics", "MetricsServer", "tenant_label_value", "without_tenants"]
 
@@ -98,7 +98,7 @@ class Metrics:
             ["service"], registry=r,
         )
 
-        # the model behind an endpoint (docstream.endpoint), counted by the inference service
+        # the model behind an endpoint (docstream.models.endpoint), counted by the inference service
         self.backend_up = Gauge(
             "docstream_model_backend_up", "0 while the model's backend (an endpoint) does not answer and "
             "consumption waits for it.", ["service"], registry=r,
@@ -226,7 +226,7 @@ class _Collected:
 
 
 class EndpointMetrics:
-    """The ``docstream.endpoint.EndpointObserver`` that counts into ``Metrics`` (docstream_endpoint_*)."""
+    """The ``docstream.models.endpoint.EndpointObserver`` that counts into ``Metrics`` (docstream_endpoint_*)."""
 
     def __init__(self, metrics: Metrics, service: str) -> None:
         self._metrics = metrics

@@ -104,7 +104,7 @@ class DocumentSubmitted(_Record):
     previous_doc_id: str | None = None
     """The doc_id of the source's version current when this one was submitted (None: no earlier one)."""
     priority: str = "batch"
-    """The job's lane, ``interactive`` or ``batch`` (``docstream.fairness.LANES``)."""
+    """The job's lane, ``interactive`` or ``batch`` (``docstream.lanes.LANES``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from docstream.admission import Limits
 from docstream.errors import ConfigError
+from docstream.tenants.admission import Limits
 
 __all__ = [
     "SINK_NAME_PATTERN",
@@ -656,7 +656,7 @@ class TenantSettings(BaseModel):
                                 "this many tokens. Unset: no limit.")
 
     def limits(self) -> Limits:
-        """The tenant's quotas (``docstream.admission``)."""
+        """The tenant's quotas (``docstream.tenants.admission``)."""
         return Limits(self.max_documents_in_flight, self.max_enqueued_tokens, self.max_tokens_per_day)
 
 

@@ -1,11 +1,7 @@
 """Tables found on born-digital pages: their cells, their Markdown, and parts that fit a chunk. Pure.
 
-Extraction (``docstream_chunker.extraction``) finds tables with PyMuPDF's ``Page.find_tables`` on pages whose
-text is kept from the text layer, where two cheap checks say a ruled table may be there
-(``looks_tabular`` on the text blocks it already has, then ``ruled_grid`` on the page's vector
-paths), and lays each out here: ``grid_cells`` gives the cells with their spans from the finder's
-cell boxes and the page's words, ``caption_index`` the block that captions it. Chunking
-(``docstream.chunking``) turns each ``PageTable`` into chunks with ``split_table``: Markdown for
+The chunker finds tables and lays out their cells (``docstream_chunker.table_detection``). Chunking
+(``docstream_chunker.chunking``) turns each ``PageTable`` into chunks with ``split_table``: Markdown for
 the model, ``TablePart`` for the record, split between whole rows with the header row repeated.
 
 The rules (docs/chunking.md "Tables"):
@@ -20,9 +16,7 @@ The rules (docs/chunking.md "Tables"):
 
 from __future__ import annotations
 
-import re
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +26,7 @@ __all__ = [
     "PageTable",
     "TableCell",
     "TablePart",
-    "caption_index",
-    "content_paths",
-    "grid_cells",
-    "inside",
-    "looks_tabular",
     "row_lines",
-    "ruled_grid",
     "split_table",
     "table_markdown",
 ]
@@ -49,28 +37,7 @@ TABLES_VERSION = "1"
 Box = tuple[float, float, float, float]
 """x0, y0, x1, y1 in PDF points, origin top left (PyMuPDF's page coordinates)."""
 
-_SNAP = 2.0
-"""Cell edges nearer than this (points) are one grid line."""
-_SIDE_BY_SIDE = 0.8
-"""A block's lines are side by side, not stacked, below this line pitch over character width (module docs)."""
-_MARGIN = 0.08
-"""Share of the page's height at its top and bottom where running heads and feet are."""
-_MIN_CELLS = 4
-"""Side-by-side lines a page needs to hint at a table."""
-_MIN_EDGE = 3.0
-"""Shorter strokes are not table rules (PyMuPDF's edge_min_length)."""
-_THIN = 1.5
-"""A filled rectangle thinner than this is a rule."""
-_MIN_EDGES = 3
-"""A grid of two rows and two columns has at least three horizontal and three vertical rules."""
-_CAPTION_GAP = 24.0
-"""Most points between a caption and its table."""
 _MAX_REPACKS = 8
-_CAPTION = re.compile(
-    r"^\s*(?:table|tab\.|tabelle|tableau|tabla|tabella|tabel|tabela|tabulka|taulukko|tablo|"
-    r"таблица|табл\.|таблиця|πίνακας|جدول|טבלה|तालिका|表|표)\s*[0-9IVXLCivxlc一二三四五六七八九十百]",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,220 +151,6 @@ class TablePart:
             part=int(record.get("part", 0)), parts=int(record.get("parts", 1)),
             cells=tuple(TableCell.from_record(cell) for cell in record.get("cells", ())),
         )
-
-
-def looks_tabular(blocks: Iterable[tuple[float, float, float, float, str]], height: float) -> bool:
-    """Whether a page's text blocks hint at a table: the first, free check before any table is looked for.
-
-    MuPDF puts the cells of a table's row, far apart on one baseline, in one block as lines side by
-    side. Stacked lines make a block about ``lines x line height`` tall and as wide as its longest
-    line; for side-by-side lines the line pitch (height / lines) against the character width
-    (width / longest line's characters) comes out far smaller: below 0.8, where stacked lines give
-    about 2.4 in Latin type and 1.2 in CJK type. A page hints at a table when such blocks hold at
-    least four lines (two rows of two cells) outside its top and bottom 8 % (a running head, "Chapter
-    2 ... 17", is one such block of two lines).
-
-    Args:
-        blocks: the page's text blocks: x0, y0, x1, y1 and the text, lines ending in newlines.
-        height: the page's height.
-    """
-    side_by_side = 0
-    top, bottom = _MARGIN * height, (1 - _MARGIN) * height
-    for x0, y0, x1, y1, text in blocks:
-        count = text.count("\n")
-        if count < 2 or x1 <= x0 or y1 <= y0 or not top < (y0 + y1) / 2 < bottom:
-            continue
-        # the longest line is at least the mean line: a block whose mean line is long enough is stacked
-        most = _SIDE_BY_SIDE * (x1 - x0) * count / (y1 - y0)
-        if len(text) / count - 1 >= most:
-            continue
-        lines = [line.strip() for line in text.split("\n")]
-        lines = [line for line in lines if line]
-        if len(lines) >= 2 and max(map(len, lines)) * count / len(lines) < most:
-            side_by_side += len(lines)
-            if side_by_side >= _MIN_CELLS:
-                return True
-    return False
-
-
-def ruled_grid(paths: Iterable[tuple[str, Box]]) -> bool:
-    """Whether a page's vector paths could make a ruled table of two rows and two columns.
-
-    Such a grid has horizontal rules at three heights at least and vertical rules at three
-    places at least (two framed boxes, one under the other, have vertical rules at two only).
-
-    Args:
-        paths: each path item's kind (``l`` a line, ``re`` a rectangle, ``qu`` a quad: its box)
-            and its box. A thin rectangle is one rule; a larger one, four (its sides).
-    """
-    heights: list[float] = []
-    places: list[float] = []
-    for kind, (x0, y0, x1, y1) in paths:
-        width, height = abs(x1 - x0), abs(y1 - y0)
-        if kind == "l" or min(width, height) <= _THIN:
-            if height <= _THIN and width >= _MIN_EDGE:
-                heights.append((y0 + y1) / 2)
-            elif width <= _THIN and height >= _MIN_EDGE:
-                places.append((x0 + x1) / 2)
-        elif kind in ("re", "qu"):
-            heights.extend((y0, y1))
-            places.extend((x0, x1))
-    return len(_snap(heights)) >= _MIN_EDGES and len(_snap(places)) >= _MIN_EDGES
-
-
-_PATH_OPERATOR = re.compile(rb"\s(re|m|l)(?=[\s\[\]<>(){}/%]|$)")
-_OPERANDS_SPAN = 96
-"""Bytes before an operator its operands are looked for in (four numbers of up to 20 characters)."""
-
-
-def _operands(stream: bytes, end: int, count: int) -> list[float] | None:
-    """The ``count`` numbers just before ``end``, or None when they are not numbers."""
-    words = stream[max(0, end - _OPERANDS_SPAN) : end].split()[-count:]
-    if len(words) < count:
-        return None
-    try:
-        return [float(word) for word in words]
-    except ValueError:
-        return None
-
-
-def content_paths(stream: bytes) -> Iterator[tuple[str, Box]]:
-    """Lines (``l``) and rectangles (``re``) a PDF content stream draws, with their boxes in its own space.
-
-    A scan, not a parse: the numbers before ``m``, ``l`` and ``re`` operators, the current point
-    kept from one to the next (a closing ``h`` is not followed). The coordinates are the stream's
-    user space (no ``cm`` applied), which keeps rules at distinct places distinct: what
-    ``ruled_grid`` counts. Words inside a text string that read as a path are taken too: a page
-    that may hold a table more, never one less.
-
-    Args:
-        stream: a decompressed content stream (a page's or a form XObject's).
-    """
-    current: tuple[float, float] | None = None
-    for match in _PATH_OPERATOR.finditer(stream):
-        operator = match[1]
-        numbers = _operands(stream, match.start(), 4 if operator == b"re" else 2)
-        if numbers is None:
-            continue
-        if operator == b"re":
-            x, y, width, height = numbers
-            yield "re", (min(x, x + width), min(y, y + height), max(x, x + width), max(y, y + height))
-            current = (x, y)
-            continue
-        if operator == b"l" and current is not None:
-            yield "l", (current[0], current[1], numbers[0], numbers[1])
-        current = (numbers[0], numbers[1])
-
-
-def _snap(values: Iterable[float]) -> list[float]:
-    """Distinct grid lines: values nearer than ``_SNAP`` to the previous line are that line."""
-    lines: list[float] = []
-    for value in sorted(values):
-        if not lines or value - lines[-1] > _SNAP:
-            lines.append(value)
-    return lines
-
-
-def _line_of(lines: Sequence[float], value: float) -> int:
-    """Index of the grid line nearest ``value``."""
-    i = bisect_left(lines, value)
-    if i == len(lines) or (i > 0 and value - lines[i - 1] <= lines[i] - value):
-        i -= 1
-    return i
-
-
-def inside(box: Box, outer: Box, tolerance: float = 1.0) -> bool:
-    """Whether the centre of ``box`` lies in ``outer`` (grown by ``tolerance`` points)."""
-    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-    return outer[0] - tolerance <= cx <= outer[2] + tolerance and outer[1] - tolerance <= cy <= outer[3] + tolerance
-
-
-def grid_cells(
-    boxes: Sequence[Box], chars: Iterable[tuple[float, float, float, float, str]]
-) -> tuple[int, int, tuple[TableCell, ...]]:
-    """The grid of a table from its cells' boxes, and each cell's text from the characters inside it.
-
-    The grid lines are the cells' edges (snapped within 2 points); a cell covers the rows and
-    columns between its edges: its spans. A character belongs to the cell holding its centre,
-    so a run of unspaced text that crosses a cell's edge (CJK cells side by side, which MuPDF's
-    words join) is parted there. A cell's characters keep their order; a space goes between two
-    of them where a space, a line's end or another cell's character came between.
-
-    Args:
-        boxes: the finder's cell boxes (``Table.cells``), one per cell, in any order.
-        chars: the page's characters in reading order: x0, y0, x1, y1 and the character (a
-            whitespace character, whatever its box, separates words).
-
-    Returns:
-        Rows, columns and the cells, row-major (empty when there are no boxes).
-    """
-    if not boxes:
-        return 0, 0, ()
-    xs = _snap(x for box in boxes for x in (box[0], box[2]))
-    ys = _snap(y for box in boxes for y in (box[1], box[3]))
-    placed: dict[tuple[int, int], tuple[int, int, Box]] = {}
-    for box in boxes:
-        row, col = _line_of(ys, box[1]), _line_of(xs, box[0])
-        row_end, col_end = max(_line_of(ys, box[3]), row + 1), max(_line_of(xs, box[2]), col + 1)
-        placed.setdefault((row, col), (row_end - row, col_end - col, box))
-    texts: dict[tuple[int, int], list[str]] = {key: [] for key in placed}
-    last: tuple[int, int] | None = None
-    for char in chars:
-        if char[4].isspace():
-            last = None
-            continue
-        cx, cy = (char[0] + char[2]) / 2, (char[1] + char[3]) / 2
-        key = None
-        if xs[0] <= cx <= xs[-1] and ys[0] <= cy <= ys[-1]:
-            key = _cell_of(placed, bisect_right(ys, cy) - 1, bisect_right(xs, cx) - 1, char[:4])
-        if key is not None:
-            if key != last and texts[key]:
-                texts[key].append(" ")
-            texts[key].append(char[4])
-        last = key
-    cells = tuple(
-        TableCell(row, col, spans[0], spans[1], " ".join("".join(texts[(row, col)]).split()))
-        for (row, col), spans in sorted(placed.items())
-    )
-    return len(ys) - 1, len(xs) - 1, cells
-
-
-def _cell_of(
-    placed: dict[tuple[int, int], tuple[int, int, Box]], row: int, col: int, word: Box
-) -> tuple[int, int] | None:
-    """The top-left slot of the cell holding a word found in grid slot (row, col): its own, or one spanning it."""
-    found = placed.get((row, col))
-    if found is not None and inside(word, found[2], 0.5):
-        return (row, col)
-    for key, (rs, cs, box) in placed.items():
-        if key[0] <= row < key[0] + rs and key[1] <= col < key[1] + cs and inside(word, box, 0.5):
-            return key
-    return None
-
-
-def caption_index(bbox: Box, blocks: Sequence[tuple[float, float, float, float, str]]) -> int | None:
-    """The block that captions a table: just above it (else just below), beside it, reading like a caption.
-
-    A caption starts with the word for "table" in a common language and a number ("Table 3",
-    "Tab. II", "Таблица 2", "表3"), lies at most 24 points above the table's top (or below its
-    bottom) and overlaps it horizontally.
-
-    Args:
-        bbox: the table's box.
-        blocks: the page's text blocks outside the table: x0, y0, x1, y1, text.
-
-    Returns:
-        The index in ``blocks``, or None.
-    """
-    best: tuple[int, float, int] | None = None
-    for i, (x0, y0, x1, y1, text) in enumerate(blocks):
-        if x1 <= bbox[0] or x0 >= bbox[2] or not _CAPTION.match(text):
-            continue
-        above, below = bbox[1] - y1, y0 - bbox[3]
-        for rank, gap in ((0, above), (1, below)):
-            if -1.0 <= gap <= _CAPTION_GAP and (best is None or (rank, gap) < best[:2]):
-                best = (rank, gap, i)
-    return best[2] if best is not None else None
 
 
 def _escape(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from docstream.fairness import INTERACTIVE, lane_of
+from docstream.lanes import INTERACTIVE, lane_of
 
 __all__ = ["Topics", "dlq_topic"]
 

@@ -40,7 +40,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
-from docstream.chunking import (
+from docstream.errors import ConfigError, DocumentError
+from docstream.logging import get_logger
+from docstream.tables import Box, PageTable
+from docstream_chunker.chunking import (
     Chunk,
     ChunkingConfig,
     Heading,
@@ -48,18 +51,6 @@ from docstream.chunking import (
     TokenCounter,
     chunk_document,
     chunker_settings,
-)
-from docstream.errors import ConfigError, DocumentError
-from docstream.logging import get_logger
-from docstream.tables import (
-    Box,
-    PageTable,
-    caption_index,
-    content_paths,
-    grid_cells,
-    inside,
-    looks_tabular,
-    ruled_grid,
 )
 from docstream_chunker.ocr import OcrEngine, open_engine
 from docstream_chunker.page_quality import (
@@ -87,6 +78,14 @@ from docstream_chunker.provenance import (
     wants_ocr,
 )
 from docstream_chunker.scripts import CJK_LANGUAGES, ocr_languages, osd_language
+from docstream_chunker.table_detection import (
+    caption_index,
+    content_paths,
+    grid_cells,
+    inside,
+    looks_tabular,
+    ruled_grid,
+)
 from docstream_chunker.text_layout import reading_order, without_nul
 
 if TYPE_CHECKING:

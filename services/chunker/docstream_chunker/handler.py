@@ -1,8 +1,8 @@
 """The chunker's transform: one DocumentSubmitted → its ChunkCreated records, or one failed DocumentCompleted.
 
-A record is first checked against the store (``docstream.tenancy``): its tenant must own its job, its doc_id, its
-earlier version and, on a tenant's own intake topic, the document a tombstone names; a record that does not goes to
-the DLQ with its code (docs/security.md "Intake records").
+A record is first checked against the store (``docstream.tenants.tenancy``): its tenant must own its job, its
+doc_id, its earlier version and, on a tenant's own intake topic, the document a tombstone names; a record that does
+not goes to the DLQ with its code (docs/security.md "Intake records").
 
 The documents and job_documents rows are upserted before the outputs are returned; the
 ConsumeLoop produces the outputs and commits the input's offset only once every output is
@@ -34,9 +34,9 @@ from docstream.store.base import (
 from docstream.store.sources import advance_source, delete_by_tombstone, fence
 from docstream.tasks.base import requested_tasks
 from docstream.tasks.generation import check_json_schema
-from docstream.tenancy import Refusal, Submission, refuse_submission, refuse_tombstone, tenant_of_topic
+from docstream.tenants.tenancy import Refusal, Submission, refuse_submission, refuse_tombstone, tenant_of_topic
+from docstream.tenants.usage import STAGE_CHUNKER, Usage, apportion
 from docstream.topics import Topics
-from docstream.usage import STAGE_CHUNKER, Usage, apportion
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
 from docstream_chunker.provenance import ChunkSource, DocumentSources
 from docstream_chunker.worker import ChunkRequest, Extractor
@@ -176,8 +176,9 @@ class ChunkerHandler:
         return self.handle(envelope.value)
 
     def _admit(self, topic: str, submitted: DocumentSubmitted) -> None:
-        """Refuse a record whose tenant does not own what it names (``docstream.tenancy.refuse_submission``); the
-        first record of a job without a ``jobs`` row (an external producer's) claims the job for its tenant.
+        """Refuse a record whose tenant does not own what it names (``docstream.tenants.tenancy.refuse_submission``).
+
+        The first record of a job without a ``jobs`` row (an external producer's) claims the job for its tenant.
 
         Reads the documents row of its doc_id; the job's row is the one ``_job_cancelled`` reads (cached); a record
         naming an earlier version reads that version's documents row too, and its job's row."""

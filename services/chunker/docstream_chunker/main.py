@@ -11,7 +11,7 @@ from docstream.metrics import Metrics
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
-from docstream.tenancy import tenant_intakes_pattern
+from docstream.tenants.tenancy import tenant_intakes_pattern
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler, max_poll_interval_ms
 from docstream_chunker.worker import ExtractorSettings, ProcessExtractor

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docstream.chunking import PageText
 from docstream.tables import PageTable
+from docstream_chunker.chunking import PageText
 
 __all__ = [
     "LINE_JOIN_GAP",

@@ -34,13 +34,13 @@ from typing import Any, Protocol
 import psutil
 import structlog
 
-from docstream.chunking import ChunkingConfig
 from docstream.errors import ConfigError, DocstreamError, DocumentError, FatalError, InputError, RetryableError
 from docstream.ids import content_sha256
 from docstream.logging import configure_logging, get_logger
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.objectstore import ObjectStore
 from docstream.settings import ChunkerSettings, ObjectStoreSettings, Settings
-from docstream.tokenization import ModelTokenCounter, load_token_counter
+from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
 from docstream_chunker.provenance import time_limit
 

@@ -63,8 +63,8 @@ from docstream.store import DocumentResultRow, DocumentRow, ResultStore, SqliteS
 from docstream.store.base import TERMINAL_DOC_STATES
 from docstream.tasks.base import EMBED, GENERATE, Task, TaskRequest, close_task
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
+from docstream.tenants.usage import Usage, across_tasks, total_usage
 from docstream.topics import Topics
-from docstream.usage import Usage, across_tasks, total_usage
 from docstream_cli.embedded_kafka import EmbeddedKafka
 from docstream_cli.runstate import EMBEDDED, LOCAL_STATE_DIR, RunRecord
 from docstream_cli.statedir import write_run_record

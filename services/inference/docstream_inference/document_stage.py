@@ -36,8 +36,8 @@ from docstream.tasks.base import GENERATE, Prompt, TaskRequest, failure_output
 from docstream.tasks.generate import DEFAULT_PROMPT, GenerateTask
 from docstream.tasks.reduction import DOCUMENT_STEP, needs_document_step
 from docstream.tasks.selection import job_tasks
+from docstream.tenants.usage import add_counts
 from docstream.topics import Topics
-from docstream.usage import add_counts
 
 __all__ = ["SERVICE", "STAGE_DOCUMENT", "DocumentStage"]
 

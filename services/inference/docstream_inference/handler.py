@@ -23,7 +23,7 @@ from docstream.tasks.base import (
     place_spans,
     requested_tasks,
 )
-from docstream.usage import STAGE_INFERENCE, add_counts
+from docstream.tenants.usage import STAGE_INFERENCE, add_counts
 
 __all__ = [
     "MAX_OUTPUT_BYTES",

@@ -27,14 +27,13 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, Message
 
 from docstream.avro.serde import AvroSerde
-from docstream.batching import Batcher, BatchPolicy
 from docstream.errors import DocstreamError, FatalError, SchemaError
-from docstream.fairness import BATCH, INTERACTIVE, LANES, Lane
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer, kafka_error
 from docstream.kafka.committer import Committer, RebalanceHooks
 from docstream.kafka.dlq import DlqRouter, error_code_of
 from docstream.kafka.offsets import TopicPartitionKey
+from docstream.lanes import BATCH, INTERACTIVE, LANES, Lane
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
@@ -42,6 +41,7 @@ from docstream.settings import FairnessSettings, InferenceSettings, KafkaSetting
 from docstream.store.base import ResultStore
 from docstream.tasks.base import EMBED, GENERATE, Task, bind_task_metrics
 from docstream.topics import Topics
+from docstream_inference.batching import Batcher, BatchPolicy
 from docstream_inference.handler import request_for
 from docstream_inference.ledger import DLQ, AckLedger
 from docstream_inference.stages import (
@@ -110,7 +110,7 @@ class InferencePipeline:
         run_unrequested: run every chunk, also those whose job did not ask for the task
             (``tasks.run_unrequested``: a replay of a new task over old chunks).
         hooks: callbacks into the stages (the chaos tests' faults: ``faults.stage_hooks``); none by default.
-        fairness: the lanes' rule and read-ahead, and the tenants' weights (``docstream.fairness``).
+        fairness: the lanes' rule and read-ahead, and the tenants' weights (``docstream.lanes``).
     """
 
     def __init__(

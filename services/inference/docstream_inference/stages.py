@@ -23,23 +23,24 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message
 
-from docstream.batching import Batch, Batcher, CloseReason, order_by_length
 from docstream.errors import BackendUnavailable, DocstreamError, FatalError, PoisonRecord, StoreError
-from docstream.fairness import BATCH, INTERACTIVE, LANES, FairQueue, Lane, Waiting
+from docstream.jobs.standing import RATE_EVERY_S, RATE_TTL_S, TokenRate
 from docstream.kafka.attempts import run_with_retries
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.dlq import DlqRouter, error_code_of
 from docstream.kafka.offsets import TopicPartitionKey
+from docstream.lanes import BATCH, INTERACTIVE, LANES, Lane
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, utc_now
 from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
-from docstream.standing import RATE_EVERY_S, RATE_TTL_S, TokenRate
 from docstream.store.base import ChunkRow, ResultStore
 from docstream.store.sources import enforce
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest, failure_output
-from docstream.usage import apportion
+from docstream.tenants.usage import apportion
+from docstream_inference.batching import Batch, Batcher, CloseReason, order_by_length
+from docstream_inference.fair_queue import FairQueue, Waiting
 from docstream_inference.handler import (
     MODEL_ERROR,
     MODEL_UNAVAILABLE,
@@ -268,7 +269,7 @@ class StageHooks:
 
 class FairInbox:
     """Q0: the chunks polled and not batched yet, per lane and tenant, taken in the order of the fair rule
-    (``docstream.fairness.FairQueue``: interactive first with a guaranteed batch share, deficit round robin between
+    (``docstream.lanes.FairQueue``: interactive first with a guaranteed batch share, deficit round robin between
     tenants). Thread-safe: the consumer thread puts, the batch stage takes.
 
     Each lane holds at most ``capacity`` chunks (``put_nowait`` raises ``queue.Full`` past it), so a full batch lane

@@ -2,7 +2,7 @@
 admission"): the same answer from every API process and CLI, since each reads the tenant's figures under the
 tenant's admission lease and writes its documents in flight before letting the next one read.
 
-The rule itself is pure (``docstream.admission``); this module is its edge: the store, the clock, the wait. An
+The rule itself is pure (``docstream.tenants.admission``); this module is its edge: the store, the clock, the wait. An
 admission that finds the tenant at a limit first reconciles its slots (``reconcile_slots``), and a submission that
 fails after its admission gives its slots back (``release``).
 """
@@ -13,7 +13,11 @@ import random
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from docstream.admission import (
+from docstream.errors import QuotaExceeded, StoreError
+from docstream.logging import get_logger
+from docstream.settings import FairnessSettings
+from docstream.store.base import TERMINAL_DOC_STATES, ResultStore
+from docstream.tenants.admission import (
     DAILY,
     DOCUMENTS,
     ENQUEUED,
@@ -25,10 +29,6 @@ from docstream.admission import (
     ended_slots,
     slots_to_check,
 )
-from docstream.errors import QuotaExceeded, StoreError
-from docstream.logging import get_logger
-from docstream.settings import FairnessSettings
-from docstream.store.base import TERMINAL_DOC_STATES, ResultStore
 
 __all__ = ["GRADUAL_STEP", "RECONCILE_BUDGET", "Admitting", "admit", "admit_some", "reconcile_slots", "release",
            "tenant_capacity"]
@@ -76,7 +76,7 @@ def reconcile_slots(store: ResultStore, tenant: str, now: datetime, *, budget: i
                     start: int | None = None) -> list[str]:
     """Free the slots of the tenant's documents that ended while their slot stayed taken (docs/operations.md "Quotas
     and admission"): at most ``budget`` documents rows are read, from a random place among the slots unless
-    ``start`` says where (``docstream.admission.slots_to_check``).
+    ``start`` says where (``docstream.tenants.admission.slots_to_check``).
 
     Returns:
         The doc_ids whose slots were freed.

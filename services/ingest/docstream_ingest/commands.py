@@ -22,20 +22,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from docstream.admission import Capacity
 from docstream.avro.serde import AvroSerde
 from docstream.errors import DocstreamError, InputError, QuotaExceeded, StoreError
 from docstream.ids import new_job_id, validate_id
+from docstream.jobs.progress import format_duration, format_rate, job_progress
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
 from docstream.logging import configure_logging
 from docstream.objectstore import ObjectStore
-from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
 from docstream.store import JobRow, ResultStore, open_store
 from docstream.tasks.base import MAX_PROMPT_CHARS, MAX_SCHEMA_CHARS, Prompt, TaskRequest
 from docstream.tasks.registry import resolve_task
 from docstream.tasks.selection import command_line_prompt, command_line_tasks, parse_labels
+from docstream.tenants.admission import Capacity
 from docstream.topics import Topics
 from docstream_ingest.intake import Gradually, IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome

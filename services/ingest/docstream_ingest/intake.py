@@ -39,10 +39,8 @@ from urllib.parse import unquote, urlsplit
 from fsspec.core import url_to_fs
 
 from docstream import ids
-from docstream.addresses import check_addresses, is_loopback_name
-from docstream.admission import DAILY
 from docstream.errors import ConfigError, InputError
-from docstream.fairness import job_lane
+from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
@@ -52,6 +50,8 @@ from docstream.store.sources import advance_source
 from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
 from docstream.tasks.selection import job_tasks, task_records
+from docstream.tenants.addresses import check_addresses, is_loopback_name
+from docstream.tenants.admission import DAILY
 from docstream.topics import Topics
 from docstream_ingest.admission import Admitting, admit, admit_some, release
 from docstream_ingest.archives import ArchiveKind, ArchiveLimits, archive_kind, expand_archive

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from docstream.errors import InputError
-from docstream.fairness import BATCH, LANES, PRIORITY_OPTION
 from docstream.ids import validate_id
+from docstream.lanes import BATCH, LANES, PRIORITY_OPTION
 from docstream.tasks.base import TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, TASKS_OPTION, check_job_tasks, tasks_option
 

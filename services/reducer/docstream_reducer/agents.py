@@ -5,7 +5,7 @@
   keyed by job_id.
 * ``JobReducer``: by-job records → per-job counts (table) → jobs row, throttled JobStatus, final
   JobStatus and the webhook; the job's tokens waiting in its lane (``lane_queue``), for where a job stands
-  (``docstream.standing``).
+  (``docstream.jobs.standing``).
 
 Tables are plain mutable mappings here (Faust tables in the service, dicts in tests). A handler
 returns only when every effect of its record is done: rows acknowledged, outputs delivered.
@@ -23,11 +23,10 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeGuard, TypeVar
 
-from docstream.admission import day_of
 from docstream.avro import AvroSerde
 from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError, StoreError
-from docstream.fairness import job_lane
 from docstream.kafka.dlq import dlq_headers
+from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import (
@@ -46,8 +45,9 @@ from docstream.store.completion import record_completion
 from docstream.tasks.base import EMBED, StoredAnswersFold, TaskFold
 from docstream.tasks.registry import task_fold
 from docstream.tasks.selection import job_task_names
+from docstream.tenants.admission import day_of
+from docstream.tenants.usage import Usage, document_usage
 from docstream.topics import Topics, dlq_topic
-from docstream.usage import Usage, document_usage
 from docstream_reducer.aggregation import (
     ANY_TASK,
     CompletionMarker,

@@ -16,7 +16,7 @@ tables (as the JSON of ``to_json()``) and pass times in.
 * ``CompletionMarker`` is what stays of a document after completion: enough to recognise
   (and ignore) a redelivered chunk of it until the marker expires.
 * ``JobProgress`` counts a job's terminal documents and adds up what they cost (a
-  ``docstream.usage.Usage``); the reducer keeps what it heard of each document per task (a
+  ``docstream.tenants.usage.Usage``); the reducer keeps what it heard of each document per task (a
   ``DocumentTasks``) in a separate table row, and counts the document once every task its job
   asked for is terminal, with the combined ``DocumentTally``: a duplicated ``DocumentCompleted``
   counts once while the job's own row stays a few bytes, whatever the job's size.
@@ -38,7 +38,7 @@ from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus, outpu
 from docstream.tasks.base import EMBED, FoldInput, Mention, StoredAnswersFold, TaskFold, TaskOutputError
 from docstream.tasks.fold_embed import EmbeddingDimensionError, pack_floats, unpack_floats
 from docstream.tasks.reduction import DOCUMENT_STEP, needs_document_step
-from docstream.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, read_counts
+from docstream.tenants.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, read_counts
 
 __all__ = [
     "ALL_CHUNKS_FAILED",
@@ -689,7 +689,7 @@ class DocumentTally:
 
     Attributes:
         status: the terminal status.
-        usage: the document's usage (``docstream.usage.document_usage`` of its DocumentCompleted).
+        usage: the document's usage (``docstream.tenants.usage.document_usage`` of its DocumentCompleted).
     """
 
     status: TerminalStatus
@@ -750,7 +750,7 @@ class DocumentTasks:
         """The document's tally in its job and its error_code, once every required task is terminal, else None.
 
         A failure before inference stands for every task. Else: completed when every task completed, failed
-        when every task failed, partial otherwise; the usage is ``docstream.usage.across_tasks``; the error
+        when every task failed, partial otherwise; the usage is ``docstream.tenants.usage.across_tasks``; the error
         code is the first failed task's (in the order the job named them).
         """
         if ANY_TASK in self.results:

@@ -18,7 +18,6 @@ from docstream.avro import AvroSerde
 from docstream.errors import ConfigError, DocstreamError, RetryableError
 from docstream.kafka.admin import TopicSpec
 from docstream.kafka.clients import admin_config
-from docstream.kafka.probe import spans_with_records
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import KafkaSettings, ReducerSettings
@@ -26,6 +25,7 @@ from docstream.topics import Topics
 from docstream_reducer import faust_shim
 from docstream_reducer.agents import SERVICE, CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 from docstream_reducer.faust_shim import ReducerWorker, exit_watchdog  # re-exported: main.py's names
+from docstream_reducer.probe import spans_with_records
 from docstream_reducer.watch import PartitionWatch, Stall, stall_actions
 from docstream_reducer.webhook import WebhookNotifier
 

@@ -16,15 +16,15 @@ from rich.table import Table
 
 from docstream.errors import DocstreamError, InputError
 from docstream.export import ExportFormat, export_results
-from docstream.fairness import job_lane
+from docstream.jobs.progress import format_duration, format_rate, job_progress
+from docstream.jobs.standing import QueueStanding
+from docstream.jobs.view import standings
+from docstream.lanes import job_lane
 from docstream.logging import configure_logging
-from docstream.progress import format_duration, format_rate, job_progress
 from docstream.settings import Settings, load_settings
-from docstream.standing import QueueStanding
 from docstream.store import DocumentRow, JobRow, ResultStore, open_store
-from docstream.store.standings import standings
 from docstream.tasks.selection import job_task_names
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "queue_rows", "results_command", "status_command",
            "usage_rows"]

@@ -1,7 +1,7 @@
 """The job webhook: POST the final JobStatus to the job's URL, retried with backoff and jitter.
 
 Each attempt resolves the URL's host, refuses it when any of its addresses is not global
-(``docstream.addresses``; ``reducer.webhook_allow_private`` lets local development through), and connects
+(``docstream.tenants.addresses``; ``reducer.webhook_allow_private`` lets local development through), and connects
 to one of the addresses it checked, never to a name resolved again: the request goes to the IP address, with
 the URL's ``Host`` header and, over https, the URL's host as TLS server name (SNI and certificate check), so a
 DNS answer that changes between the check and the connection (rebinding) reaches nothing. Connections are not
@@ -21,12 +21,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from docstream.addresses import check_addresses
 from docstream.errors import InputError
 from docstream.logging import get_logger
 from docstream.records import JobStatus
 from docstream.retry import backoff_delay
 from docstream.settings import ReducerSettings, RetrySettings
+from docstream.tenants.addresses import check_addresses
 
 __all__ = ["Resolver", "WebhookNotifier", "job_status_payload", "resolve_host", "validate_webhook_url"]
 

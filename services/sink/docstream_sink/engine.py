@@ -1,4 +1,4 @@
-"""The contract of a sink's engine (docs/sinks.md "Adding a sink"), and ``open_engine``, which picks one.
+"""The contract of a sink's engine (docs/sinks.md "Adding a sink"); ``docstream_sink.connect`` opens one.
 
 An engine is small: it creates its collection once it knows the vectors' dimensions, upserts points by id,
 deletes by id, by (id, doc_id) or by (tenant, source[, not doc_id]), and lists what it holds for ``docstream sink
@@ -13,11 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from docstream.errors import ConfigError
-from docstream.settings import SinkSettings
 from docstream_sink.points import SinkPoint
 
-__all__ = ["HeldPoint", "SinkEngine", "open_engine"]
+__all__ = ["HeldPoint", "SinkEngine"]
 
 HeldPoint = tuple[str, str, list[float]]
 """What an engine holds of a point, as ``scan`` lists it: (id, doc_id, vector)."""
@@ -62,22 +60,3 @@ class SinkEngine(Protocol):
 
     def close(self) -> None:
         """Release the connection."""
-
-
-def open_engine(settings: SinkSettings) -> SinkEngine:
-    """The engine of ``settings.kind``, connected.
-
-    Raises:
-        ConfigError: its client library is not installed.
-        RetryableError: the engine does not answer (``sink_unavailable``).
-    """
-    try:
-        if settings.kind == "milvus":
-            from docstream_sink.milvus import MilvusEngine
-            return MilvusEngine(settings)
-        from docstream_sink.postgres import PostgresEngine
-        return PostgresEngine(settings)
-    except ImportError as exc:
-        extra = "milvus" if settings.kind == "milvus" else "postgres"
-        raise ConfigError(f"the {settings.kind} sink needs its client: pip install 'docstream[{extra}]' "
-                          f"({exc.name} is missing)") from exc

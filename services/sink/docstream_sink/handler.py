@@ -26,7 +26,7 @@ from docstream.store import ResultStore
 from docstream.store.base import ChunkRow, DocumentRow
 from docstream.store.completion import latest_completed
 from docstream.store.sources import RETIRING, delete_by_tombstone, fence, generation_of, tombstoned
-from docstream.tenancy import refuse_tombstone, tenant_of_topic
+from docstream.tenants.tenancy import refuse_tombstone, tenant_of_topic
 from docstream_sink.engine import SinkEngine
 from docstream_sink.points import Remove, SinkPoint, Skip, Write, decide, points_of, source_of
 

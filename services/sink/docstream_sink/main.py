@@ -9,9 +9,10 @@ from docstream.metrics import Metrics
 from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings, SinkSettings
 from docstream.store import ResultStore
-from docstream.tenancy import tenant_intakes_pattern
+from docstream.tenants.tenancy import tenant_intakes_pattern
 from docstream.topics import Topics
-from docstream_sink.engine import SinkEngine, open_engine
+from docstream_sink.connect import open_engine
+from docstream_sink.engine import SinkEngine
 from docstream_sink.handler import SinkHandler, SinkWriter
 
 __all__ = ["build_sink", "main", "sink_settings", "sink_writer"]

@@ -26,7 +26,7 @@ from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import Settings
 from docstream.store import open_store
-from docstream_sink.engine import open_engine
+from docstream_sink.connect import open_engine
 from docstream_sink.handler import SinkWriter
 from docstream_sink.main import sink_settings, sink_writer
 from docstream_sink.points import Differences, Repair, SinkPoint, Write, compare, plan_repair

@@ -1,6 +1,5 @@
-"""docstream.avro: schemas by name from ``schemas/``, both Avro wire formats, compatibility checks."""
+"""docstream.avro: schemas by name from ``schemas/``, both Avro wire formats, fingerprints and serde."""
 
-from docstream.avro.compat import check_backward_compatible, sample_records
 from docstream.avro.fingerprint import crc64_avro, fingerprint_bytes
 from docstream.avro.schemas import AvroSchema, SchemaSet, find_schemas_dir
 from docstream.avro.serde import AvroSerde, registry_client, subject_name
@@ -22,7 +21,6 @@ __all__ = [
     "Frame",
     "SchemaSet",
     "WireFormat",
-    "check_backward_compatible",
     "crc64_avro",
     "find_schemas_dir",
     "fingerprint_bytes",
@@ -30,6 +28,5 @@ __all__ = [
     "frame_single_object",
     "parse_frame",
     "registry_client",
-    "sample_records",
     "subject_name",
 ]

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Final, Literal, Protocol, runtime_checkable
 
-from docstream.admission import Slot, TenantLoad
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
-from docstream.usage import Usage
+from docstream.tenants.admission import Slot, TenantLoad
+from docstream.tenants.usage import Usage
 
 __all__ = [
     "FLOAT32",

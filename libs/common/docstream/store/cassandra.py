@@ -45,7 +45,6 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import ErrorMessage, IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
 
-from docstream.admission import Slot, TenantLoad
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.retry import backoff_delay
@@ -80,6 +79,7 @@ from docstream.store.rows import (
 from docstream.store.schema import Migration, bootstrap_table_id, load_migrations, schema_not_visible
 from docstream.store.table_store import TableStore
 from docstream.store.vectors import fast_float_vectors
+from docstream.tenants.admission import Slot, TenantLoad
 
 __all__ = ["DEFAULT_DIMENSIONS", "CassandraStore"]
 

@@ -14,7 +14,7 @@ from docstream.records import DocumentCompleted, carry
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, ResultStore, TaskTally
 from docstream.store.sources import RETIRING, enforce, fence, versions_back
 from docstream.tasks.base import EMBED
-from docstream.usage import document_usage
+from docstream.tenants.usage import document_usage
 
 __all__ = ["latest_completed", "record_completion", "result_row", "retire_earlier"]
 

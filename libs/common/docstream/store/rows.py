@@ -54,7 +54,7 @@ from docstream.store.base import (
 from docstream.store.codec import decode_embedding, encode_embedding, float32_values
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 
 __all__ = [
     "API_KEYS",

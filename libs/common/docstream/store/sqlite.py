@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from docstream.admission import Slot, TenantLoad
 from docstream.errors import FatalError, StoreError
 from docstream.logging import get_logger
 from docstream.store.base import (
@@ -54,6 +53,7 @@ from docstream.store.rows import (
 )
 from docstream.store.schema import load_migrations
 from docstream.store.table_store import TableStore
+from docstream.tenants.admission import Slot, TenantLoad
 
 __all__ = ["SqliteStore"]
 

@@ -48,7 +48,7 @@ from docstream.store.rows import (
     usage_to_columns,
 )
 from docstream.tasks.base import check_task_name
-from docstream.usage import Usage
+from docstream.tenants.usage import Usage
 
 __all__ = ["MAX_RESULTS_PER_DOCUMENT", "TableStore"]
 

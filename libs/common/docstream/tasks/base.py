@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from docstream.errors import InputError, PoisonRecord
-from docstream.json_input import loads_bounded
+from docstream.tenants.json_input import loads_bounded
 
 __all__ = [
     "BUILTIN_TASKS",

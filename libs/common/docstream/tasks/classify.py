@@ -26,12 +26,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from docstream.embedding import Embedder
-from docstream.endpoint import close_embedder, observe_embedder
 from docstream.errors import ConfigError, InputError, PartialBatchError
 from docstream.logging import get_logger
 from docstream.metrics import EndpointMetrics, Metrics
-from docstream.runtime import Runtime
+from docstream.models.embedder import Embedder
+from docstream.models.endpoint import close_embedder, observe_embedder
+from docstream.models.runtime import Runtime
 from docstream.tasks.base import (
     CLASSIFY,
     MAX_LABEL_CHARS,
@@ -119,7 +119,7 @@ class ClassifyTask:
     def load(cls, settings: Any) -> ClassifyTask | FolderClassifyTask:
         """The runner ``settings.tasks.classify`` describes.
 
-        Zero-shot loads ``docstream.embedding.load_embedder(settings.inference)``. It starts without
+        Zero-shot loads ``docstream.models.embedding.load_embedder(settings.inference)``. It starts without
         configured labels (each job brings its own, checked at submission), except with
         ``tasks.run_unrequested``: chunks of jobs that did not ask for classify carry no labels, so every
         one of them would fail.
@@ -138,7 +138,7 @@ class ClassifyTask:
         if settings.tasks.run_unrequested and not labels:
             raise ConfigError("tasks.run_unrequested runs classify on chunks whose job gave no labels: set "
                               "tasks.classify.labels (DOCSTREAM_TASKS__CLASSIFY__LABELS)", code="labels_missing")
-        from docstream.embedding import load_embedder
+        from docstream.models.embedding import load_embedder
 
         return cls(load_embedder(settings.inference), labels=labels, temperature=options.temperature)
 
@@ -303,8 +303,8 @@ class FolderClassifyTask:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from docstream.embedding import read_cpu_flags
-        from docstream.runtime import runtime_candidates
+        from docstream.models.embedding import read_cpu_flags
+        from docstream.models.runtime import runtime_candidates
 
         options = settings.tasks.classify
         path = Path(options.model_path).expanduser()

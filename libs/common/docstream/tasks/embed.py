@@ -1,6 +1,6 @@
 """The ``embed`` task: a sentence-transformers model's vector per chunk, the token-weighted mean per document.
 
-The runner wraps an ``docstream.embedding.Embedder`` (which loads, measures and caches its runtime);
+The runner wraps an ``docstream.models.embedding.Embedder`` (which loads, measures and caches its runtime);
 its fold is ``docstream.tasks.fold_embed.EmbedFold``.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from docstream.embedding import Embedder
-from docstream.endpoint import close_embedder, observe_embedder
 from docstream.errors import PartialBatchError
 from docstream.metrics import EndpointMetrics, Metrics
+from docstream.models.embedder import Embedder
+from docstream.models.endpoint import close_embedder, observe_embedder
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, TaskFold, TaskRequest
 from docstream.tasks.fold_embed import EmbedFold
 
@@ -34,8 +34,8 @@ class EmbedTask:
 
     @classmethod
     def load(cls, settings: Any) -> EmbedTask:
-        """The embedder ``settings.inference`` describes (``docstream.embedding.load_embedder``)."""
-        from docstream.embedding import load_embedder
+        """The embedder ``settings.inference`` describes (``docstream.models.embedding.load_embedder``)."""
+        from docstream.models.embedding import load_embedder
 
         return cls(load_embedder(settings.inference))
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol
 
 from docstream.errors import ConfigError
 from docstream.logging import get_logger
-from docstream.runtime import DeviceSetting, runtime_candidates
+from docstream.models.runtime import DeviceSetting, runtime_candidates
 from docstream.tasks.base import (
     ENTITIES,
     MAX_CHUNK_MENTIONS,

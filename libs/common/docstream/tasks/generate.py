@@ -30,11 +30,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from docstream.endpoint import EndpointClient
-from docstream.endpoint_protocol import EndpointResponseError
 from docstream.errors import BackendUnavailable, ConfigError, InputError, PartialBatchError, PoisonRecord
 from docstream.logging import get_logger
 from docstream.metrics import EndpointMetrics, Metrics
+from docstream.models.endpoint import EndpointClient
+from docstream.models.endpoint_protocol import EndpointResponseError
+from docstream.models.tokenization import ModelTokenCounter
 from docstream.settings import GenerateSettings
 from docstream.tasks.base import (
     FAILURE_OUTPUT,
@@ -61,7 +62,6 @@ from docstream.tasks.generation import (
     retry_messages,
 )
 from docstream.tasks.reduction import DOCUMENT_STEP, part_text, reduce_messages, reduce_tree
-from docstream.tokenization import ModelTokenCounter
 
 __all__ = ["DEFAULT_PROMPT", "GenerateTask"]
 
@@ -100,7 +100,7 @@ class GenerateTask:
             ConfigError: ``endpoint_unset`` (no ``tasks.generate.endpoint.url``), or no tokenizer for the counts.
             EndpointRefused: the endpoint refuses the key, URL or model at warm-up.
         """
-        from docstream.tokenization import load_token_counter
+        from docstream.models.tokenization import load_token_counter
 
         options: GenerateSettings = settings.tasks.generate
         if options.endpoint.url is None:

@@ -8,7 +8,7 @@
 * ``answer_budget``: the answer's ``max_tokens`` within the model's context;
 * ``generate_model_id``: the name results are keyed by, with a hash of everything that changes an answer.
 
-The edge that sends the requests is ``docstream.endpoint.EndpointClient.complete``.
+The edge that sends the requests is ``docstream.models.endpoint.EndpointClient.complete``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import re2
 import referencing
 import referencing.exceptions
 
-from docstream.endpoint_protocol import EndpointResponseError
 from docstream.errors import InputError, PoisonRecord
-from docstream.json_input import MAX_JSON_DEPTH, json_depth, loads_bounded
+from docstream.models.endpoint_protocol import EndpointResponseError
 from docstream.tasks.base import MAX_SCHEMA_CHARS, Prompt
+from docstream.tenants.json_input import MAX_JSON_DEPTH, json_depth, loads_bounded
 
 __all__ = [
     "EXTRACT_INSTRUCTION",

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from docstream.errors import InputError
-from docstream.json_input import loads_bounded
 from docstream.tasks.base import (
     CLASSIFY,
     EMBED,
@@ -25,6 +24,7 @@ from docstream.tasks.base import (
     requested_tasks,
 )
 from docstream.tasks.generation import check_json_schema
+from docstream.tenants.json_input import loads_bounded
 
 if TYPE_CHECKING:
     from docstream.store.base import JobRow
@@ -99,7 +99,8 @@ def command_line_prompt(prompt: str | None, schema: str | None) -> Prompt | None
 
     Raises:
         InputError: ``prompt_invalid``: the schema is not a JSON object, or an instruction or schema over its bound
-            (its size, its nesting: ``docstream.json_input.loads_bounded``). ``check_job_tasks`` checks the rest.
+            (its size, its nesting: ``docstream.tenants.json_input.loads_bounded``).
+            ``check_job_tasks`` checks the rest.
     """
     if prompt is None and schema is None:
         return None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from rich.table import Table
 
 from docstream.errors import InputError
-from docstream.fairness import BATCH, LANES
+from docstream.lanes import BATCH, LANES
 from docstream.tasks.base import check_task_name
 from docstream.topics import Topics
 

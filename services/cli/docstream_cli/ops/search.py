@@ -22,8 +22,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from docstream.embedding import Embedder, load_embedder
 from docstream.errors import DocstreamError, InputError
+from docstream.models.embedding import Embedder, load_embedder
 from docstream.settings import Settings
 from docstream.store import ResultStore, open_store
 

@@ -18,18 +18,18 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from docstream.errors import DocstreamError, InputError
-from docstream.fairness import job_lane
 from docstream.ids import MAX_SOURCE_KEY_BYTES, check_source_key
+from docstream.jobs.progress import aware, job_progress
+from docstream.jobs.standing import QueueStanding, tenant_standing
+from docstream.jobs.view import standings
+from docstream.lanes import job_lane
 from docstream.logging import get_logger
-from docstream.progress import aware, job_progress
-from docstream.standing import QueueStanding, tenant_standing
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.sources import delete_source
-from docstream.store.standings import standings
 from docstream.tasks.base import Label, Prompt, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
+from docstream.tenants.usage import Usage, seconds, total_usage
 from docstream.topics import Topics
-from docstream.usage import Usage, seconds, total_usage
 from docstream_ingest.admission import tenant_capacity
 from docstream_ingest.api.auth import Principal
 from docstream_ingest.api.context import ApiContext
@@ -170,7 +170,7 @@ def task_request(spec: TaskSpec) -> TaskRequest:
 
 def queue_out(standing: QueueStanding | None) -> QueueOut | None:
     """Where a job stands as the API shows it to the job's tenant (None: it ended): the tokens ahead coarsened
-    (``docstream.standing.tenant_standing``), so that no other tenant's job shows through them."""
+    (``docstream.jobs.standing.tenant_standing``), so that no other tenant's job shows through them."""
     shown = None if standing is None else tenant_standing(standing)
     if shown is None or shown.tokens_ahead is None:
         return None
@@ -181,8 +181,8 @@ def queue_out(standing: QueueStanding | None) -> QueueOut | None:
 
 
 def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = None) -> JobSummary:
-    """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.progress.job_progress``'s, where it
-    stands in its lane ``docstream.store.standings``'."""
+    """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.jobs.progress.job_progress``'s, where it
+    stands in its lane ``docstream.jobs.view``'."""
     progress = job_progress(job, now)
     return JobSummary(
         job_id=job.job_id,

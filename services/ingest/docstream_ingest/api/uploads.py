@@ -19,7 +19,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from docstream.errors import InputError
 from docstream.ids import check_source_key
-from docstream.json_input import MAX_JSON_DEPTH, json_depth, loads_bounded
+from docstream.tenants.json_input import MAX_JSON_DEPTH, json_depth, loads_bounded
 from docstream_ingest.api.errors import ApiError
 from docstream_ingest.api.schemas import MAX_FORM_FIELD_BYTES, JobOptionsIn
 from docstream_ingest.intake import Upload

@@ -6,7 +6,7 @@ The reducer keeps, for every job that has not ended, the tokens of its chunked d
 consumer group (``throughput``). From those:
 
 * **tokens ahead** of a job are what the model serves before it starts, under the rule of
-  ``docstream.fairness``: the tokens waiting in the jobs of its lane submitted before it, plus what the other lane
+  ``docstream.lanes``: the tokens waiting in the jobs of its lane submitted before it, plus what the other lane
   is served meanwhile. Interactive goes first and batch keeps ``batch_share`` of the tokens while both wait, so
   ahead of an interactive job with ``A`` tokens before it in its lane the batch lane is served
   ``min(B, A * s / (1 - s))`` of its ``B`` waiting, and ahead of a batch job the interactive lane is served
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from docstream.fairness import INTERACTIVE, Lane, job_lane
-from docstream.progress import aware
+from docstream.jobs.progress import aware
+from docstream.lanes import INTERACTIVE, Lane, job_lane
 from docstream.store.base import JobRow, QueuedJobRow
 
 __all__ = ["RATE_EVERY_S", "RATE_TTL_S", "TENANT_TOKENS_STEP", "QueueStanding", "TokenRate", "coarse_tokens",

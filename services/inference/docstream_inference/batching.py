@@ -12,7 +12,7 @@ by length for the same reason); every batch takes the oldest record, so none wai
 than ``pool_batches`` batches, and a lone record leaves as before. ``pool_batches=1``: a batch is
 the records in arrival order. Urgent records (an interactive job's chunks, docs/operations.md "Sharing the
 service") are cut into batches before the others, whatever their length; the others fill those batches oldest
-first, and what share of the pool they hold is the caller's rule (``docstream.fairness``).
+first, and what share of the pool they hold is the caller's rule (``docstream.lanes``).
 
 Time comes from an injected clock (seconds, monotonic), so the rules are tested with a fake
 clock; the caller uses ``time_left()`` as its poll timeout and calls ``poll()`` when it

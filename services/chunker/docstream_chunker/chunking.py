@@ -33,9 +33,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, pairwise
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 from docstream.errors import InputError
+from docstream.models.token_counter import TokenCounter
 from docstream.tables import TABLES_VERSION, PageTable, TablePart, split_table
 
 __all__ = [
@@ -66,34 +67,6 @@ _ODD_SPACE = re.compile("[\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")
 _NON_SPACE = re.compile(r"\S")
 _WORD = re.compile(r"\S+")
 _MAX_REPACKS = 8
-
-
-@runtime_checkable
-class TokenCounter(Protocol):
-    """Counts tokens the way the model's tokenizer does, without special tokens."""
-
-    @property
-    def name(self) -> str:
-        """Identity of the tokenizer (part of the chunker settings string)."""
-        ...
-
-    @property
-    def additive(self) -> bool:
-        """True when count(a + " " + b) == count(a) + count(b) for any whitespace-free a, b."""
-        ...
-
-    @property
-    def max_text_tokens(self) -> int | None:
-        """Most text tokens the model takes (its max sequence length less its special tokens)."""
-        ...
-
-    def count(self, texts: Sequence[str]) -> list[int]:
-        """Token count of each text."""
-        ...
-
-    def cut_points(self, text: str, max_tokens: int) -> list[int]:
-        """Offsets in ``text``, at token boundaries, that cut it into pieces of at most ``max_tokens``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Which chunk the model takes next when several jobs wait: priority lanes, and tenants shared fairly inside a
-lane (the inference pipeline's Q0, ``docstream_inference.stages.FairInbox``). Pure: the caller pushes what it
+lane (the inference pipeline's Q0, ``docstream_inference.stages.FairInbox``; the lanes are
+``docstream.lanes``). Pure: the caller pushes what it
 polled and takes what the rule gives; no clock, no I/O.
 
 Two lanes, ``interactive`` and ``batch``. While both hold work, interactive goes first, but batch keeps a
@@ -18,28 +19,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
 
-__all__ = ["BATCH", "INTERACTIVE", "LANES", "PRIORITY_OPTION", "FairQueue", "Lane", "Waiting", "job_lane", "lane_of"]
+from docstream.lanes import LANES, Lane
 
-Lane = Literal["interactive", "batch"]
-INTERACTIVE: Lane = "interactive"
-BATCH: Lane = "batch"
-LANES: tuple[Lane, ...] = (INTERACTIVE, BATCH)
-
-
-PRIORITY_OPTION = "priority"
-"""The key of a job's lane in its options (``JobRow.options``); absent: batch."""
-
-
-def lane_of(priority: str) -> Lane:
-    """The lane of a record's ``priority``: interactive, or batch for anything else (a record from before lanes)."""
-    return INTERACTIVE if priority == INTERACTIVE else BATCH
-
-
-def job_lane(options: Mapping[str, str]) -> Lane:
-    """A job's lane, from its options."""
-    return lane_of(options.get(PRIORITY_OPTION, BATCH))
+__all__ = ["FairQueue", "Waiting"]
 
 _T = TypeVar("_T", bound=Hashable)
 

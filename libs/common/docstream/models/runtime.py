@@ -1,6 +1,6 @@
 """The model runtime and how it is chosen: by measurement, not by CPU flags (docs/inference.md "Runtime").
 
-Pure: no torch, no clock, no files. The edge (``docstream.embedding``) reads the machine, times
+Pure: no torch, no clock, no files. The edge (``docstream.models.embedding``) reads the machine, times
 the candidates this module lists on a few real-length batches, and hands the timings and
 agreements back to ``choose_runtime``. Flags say what is *possible* (``runtime_candidates``);
 the measurement says what is *fast*.
@@ -68,7 +68,7 @@ class Runtime:
         precision: fp32; bf16 (CPU autocast); fp16 (CUDA weights).
         threads: intra-op threads on the CPU (0 on CUDA: not ours to set).
         backend: "torch" (sentence-transformers, in the process), or "openai" (an OpenAI-compatible
-            endpoint, ``docstream.endpoint``: label ``openai/remote``).
+            endpoint, ``docstream.models.endpoint``: label ``openai/remote``).
     """
 
     device: Device

@@ -1,4 +1,4 @@
-"""Where jobs stand in their lanes, read from the store: the I/O edge of ``docstream.standing`` (docs/operations.md
+"""Where jobs stand in their lanes, read from the store: the I/O edge of ``docstream.jobs.standing`` (docs/operations.md
 "Where a job stands"). ``docstream status``, the API's job views and ``/ui`` all call ``standings``."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from docstream.fairness import LANES, job_lane
+from docstream.jobs.standing import QueueStanding, queue_standing
+from docstream.lanes import LANES, job_lane
 from docstream.settings import Settings
-from docstream.standing import QueueStanding, queue_standing
 from docstream.store.base import JobRow, ResultStore
 from docstream.tasks.selection import job_task_names
 from docstream.topics import Topics

@@ -7,7 +7,7 @@
   server asked us to wait;
 * ``RateBudget``: the optional requests-per-second and tokens-per-minute budget.
 
-The edge that sends the requests is ``docstream.endpoint``.
+The edge that sends the requests is ``docstream.models.endpoint``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``EndpointClient`` owns one asyncio loop on a thread of its own and one pooled ``httpx.AsyncClient``.
 ``embed`` turns a micro-batch into requests within the endpoint's limits
-(``docstream.endpoint_protocol.plan_requests``), sends them concurrently up to ``max_in_flight``,
+(``docstream.models.endpoint_protocol.plan_requests``), sends them concurrently up to ``max_in_flight``,
 and matches every answer back to its inputs by index. Per request:
 
 * 429, 5xx, timeouts and connection errors are retried with full-jitter backoff, at least the
@@ -34,8 +34,10 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from docstream.embedding import PreparedBatch
-from docstream.endpoint_protocol import (
+from docstream.errors import BackendUnavailable, ConfigError, FatalError, PartialBatchError
+from docstream.logging import get_logger
+from docstream.models.embedder import PreparedBatch
+from docstream.models.endpoint_protocol import (
     EndpointRefused,
     EndpointRejected,
     EndpointResponseError,
@@ -49,11 +51,9 @@ from docstream.endpoint_protocol import (
     status_verdict,
     usage_tokens,
 )
-from docstream.errors import BackendUnavailable, ConfigError, FatalError, PartialBatchError
-from docstream.logging import get_logger
-from docstream.runtime import Runtime
+from docstream.models.runtime import Runtime
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.settings import EndpointSettings, InferenceSettings
-from docstream.tokenization import ModelTokenCounter, load_token_counter
 
 __all__ = [
     "EndpointClient",

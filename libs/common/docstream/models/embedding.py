@@ -1,11 +1,11 @@
-"""The Embedder role, its sentence-transformers implementation, and the runtime measurement (docs/inference.md).
+"""The sentence-transformers embedder and the runtime measurement (docs/inference.md).
 
-An ``Embedder`` turns texts into one vector each, in two steps the inference pipeline runs
-on different threads: ``prepare`` (tokenize, cheap, CPU) and ``embed`` (the model forward).
+An ``Embedder`` (``docstream.models.embedder``) turns texts into one vector each, in two steps the inference
+pipeline runs on different threads: ``prepare`` (tokenize, cheap, CPU) and ``embed`` (the model forward).
 ``encode`` is the plain one-call path, the model library's own ``encode``, used as the
 reference the service is measured and tested against.
 
-Runtime choice: ``docstream.runtime`` (pure) lists the candidates the machine allows and
+Runtime choice: ``docstream.models.runtime`` (pure) lists the candidates the machine allows and
 picks among measurements; this module is its edge. ``load_embedder`` reads /proc/cpuinfo,
 and, when there is more than one candidate and no cached choice, times each on a few
 real-length batches against fp32, logs ``runtime_chosen`` and caches the choice in
@@ -21,17 +21,16 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from docstream.errors import ConfigError
 from docstream.logging import get_logger
-from docstream.models import resolve_model_path
-from docstream.runtime import (
+from docstream.models.embedder import Embedder, PreparedBatch, Vectors
+from docstream.models.files import resolve_model_path
+from docstream.models.runtime import (
     BF16_CPU_FLAGS,
     Measurement,
     Precision,
@@ -61,8 +60,6 @@ __all__ = [
     "read_cpu_model",
 ]
 
-Vectors = npt.NDArray[np.float32]
-
 _log = get_logger(__name__)
 
 _WARMUP_TEXTS = ("docstream warm-up: a short sentence.", "A second, slightly longer sentence to embed at start.")
@@ -79,60 +76,6 @@ _PROSE = (
     "Patients in the treatment arm reported fewer side effects, although the difference was not significant",
     "The bridge was closed for repairs after engineers found cracks in two of the steel supports near the river",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedBatch:
-    """Texts tokenized for one forward pass.
-
-    Attributes:
-        texts: the texts, in the order the embeddings come back.
-        features: the model's input tensors (opaque to callers).
-    """
-
-    texts: tuple[str, ...]
-    features: Any
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into vectors, one per text, of ``dimension`` floats."""
-
-    @property
-    def model_id(self) -> str:
-        """The model name (and revision) recorded with every result."""
-
-    @property
-    def dimension(self) -> int:
-        """Length of every vector."""
-
-    @property
-    def max_tokens(self) -> int:
-        """Longest input in tokens; longer texts are truncated."""
-
-    @property
-    def runtime(self) -> Runtime:
-        """Backend, device, precision and threads the model runs with (its ``label`` goes with every result)."""
-
-    @property
-    def device(self) -> str:
-        """The device the forward pass runs on, as torch names it: ``cpu``, ``cuda:0``, ``mps`` (job accounting)."""
-
-    def prepare(self, texts: Sequence[str]) -> PreparedBatch:
-        """Tokenize ``texts`` for one forward pass."""
-
-    def embed(self, batch: PreparedBatch) -> Vectors:
-        """Run the model: a float32 array of shape (len(batch.texts), dimension).
-
-        It returns once the device is done (the vectors are on the host), so that timing the call
-        times the forward pass on a GPU too.
-        """
-
-    def encode(self, texts: Sequence[str], *, batch_size: int) -> Vectors:
-        """The model library's own one-call encode, with the same device, precision and normalization."""
-
-    def warm_up(self) -> None:
-        """Run one small batch so the first real batch pays no start-up cost."""
 
 
 def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -284,7 +227,7 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
     """The embedder ``settings`` describe, on the runtime measured fastest here (or the one forced).
 
     ``inference.runtime`` "auto" lists the candidates this machine allows
-    (``docstream.runtime.runtime_candidates``); with one, or with a cached choice for this
+    (``docstream.models.runtime.runtime_candidates``); with one, or with a cached choice for this
     machine and model, nothing is timed; else each is timed on a few real-length batches
     (``measure_runtimes``) and the choice cached. Every path logs ``runtime_chosen``.
 
@@ -293,7 +236,7 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
         cache_dir: where choices are cached (default ``inference.runtime_cache_dir``, else
             ``default_runtime_cache_dir()``).
 
-    With ``inference.endpoint.url`` set, the model is that endpoint (``docstream.endpoint``): nothing
+    With ``inference.endpoint.url`` set, the model is that endpoint (``docstream.models.endpoint``): nothing
     is loaded or timed here.
 
     Raises:
@@ -301,7 +244,7 @@ def load_embedder(settings: InferenceSettings, *, cache_dir: Path | None = None)
         EndpointRefused: the endpoint refuses the key, URL or model name at warm-up.
     """
     if settings.endpoint.url is not None:
-        from docstream.endpoint import load_endpoint_embedder
+        from docstream.models.endpoint import load_endpoint_embedder
 
         return load_endpoint_embedder(settings)
     import torch

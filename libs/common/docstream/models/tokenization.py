@@ -1,7 +1,7 @@
 """The model's tokenizer as a ``TokenCounter``: the ``tokenizers`` library, no torch.
 
 ``load_token_counter(model_path, model_id)`` reads ``tokenizer.json`` (and the model's
-``max_seq_length``) from the sentence-transformers folder that ``docstream.models`` resolves:
+``max_seq_length``) from the sentence-transformers folder that ``docstream.models.files`` resolves:
 the bundled all-MiniLM-L6-v2 unless a path is given. Truncation and padding stored in the
 file are switched off: counts are of the whole text.
 
@@ -18,9 +18,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from docstream.chunking import TokenCounter
 from docstream.errors import ConfigError
-from docstream.models import resolve_model_path
+from docstream.models.files import resolve_model_path
+from docstream.models.token_counter import TokenCounter
 
 __all__ = ["ModelTokenCounter", "TokenCounter", "load_token_counter"]
 
