@@ -33,8 +33,9 @@ WORKDIR /app
 COPY deploy/install-ocr.sh /tmp/install-ocr.sh
 RUN bash /tmp/install-ocr.sh && rm -rf /var/lib/apt/lists/* /tmp/install-ocr.sh
 
-# Dependencies first, from pyproject.toml alone, so code changes reuse this layer.
-COPY pyproject.toml README.md ./
+# Dependencies first, from pyproject.toml and requirements.lock alone, so code changes reuse this layer;
+# each at the version requirements.lock pins (`make lock`), so that the image runs what the tests ran.
+COPY pyproject.toml README.md requirements.lock ./
 RUN set -eux; \
     python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt; \
@@ -42,7 +43,7 @@ RUN set -eux; \
         torch_pin=$(grep -E '^torch==' /tmp/requirements.txt); \
         pip install --index-url "$TORCH_INDEX_URL" "$torch_pin"; \
     fi; \
-    pip install -r /tmp/requirements.txt; \
+    pip install -r /tmp/requirements.txt -c requirements.lock; \
     rm /tmp/requirements.txt
 
 # The code, installed editable in place (no dependency resolution again).

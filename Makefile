@@ -5,23 +5,53 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-deps stack-up stack-down stack-status bench chaos lint lint-fast typecheck clean
+.PHONY: help setup lock upgrade run test test-deps unit check stack-up stack-down stack-status bench chaos lint lint-fast \
+	typecheck clean
+# `make` alone installs the venv (the rule just below), as it always has; `make help` lists the targets.
+.DEFAULT_GOAL := $(STAMP)
 
-# Create or refresh the virtualenv whenever pyproject.toml changes. uv (from PyPI, pinned) installs: it
-# resolves what pip resolves, and links from its cache what an earlier install fetched (on the 2-core
-# machine 25 s for the whole venv with uv's cache empty, 13 s with it filled, where pip took 150 s).
-# --compile-bytecode writes every module's .pyc once, as pip does and uv by default does not: where
-# PYTHONDONTWRITEBYTECODE is set, Python never writes them itself, and every process compiled torch,
-# transformers and sentence-transformers from source again (12 of the 21 CPU seconds a service took to
-# load its model on the 2-core Xeon; 9 with the .pyc files there).
+# Create or refresh the virtualenv whenever pyproject.toml or requirements.lock changes. uv (from PyPI,
+# pinned) installs: it resolves what pip resolves, many times faster, and links from its cache what an
+# earlier install fetched. --compile-bytecode writes every module's .pyc once, as pip does and uv by
+# default does not: where PYTHONDONTWRITEBYTECODE is set, Python never writes them itself, and every
+# process would compile torch, transformers and sentence-transformers from source again (most of the CPU
+# time a service takes to load its model).
+# requirements.lock pins every package the project and its [dev] extra resolve to (torch and its CUDA
+# wheels from PyPI, pymupdf included), so that every clone installs the same versions; the project
+# itself is resolved against those pins: a pin pyproject.toml no longer allows fails the install rather
+# than moving silently (a dependency the lock does not name yet is installed at its newest version until
+# the lock is made again). After a change of dependencies in pyproject.toml: `make lock` (re-resolves,
+# keeping every pin that still fits); to move to the newest versions pyproject.toml allows: `make
+# upgrade`. Commit requirements.lock with pyproject.toml.
 UV_VERSION := 0.13.8
+LOCK := requirements.lock
 UV := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install -q uv==$(UV_VERSION)
+# the venv and the pinned uv, for the install and for `make lock`
+define VENV_WITH_UV
+@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+@$(BIN)/pip install -q uv==$(UV_VERSION)
+endef
+# --universal: one lock for every platform, packages of one platform only (the CUDA wheels: Linux) under
+# their markers; Python 3.11, as pyproject.toml requires (--fork-strategy fewest: one version of each
+# package, not a second one for Pythons newer than the project allows).
+LOCK_COMPILE := $(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --fork-strategy fewest --python-version 3.11 \
+	--custom-compile-command 'make lock' -o $(LOCK)
+$(STAMP): pyproject.toml $(LOCK)
+	$(VENV_WITH_UV)
 	@echo "installing docstream into $(VENV) (first time: downloads torch, a few minutes)"
-	@$(UV) -e '.[dev]'
+	@$(UV) -r $(LOCK) -e '.[dev]'
 	@touch $(STAMP)
+
+lock: ## re-resolve requirements.lock after pyproject.toml changed, keeping the pins that still fit
+	$(VENV_WITH_UV)
+	@$(LOCK_COMPILE)
+
+upgrade: ## re-resolve requirements.lock to the newest versions pyproject.toml allows
+	$(VENV_WITH_UV)
+	@$(LOCK_COMPILE) --upgrade
+
+help: ## list the targets
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 # deploy/install-ocr.sh: Debian's Tesseract language data for OCR (a no-op once installed; root installs it);
 # deploy/install-java.sh: a Java 17+ runtime and Maven for the Kafka broker that `docstream run` starts
@@ -29,22 +59,22 @@ $(STAMP): pyproject.toml
 # which Maven fetches once into ~/.cache/docstream/stack/lib/kafka (deploy/local/stack fetch), and their
 # class-data archive, recorded once by starting and stopping a broker (python -m docstream_cli.embedded_kafka).
 # Each is a no-op when done. Without Java 17+ the last two wait for it (one line says so; docstream run then
-# says java_missing). -W: runpy warns that docstream.kafka (the package, imported first) had imported the module.
-setup: $(STAMP)
+# says java_missing).
+setup: $(STAMP) ## the venv, then OCR data, Java and the Kafka jars (each a no-op once done)
 	@bash deploy/install-ocr.sh
 	@bash deploy/install-java.sh
 	@if bash deploy/install-java.sh --check; then \
 	  deploy/local/stack fetch kafka && $(BIN)/python -m docstream_cli.embedded_kafka; \
 	else echo "setup: no Java 17+ yet (deploy/install-java.sh said how): skipped the Kafka jars and class-data archive"; fi
 
-run: setup
+run: setup ## docstream run over examples/*.pdf, then a preview of the results
 	@$(BIN)/docstream run examples/*.pdf --out .docstream/results.jsonl; rc=$$?; \
 	$(BIN)/python -m docstream_cli.ops.results_preview .docstream/results.jsonl; exit $$rc
 
 # ruff and the import contracts beside the test dependencies (the installs mostly wait on downloads), then
 # tests/run.sh (the stack, the three pytest runs), which runs mypy (a minute of CPU) beside the chaos
 # scenarios, at the lowest priority, and fails when it fails.
-test: setup
+test: setup ## everything: linters, the local stack, the unit, integration, e2e and short chaos tests
 	@$(MAKE) --no-print-directory -j2 lint-fast test-deps
 	@DOCSTREAM_TEST_ALSO="$(MAKE) --no-print-directory typecheck" bash tests/run.sh $(BIN)
 
@@ -54,47 +84,60 @@ test: setup
 # server and small model the generate tests run against, in .venv-llm (docs/local-stack.md);
 # deploy/local/install-postgres.sh: Debian's PostgreSQL for the postgres sink's tests (docs/sinks.md; a
 # no-op once installed)
-test-deps: setup
+test-deps: setup ## what the tests run against: chromium, PostgreSQL, Infinity, the chat model
 	@bash tests/install-chromium.sh
 	@bash deploy/local/install-postgres.sh
 	@bash deploy/local/install-infinity.sh $(VENV)
 	@bash deploy/local/install-llm.sh $(VENV)
 
-# The single-node chaos suite and the lanes scenario at the issue's scale (tests/integration/test_lanes.py; make
+# The single-node chaos suite and the lanes scenario at full scale (tests/integration/test_lanes.py; make
 # test runs its short version), then the cluster scenarios on a 3-broker, 3-node cluster that
 # tests/run-cluster.sh starts and removes (docs/reliability.md "On a cluster").
-chaos: setup
+chaos: setup ## the full chaos suite, then the cluster scenarios (a 3-broker, 3-node cluster)
 	@bash deploy/local/install-infinity.sh $(VENV)
 	@DOCSTREAM_CHAOS_FULL=1 bash tests/run.sh $(BIN) tests/chaos tests/integration/test_lanes.py -m "not cluster"
 	@DOCSTREAM_CHAOS_FULL=1 bash tests/run-cluster.sh $(BIN)
 
-stack-up:
+stack-up: ## start the local Kafka and Cassandra (deploy/local/stack)
 	@deploy/local/stack up
 
-stack-down:
+stack-down: ## stop the local stack
 	@deploy/local/stack down
 
-stack-status:
+stack-status: ## is the local stack up
 	@deploy/local/stack status
 
-# The [bench] extra (ray[data]) for compare.py's variant (c), refreshed when pyproject.toml changes.
-$(VENV)/.bench-installed: $(STAMP) pyproject.toml
-	@$(UV) -e '.[bench]'
+# The [bench] extra (ray[data]) for compare.py's variant (c), refreshed when pyproject.toml changes; held to
+# requirements.lock, so that it never moves a package the rest of the project was locked at.
+$(VENV)/.bench-installed: $(STAMP) pyproject.toml $(LOCK)
+	@$(UV) -e '.[bench]' -c $(LOCK)
 	@touch $@
 
-bench: setup $(VENV)/.bench-installed
+bench: setup $(VENV)/.bench-installed ## the benchmarks (benchmarks/run_all.py)
 	@$(BIN)/python benchmarks/run_all.py
 
 # ruff; the import contracts of pyproject.toml (layers, pure modules); mypy strict over the library,
-# the composition root and every service.
-lint: lint-fast typecheck
+# the composition root and every service. They need the venv only, not the rest of setup (Java, OCR data).
+LINT_PATHS := libs services tests benchmarks examples tools
+lint: lint-fast typecheck ## ruff, the import contracts and mypy
 
-lint-fast: setup
-	@$(BIN)/ruff check libs services tests benchmarks examples
+lint-fast: $(STAMP) ## ruff and the import contracts
+	@$(BIN)/ruff check $(LINT_PATHS)
 	@$(BIN)/lint-imports --no-cache
 
-typecheck: setup
+typecheck: $(STAMP) ## mypy, strict, over the library, the services and examples/custom_task
 	@$(BIN)/mypy libs/common/docstream services/*/docstream_* examples/custom_task
 
-clean:
+# The unit tests alone: no stack, no server, only the venv; as tests/run.sh runs them (the project's modules
+# compiled to .pyc once, where PYTHONDONTWRITEBYTECODE is set; whole files on two workers, the longest
+# first: tests/fixtures/ordering.py). Extra pytest arguments: make unit PYTEST_ARGS='-k avro'.
+PYTEST_ARGS ?=
+unit: $(STAMP) ## the unit tests (tests/unit) on 2 workers: no stack, no servers
+	@$(BIN)/python -m compileall -q -j 0 libs services tests >/dev/null
+	@$(BIN)/python -m pytest tests/unit -q -n 2 --dist loadfile --no-loadscope-reorder --durations=10 $(PYTEST_ARGS)
+
+# Before a commit: the linters, then the unit tests (no stack).
+check: lint-fast typecheck unit ## ruff, the import contracts, mypy, then make unit
+
+clean: ## remove .docstream and .pytest_cache
 	rm -rf .docstream .pytest_cache
