@@ -19,8 +19,8 @@ set -uo pipefail
 #    with them the e2e files whose `docstream run` brings its own embedded stack and that need no
 #    timing (the generate, versions, scripts and tables runs: about 110 s of work the first run's
 #    workers no longer wait for), the extraction fidelity and OCR accuracy tests, which touch no
-#    stack (about 100 s of OCR; the clean-clone run at 0054152 took 1,202 s with them in the first
-#    run), and DOCSTREAM_TEST_ALSO, a command of `make test`'s (mypy: a minute of CPU the pre-phase
+#    stack (about 100 s of OCR, which made the first run take 1,202 s on a clean clone when they
+#    ran in it), and DOCSTREAM_TEST_ALSO, a command of `make test`'s (mypy: a minute of CPU the pre-phase
 #    no longer waits for), whose failure fails the run too.
 # With arguments: one pytest run of exactly those.
 bin=${1:?usage: tests/run.sh VENV_BIN [pytest args...]}
