@@ -277,7 +277,8 @@ def _child_process(documents: list[bytes]) -> float:
         for data in documents:
             sha = content_sha256(data)
             requests.append(ChunkRequest(objects.put(data, sha), sha, 256, 32, "bench.pdf"))
-        with ProcessExtractor(ExtractorSettings.of(settings)) as extractor:
+        with ProcessExtractor(ExtractorSettings.of(settings.chunker, settings.object_store, settings.inference,
+                                                   settings.log)) as extractor:
             extractor.extract(requests[0])
             started = time.perf_counter()
             pages = sum(extractor.extract(r).page_count for r in requests)
@@ -361,7 +362,7 @@ def service(stack: str, docs: int) -> dict[str, float]:
     from docstream.store import open_store
     from docstream.topics import Topics
     from docstream_chunker.main import build_chunker
-    from docstream_ingest.intake import IntakeClients, submit_paths
+    from docstream_ingest.intake import IntakeClients, IntakeContext, submit_paths
     from docstream_ingest.request import JobRequest
 
     with tempfile.TemporaryDirectory() as tmp, _service_stack(stack, Path(tmp)) as (settings, broker_pid):
@@ -371,12 +372,15 @@ def service(stack: str, docs: int) -> dict[str, float]:
             (folder / f"doc-{i:03d}.pdf").write_bytes(make_pdf(20, seed=100 + i, two_column_every=3).data)
         topics = Topics(settings.kafka.topic_prefix)
         ensure_topics(settings.kafka, topics)
-        store = open_store(settings)
+        store = open_store(settings.store, settings.cassandra)
         store.migrate()
         serde = AvroSerde(settings.kafka)
         producer = ReliableProducer(settings.kafka, client_id="bench-chunker")
         try:
-            submitted = submit_paths([folder], JobRequest(), IntakeClients(settings, store, producer, serde))
+            intake = IntakeContext(kafka=settings.kafka, ingest=settings.ingest, chunker=settings.chunker,
+                                   tasks=settings.tasks, fairness=settings.fairness, reducer=settings.reducer,
+                                   object_store=settings.object_store)
+            submitted = submit_paths([folder], JobRequest(), IntakeClients(intake, store, producer, serde))
         finally:
             producer.close()
         reader = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": f"r-{uuid.uuid4()}",

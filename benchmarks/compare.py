@@ -215,7 +215,7 @@ def run_stack(folder: Path, *, work: Path) -> Result:
         DOCSTREAM_KAFKA__CLIENT_OPTIONS=json.dumps({"compression.type": "gzip"}),
     )
     # topics and schema first (not timed), so services never start on a missing topic
-    prepare = "from docstream.settings import load_settings; from docstream_ingest.commands import prepare_intake; " \
+    prepare = "from docstream.settings import load_settings; from docstream_ingest.main import prepare_intake; " \
               "prepare_intake(load_settings())"
     subprocess.run([sys.executable, "-c", prepare], env=env, cwd=work, check=True, capture_output=True, timeout=300)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(100000)"], cwd=work)
@@ -277,7 +277,7 @@ def _stack_chunks(env: dict[str, str], submit_out: str) -> int | None:
         return None
     code = (
         "import sys; from docstream.settings import load_settings; from docstream.store import open_store\n"
-        "st = open_store(load_settings())\n"
+        "s = load_settings(); st = open_store(s.store, s.cassandra)\n"
         "print(sum(st.count_chunks(d.doc_id, 'all-MiniLM-L6-v2') for d in st.iter_job_documents(sys.argv[1])))\n"
         "st.close()\n"
     )

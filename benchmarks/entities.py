@@ -33,7 +33,7 @@ from machine import cpu_banner  # noqa: E402
 
 from docstream.logging import configure_logging  # noqa: E402
 from docstream.settings import InferenceSettings, Settings  # noqa: E402
-from docstream.tasks.base import ChunkOutput, TaskRequest  # noqa: E402
+from docstream.tasks.base import ChunkOutput, TaskContext, TaskRequest  # noqa: E402
 from docstream.tasks.entities import EntitiesTask, SpacyRecognizer  # noqa: E402
 
 _PEOPLE = ("Angela Merkel", "Barack Obama", "Tim Cook", "Marie Curie", "Elon Musk", "Ada Lovelace",
@@ -102,7 +102,8 @@ def main() -> None:
     import spacy
 
     print(cpu_banner(), flush=True)
-    task = EntitiesTask.load(Settings())
+    settings = Settings()
+    task = EntitiesTask.load(TaskContext(settings.inference, settings.tasks))
     recognizer = task.recognizer
     assert isinstance(recognizer, SpacyRecognizer)
     package = f"{recognizer.nlp.meta['lang']}_{recognizer.nlp.meta['name']}"

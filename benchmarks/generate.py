@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from docstream.logging import configure_logging
 from docstream.store import ResultStore
-from docstream.tasks.base import Prompt, TaskRequest
+from docstream.tasks.base import Prompt, TaskContext, TaskRequest
 from docstream.tasks.generate import GenerateTask
 from docstream.tasks.generation import chat_body, prompt_messages
 
@@ -130,7 +130,7 @@ def main() -> None:
         settings = base.with_overrides(tasks={"generate": {
             "endpoint": {"url": url, "model": model, "max_in_flight": args.in_flight},
             "max_tokens": args.max_tokens, "stop": STOP}}, inference={"warmup": False})
-        task = GenerateTask.load(settings)
+        task = GenerateTask.load(TaskContext(settings.inference, settings.tasks))
         model_id = task.model_id_for(TaskRequest("generate"))
         print(f"chat server {url} model {model}; {args.chunks} chunks of prose; summarize, max_tokens "
               f"{args.max_tokens}; {args.in_flight} in flight; broker {args.broker}, store {args.store}")

@@ -53,7 +53,7 @@ from docstream.models.embedding import PreparedBatch, Runtime, SentenceTransform
 from docstream.records import ChunkCreated
 from docstream.settings import Settings
 from docstream.store import ResultStore, SqliteStore
-from docstream.tasks.base import Task
+from docstream.tasks.base import Task, TaskContext
 from docstream.tasks.embed import EmbedTask
 from docstream.topics import Topics
 from docstream_cli.embedded_kafka import EmbeddedKafka
@@ -304,7 +304,7 @@ def _entities(args: argparse.Namespace, settings: Settings, store: ResultStore, 
 
     from docstream.tasks.entities import EntitiesTask, SpacyRecognizer
 
-    task = EntitiesTask.load(settings)
+    task = EntitiesTask.load(TaskContext(settings.inference, settings.tasks))
     recognizer = task.recognizer
     assert isinstance(recognizer, SpacyRecognizer)
     full = spacy.load(f"{recognizer.nlp.meta['lang']}_{recognizer.nlp.meta['name']}")

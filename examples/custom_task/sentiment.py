@@ -2,13 +2,13 @@
 
 Copy this file to write your own task. It has the two halves every task has:
 
-* ``SentimentTask``, the *task class*: ``name``, ``fold`` and ``load(settings)``; ``load`` returns the
+* ``SentimentTask``, the *task class*: ``name``, ``fold`` and ``load(context)``; ``load`` returns the
   runner (here the class itself), which the inference service calls per micro-batch;
 * ``SentimentFold``, the *fold* the reducer runs without the model: pure, its ``add`` commutes, its state
   is JSON and stays small whatever the document's length.
 
 The "model" is a JSON lexicon (word -> valence in -3..3) read from a local folder:
-``settings.tasks.options["sentiment"]["model_path"]``, else ``model/`` next to this file.
+``context.tasks.options["sentiment"]["model_path"]``, else ``model/`` next to this file.
 
 Run it (from the repository root, so ``examples`` is importable)::
 
@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from docstream.errors import ConfigError
-from docstream.tasks.base import ChunkOutput, DocumentOutput, FoldInput, PreparedTexts, TaskOutputError, TaskRequest
+from docstream.tasks.base import (
+    ChunkOutput,
+    DocumentOutput,
+    FoldInput,
+    PreparedTexts,
+    TaskContext,
+    TaskOutputError,
+    TaskRequest,
+)
 
 __all__ = ["DEFAULT_MODEL_PATH", "Lexicon", "SentimentFold", "SentimentTask", "score_words"]
 
@@ -152,13 +160,13 @@ class SentimentTask:
         self._lexicon = lexicon
 
     @classmethod
-    def load(cls, settings: Any) -> SentimentTask:
-        """Load the lexicon from ``settings.tasks.options["sentiment"]["model_path"]`` (else ``model/`` here).
+    def load(cls, context: TaskContext) -> SentimentTask:
+        """Load the lexicon from ``context.tasks.options["sentiment"]["model_path"]`` (else ``model/`` here).
 
         Raises:
             ConfigError: ``model_unavailable``.
         """
-        options = settings.tasks.options.get(NAME, {})
+        options = context.tasks.options.get(NAME, {})
         return cls(Lexicon.load(Path(options.get("model_path") or DEFAULT_MODEL_PATH).expanduser()))
 
     @property

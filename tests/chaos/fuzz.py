@@ -37,9 +37,10 @@ from docstream.errors import DocumentError, InputError
 from docstream.ids import content_sha256
 from docstream.objectstore import ObjectStore
 from docstream.settings import Settings
-from docstream_chunker.worker import ChunkRequest, ExtractorSettings, ProcessExtractor
+from docstream_chunker.worker import ChunkRequest, ProcessExtractor
 from docstream_ingest.archives import ARCHIVE_ERROR_CODES, ArchiveKind, ArchiveLimits, expand_archive
 from tests.chaos.harness import Sampler
+from tests.fixtures.contexts import extractor_settings
 from tests.fixtures.documents import (
     make_encrypted_pdf,
     make_epub,
@@ -316,7 +317,7 @@ def extraction_fuzz(
     datas = [s.data for s in seeds]
     figures = FuzzFigures(seed=seed)
     started = clock()
-    with capture_logs() as logs, ProcessExtractor(ExtractorSettings.of(settings)) as extractor:
+    with capture_logs() as logs, ProcessExtractor(extractor_settings(settings)) as extractor:
         campaign = _Campaign(settings, extractor, figures, logs, findings_dir)
         with Sampler(campaign.peak, interval_s=0.1):
             index = 0

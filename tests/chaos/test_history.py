@@ -70,7 +70,7 @@ from docstream.errors import StoreError
 from docstream.records import DocumentCompleted
 from docstream.settings import SinkSettings
 from docstream.store.base import ResultStore, SourceRow
-from docstream_ingest.sources import source_key_of
+from docstream_cli.ops.delete import source_key_of
 from docstream_sink.connect import open_engine
 from docstream_sink.engine import SinkEngine
 from docstream_sink.points import compare, points_of

@@ -20,8 +20,9 @@ import pytest
 from docstream.ids import content_sha256
 from docstream.objectstore import ObjectStore
 from docstream.settings import Settings
-from docstream_chunker.worker import ChunkRequest, ExtractorSettings, ProcessExtractor
+from docstream_chunker.worker import ChunkRequest, ProcessExtractor
 from tests.chaos.harness import FULL
+from tests.fixtures.contexts import extractor_settings
 from tests.fixtures.documents import make_unmapped_cyrillic_pdf
 from tests.fixtures.scripts import script_share
 
@@ -40,7 +41,7 @@ def test_a_long_document_without_a_usable_layer_completes_through_ocr_in_its_scr
     sha = content_sha256(pdf.data)
     uri = ObjectStore(settings.object_store).put(pdf.data, sha)
 
-    with ProcessExtractor(ExtractorSettings.of(settings)) as extractor:
+    with ProcessExtractor(extractor_settings(settings)) as extractor:
         started = time.monotonic()
         result = extractor.extract(ChunkRequest(uri, sha, 256, 32))
         elapsed = time.monotonic() - started

@@ -41,9 +41,10 @@ from docstream.store.base import (
 from docstream.tasks.selection import job_tasks
 from docstream.topics import Topics
 from docstream_chunker.handler import ChunkerHandler
-from docstream_chunker.worker import ExtractorSettings, InlineExtractor
+from docstream_chunker.worker import InlineExtractor
 from docstream_ingest.api import create_app
 from docstream_ingest.apikeys import generate_api_key
+from tests.fixtures.contexts import api_sections, extractor_settings
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import TopicReader, kafka_settings, read_topic, wait_until
 
@@ -133,7 +134,7 @@ def stack(
         api={"max_upload_bytes": MAX_UPLOAD, "max_files_per_job": MAX_FILES, "auth_cache_s": 0},
     )
     ensure_topics(settings.kafka, Topics(prefix), include_dlq=False)
-    app = create_app(settings, store=cassandra_store)
+    app = create_app(api_sections(settings), store=cassandra_store)
     with ServerThread(app) as server:
         yield Stack(settings, cassandra_store, server.url, Topics(prefix).submitted, shared, AvroSerde(settings.kafka))
 
@@ -460,7 +461,7 @@ def test_cancel_ends_the_job_cancelled_and_the_chunker_skips_its_documents(stack
 
     # the chunker, meeting the job's records after the cancel, skips them: no chunks, rows skipped
     handler = ChunkerHandler(stack.settings.chunker, Topics(stack.settings.kafka.topic_prefix), stack.store,
-                             InlineExtractor(ExtractorSettings.of(stack.settings)))
+                             InlineExtractor(extractor_settings(stack.settings)))
     assert [handler.handle(record) for record in records] == [[], []]
     rows = list(stack.store.iter_job_documents(job_id))
     assert {(row.status, row.error_code) for row in rows} == {("skipped", "job_cancelled")}

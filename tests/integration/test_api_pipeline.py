@@ -23,6 +23,7 @@ from docstream.store.base import ApiKeyRow, ResultStore
 from docstream.topics import Topics
 from docstream_ingest.api import create_app
 from docstream_ingest.apikeys import generate_api_key
+from tests.fixtures.contexts import api_sections
 from tests.fixtures.documents import make_not_a_document, make_pdf
 from tests.fixtures.kafka import kafka_settings, wait_until
 from tests.fixtures.services import Pipeline, service_env
@@ -62,7 +63,7 @@ def test_submit_poll_to_completion_and_fetch_results_and_a_cancelled_job_is_skip
     cassandra_store.upsert_api_key(ApiKeyRow(new.key_id, tenant, new.key_hash, datetime.now(UTC)))
     pdfs = [make_pdf(2, seed=seed).data for seed in (41, 42)]
 
-    with ServerThread(create_app(settings, store=cassandra_store)) as server, \
+    with ServerThread(create_app(api_sections(settings), store=cassandra_store)) as server, \
             httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {new.key}"}, timeout=60) as client:
         # cancelled before any service runs: the chunker must skip all of it
         cancelled = client.post("/v1/jobs", files=[("files", ("c.pdf", make_pdf(1, seed=43).data, "x/y"))])

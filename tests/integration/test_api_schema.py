@@ -35,6 +35,7 @@ from docstream.store.base import ApiKeyRow, JobRow, ResultStore
 from docstream.topics import Topics
 from docstream_ingest.api import create_app
 from docstream_ingest.apikeys import generate_api_key
+from tests.fixtures.contexts import api_sections
 from tests.fixtures.kafka import kafka_settings
 
 pytestmark = pytest.mark.integration
@@ -70,7 +71,7 @@ def api_app(
     now = datetime.now(UTC)
     for job_id in ("job-1", "a", "0"):  # ids the generator likes to try: some exist, most do not
         cassandra_store.upsert_job(JobRow(f"{job_id}", tenant, now, "running", 1, updated_at=now))
-    app = create_app(app_settings, store=cassandra_store)
+    app = create_app(api_sections(app_settings), store=cassandra_store)
     yield app, new.key
     app.state.context.close()
 

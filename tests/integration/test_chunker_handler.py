@@ -24,7 +24,8 @@ from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_chunker.extraction import OcrPageStarted
 from docstream_chunker.handler import ChunkerHandler, chunk_request, max_poll_interval_ms
-from docstream_chunker.worker import ChunkRequest, ExtractorSettings, InlineExtractor, ProcessExtractor
+from docstream_chunker.worker import ChunkRequest, InlineExtractor, ProcessExtractor
+from tests.fixtures.contexts import extractor_settings
 from tests.fixtures.documents import (
     failure_documents,
     make_corrupt_pdf,
@@ -81,7 +82,7 @@ def outputs_of(handler: ChunkerHandler, submitted: DocumentSubmitted) -> list[ob
 
 def _handler(env: Env) -> ChunkerHandler:
     return ChunkerHandler(env.settings.chunker, Topics(env.settings.kafka.topic_prefix), env.store,
-                          InlineExtractor(ExtractorSettings.of(env.settings)))
+                          InlineExtractor(extractor_settings(env.settings)))
 
 
 def test_a_good_document_gives_its_chunks_and_rows(env: Env) -> None:
@@ -292,8 +293,8 @@ def make_fifo(env: Env) -> str:
 def test_process_extractor_chunks_like_the_inline_one(env: Env) -> None:
     submitted = env.submit(make_pdf(5, seed=6).data)
     request = chunk_request(submitted, env.settings.chunker)
-    with ProcessExtractor(ExtractorSettings.of(env.settings)) as extractor:
-        assert extractor.extract(request) == InlineExtractor(ExtractorSettings.of(env.settings)).extract(request)
+    with ProcessExtractor(extractor_settings(env.settings)) as extractor:
+        assert extractor.extract(request) == InlineExtractor(extractor_settings(env.settings)).extract(request)
 
 
 def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: Env) -> None:
@@ -303,7 +304,7 @@ def test_a_hang_is_killed_at_the_time_limit_and_the_next_document_goes_on(env: E
     # 2-page PDF (a clean-clone run): the limit is what this test checks, not the priority
     settings = env.settings.with_overrides(chunker={"timeout_s": 3.0, "extraction_nice": 0})
     good = chunk_request(env.submit(make_pdf(2).data), settings.chunker)
-    with ProcessExtractor(ExtractorSettings.of(settings)) as extractor:
+    with ProcessExtractor(extractor_settings(settings)) as extractor:
         first_pid = extractor.pid
         with pytest.raises(DocumentError) as err:
             extractor.extract(ChunkRequest(make_fifo(env), "", 256, 32))  # open() of a FIFO never returns
@@ -321,7 +322,7 @@ def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: E
     settings = env.settings.with_overrides(chunker={"timeout_s": base, "ocr": {"page_timeout_s": 60.0}})
     scan = chunk_request(env.submit(make_scanned_copy(8, seed=41).data), settings.chunker)
     told: list[OcrPageStarted] = []
-    with ProcessExtractor(ExtractorSettings.of(settings)) as extractor:
+    with ProcessExtractor(extractor_settings(settings)) as extractor:
         started = time.monotonic()
         result = extractor.extract(scan, on_ocr_page=told.append)
         elapsed = time.monotonic() - started
@@ -331,7 +332,7 @@ def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: E
     assert told == [OcrPageStarted(n, n, 8) for n in range(1, 9)]
     assert elapsed > base + 2.0, "the OCR ran past the base limit and its kill grace"
     unbudgeted = settings.with_overrides(chunker={"timeout_s": base, "ocr": {"page_timeout_s": 0.01}})
-    with ProcessExtractor(ExtractorSettings.of(unbudgeted)) as extractor, pytest.raises(DocumentError) as err:
+    with ProcessExtractor(extractor_settings(unbudgeted)) as extractor, pytest.raises(DocumentError) as err:
         extractor.extract(scan)
     assert err.value.code == "timeout" and "pages OCRed" in err.value.message
 
@@ -345,7 +346,7 @@ def _is_zombie(pid: int | None) -> bool:
 
 def test_a_child_killed_between_documents_is_replaced(env: Env) -> None:
     request = chunk_request(env.submit(make_pdf(2).data), env.settings.chunker)
-    with ProcessExtractor(ExtractorSettings.of(env.settings)) as extractor:
+    with ProcessExtractor(extractor_settings(env.settings)) as extractor:
         pid = extractor.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -361,5 +362,5 @@ def test_a_missing_tokenizer_stops_the_extractor_at_start(env: Env, tmp_path: Pa
     (tmp_path / "model" / "modules.json").write_text("[]")
     settings = env.settings.with_overrides(inference={"model_path": str(tmp_path / "model")})
     with pytest.raises(ConfigError) as err:
-        ProcessExtractor(ExtractorSettings.of(settings))
+        ProcessExtractor(extractor_settings(settings))
     assert err.value.code == "config_invalid"

@@ -38,7 +38,8 @@ from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics, dlq_topic
 from docstream_chunker.handler import ChunkerHandler, chunk_request
 from docstream_chunker.main import build_chunker
-from docstream_chunker.worker import ExtractorSettings, InlineExtractor, ProcessExtractor
+from docstream_chunker.worker import InlineExtractor, ProcessExtractor
+from tests.fixtures.contexts import extractor_settings
 from tests.fixtures.documents import (
     GeneratedPdf,
     failure_documents,
@@ -138,7 +139,7 @@ class Running:
     """The chunker's ConsumeLoop in a thread, with the child-process extractor."""
 
     def __init__(self, service: Service, group: str) -> None:
-        self.extractor = ProcessExtractor(ExtractorSettings.of(service.settings))
+        self.extractor = ProcessExtractor(extractor_settings(service.settings))
         self.error: BaseException | None = None
         self.loop = ConsumeLoop(
             service.settings.kafka, service.settings.retry,
@@ -241,7 +242,7 @@ def test_a_job_of_22_pdfs_chunks_as_expected_and_replays_to_the_same_ids(
         first.stop()
     wait_committed(service, service.group)
 
-    expected_extractor = InlineExtractor(ExtractorSettings.of(service.settings))
+    expected_extractor = InlineExtractor(extractor_settings(service.settings))
     counter = load_token_counter(None, MODEL_ID)
     for submitted, pdf in zip(submissions, job_pdfs, strict=True):
         got = sorted(outputs.chunks[submitted.doc_id], key=lambda c: c.chunk_index)

@@ -22,12 +22,13 @@ import pytest
 from docstream.errors import PartialBatchError
 from docstream.models.endpoint import EndpointUnavailable
 from docstream.settings import Settings
-from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskRequest, failure_output
+from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskContext, TaskRequest, failure_output
 from docstream.tasks.fold_generate import GenerateFold
 from docstream.tasks.generate import GenerateTask
 from docstream.tasks.generation import chat_body, prompt_messages
 from docstream.tasks.registry import load_task
 from docstream_inference.isolation import Isolated, embed_isolating
+from tests.fixtures.contexts import task_context
 from tests.fixtures.fault_proxy import FaultProxy
 from tests.fixtures.llm import LlmServer
 
@@ -57,10 +58,10 @@ BUILT_TO_FAIL = "BUILT-TO-FAIL-4c1e"
 SUMMARIZE = TaskRequest("generate", prompt=Prompt("summarize"))
 
 
-def _settings(url: str, **generate: Any) -> Settings:
+def _settings(url: str, **generate: Any) -> TaskContext:
     options = {"endpoint": {"url": url, "model": "smollm2", "max_attempts": 8, "base_delay_ms": 50},
                "max_tokens": 96, "stop": STOP, **generate}
-    return Settings().with_overrides(tasks={"generate": options})
+    return task_context(Settings().with_overrides(tasks={"generate": options}))
 
 
 @pytest.fixture(scope="module")

@@ -31,9 +31,10 @@ from docstream.store.sources import advance_source
 from docstream.tenants.tenancy import tenant_intake_topic
 from docstream.topics import Topics, dlq_topic
 from docstream_chunker.handler import ChunkerHandler
-from docstream_chunker.worker import ExtractorSettings, InlineExtractor
+from docstream_chunker.worker import InlineExtractor
 from docstream_cli.ops.dlq import iter_dlq
 from docstream_cli.ops.dlq_plan import DlqRecord
+from tests.fixtures.contexts import extractor_settings
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import kafka_settings, read_topic, wait_until
 from tests.fixtures.loop import running_loop
@@ -110,7 +111,7 @@ def handler_of(tmp_path: Path) -> Iterator[Callable[[ResultStore, Metrics], Chun
 
     def make(store: ResultStore, metrics: Metrics) -> ChunkerHandler:
         settings = _settings(tmp_path, "unit")
-        extractors.append(InlineExtractor(ExtractorSettings.of(settings)))
+        extractors.append(InlineExtractor(extractor_settings(settings)))
         return ChunkerHandler(settings.chunker, Topics("unit"), store, extractors[-1], metrics=metrics)
 
     yield make
@@ -237,7 +238,7 @@ def test_cross_tenant_intake_records_go_to_the_dlq_with_their_codes_on_the_real_
         producer.close(5)
 
     metrics = Metrics()
-    extractor = InlineExtractor(ExtractorSettings.of(settings))
+    extractor = InlineExtractor(extractor_settings(settings))
     loop = _chunker_loop(settings, cassandra_store, extractor, [topics.submitted, theirs_topic], metrics)
     with running_loop(loop) as errors:
         def letters(topic: str, count: int) -> dict[str, DlqRecord] | None:

@@ -28,7 +28,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +41,7 @@ from docstream.jobs.view import standings
 from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
-from docstream.store.base import QueuedJobRow
+from docstream.store.base import JobRow, QueuedJobRow
 from docstream.tenants.admission import day_of
 from docstream.topics import Topics
 from tests.fixtures.documents import make_pdf
@@ -98,9 +98,12 @@ def _any_embedded(store: ResultStore, job: Job) -> bool:
     return row is not None and (row.completed + row.partial + row.failed) > 0
 
 
-def _settings(pipeline: Pipeline) -> Settings:
-    """The pipeline's settings as ``docstream status`` reads them: its topic prefix, the default fairness."""
-    return Settings().with_overrides(kafka={"topic_prefix": pipeline.prefix})
+def _standings(store: ResultStore, jobs: Sequence[JobRow], pipeline: Pipeline) -> dict[str, QueueStanding]:
+    """Where ``jobs`` stand now, with the pipeline's settings as ``docstream status`` reads them: its topic prefix,
+    the default fairness."""
+    settings = Settings().with_overrides(kafka={"topic_prefix": pipeline.prefix})
+    return standings(store, jobs, datetime.now(UTC), kafka=settings.kafka, inference=settings.inference,
+                     fairness=settings.fairness)
 
 
 def _standing_behind(store: ResultStore, pipeline: Pipeline, waiting: Job, ahead: Job, *others: Job
@@ -110,7 +113,7 @@ def _standing_behind(store: ResultStore, pipeline: Pipeline, waiting: Job, ahead
     topics = Topics(pipeline.prefix)
     row = next((r for r in store.list_queue(topics.lane(ahead.priority)) if r.job_id == ahead.job_id), None)
     jobs = [store.get_job(job.job_id) for job in (waiting, *others)]
-    found = standings(store, [job for job in jobs if job is not None], _settings(pipeline), datetime.now(UTC))
+    found = _standings(store, [job for job in jobs if job is not None], pipeline)
     if row is None or not row.waiting_tokens or waiting.job_id not in found or found[waiting.job_id].started:
         return None
     return found, row
@@ -122,7 +125,7 @@ def _estimated(store: ResultStore, pipeline: Pipeline, job: Job
     once it ended (a fast model may end it before inference writes its first rate); else None."""
     row = store.get_job(job.job_id)
     assert row is not None
-    standing = standings(store, [row], _settings(pipeline), datetime.now(UTC)).get(job.job_id)
+    standing = _standings(store, [row], pipeline).get(job.job_id)
     if standing is None and row.status != "running":
         return datetime.now(UTC), None
     if standing is None or not (standing.started or standing.estimated_start is not None):
@@ -308,7 +311,7 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
     # a fast model may start the batch job while the command runs; one that has not started since waited
     # throughout, and then the command showed it waiting
     row = cassandra_store.get_job(before.job_id)
-    still = standings(cassandra_store, [row] if row is not None else [], _settings(pipeline), datetime.now(UTC))
+    still = _standings(cassandra_store, [row] if row is not None else [], pipeline)
     if before.job_id in still and not still[before.job_id].started:
         assert "tokens ahead" in status.stdout, status.stdout
     # the estimated start, once inference has written a rate (every 10 s), if the job still waits then

@@ -38,6 +38,7 @@ from docstream_ingest.admission import admit
 from docstream_ingest.apikeys import generate_api_key
 from docstream_ingest.intake import IntakeClients, Upload, submit_uploads
 from docstream_ingest.request import JobRequest
+from tests.fixtures.contexts import intake_context
 from tests.fixtures.kafka import kafka_settings, read_topic
 from tests.fixtures.services import free_port, http_status, running_pipeline
 
@@ -149,7 +150,7 @@ def test_a_submission_whose_records_are_not_delivered_frees_its_slots(
     # the broker refuses every record of this topic: a real delivery failure
     create_topics(kafka_bootstrap, Topics(prefix).submitted, config={"max.message.bytes": "100"})
     producer = ReliableProducer(settings.kafka, overrides={"message.timeout.ms": 20_000})
-    clients = IntakeClients(settings, store, producer, AvroSerde(settings.kafka), flush_timeout_s=30.0,
+    clients = IntakeClients(intake_context(settings), store, producer, AvroSerde(settings.kafka), flush_timeout_s=30.0,
                             clock=lambda: T0)
     uploads = [Upload(f"d{i}.txt", io.BytesIO(f"document {i} of a refused submission".encode())) for i in range(3)]
     try:

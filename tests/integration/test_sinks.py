@@ -33,11 +33,11 @@ from docstream.store import ResultStore
 from docstream.store.sources import delete_source
 from docstream.tenants.tenancy import tenant_intake_topic
 from docstream.topics import Topics
+from docstream_cli.ops.sink_verify import verify_sink
 from docstream_sink.connect import open_engine
 from docstream_sink.engine import SinkEngine
 from docstream_sink.main import build_sink, sink_writer
 from docstream_sink.points import SinkPoint, point_ids, source_of
-from docstream_sink.verify import verify_sink
 from tests.fixtures.kafka import wait_until
 from tests.fixtures.services import DOCSTREAM, ServiceProcess, service_env
 from tests.fixtures.sinks import SeededJob, seed_job, unit_vector

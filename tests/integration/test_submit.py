@@ -32,11 +32,12 @@ from docstream.store.sqlite import SqliteStore
 from docstream.tasks.base import Label, TaskRequest
 from docstream.tasks.selection import job_tasks
 from docstream.topics import Topics
-from docstream_ingest.commands import wait_for_job
+from docstream_cli.ops.submit import wait_for_job
+from docstream_cli.ops.submit_outcome import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_SOURCE_UNREADABLE, EXIT_TIMEOUT
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_paths
 from docstream_ingest.main import main as ingest_main
-from docstream_ingest.outcome import EXIT_DOCUMENTS_FAILED, EXIT_OK, EXIT_SOURCE_UNREADABLE, EXIT_TIMEOUT
 from docstream_ingest.request import JobRequest
+from tests.fixtures.contexts import intake_context
 from tests.fixtures.documents import make_pdf, make_text_document
 from tests.fixtures.kafka import kafka_settings, read_topic
 
@@ -53,7 +54,7 @@ class Intake:
     topic: str
 
     def submit(self, *paths: Path, **options: object) -> SubmitResult:
-        clients = IntakeClients(self.settings, self.store, self.producer, self.serde, self.objects)
+        clients = IntakeClients(intake_context(self.settings), self.store, self.producer, self.serde, self.objects)
         return submit_paths(list(paths), JobRequest(**options), clients)  # type: ignore[arg-type]
 
     def read(self) -> list[tuple[str, DocumentSubmitted]]:

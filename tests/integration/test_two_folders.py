@@ -20,7 +20,7 @@ import pytest
 
 from docstream.settings import CassandraSettings, user_dir
 from docstream.store import ResultStore
-from docstream_ingest.outcome import EXIT_OK, EXIT_SOURCE_UNREADABLE
+from docstream_cli.ops.submit_outcome import EXIT_OK, EXIT_SOURCE_UNREADABLE
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.services import Pipeline, service_env
 

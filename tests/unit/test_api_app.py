@@ -37,6 +37,7 @@ from docstream.tenants.usage import Usage
 from docstream_ingest.api import create_app
 from docstream_ingest.api.dashboard import load_assets
 from docstream_ingest.apikeys import generate_api_key
+from tests.fixtures.contexts import api_sections
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 NOW = AT + timedelta(seconds=90)
@@ -68,7 +69,7 @@ def api(tmp_path: Path) -> Iterator[Api]:
         new = generate_api_key()
         store.upsert_api_key(ApiKeyRow(new.key_id, tenant, new.key_hash, AT))
         keys[tenant] = new.key
-    app = create_app(settings, store=store, clock=lambda: NOW)
+    app = create_app(api_sections(settings), store=store, clock=lambda: NOW)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield Api(client, store, keys)
     store.close()
@@ -573,7 +574,8 @@ def test_a_submission_past_the_tenants_quota_is_429_with_retry_after_and_capacit
     store.admit_documents("acme", "job-0", ["d1", "d2"], NOW)
     store.set_document_tokens("acme", "d1", 700)
     store.end_document("acme", "d0", NOW.strftime("%Y-%m-%d"), 300)
-    with TestClient(create_app(settings, store=store, clock=lambda: NOW), raise_server_exceptions=False) as client:
+    app = create_app(api_sections(settings), store=store, clock=lambda: NOW)
+    with TestClient(app, raise_server_exceptions=False) as client:
         response = client.post("/v1/jobs", headers={"Authorization": keys["acme"]},
                                files=_files(("a.pdf", b"%PDF-1.4 a")))
         assert response.status_code == 429, response.text

@@ -11,8 +11,9 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from docstream.settings import Settings
-from docstream_ingest.api import create_app, openapi_spec
-from docstream_ingest.api.commands import dump_openapi
+from docstream_ingest.api import ApiSections, create_app, openapi_spec
+from docstream_ingest.main import dump_openapi
+from tests.fixtures.contexts import api_sections
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "docs" / "openapi.json"
@@ -26,20 +27,24 @@ def _settings(tmp_path: Path, **api: object) -> Settings:
     )
 
 
+def _sections(tmp_path: Path, **api: object) -> ApiSections:
+    return api_sections(_settings(tmp_path, **api))
+
+
 def test_the_committed_spec_is_the_served_spec(tmp_path: Path) -> None:
-    served = openapi_spec(create_app(_settings(tmp_path)))
+    served = openapi_spec(create_app(_sections(tmp_path)))
     committed = json.loads(COMMITTED.read_text(encoding="utf-8"))
     assert committed == served, "docs/openapi.json is stale: run `docstream api --dump-openapi docs/openapi.json`"
 
 
 def test_the_spec_does_not_depend_on_settings(tmp_path: Path) -> None:
-    one = openapi_spec(create_app(_settings(tmp_path)))
-    other = openapi_spec(create_app(_settings(tmp_path, max_upload_bytes=4096, max_files_per_job=3, port=9999)))
+    one = openapi_spec(create_app(_sections(tmp_path)))
+    other = openapi_spec(create_app(_sections(tmp_path, max_upload_bytes=4096, max_files_per_job=3, port=9999)))
     assert one == other
 
 
 def test_the_app_serves_its_spec(tmp_path: Path) -> None:
-    app = create_app(_settings(tmp_path))
+    app = create_app(_sections(tmp_path))
     with TestClient(app) as client:
         response = client.get("/openapi.json")
     assert response.status_code == 200
@@ -47,7 +52,7 @@ def test_the_app_serves_its_spec(tmp_path: Path) -> None:
 
 
 def test_every_operation_documents_its_refusals_as_error_bodies(tmp_path: Path) -> None:
-    spec = openapi_spec(create_app(_settings(tmp_path)))
+    spec = openapi_spec(create_app(_sections(tmp_path)))
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             for status, response in operation["responses"].items():

@@ -19,8 +19,8 @@ from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.provenance import ChunkSource, DocumentSources
 from docstream_chunker.worker import ChunkRequest
+from docstream_cli.ops.status import _status_table, in_ocr, ocr_rows
 from docstream_cli.runner import ocr_pages_started
-from docstream_reducer.commands import _status_table, in_ocr, ocr_rows
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 PAGES = 6

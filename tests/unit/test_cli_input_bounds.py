@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from docstream.settings import Settings
 from docstream_cli.app import app
+from docstream_cli.ops.submit import PromptFlags
 from docstream_cli.runner import run_command
-from docstream_ingest.commands import PromptFlags
 
 # 1,200 levels in 14 KB: past json.loads' recursion limit, within the --schema file's size
 DEEP = '{"properties": {"a": ' * 600 + "{}" + "}}" * 600

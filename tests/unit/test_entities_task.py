@@ -12,8 +12,8 @@ import pytest
 
 from docstream.errors import ConfigError
 from docstream.models.files import resolve_model_path
-from docstream.settings import EntitiesSettings, InferenceSettings, Settings, TasksSettings
-from docstream.tasks.base import MAX_CHUNK_MENTIONS, ChunkOutput, Span, Task, TaskRequest
+from docstream.settings import EntitiesSettings, InferenceSettings, TasksSettings
+from docstream.tasks.base import MAX_CHUNK_MENTIONS, ChunkOutput, Span, Task, TaskContext, TaskRequest
 from docstream.tasks.entities import EntitiesTask, HfTokenRecognizer, SpacyRecognizer, iob_spans
 from docstream.tasks.fold_entities import EntitiesFold
 from docstream.tasks.registry import task_class
@@ -28,9 +28,9 @@ SENTENCES = [
 REQUEST = TaskRequest("entities")
 
 
-def _settings(**entities: Any) -> Settings:
-    return Settings(tasks=TasksSettings(entities=EntitiesSettings(**entities)),
-                    inference=InferenceSettings(device="cpu", warmup=False))
+def _settings(**entities: Any) -> TaskContext:
+    return TaskContext(inference=InferenceSettings(device="cpu", warmup=False),
+                       tasks=TasksSettings(entities=EntitiesSettings(**entities)))
 
 
 @pytest.fixture(scope="module")

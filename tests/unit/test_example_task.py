@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from docstream.errors import ConfigError
-from docstream.settings import Settings, TasksSettings
-from docstream.tasks.base import FoldInput, Task, TaskOutputError, TaskRequest
+from docstream.settings import InferenceSettings, TasksSettings
+from docstream.tasks.base import FoldInput, Task, TaskContext, TaskOutputError, TaskRequest
 from docstream.tasks.registry import load_task, resolve_task, task_fold
 from examples.custom_task.sentiment import DEFAULT_MODEL_PATH, SentimentTask
 
 REFERENCE = "examples.custom_task.sentiment:SentimentTask"
+DEFAULTS = TaskContext(InferenceSettings(), TasksSettings())
 TEXTS = [
     "The support team was helpful and the new release is excellent, fast and reliable. We recommend it.",
     "The update crashed twice, the export failed and the documentation is confusing. A terrible week.",
@@ -34,7 +35,7 @@ def _fold_outputs(outputs: list[object], order: list[int]) -> object:
 def test_the_example_loads_through_the_registry_by_module_and_class() -> None:
     assert resolve_task(REFERENCE) == "sentiment"
 
-    task = load_task(REFERENCE, Settings())
+    task = load_task(REFERENCE, DEFAULTS)
 
     assert isinstance(task, SentimentTask) and isinstance(task, Task)
     assert task.model_id == "docstream-example-sentiment-lexicon@1"
@@ -42,7 +43,7 @@ def test_the_example_loads_through_the_registry_by_module_and_class() -> None:
 
 
 def test_it_scores_chunks_and_folds_them_in_any_order() -> None:
-    task = load_task(REFERENCE, Settings())
+    task = load_task(REFERENCE, DEFAULTS)
     outputs = [o.output for o in task.run(task.prepare(TEXTS, [TaskRequest("sentiment")] * len(TEXTS)))]
 
     scores = [o["score"] for o in outputs]
@@ -71,15 +72,16 @@ def test_the_document_score_is_the_token_weighted_mean() -> None:
 def test_the_lexicon_comes_from_the_configured_folder(tmp_path: Path) -> None:
     lexicon = json.loads((DEFAULT_MODEL_PATH / "lexicon.json").read_text())
     (tmp_path / "lexicon.json").write_text(json.dumps({**lexicon, "version": "2", "valences": {"tuesday": 3}}))
-    settings = Settings(tasks=TasksSettings(options={"sentiment": {"model_path": str(tmp_path)}}))
+    context = TaskContext(InferenceSettings(), TasksSettings(options={"sentiment": {"model_path": str(tmp_path)}}))
 
-    task = SentimentTask.load(settings)
+    task = SentimentTask.load(context)
     (out,) = task.run(task.prepare([TEXTS[2]], [TaskRequest("sentiment")]))
 
     assert task.model_id.endswith("@2")
     assert out.output["score"] > 0
     with pytest.raises(ConfigError) as caught:
-        SentimentTask.load(Settings(tasks=TasksSettings(options={"sentiment": {"model_path": str(tmp_path / "x")}})))
+        SentimentTask.load(TaskContext(InferenceSettings(),
+                                       TasksSettings(options={"sentiment": {"model_path": str(tmp_path / "x")}})))
     assert caught.value.code == "model_unavailable"
 
 

@@ -92,8 +92,10 @@ def test_a_stored_row_gives_back_the_output_it_was_made_from() -> None:
 
 def test_stored_results_are_reused_when_asked_and_always_for_generate() -> None:
     from docstream.settings import InferenceSettings
+    from docstream.tasks.embed import EmbedTask
+    from docstream.tasks.generate import GenerateTask
     from docstream_inference.pipeline import reuse_stored
 
-    assert not reuse_stored(InferenceSettings(), "embed")
-    assert reuse_stored(InferenceSettings(reuse_stored=True), "embed")
-    assert reuse_stored(InferenceSettings(), "generate")  # an answer costs a model call: never asked twice
+    assert not reuse_stored(InferenceSettings(), EmbedTask)
+    assert reuse_stored(InferenceSettings(reuse_stored=True), EmbedTask)
+    assert reuse_stored(InferenceSettings(), GenerateTask)  # an answer costs a model call: never asked twice

@@ -23,7 +23,7 @@ from docstream.tasks.fold_embed import EmbedFold
 from docstream.tasks.selection import job_tasks
 from docstream.tenants.admission import TenantLoad
 from docstream.topics import Topics
-from docstream_ingest.commands import cli_tasks
+from docstream_cli.ops.submit import cli_tasks
 from docstream_ingest.intake import (
     Gradually,
     IntakeClients,
@@ -34,6 +34,7 @@ from docstream_ingest.intake import (
     submit_uris,
 )
 from docstream_ingest.request import JobRequest, validate_job_request
+from tests.fixtures.contexts import intake_context
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 DEFAULT_MAX_TOKENS = 256
@@ -159,6 +160,7 @@ class FakeSerde:
 
 @dataclasses.dataclass
 class Intake:
+    settings: Settings
     clients: IntakeClients
     producer: FakeProducer
     serde: FakeSerde
@@ -178,16 +180,22 @@ def intake(tmp_path: Path) -> Iterator[Intake]:
     store.migrate()
     objects = ObjectStore(settings.object_store)
     producer, serde = FakeProducer(), FakeSerde()
-    clients = IntakeClients(settings, store, producer, serde, objects, flush_timeout_s=7.0, clock=lambda: AT)
+    clients = IntakeClients(intake_context(settings), store, producer, serde, objects, flush_timeout_s=7.0,
+                            clock=lambda: AT)
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     try:
-        yield Intake(clients, producer, serde, store, objects, inbox)
+        yield Intake(settings, clients, producer, serde, store, objects, inbox)
     finally:
         store.close()
 
 
 Submit = Callable[[Intake, dict[str, bytes], JobRequest], SubmitResult]
+
+
+def _overridden(intake: Intake, **sections: dict[str, Any]) -> IntakeClients:
+    """``intake``'s clients under its settings with some fields of some sections replaced."""
+    return dataclasses.replace(intake.clients, context=intake_context(intake.settings.with_overrides(**sections)))
 
 
 def _by_paths(intake: Intake, files: dict[str, bytes], request: JobRequest) -> SubmitResult:
@@ -351,9 +359,7 @@ def test_a_default_job_writes_records_and_rows_as_before_tasks(intake: Intake, s
 
 
 def test_classify_without_labels_records_the_service_labels(intake: Intake) -> None:
-    clients = dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
-        tasks={"classify": {"labels": ["sport", "biology=Text about plants"]}}))
-    intake.clients = clients
+    intake.clients = _overridden(intake, tasks={"classify": {"labels": ["sport", "biology=Text about plants"]}})
     _by_paths(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("classify"),)))
 
     records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
@@ -371,8 +377,7 @@ def test_a_task_no_registry_knows_is_refused_with_the_known_names(intake: Intake
 
 
 def test_a_user_task_of_tasks_custom_is_known(intake: Intake) -> None:
-    intake.clients = dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
-        tasks={"custom": {"echo-intake": ECHO_REFERENCE}}))
+    intake.clients = _overridden(intake, tasks={"custom": {"echo-intake": ECHO_REFERENCE}})
     _by_paths(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=(TaskRequest("echo-intake"),)))
 
     records = [r for r in intake.serde.records if isinstance(r, DocumentSubmitted)]
@@ -380,7 +385,7 @@ def test_a_user_task_of_tasks_custom_is_known(intake: Intake) -> None:
 
 
 def test_a_module_class_task_stands_for_its_name(intake: Intake) -> None:
-    tasks = cli_tasks(["embed", ECHO_REFERENCE], None, intake.clients.settings)
+    tasks = cli_tasks(["embed", ECHO_REFERENCE], None, intake.settings)
     assert tasks == (TaskRequest("embed"), TaskRequest("echo-intake"))
     _by_paths(intake, {"a.txt": b"document"}, JobRequest(job_id="job-1", tasks=tasks))  # resolved: known
     assert len(intake.producer.produced) == 1
@@ -389,12 +394,12 @@ def test_a_module_class_task_stands_for_its_name(intake: Intake) -> None:
 @pytest.mark.parametrize("spec", ["nowhere.at.all:Task", f"{__name__}:AT", f"{__name__}:Missing", "a:"])
 def test_a_module_class_that_is_no_task_is_refused(intake: Intake, spec: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        cli_tasks([spec], None, intake.clients.settings)
+        cli_tasks([spec], None, intake.settings)
     assert caught.value.code == "task_unavailable"
 
 
 def test_command_line_labels_go_to_classify(intake: Intake) -> None:
-    settings = intake.clients.settings
+    settings = intake.settings
     assert cli_tasks(["classify", "embed"], "sport,biology=Text about plants", settings) == (
         TaskRequest("classify", SPORT), TaskRequest("embed"))
     assert cli_tasks([], None, settings) == (TaskRequest("embed"),)
@@ -442,8 +447,7 @@ def test_an_interactive_job_marks_its_records_and_its_row(intake: Intake, submit
 
 
 def test_a_tenants_cap_and_a_jobs_priority_hold_at_intake(intake: Intake) -> None:
-    capped = dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
-        fairness={"tenants": {"bulk": {"max_priority": "batch"}}}))
+    capped = _overridden(intake, fairness={"tenants": {"bulk": {"max_priority": "batch"}}})
     with pytest.raises(InputError) as caught:
         submit_paths([], JobRequest(job_id="job-2", tenant="bulk", priority="interactive"), capped)
     assert caught.value.code == "priority_not_allowed"
@@ -458,8 +462,7 @@ def test_a_tenants_cap_and_a_jobs_priority_hold_at_intake(intake: Intake) -> Non
 
 
 def _limited(intake: Intake, **limits: int) -> IntakeClients:
-    return dataclasses.replace(intake.clients, settings=intake.clients.settings.with_overrides(
-        fairness={"tenants": {"acme": limits}}))
+    return _overridden(intake, fairness={"tenants": {"acme": limits}})
 
 
 @ENTRY_POINTS

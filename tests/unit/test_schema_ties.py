@@ -1,98 +1,30 @@
 """One schema per record: every copy of a field is derived from it or tied to it by a test.
 
+* the records and the rows that hold their fields are written from the schemas and the row declarations
+  (``tools/gen_records.py``, ``docstream.store.layout``; ``test_generated_records.py``);
 * a store row's columns come from its dataclass (``RowMapping``), and both backends' migrated tables hold them;
-* every field of a record is held by its store row, or named here with the reason it is not;
-* the export's Parquet columns are typed by the records' Avro fields and hold the rows' fields of their names;
-* the API's chunk and document fields name row fields, or are named here as the API's own;
-* a field added to a scratch copy of a schema reaches every mapping (docs/architecture.md "Adding a field").
+* the export's Parquet columns are the chunk row's fields, typed by the records' Avro fields;
+* the API's chunk fields are the chunk row's (less those it hides), its document fields name row fields, or are
+  named here as the API's own.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass, field, fields, make_dataclass
-from datetime import UTC, datetime
-from io import BytesIO
+from dataclasses import fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import pyarrow as pa
 import pytest
 
-from docstream.avro.arrow import arrow_schema
 from docstream.export import _CHUNK_FIELDS, CHUNK_SCHEMA, DOCUMENT_SCHEMA, TASK_CHUNK_SCHEMA, TASK_DOCUMENT_SCHEMA
-from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted, carry
+from docstream.records import carry
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow
-from docstream.store.rows import CHUNKS, MAPPINGS, ColumnEncoding, RowMapping
+from docstream.store.rows import MAPPINGS, RowMapping
 from docstream.store.sqlite import SqliteStore
-from docstream_ingest.api.schemas import ChunkOut, DocumentOut
-
-ROOT = Path(__file__).resolve().parents[2]
-T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
-
-AS_SQLITE = ColumnEncoding(
-    timestamp=lambda value: value.isoformat(timespec="milliseconds"), read_timestamp=datetime.fromisoformat,
-    text=lambda value: value or None, options=json.dumps, read_options=json.loads, counts=json.dumps,
-    read_counts=lambda value: json.loads(value) if value else {}, structure=json.dumps,
-    read_structure=lambda value: json.loads(value) if value else None,
-)
-AS_CASSANDRA = ColumnEncoding(
-    timestamp=lambda value: value, read_timestamp=lambda value: value, text=lambda value: value or "", options=dict,
-    read_options=dict, counts=dict, read_counts=lambda value: dict(value or {}), structure=lambda value: value,
-    read_structure=lambda value: value,
-)
-
-NOT_HELD: dict[tuple[type[Any], type[Any]], dict[str, str]] = {
-    (ChunkCreated, ChunkRow): {
-        "chunk_count": "the document's, in its documents row once chunked",
-        "content_sha256": "the document's, in its documents row",
-        "chunker_settings": "in document_results, once per document",
-        "created_at": "a transport time; the row's time is its write",
-        "stage_us": "folded into the document's and job's usage",
-        "tasks": "the job's, in its options",
-        "page_breaks": "used by the entities task to give mentions their pages, then not needed",
-        "table": "held as table_part, its typed record (TablePart)",
-        "previous_doc_id": "the document's, in its documents row",
-        "tenant": "the job's, in its jobs row",
-        "priority": "the job's, in its options",
-    },
-    (ChunkEmbedded, ChunkRow): {
-        "chunk_count": "the document's, in its documents row once chunked",
-        "embedded_at": "a transport time",
-        "error": "the row keeps error_code; the text stays in the record on its topic",
-        "chunker_settings": "in document_results, once per document",
-        "runtime": "in document_results, once per document",
-        "model_us": "folded into the document's and job's usage",
-        "device": "folded into the usage's per-device microseconds",
-        "stage_us": "folded into the document's and job's usage",
-        "tasks": "the job's, in its options",
-    },
-    (DocumentCompleted, DocumentResultRow): {
-        "source_uri": "the document's, in its documents row",
-        "filename": "the document's, in its documents row",
-        "page_count": "the document's, in its documents row",
-        "error_code": "the document's, in its documents and job_documents rows",
-        "error": "the document's, in its documents row",
-        "model_us": "in job_documents' usage",
-        "stage_us": "in job_documents' usage",
-        "pages_by_verdict": "the document's, in its documents row",
-        "pages_by_source": "the document's, in its documents row",
-        "tasks": "the job's, in its options",
-    },
-    (DocumentSubmitted, DocumentRow): {
-        "size_bytes": "checked at intake, not kept",
-        "submitted_at": "the row's updated_at",
-        "tenant": "the job's, in its jobs row",
-        "priority": "the job's, in its options",
-        "model_id": "the job's, in its options",
-        "chunk_max_tokens": "the job's, in its options",
-        "chunk_overlap_tokens": "the job's, in its options",
-        "tasks": "the job's, in its options",
-    },
-}
-"""Record fields a store row does not hold, and why: a field added to a record must land here or in the row."""
+from docstream_ingest.api.schemas import CHUNK_HIDDEN, ChunkOut, DocumentOut
 
 API_OWN: dict[type[Any], set[str]] = {
     ChunkOut: {"table", "text_start", "text_chars"},
@@ -124,17 +56,10 @@ def test_the_sqlite_migrations_give_every_table_a_column_for_every_field_its_map
     assert _missing_columns(list(MAPPINGS), _migrated_sqlite_columns(tmp_path)) == []
 
 
-@pytest.mark.parametrize(("record", "row"), list(NOT_HELD), ids=[f"{r.__name__}-{w.__name__}" for r, w in NOT_HELD])
-def test_every_record_field_is_held_by_its_row_or_named_with_the_reason(record: type[Any], row: type[Any]) -> None:
-    not_held = NOT_HELD[(record, row)]
-    assert set(not_held) <= _names(record), "a field named here that the record no longer has"
-    assert not set(not_held) & _names(row), "a field named here that the row holds"
-    assert _names(record) - _names(row) - set(not_held) == set(), "a record field neither held nor named here"
-
-
 def test_the_export_columns_are_row_fields_typed_by_the_avro_fields() -> None:
     for schema in (CHUNK_SCHEMA, TASK_CHUNK_SCHEMA):
         assert {_CHUNK_FIELDS.get(name, name) for name in schema.names} <= _names(ChunkRow)
+    assert {_CHUNK_FIELDS[name] for name in TASK_CHUNK_SCHEMA.names} == _names(ChunkRow), "a task export: every one"
     rows = _names(DocumentRow) | _names(DocumentResultRow) | _names(JobDocumentRow)
     for schema in (DOCUMENT_SCHEMA, TASK_DOCUMENT_SCHEMA):
         assert set(schema.names) <= rows
@@ -151,70 +76,12 @@ def test_the_api_fields_name_row_fields_or_are_the_apis_own(model: Any) -> None:
     assert set(model.model_fields) - rows == API_OWN[model]
 
 
-# -- a field added to a scratch copy of a schema --------------------------------------------------------------
-
-REVIEWER = {"name": "reviewer", "type": ["null", "string"], "default": None, "doc": "Who reviewed the chunk."}
-
-
-def _scratch_chunk_schema() -> dict[str, Any]:
-    schema = json.loads((ROOT / "schemas" / "ChunkCreated.avsc").read_text())
-    schema["fields"].append(REVIEWER)
-    return schema
-
-
-def _scratch(cls: type[Any], name: str) -> type[Any]:
-    """``cls`` with ``reviewer: str | None = None`` added, as a developer adds it to the record and the row."""
-    extra = [("reviewer", "str | None", field(default=None))]
-    return make_dataclass(name, [(f.name, f.type, f) for f in fields(cls)] + extra, frozen=True,
-                          namespace={"__module__": cls.__module__})
-
-
-@dataclass(frozen=True)
-class _Scratch:
-    schema: dict[str, Any]
-    record: type[Any]
-    row: type[Any]
-
-
-@pytest.fixture
-def scratch() -> _Scratch:
-    return _Scratch(_scratch_chunk_schema(), _scratch(ChunkCreated, "ChunkCreated"), _scratch(ChunkRow, "ChunkRow"))
-
-
-def _chunk(record: type[Any]) -> Any:
-    return record(job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk_count=1, content_sha256="ab" * 32,
-                  text="Ünïcode", page_start=1, page_end=1, char_start=0, char_end=7, token_count=3,
-                  chunker_settings="s", created_at=T0, page_verdicts=["ok"], reviewer="ada")
-
-
-def test_a_field_added_to_a_scratch_schema_reaches_the_record_the_row_the_columns_and_the_export(
-        scratch: _Scratch, tmp_path: Path) -> None:
-    # the record check (tests/unit/test_architecture.py) fails until the record has it ...
-    assert {f["name"] for f in scratch.schema["fields"]} - _names(ChunkCreated) == {"reviewer"}
-    assert {f["name"] for f in scratch.schema["fields"]} == _names(scratch.record)
-    # ... then it travels in the Avro record
-    chunk = _chunk(scratch.record)
-    buffer = BytesIO()
-    fastavro.schemaless_writer(buffer, fastavro.parse_schema(scratch.schema), chunk.__dict__ | {"table": None})
-    buffer.seek(0)
-    assert fastavro.schemaless_reader(buffer, fastavro.parse_schema(scratch.schema))["reviewer"] == "ada"
-    # the record-to-row check fails until the row has it (or it is named in NOT_HELD) ...
-    assert "reviewer" in _names(scratch.record) - _names(ChunkRow) - set(NOT_HELD[(ChunkCreated, ChunkRow)])
-    # ... then the row carries it from the record, its table has a column for it, both backends round-trip it
-    row = carry(scratch.row, chunk, model_id="m", embedding=[0.5])
-    assert row.reviewer == "ada"
-    mapping = RowMapping(scratch.row, "chunks", key=CHUNKS.key)
-    assert mapping.table.columns == (*CHUNKS.columns, "reviewer")
-    for encoding in (AS_SQLITE, AS_CASSANDRA):
-        stored = dict(zip(mapping.table.columns, mapping.to_columns(row, encoding), strict=True))
-        assert mapping.from_columns(stored, encoding) == row
-    # the migrations check names the column no migration adds yet
-    assert _missing_columns([mapping], _migrated_sqlite_columns(tmp_path)) == ["chunks.reviewer"]
-    # and an export column of its name takes its Avro type
-    exported = arrow_schema((*CHUNK_SCHEMA.names, "reviewer"), [scratch.schema,
-                                                                json.loads((ROOT / "schemas" /
-                                                                            "ChunkEmbedded.avsc").read_text())])
-    assert exported.field("reviewer").type == pa.string()
+def test_a_chunk_of_the_api_shows_every_row_field_it_does_not_hide() -> None:
+    shown = set(ChunkOut.model_fields) - API_OWN[ChunkOut]
+    assert shown == _names(ChunkRow) - set(CHUNK_HIDDEN) - {"table_part"}  # shown as table
+    schema = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "ChunkCreated.avsc").read_text())
+    doc = next(f["doc"] for f in schema["fields"] if f["name"] == "page_verdicts")
+    assert ChunkOut.model_fields["page_verdicts"].description == doc, "described by its Avro doc"
 
 
 def test_a_row_field_of_a_type_no_column_stores_is_refused_at_once() -> None:

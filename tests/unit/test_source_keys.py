@@ -12,7 +12,7 @@ import pytest
 from docstream import ids
 from docstream.errors import InputError
 from docstream.ids import MAX_SOURCE_KEY_BYTES, check_source_key
-from docstream_ingest.sources import source_key_of
+from docstream_cli.ops.delete import source_key_of
 
 
 @pytest.mark.parametrize("key", [

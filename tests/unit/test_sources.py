@@ -17,7 +17,7 @@ from docstream.settings import Settings
 from docstream.store.base import DocumentResultRow, DocumentRow, JobRow
 from docstream.store.sources import advance_source, delete_by_tombstone, delete_source, enforce, fence, tombstoned
 from docstream.store.sqlite import SqliteStore
-from docstream_ingest.sources import delete_command, source_key_of
+from docstream_cli.ops.delete import delete_command, source_key_of
 
 AT = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
 

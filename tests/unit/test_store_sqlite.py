@@ -79,14 +79,16 @@ def test_wal_mode_and_a_connection_per_thread(tmp_path: Path) -> None:
 
 
 def test_open_store_chooses_by_backend(tmp_path: Path) -> None:
-    sqlite = open_store(load_settings(store={"backend": "sqlite", "sqlite_path": str(tmp_path / "s.db")}))
+    settings = load_settings(store={"backend": "sqlite", "sqlite_path": str(tmp_path / "s.db")})
+    sqlite = open_store(settings.store, settings.cassandra)
     try:
         assert isinstance(sqlite, SqliteStore)
         assert sqlite.path == tmp_path / "s.db"
         assert isinstance(sqlite, ResultStore)
     finally:
         sqlite.close()
-    cassandra = open_store(load_settings(store={"backend": "cassandra"}, cassandra={"keyspace": "ks_x"}))
+    settings = load_settings(store={"backend": "cassandra"}, cassandra={"keyspace": "ks_x"})
+    cassandra = open_store(settings.store, settings.cassandra)
     try:
         assert type(cassandra).__name__ == "CassandraStore"
         assert isinstance(cassandra, ResultStore)

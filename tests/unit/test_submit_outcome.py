@@ -1,4 +1,4 @@
-"""docstream_ingest.outcome: the exit status and hint of `docstream submit --wait`, from the job's rows."""
+"""docstream_cli.ops.submit_outcome: the exit status and hint of `docstream submit --wait`, from the job's rows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from docstream.store import JobRow
-from docstream_ingest.outcome import (
+from docstream_cli.ops.submit_outcome import (
     EXIT_CANCELLED,
     EXIT_DOCUMENTS_FAILED,
     EXIT_OK,

@@ -15,8 +15,8 @@ import pytest
 from docstream.errors import ConfigError, InputError
 from docstream.models.embedding import Embedder, PreparedBatch, Runtime, load_embedder
 from docstream.models.files import resolve_model_path
-from docstream.settings import ClassifySettings, InferenceSettings, Settings, TasksSettings
-from docstream.tasks.base import CLASSIFY, Label, Task, TaskRequest
+from docstream.settings import ClassifySettings, InferenceSettings, TasksSettings
+from docstream.tasks.base import CLASSIFY, Label, Task, TaskContext, TaskRequest
 from docstream.tasks.classify import ClassifyTask, FolderClassifyTask, zero_shot_model_id
 from docstream.tasks.fold_classify import ClassifyFold
 from docstream.tasks.registry import load_task
@@ -171,10 +171,10 @@ def test_two_label_sets_give_two_model_ids(embedder: Embedder) -> None:
 
 
 def test_load_through_the_registry_with_configured_labels() -> None:
-    settings = Settings(inference=CPU, tasks=TasksSettings(
+    context = TaskContext(CPU, TasksSettings(
         classify=ClassifySettings(labels=["sport=sport, football and athletes", "finance"])))
 
-    task = load_task(CLASSIFY, settings)
+    task = load_task(CLASSIFY, context)
 
     assert isinstance(task, ClassifyTask) and isinstance(task, Task)
     assert task.labels == (Label("sport", "sport, football and athletes"), Label("finance"))
@@ -183,18 +183,18 @@ def test_load_through_the_registry_with_configured_labels() -> None:
 
 
 def test_run_unrequested_without_configured_labels_refuses_to_start() -> None:
-    settings = Settings(inference=CPU, tasks=TasksSettings(run_unrequested=True))
+    context = TaskContext(CPU, TasksSettings(run_unrequested=True))
 
     with pytest.raises(ConfigError) as caught:
-        ClassifyTask.load(settings)
+        ClassifyTask.load(context)
     assert caught.value.code == "labels_missing"
 
 
 def test_invalid_configured_labels_refuse_to_start() -> None:
-    settings = Settings(inference=CPU, tasks=TasksSettings(classify=ClassifySettings(labels=["a", "a"])))
+    context = TaskContext(CPU, TasksSettings(classify=ClassifySettings(labels=["a", "a"])))
 
     with pytest.raises(ConfigError) as caught:
-        ClassifyTask.load(settings)
+        ClassifyTask.load(context)
     assert caught.value.code == "labels_invalid"
 
 
@@ -220,8 +220,8 @@ def classifier_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _folder_settings(folder: Path, **classify: str) -> Settings:
-    return Settings(inference=CPU, tasks=TasksSettings(
+def _folder_settings(folder: Path, **classify: str) -> TaskContext:
+    return TaskContext(CPU, TasksSettings(
         classify=ClassifySettings(model_path=str(folder), **classify)))  # type: ignore[arg-type]
 
 

@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 import pytest
 
 from docstream.errors import ConfigError, InputError
-from docstream.settings import Settings, TasksSettings
-from docstream.tasks.base import BUILTIN_TASKS, CLASSIFY, EMBED, ENTITIES, DocumentOutput, FoldInput
+from docstream.settings import InferenceSettings, TasksSettings
+from docstream.tasks.base import BUILTIN_TASKS, CLASSIFY, EMBED, ENTITIES, DocumentOutput, FoldInput, TaskContext
 from docstream.tasks.classify import ClassifyTask
 from docstream.tasks.embed import EmbedTask
 from docstream.tasks.entities import EntitiesTask
@@ -106,10 +106,12 @@ def test_module_and_class_resolves_and_is_remembered_by_name() -> None:
     assert task_fold("registry-demo").finish(3, chunk_count=3).output == {"chunks": 3}
 
 
-def test_load_task_by_module_and_class_passes_the_settings() -> None:
-    settings = Settings(tasks=TasksSettings(options={"registry-demo": {"model_id": "demo@7"}}))
+def test_load_task_by_module_and_class_passes_the_task_context() -> None:
+    """A loader written when ``load`` was given the whole ``Settings`` (``settings: Any``, reading
+    ``settings.tasks.options``) works unchanged with the ``TaskContext``."""
+    context = TaskContext(InferenceSettings(), TasksSettings(options={"registry-demo": {"model_id": "demo@7"}}))
 
-    runner = load_task(f"{HERE}:RegistryDemoTask", settings)
+    runner = load_task(f"{HERE}:RegistryDemoTask", context)
 
     assert runner.model_id == "demo@7"
 

@@ -19,6 +19,7 @@ from docstream.store.sqlite import SqliteStore
 from docstream.tenants.addresses import address_refusal, check_addresses, is_loopback_name, refused_address
 from docstream_ingest.api import create_app
 from docstream_ingest.apikeys import generate_api_key
+from tests.fixtures.contexts import api_sections
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 
@@ -92,7 +93,7 @@ def _api(tmp_path: Path, *, allow_private: bool) -> tuple[TestClient, SqliteStor
     store.migrate()
     new = generate_api_key()
     store.upsert_api_key(ApiKeyRow(new.key_id, "acme", new.key_hash, AT))
-    app = create_app(settings, store=store, clock=lambda: AT)
+    app = create_app(api_sections(settings), store=store, clock=lambda: AT)
     return TestClient(app, raise_server_exceptions=False), store, {"Authorization": f"Bearer {new.key}"}
 
 

@@ -33,7 +33,9 @@ import pyarrow.parquet as pq
 from docstream.avro.arrow import arrow_schema
 from docstream.avro.schemas import SchemaSet
 from docstream.errors import InputError
+from docstream.records import JobOptions
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.layout import CHUNK_ROW, RowField, row_fields
 from docstream.tables import TablePart
 from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name
 from docstream.tasks.selection import job_task_names
@@ -49,6 +51,7 @@ __all__ = [
     "TASK_DOCUMENT_SCHEMA",
     "ExportFormat",
     "ExportSummary",
+    "chunk_columns",
     "chunk_record",
     "chunks_path",
     "document_record",
@@ -65,8 +68,36 @@ ExportFormat = Literal["jsonl", "parquet"]
 _AVRO = SchemaSet.load()
 _DOCUMENT_RECORDS = (_AVRO.get("DocumentCompleted").raw, _AVRO.get("DocumentSubmitted").raw)
 _CHUNK_RECORDS = (_AVRO.get("ChunkEmbedded").raw, _AVRO.get("ChunkCreated").raw)
-_CHUNK_FIELDS = {"table": "table_part"}
-"""Chunk export columns named for users, by the ``ChunkRow`` field they hold (the rest: the field of their name)."""
+_CHUNK_ROW_FIELDS = row_fields(CHUNK_ROW, {schema.name: schema.raw for schema in _AVRO})
+_CHUNK_FIELDS = {f.export_name: f.name for f in _CHUNK_ROW_FIELDS}
+"""Every ``ChunkRow`` field (``docstream.store.layout.CHUNK_ROW``) by its export column: the name of the record field
+it holds (``table`` for ``table_part``)."""
+
+_CHUNK_FILE = ("job_id", "doc_id", "model_id", "chunk_index", "chunk_id", "status", "error_code", "text", "heading",
+               "page_start", "page_end", "text_source", "ocr_engine", "page_verdicts", "page_reasons", "kind", "table",
+               "char_start", "char_end", "token_count", "embedding")
+"""The order of the columns of a chunks file as files have always had them (an export of embed alone is the file it
+was before tasks); a field the chunk row gets later follows them. Order only: which columns there are is the row's."""
+_TASK_CHUNK_COLUMNS = ("task", "label_scores", "mentions", "output")
+"""The chunk row's fields only a task export writes, after every other column."""
+
+
+def chunk_columns(fields: Sequence[RowField]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The chunk export's columns, from the chunk row's fields (:func:`docstream.store.layout.row_fields`): those of
+    every chunks file, and those a task export adds; each named as the record field the row field holds.
+
+    Raises:
+        ValueError: a column of the file's order is no longer a field of the row.
+    """
+    names = [f.export_name for f in fields]
+    gone = [name for name in (*_CHUNK_FILE, *_TASK_CHUNK_COLUMNS) if name not in names]
+    if gone:
+        raise ValueError(f"export columns {gone} are not fields of the chunk row")
+    added = tuple(name for name in names if name not in _CHUNK_FILE and name not in _TASK_CHUNK_COLUMNS)
+    return (*_CHUNK_FILE, *added), _TASK_CHUNK_COLUMNS
+
+
+_CHUNK_COLUMNS, _TASK_COLUMNS = chunk_columns(_CHUNK_ROW_FIELDS)
 
 DOCUMENT_SCHEMA = arrow_schema(
     ("job_id", "doc_id", "status", "error_code", "error", "filename", "source_uri", "content_sha256", "media_type",
@@ -77,14 +108,9 @@ DOCUMENT_SCHEMA = arrow_schema(
 """Columns of the documents Parquet file (and keys of a JSON Lines document record), each typed by the field of its
 name in DocumentCompleted, else DocumentSubmitted (``docstream.avro.arrow``)."""
 
-CHUNK_SCHEMA = arrow_schema(
-    ("job_id", "doc_id", "model_id", "chunk_index", "chunk_id", "status", "error_code", "text", "heading",
-     "page_start", "page_end", "text_source", "ocr_engine", "page_verdicts", "page_reasons", "kind", "table",
-     "char_start", "char_end", "token_count", "embedding"),
-    _CHUNK_RECORDS,
-)
-"""Columns of the chunks Parquet file (and keys of a JSON Lines chunk record), each typed by the field of its name
-in ChunkEmbedded, else ChunkCreated."""
+CHUNK_SCHEMA = arrow_schema(_CHUNK_COLUMNS, _CHUNK_RECORDS)
+"""Columns of the chunks Parquet file (and keys of a JSON Lines chunk record): the chunk row's fields
+(``chunk_columns``), each typed by the field of its name in ChunkEmbedded, else ChunkCreated."""
 
 TABLE_TYPE = CHUNK_SCHEMA.field("table").type
 """A table chunk's part of its table (the Avro ``ChunkTable``; docs/chunking.md "Tables")."""
@@ -106,8 +132,7 @@ ENTITY_TYPE = TASK_DOCUMENT_SCHEMA.field("entities").type.value_type
 
 TASK_CHUNK_SCHEMA = pa.schema([
     *CHUNK_SCHEMA,
-    *arrow_schema(("task", "label_scores", "mentions", "output"), _CHUNK_RECORDS,
-                  sources={"mentions": _AVRO.get("DocumentCompleted").raw}),
+    *arrow_schema(_TASK_COLUMNS, _CHUNK_RECORDS, sources={"mentions": _AVRO.get("DocumentCompleted").raw}),
 ])
 """Columns of a chunks file of tasks: ``CHUNK_SCHEMA``'s, then the task and its fields (mentions typed as a
 document's: a chunk's ``cut`` is not stored)."""
@@ -153,7 +178,7 @@ def _job(store: ResultStore, job_id: str) -> JobRow:
 
 
 def _model_of(job: JobRow, model_id: str | None, default_model_id: str | None) -> str | None:
-    return model_id or job.options.get("model_id") or default_model_id
+    return model_id or JobOptions.from_mapping(job.options).model_id or default_model_id
 
 
 def document_task_results(

@@ -1,7 +1,7 @@
 """The start-up and shut-down every service process shares, written once: ``run_service()``.
 
-A service's ``main(settings)`` hands ``run_service`` its name and a body that wires its parts
-(``docs/operations.md`` "Start-up and shut-down"). ``run_service`` owns, in this order:
+A service's ``main(settings)`` hands ``run_service`` the sections it reads (a ``ServiceContext``), its name and
+a body that wires its parts (``docs/operations.md`` "Start-up and shut-down"). ``run_service`` owns, in this order:
 
 1. logging: ``configure_logging`` with the service's name bound into every line;
 2. the metrics endpoint (``/metrics``, ``/healthz``, ``/readyz`` on ``metrics.port`` when > 0),
@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from docstream.errors import DocstreamError
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics, MetricsServer
-from docstream.settings import Settings
+from docstream.settings import CassandraSettings, LogSettings, MetricsSettings, StoreSettings
 from docstream.store import ResultStore, open_store
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "ServiceHost", "run_service"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "ServiceContext", "ServiceHost", "run_service"]
 
 EXIT_OK, EXIT_FAILED = 0, 1
 """Exit codes of a service process: a clean stop, and a failure (logged once)."""
@@ -50,19 +51,37 @@ def _always_ready() -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceContext:
+    """What ``run_service`` reads of the settings: the sections of the same names.
+
+    Attributes:
+        log: the level and format of the process's logs.
+        metrics: where ``/metrics``, ``/healthz`` and ``/readyz`` are served (``port`` 0: nowhere).
+        store: which result store ``ServiceHost.open_store`` opens.
+        cassandra: the connection of the cassandra store.
+    """
+
+    log: LogSettings
+    metrics: MetricsSettings
+    store: StoreSettings
+    cassandra: CassandraSettings
+
+
 class ServiceHost:
     """What a service's body gets from ``run_service``: metrics, the store, signals, readiness.
 
     Attributes:
-        settings: the settings the process runs with.
+        context: the settings sections the process runs with.
         metrics: the process's registry, served on ``/metrics``.
         exit_code: the process's exit status so far (``serve`` sets what the run returned).
     """
 
     def __init__(
-        self, settings: Settings, *, store_factory: Callable[[Settings], ResultStore] = open_store
+        self, context: ServiceContext, *,
+        store_factory: Callable[[StoreSettings, CassandraSettings], ResultStore] = open_store,
     ) -> None:
-        self.settings = settings
+        self.context = context
         self.metrics = Metrics()
         self._store_factory = store_factory
         self._ready: Callable[[], bool] = _not_ready
@@ -75,12 +94,12 @@ class ServiceHost:
         return self._ready()
 
     def open_store(self, *, migrate: bool = False) -> ResultStore:
-        """The result store of the settings, closed when the process ends; ``migrate`` applies the schema.
+        """The result store of ``context.store``, closed when the process ends; ``migrate`` applies the schema.
 
         Raises:
             StoreError: ``migrate`` could not reach the store or apply the schema.
         """
-        store = self._store_factory(self.settings)
+        store = self._store_factory(self.context.store, self.context.cassandra)
         self.on_exit(store.close)
         if migrate:
             store.migrate()
@@ -130,36 +149,36 @@ class ServiceHost:
 
 
 def run_service(
-    settings: Settings,
+    context: ServiceContext,
     name: str,
     body: Callable[[ServiceHost], None],
     *,
     metrics_endpoint: bool = True,
     failed_event: str | None = None,
     stopped_event: str | None = None,
-    store_factory: Callable[[Settings], ResultStore] = open_store,
+    store_factory: Callable[[StoreSettings, CassandraSettings], ResultStore] = open_store,
 ) -> int:
     """Run one service process: logging, metrics endpoint, ``body(host)``, exit code, closing.
 
     Args:
-        settings: the process's settings (read once, by the caller).
+        context: the process's logging, metrics and store sections (read once, by the caller).
         name: the service, bound as ``service`` into every log line and used in event names.
         body: wires the service on the host and calls ``host.serve(...)`` (or just does its work).
         metrics_endpoint: serve ``/metrics``, ``/healthz``, ``/readyz`` when ``metrics.port`` > 0
             (off for a one-shot command).
         failed_event: the event logged on a ``DocstreamError`` (default ``<name>_failed``).
         stopped_event: an event logged after a clean stop, once everything is closed (default: none).
-        store_factory: opens the store (tests pass a fake).
+        store_factory: opens the store from ``context.store`` and ``context.cassandra`` (tests pass a fake).
 
     Returns:
         0 on a clean stop (or the code ``run`` returned), 1 on an error, which is logged once.
     """
-    configure_logging(level=settings.log.level, fmt=settings.log.format, service=name)
-    host = ServiceHost(settings, store_factory=store_factory)
+    configure_logging(level=context.log.level, fmt=context.log.format, service=name)
+    host = ServiceHost(context, store_factory=store_factory)
     try:
-        if metrics_endpoint and settings.metrics.port:
-            server = MetricsServer(host.metrics, host=settings.metrics.host, port=settings.metrics.port,
-                                   ready=host.ready, tenant_label=settings.metrics.tenant_label).start()
+        if metrics_endpoint and context.metrics.port:
+            server = MetricsServer(host.metrics, host=context.metrics.host, port=context.metrics.port,
+                                   ready=host.ready, tenant_label=context.metrics.tenant_label).start()
             host.on_exit(server.stop)  # registered first: closed last, so /healthz answers to the end
         body(host)
     except DocstreamError as exc:

@@ -23,6 +23,8 @@ from pydantic_settings import (
 )
 
 from docstream.errors import ConfigError
+from docstream.lanes import Lane
+from docstream.records import CHUNK_MAX_TOKENS
 from docstream.tenants.admission import Limits
 
 __all__ = [
@@ -274,7 +276,8 @@ class ChunkerSettings(BaseModel):
 
     model_config = _FROZEN
 
-    max_tokens: int = Field(256, ge=8, le=8192, description="Most tokens in a chunk (model tokenizer).")
+    max_tokens: int = Field(256, ge=CHUNK_MAX_TOKENS.least, le=CHUNK_MAX_TOKENS.most,
+                            description="Most tokens in a chunk (model tokenizer).")
     overlap_tokens: int = Field(32, ge=0, le=4096, description="Tokens shared by consecutive chunks.")
     max_pages: int = Field(5000, ge=1, description="Documents with more pages fail with too_many_pages.")
     max_document_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Larger documents fail with too_large.")
@@ -641,7 +644,7 @@ class TenantSettings(BaseModel):
         1.0, gt=0, le=1000,
         description="The tenant's share of the model inside a lane against the others': a weight of 2 is served "
                     "twice the tokens of a weight of 1 while both have chunks waiting.")
-    max_priority: Literal["interactive", "batch"] = Field(
+    max_priority: Lane = Field(
         "interactive",
         description="The highest priority the tenant's jobs may ask for: batch refuses interactive jobs "
                     "(priority_not_allowed).")

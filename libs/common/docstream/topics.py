@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from docstream.lanes import INTERACTIVE, lane_of
+from docstream.tasks.legacy import PRE_TASK_TASK, keeps_pre_task_group
 
 __all__ = ["Topics", "dlq_topic"]
 
@@ -89,11 +90,10 @@ class Topics:
         """Consumer group id of a service: ``<prefix>-<service>`` (e.g. docstream-inference)."""
         return f"{self.prefix}-{service}"
 
-    def inference_group(self, task: str = "embed") -> str:
+    def inference_group(self, task: str = PRE_TASK_TASK) -> str:
         """Consumer group of the inference service of ``task``: ``<prefix>-inference`` for embed, else
         ``<prefix>-inference-<task>`` (each task reads the chunks topic in a group of its own)."""
-        # compatibility: embed's group keeps its name from before tasks, so a deployed group keeps its offsets
-        return self.group("inference" if task == "embed" else f"inference-{task}")
+        return self.group("inference" if keeps_pre_task_group(task) else f"inference-{task}")
 
     def all(self) -> tuple[str, ...]:
         """Every main topic (without DLQs)."""

@@ -33,10 +33,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, pairwise
-from typing import Literal
 
 from docstream.errors import InputError
 from docstream.models.token_counter import TokenCounter
+from docstream.records import ChunkKind
 from docstream.tables import TABLES_VERSION, PageTable, TablePart, split_table
 
 __all__ = [
@@ -55,7 +55,6 @@ __all__ = [
 
 CHUNKER_VERSION = "1"
 PAGE_SEPARATOR = "\n\n"
-ChunkKind = Literal["text", "table"]
 
 # Characters Python's str.split() treats as whitespace but BERT's normalizer does not; they
 # become spaces (same length, so offsets hold) and per-word counts stay additive.

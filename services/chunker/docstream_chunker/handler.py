@@ -21,7 +21,16 @@ from docstream.ids import check_source_key, chunk_id
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.records import ChunkCreated, DocumentChunked, DocumentCompleted, DocumentSubmitted, carry, utc_now
+from docstream.records import (
+    CHUNK_MAX_TOKENS,
+    ChunkCreated,
+    DocumentChunked,
+    DocumentCompleted,
+    DocumentSubmitted,
+    JobOptions,
+    carry,
+    utc_now,
+)
 from docstream.settings import ChunkerSettings, KafkaSettings
 from docstream.store.base import (
     TERMINAL_DOC_STATES,
@@ -44,8 +53,6 @@ from docstream_chunker.worker import ChunkRequest, Extractor
 __all__ = ["ChunkerHandler", "chunk_request", "max_poll_interval_ms"]
 
 _log = get_logger(__name__)
-_MIN_JOB_MAX_TOKENS = 8
-_MAX_JOB_MAX_TOKENS = 8192
 _JOB_STATUS_TTL_S = 2.0
 _OCR_PROGRESS_S = 2.0  # a document in OCR has its rows' progress written at most this often
 _JOB_STATUS_CACHE_SIZE = 10_000
@@ -69,12 +76,12 @@ def chunk_request(submitted: DocumentSubmitted, chunker: ChunkerSettings) -> Chu
     overlap capped at a quarter of its max_tokens.
 
     Raises:
-        InputError: ``invalid_options`` when the job's chunk_max_tokens is outside [8, 8192].
+        InputError: ``invalid_options`` when the job's chunk_max_tokens is outside ``CHUNK_MAX_TOKENS``.
     """
     max_tokens = chunker.max_tokens if submitted.chunk_max_tokens is None else submitted.chunk_max_tokens
-    if not _MIN_JOB_MAX_TOKENS <= max_tokens <= _MAX_JOB_MAX_TOKENS:
+    if max_tokens not in CHUNK_MAX_TOKENS:
         raise InputError(
-            f"chunk_max_tokens must be in [{_MIN_JOB_MAX_TOKENS}, {_MAX_JOB_MAX_TOKENS}], got {max_tokens}",
+            f"chunk_max_tokens must be in [{CHUNK_MAX_TOKENS.least}, {CHUNK_MAX_TOKENS.most}], got {max_tokens}",
             code="invalid_options",
         )
     overlap = submitted.chunk_overlap_tokens
@@ -211,8 +218,8 @@ class ChunkerHandler:
         producers" describes (running, document_count 0: unknown, origin external). Later records of the job are
         checked against it."""
         now = self._clock()
-        row = JobRow(submitted.job_id, submitted.tenant, now, "running", 0, options={"origin": "external"},
-                     updated_at=now)
+        row = JobRow(submitted.job_id, submitted.tenant, now, "running", 0,
+                     options=JobOptions(origin="external").to_mapping(), updated_at=now)
         self._store.upsert_job(row)
         self._jobs[submitted.job_id] = (self._monotonic(), row)
         _log.info("job_claimed", tenant=submitted.tenant)

@@ -8,7 +8,7 @@ from docstream.avro.serde import AvroSerde
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.loop import ConsumeLoop
 from docstream.metrics import Metrics
-from docstream.service import ServiceHost, run_service
+from docstream.service import ServiceContext, ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream.tenants.tenancy import tenant_intakes_pattern
@@ -55,7 +55,8 @@ def build_chunker(
     """
     kafka = settings.kafka.model_copy(
         update={"max_poll_interval_ms": max_poll_interval_ms(settings.kafka, settings.chunker)})
-    extractor = ProcessExtractor(ExtractorSettings.of(settings))
+    extractor = ProcessExtractor(
+        ExtractorSettings.of(settings.chunker, settings.object_store, settings.inference, settings.log))
     topics = Topics(kafka.topic_prefix)
     handler = ChunkerHandler(settings.chunker, topics, store, extractor, metrics=metrics,
                              limited=settings.fairness.limited)
@@ -88,4 +89,5 @@ def main(settings: Settings) -> int:
         host.on_exit(service.close)
         host.serve(service.run, stop=service.stop, ready=lambda: service.ready)
 
-    return run_service(settings, "chunker", serve, stopped_event="chunker_stopped")
+    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
+    return run_service(context, "chunker", serve, stopped_event="chunker_stopped")

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from docstream.records import TextSource
 from docstream_chunker.page_quality import (
     MOJIBAKE_QUALITY,
     USABLE,
@@ -61,7 +62,6 @@ __all__ = [
     "wants_ocr",
 ]
 
-TextSource = Literal["text_layer", "ocr"]
 OcrMode = Literal["off", "auto", "force"]
 TEXT_LAYER: TextSource = "text_layer"
 OCR: TextSource = "ocr"

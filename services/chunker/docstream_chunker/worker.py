@@ -39,7 +39,7 @@ from docstream.ids import content_sha256
 from docstream.logging import configure_logging, get_logger
 from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.objectstore import ObjectStore
-from docstream.settings import ChunkerSettings, ObjectStoreSettings, Settings
+from docstream.settings import ChunkerSettings, InferenceSettings, LogSettings, ObjectStoreSettings
 from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
 from docstream_chunker.provenance import time_limit
@@ -73,10 +73,11 @@ class ExtractorSettings:
     log_level: str = "INFO"
 
     @classmethod
-    def of(cls, settings: Settings) -> ExtractorSettings:
-        """The extraction's sections of ``settings`` (the tokenizer: ``inference.model_path``/``model_id``)."""
-        return cls(settings.chunker, settings.object_store, settings.inference.model_path,
-                   settings.inference.model_id, settings.log.level)
+    def of(cls, chunker: ChunkerSettings, object_store: ObjectStoreSettings, inference: InferenceSettings,
+           log: LogSettings) -> ExtractorSettings:
+        """What extraction reads of these sections (the tokenizer: ``inference.model_path``/``model_id``; the
+        child's log level: ``log.level``)."""
+        return cls(chunker, object_store, inference.model_path, inference.model_id, log.level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +240,7 @@ class ProcessExtractor:
     """``DocumentProcessor`` in a spawned child process, killed when a document overruns.
 
     Args:
-        settings: what extraction reads (``ExtractorSettings.of(settings)``), sent to the child.
+        settings: what extraction reads (``ExtractorSettings.of(...)``), sent to the child.
         recycle_rss_bytes: restart the child after a document that left it bigger than this.
 
     Raises:

@@ -188,7 +188,7 @@ def api(
 ) -> None:
     """Serve the HTTP intake API on api.host:api.port (creates topics and the store schema first; docs/api.md)."""
     settings = _settings(config, api={"host": host, "port": port})
-    from docstream_ingest.api import commands as module
+    from docstream_ingest import main as module
     raise typer.Exit(module.api_command(settings, dump=dump_openapi))
 
 
@@ -203,7 +203,7 @@ def apikey_create(
     config: str | None = _ConfigOpt,
 ) -> None:
     """Create an API key: prints the key once on stdout; only its hash is stored."""
-    from docstream_ingest.api import commands as module
+    from docstream_cli.ops import apikey as module
     raise typer.Exit(module.apikey_create_command(tenant=tenant, name=name, config=config))
 
 
@@ -213,7 +213,7 @@ def apikey_revoke(
     config: str | None = _ConfigOpt,
 ) -> None:
     """Revoke an API key (effective within api.auth_cache_s)."""
-    from docstream_ingest.api import commands as module
+    from docstream_cli.ops import apikey as module
     raise typer.Exit(module.apikey_revoke_command(key=key, config=config))
 
 
@@ -278,8 +278,8 @@ def submit(
     5 documents failed because the chunker could not read their source: a hint names the settings
     (object_store.url / DOCSTREAM_OBJECT_STORE__URL, object_store.allowed_roots).
     """
-    from docstream_ingest import commands as module
-    from docstream_ingest.commands import PromptFlags
+    from docstream_cli.ops import submit as module
+    from docstream_cli.ops.submit import PromptFlags
     raise typer.Exit(
         module.submit_command(
             paths,
@@ -309,7 +309,7 @@ def status(
 ) -> None:
     """Show a job's progress: state, document counts, docs/s (from the jobs row; docs/reducer.md)."""
     settings = _store_reader(config, state_dir)
-    from docstream_reducer import commands as module
+    from docstream_cli.ops import status as module
     raise typer.Exit(module.status_command(job_id, settings=settings))
 
 
@@ -330,7 +330,7 @@ def results(
 ) -> None:
     """Export a job's documents (and chunks) from the store, streaming (docs/reducer.md "Export")."""
     settings = _store_reader(config, state_dir)
-    from docstream_reducer import commands as module
+    from docstream_cli.ops import results as module
     raise typer.Exit(module.results_command(job_id, fmt=fmt, chunks=chunks, out=out, model_id=model,
                                             tasks=task or None, settings=settings))
 
@@ -459,7 +459,7 @@ def sink_verify(
     """Compare a sink with the store's current chunks: missing, extra, stale version, vector mismatch.
 
     Exit status: 0 in step (or repaired), 1 differences left, 2 bad input."""
-    from docstream_sink import verify as module
+    from docstream_cli.ops import sink_verify as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.verify_command(
         settings, name, tenant=tenant, repair=repair, console=console)))
 
@@ -550,7 +550,7 @@ def delete(
     """Delete documents by their source: every version's chunks, vectors and results leave the store, and a
     tombstone on the intake topic tells the sinks (docs/intake.md "Deleting a source"). Exit 0 deleted,
     2 unknown, 1 still in flight."""
-    from docstream_ingest import sources as module
+    from docstream_cli.ops import delete as module
     raise typer.Exit(_run_tool(config, state_dir, lambda settings, console: module.delete_command(
         settings, sources, tenant=tenant, console=console, confirm=None if yes else _confirm,
         # a tombstone goes to the Kafka the settings name; a docstream run's broker is gone with its run
@@ -590,8 +590,8 @@ def run(
     """
     from pathlib import Path
 
+    from docstream_cli.ops.submit import PromptFlags
     from docstream_cli.runner import run_command
-    from docstream_ingest.commands import PromptFlags
 
     settings = _settings(config)
     inference: dict[str, Any] = {}

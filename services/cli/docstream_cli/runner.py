@@ -59,9 +59,10 @@ from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkEmbedded, DocumentCompleted
 from docstream.settings import Settings
-from docstream.store import DocumentResultRow, DocumentRow, ResultStore, SqliteStore
+from docstream.store import DocumentResultRow, DocumentRow, JobsStore, ResultsStore, ResultStore, SqliteStore
 from docstream.store.base import TERMINAL_DOC_STATES
-from docstream.tasks.base import EMBED, GENERATE, Task, TaskRequest, close_task
+from docstream.tasks.base import EMBED, DocumentStepTask, Task, TaskRequest, close_task, has_document_step
+from docstream.tasks.legacy import job_model_id_for, keeps_pre_task_group, keeps_pre_task_layout
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 from docstream.tenants.usage import Usage, across_tasks, total_usage
 from docstream.topics import Topics
@@ -71,7 +72,7 @@ from docstream_cli.statedir import write_run_record
 
 if TYPE_CHECKING:
     from docstream_cli.ops.replay_plan import ReplayPlan
-    from docstream_ingest.commands import PromptFlags
+    from docstream_cli.ops.submit import PromptFlags
 
 __all__ = ["RunOutcome", "embedded_settings", "names_broker", "replay_run", "run_job", "run_job_id", "usage_line"]
 
@@ -246,7 +247,7 @@ class _Progress:
             self.done[record.doc_id] = record
             return
         results = self._results.setdefault(record.doc_id, {})
-        results[record.task or EMBED] = record
+        results[record.task] = record
         if any(task not in results for task in self.tasks):
             return
         if len(self.tasks) == 1:
@@ -390,9 +391,11 @@ class _ModelLoad:
 
 
 def _start_reducer(settings: Settings, store: ResultStore, metrics: Metrics) -> _Service:
-    from docstream_reducer.service import build_reducer_service
+    from docstream_reducer.service import ReducerContext, build_reducer_service
 
-    reducer = build_reducer_service(settings, store=store, metrics=metrics)
+    context = ReducerContext(kafka=settings.kafka, reducer=settings.reducer, retry=settings.retry,
+                             tasks=settings.tasks, fairness=settings.fairness, log=settings.log)
+    reducer = build_reducer_service(context, store=store, metrics=metrics)
     return _Service(reducer.run_in_thread, reducer.stop, reducer.close)
 
 
@@ -417,12 +420,11 @@ def _start_inference(
 def _start_document_stage(
     settings: Settings, store: ResultStore, metrics: Metrics, producer: ReliableProducer, task: Task
 ) -> _Service:
-    """The generate task's document stage, on the inference service's task (its client is shared, and closed by
-    that service)."""
-    from docstream.tasks.generate import GenerateTask
+    """The document stage of a task that declares a document step (generate), on the inference service's task (its
+    client is shared, and closed by that service)."""
     from docstream_inference.main import build_document_stage
 
-    assert isinstance(task, GenerateTask)
+    assert isinstance(task, DocumentStepTask)
     loop = build_document_stage(settings, store=store, metrics=metrics, task=task, static_assignment=True,
                                 producer=producer)
     return _Service(loop.run, loop.stop, lambda: None)
@@ -474,7 +476,7 @@ def run_job(
         FatalError: a service or the model load failed, or the run timed out.
     """
     from docstream.export import export_results
-    from docstream_ingest.intake import IntakeClients, submit_paths
+    from docstream_ingest.intake import IntakeClients, IntakeContext, submit_paths
     from docstream_ingest.request import JobRequest
 
     started = time.monotonic()
@@ -519,15 +521,16 @@ def run_job(
             )
             write_run_record(state_dir, record)
             serde = AvroSerde(settings.kafka)
+            intake = IntakeContext(kafka=settings.kafka, ingest=settings.ingest, chunker=settings.chunker,
+                                   tasks=settings.tasks, fairness=settings.fairness, reducer=settings.reducer,
+                                   object_store=settings.object_store)
 
             def _not_done(doc_id: str, _status: str) -> bool:
-                if names == [EMBED]:
-                    return store.get_document_result(doc_id, model_id) is None
-                return not _all_tasks_done(store, doc_id, names)
+                return _resumed_result(store, doc_id, names, model_id) is None
 
             result = submit_paths(
                 paths, JobRequest(job_id=job_id, model_id=model_id, tasks=tasks),
-                IntakeClients(settings, store, producers.intake, serde), resubmit=_not_done if fresh else None,
+                IntakeClients(intake, store, producers.intake, serde), resubmit=_not_done if fresh else None,
             )
             phases.mark("submitted")
             outcome = RunOutcome(job_id=job_id, refused=[(r.path, r.code, r.reason) for r in result.refused])
@@ -535,8 +538,7 @@ def run_job(
             for doc in result.documents:
                 outcome.filenames[doc.doc_id] = doc.filename or doc.doc_id
             for dup in result.duplicates:
-                row = store.get_document_result(dup.doc_id, model_id) if names == [EMBED] else \
-                    _resumed_result(store, dup.doc_id, names)
+                row = _resumed_result(store, dup.doc_id, names, model_id)
                 if row is not None and dup.doc_id not in outcome.statuses:
                     outcome.resumed += 1
                     outcome.statuses[dup.doc_id] = row.status
@@ -548,9 +550,9 @@ def run_job(
                     outcome.filenames[dup.doc_id] = dup.path
             if expected:
                 for task in _await_model(model, services, deadline):
-                    services.start("inference" if task.name == EMBED else f"inference-{task.name}",
+                    services.start("inference" if keeps_pre_task_group(task.name) else f"inference-{task.name}",
                                    partial(_start_inference, settings, store, metrics, producers.inference, task))
-                    if task.name == GENERATE:  # its map-reduce's document-level step
+                    if has_document_step(task):  # its map-reduce's document-level step
                         services.start("document-stage", partial(_start_document_stage, settings, store, metrics,
                                                                  producers.inference, task))
                 _follow(settings, serde, outcome, expected, console, deadline, phases, services, names,
@@ -580,7 +582,7 @@ def run_job(
     return outcome
 
 
-def _close_job(store: ResultStore, outcome: RunOutcome) -> None:
+def _close_job(store: JobsStore, outcome: RunOutcome) -> None:
     """Mark the run's job ``completed`` with its counts and its usage: every document of it is terminal now.
 
     The reducer publishes a job's progress at most every ``job_status_interval_s`` and the run stops it
@@ -629,20 +631,21 @@ def _await_model(model: _ModelLoad, services: _Services, deadline: float | None)
             return loaded
 
 
-def _in_flight(store: ResultStore, doc_id: str) -> bool:
+def _in_flight(store: ResultsStore, doc_id: str) -> bool:
     """A document of the job that is neither terminal nor deleted: a run that kept its topics waits for it."""
     row = store.get_document(doc_id)
     return row is not None and row.status not in TERMINAL_DOC_STATES and row.deleted_at is None
 
 
-def _all_tasks_done(store: ResultStore, doc_id: str, names: Sequence[str]) -> bool:
-    """Every task of ``names`` has a document result for the document (a resumed run skips it)."""
-    return set(names) <= {row.task for row in store.list_document_results(doc_id)}
+def _resumed_result(store: ResultsStore, doc_id: str, names: Sequence[str],
+                    model_id: str) -> DocumentResultRow | None:
+    """The first task's result of a document done for every task of ``names`` (a resumed run skips it), else None.
 
-
-def _resumed_result(store: ResultStore, doc_id: str, names: Sequence[str]) -> DocumentResultRow | None:
-    """The first task's result of a document done for every task of ``names``, else None."""
-    rows = {row.task: row for row in store.list_document_results(doc_id)}
+    A task's result counts under the model the job's ``model_id`` names for it (``legacy.job_model_id_for``: the
+    embedding model), else under any model.
+    """
+    rows = {row.task: row for row in store.list_document_results(doc_id)
+            if job_model_id_for(row.task, model_id) in (None, row.model_id)}
     return rows[names[0]] if set(names) <= set(rows) else None
 
 
@@ -689,7 +692,7 @@ def _follow(
     try:
         with Progress(*columns, console=console, transient=False) as bar:
             docs = bar.add_task("documents", total=len(expected), rate="")
-            chunks = bar.add_task("chunks embedded" if list(tasks) == [EMBED] else "chunk results", total=None,
+            chunks = bar.add_task("chunks embedded" if keeps_pre_task_layout(tasks) else "chunk results", total=None,
                                   rate="")
             ocr = bar.add_task("pages OCRed", total=None, rate="", visible=False)
             ocr_started_at: float | None = None
@@ -888,10 +891,10 @@ def run_command(
     """The `docstream run` command: run, show the summary, and the exit status.
 
     ``tasks``, ``labels`` and ``prompt`` are ``--task``, ``--labels`` and the generate options
-    (``docstream_ingest.commands.cli_tasks``).
+    (``docstream_cli.ops.submit.cli_tasks``).
     0 when every document completed (or was partial), 1 when any failed, 2 on an error.
     """
-    from docstream_ingest.commands import cli_tasks
+    from docstream_cli.ops.submit import cli_tasks
 
     console = Console(stderr=False)
     try:

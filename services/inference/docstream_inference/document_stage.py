@@ -1,13 +1,15 @@
-"""`docstream document-stage`: the generate task's document-level step (docs/tasks.md "Map-reduce").
+"""`docstream document-stage`: the document-level step of a task that declares one (``TaskClass.document_step``:
+generate; docs/tasks.md "Map-reduce").
 
-The reducer folds a generate document's chunk answers; where that leaves a model call to make (a summary of two
+The reducer folds a document's chunk results; where that leaves a model call to make (generate: a summary of two
 or more chunk summaries, or chunk values that disagree) it publishes the document's DocumentCompleted on the
 mapped topic instead of the completed one, and writes no row. This stage reads the mapped topic in its own
 consumer group and, per record:
 
-1. finds the job's prompt (its jobs row) and checks that it gives the record's ``model_id``;
-2. makes the step: ``GenerateTask.reduce_document``, a tree of reduce calls, each level recorded in the output;
-   an answer that is no answer fails the document with its code (``generation_*``), its chunk answers kept;
+1. finds the job's request of the task (its jobs row) and checks that it gives the record's ``model_id``;
+2. makes the step: the task's ``finish_document`` (generate: ``GenerateTask.reduce_document``, a tree of reduce
+   calls, each level recorded in the output); an answer that is no answer fails the document with its code
+   (``generation_*``), its chunk answers kept;
 3. writes the document's rows (``store.completion.record_completion``: the result row, and the job's view of
    it, which the job counts wait for);
 4. returns the finished DocumentCompleted for the completed topic: the ConsumeLoop commits the offset only once
@@ -26,14 +28,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from docstream.errors import PoisonRecord
+from docstream.errors import ConfigError, PoisonRecord
 from docstream.kafka.loop import Envelope, Output
 from docstream.logging import get_logger
 from docstream.records import DocumentCompleted, DocumentStatus, output_too_large, record_limit, utc_now
 from docstream.store import ResultStore
 from docstream.store.completion import record_completion
-from docstream.tasks.base import GENERATE, Prompt, TaskRequest, failure_output
-from docstream.tasks.generate import DEFAULT_PROMPT, GenerateTask
+from docstream.tasks.base import DocumentStepTask, TaskRequest, failure_output, has_document_step
 from docstream.tasks.reduction import DOCUMENT_STEP, needs_document_step
 from docstream.tasks.selection import job_tasks
 from docstream.tenants.usage import add_counts
@@ -50,7 +51,7 @@ _log = get_logger(__name__)
 
 
 class NotADocumentStep(PoisonRecord):
-    """A record on the mapped topic that is no generate document waiting for its step."""
+    """A record on the mapped topic that is no document of the stage's task waiting for its step."""
 
     code = "document_step_unexpected"
 
@@ -58,13 +59,20 @@ class NotADocumentStep(PoisonRecord):
 class DocumentStage:
     """The ConsumeLoop handler of the mapped topic (see the module)."""
 
-    def __init__(self, task: GenerateTask, store: ResultStore, topics: Topics, *,
+    def __init__(self, task: DocumentStepTask, store: ResultStore, topics: Topics, *,
                  clock: Callable[[], datetime] = utc_now, monotonic: Callable[[], float] = time.monotonic,
                  measure: Callable[[DocumentCompleted], int] | None = None,
                  max_message_bytes: int | None = None) -> None:
-        """``measure``: the size of a DocumentCompleted as it is produced (the serializer's bytes); with
-        ``max_message_bytes``, a document whose finished record would pass ``records.record_limit`` of it fails
-        with ``output_too_large`` (docs/reliability.md "Invariants": every record is bounded)."""
+        """``task``: the runner of a task that declares a document step. ``measure``: the size of a
+        DocumentCompleted as it is produced (the serializer's bytes); with ``max_message_bytes``, a document whose
+        finished record would pass ``records.record_limit`` of it fails with ``output_too_large``
+        (docs/reliability.md "Invariants": every record is bounded).
+
+        Raises:
+            ConfigError: ``task_unavailable``: the task declares no document step.
+        """
+        if not has_document_step(task):
+            raise ConfigError(f"task {task.name!r} declares no document step", code="task_unavailable")
         self._measure = measure
         self._limit = record_limit(max_message_bytes) if max_message_bytes is not None else None
         self._task = task
@@ -77,15 +85,16 @@ class DocumentStage:
         """Finish one document.
 
         Raises:
-            PoisonRecord: the record is not a generate document waiting for its step, or its job's prompt does
-                not give its model_id (the settings differ from the inference service's): the DLQ.
+            PoisonRecord: the record is not a document of the stage's task waiting for its step, or its job's
+                request does not give its model_id (the settings differ from the inference service's): the DLQ.
             EndpointUnavailable: the model does not answer within its retry budget (retried, then fatal).
             StoreError: the store is unavailable (retried).
         """
         completed = envelope.value
-        if not isinstance(completed, DocumentCompleted) or completed.task != GENERATE or completed.model_id is None:
+        name = self._task.name
+        if not isinstance(completed, DocumentCompleted) or completed.task != name or completed.model_id is None:
             raise NotADocumentStep(f"the mapped topic holds {type(completed).__name__} of task "
-                                   f"{getattr(completed, 'task', None)!r}, not a generate document")
+                                   f"{getattr(completed, 'task', None)!r}, not a {name} document")
         output = _decoded(completed.output)
         if not needs_document_step(output):
             raise NotADocumentStep(f"document {completed.doc_id}: its output has no document step pending")
@@ -112,11 +121,11 @@ class DocumentStage:
         return output_too_large(finished, size, self._limit)
 
     def _step(self, completed: DocumentCompleted, output: dict[str, Any]) -> DocumentCompleted:
-        prompt = self._prompt(completed)
+        request = self._request(completed)
         started = self._monotonic()
         status: DocumentStatus = completed.status
         try:
-            result = self._task.reduce_document(output, prompt)
+            result = self._task.finish_document(output, request)
         except PoisonRecord as exc:  # this document alone: its chunk answers stay, its step failed
             status = "failed"
             spent = failure_output(exc) or {}  # the tokens of the step's calls before it failed
@@ -129,19 +138,20 @@ class DocumentStage:
         result["step_us"] = int((self._monotonic() - started) * 1_000_000)
         return _finished(completed, result, status, self._task.device)
 
-    def _prompt(self, completed: DocumentCompleted) -> Prompt:
-        """The job's generate prompt, checked against the record's model_id.
+    def _request(self, completed: DocumentCompleted) -> TaskRequest:
+        """The job's request of the stage's task (generate: its prompt), checked against the record's model_id.
 
         Raises:
-            PoisonRecord: ``document_step_prompt_mismatch``: no prompt of the job gives the record's model_id.
+            PoisonRecord: ``document_step_prompt_mismatch``: no request of the job gives the record's model_id.
         """
+        name = self._task.name
         job = self._store.get_job(completed.job_id)
-        requests = [r for r in job_tasks(job) if r.name == GENERATE] if job is not None else []
-        for request in requests or [TaskRequest(GENERATE)]:
+        requests = [r for r in job_tasks(job) if r.name == name] if job is not None else []
+        for request in requests or [TaskRequest(name)]:
             if self._task.model_id_for(request) == completed.model_id:
-                return request.prompt or DEFAULT_PROMPT
-        raise PoisonRecord(f"document {completed.doc_id}: no generate prompt of job {completed.job_id} gives "
-                           f"model_id {completed.model_id} here (tasks.generate differs from the inference "
+                return request
+        raise PoisonRecord(f"document {completed.doc_id}: no {name} prompt of job {completed.job_id} gives "
+                           f"model_id {completed.model_id} here (tasks.{name} differs from the inference "
                            "service's?)", code="document_step_prompt_mismatch")
 
 

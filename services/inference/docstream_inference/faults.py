@@ -20,7 +20,16 @@ from pathlib import Path
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.settings import FaultSettings
-from docstream.tasks.base import ChunkOutput, PreparedTexts, Task, TaskRequest, bind_task_metrics, close_task
+from docstream.tasks.base import (
+    ChunkOutput,
+    PreparedTexts,
+    Task,
+    TaskRequest,
+    always_reuses_stored,
+    bind_task_metrics,
+    close_task,
+    has_document_step,
+)
 from docstream_inference.stages import StageHooks
 
 __all__ = ["CRASH_EXIT_CODE", "CrashSwitch", "EmbedLog", "FaultyTask", "InjectedModelError", "stage_hooks",
@@ -73,6 +82,16 @@ class FaultyTask:
     def device(self) -> str:
         """The wrapped device."""
         return self._inner.device
+
+    @property
+    def document_step(self) -> bool:
+        """The wrapped task's declaration (``has_document_step``)."""
+        return has_document_step(self._inner)
+
+    @property
+    def always_reuse_stored(self) -> bool:
+        """The wrapped task's declaration (``always_reuses_stored``)."""
+        return always_reuses_stored(self._inner)
 
     def model_id_for(self, request: TaskRequest) -> str:
         """The wrapped task's model id for ``request``."""

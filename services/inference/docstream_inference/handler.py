@@ -23,6 +23,7 @@ from docstream.tasks.base import (
     place_spans,
     requested_tasks,
 )
+from docstream.tasks.legacy import job_model_id_for
 from docstream.tenants.usage import STAGE_INFERENCE, add_counts
 
 __all__ = [
@@ -90,8 +91,8 @@ def request_for(chunk: ChunkCreated, task: str, *, run_unrequested: bool = False
     """
     try:
         requests = requested_tasks(chunk.tasks)
-    except (InputError, KeyError, TypeError):  # a foreign writer's record
-        requests = (TaskRequest(EMBED),)
+    except (InputError, KeyError, TypeError):  # a foreign writer's record: read as one naming no task
+        requests = requested_tasks(())
     for request in requests:
         if request.name == task:
             return request
@@ -99,9 +100,9 @@ def request_for(chunk: ChunkCreated, task: str, *, run_unrequested: bool = False
 
 
 def requested_model(chunk: ChunkCreated, task: str, loaded_model_id: str) -> str:
-    """The model_id an embed chunk is recorded under: the one its job asks for, else the loaded one (other tasks:
-    the loaded one; ChunkCreated.model_id names an embedding model)."""
-    return (chunk.model_id or loaded_model_id) if task == EMBED else loaded_model_id
+    """The model_id a chunk's result of ``task`` is recorded under: the one its job names for the task
+    (``legacy.job_model_id_for``: ChunkCreated.model_id names an embedding model), else the loaded one."""
+    return job_model_id_for(task, chunk.model_id) or loaded_model_id
 
 
 def result_of(chunk: ChunkCreated, model_id: str, task: str, output: ChunkOutput, runtime: str | None, *,

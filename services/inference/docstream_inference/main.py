@@ -10,10 +10,10 @@ from docstream.kafka.loop import ConsumeLoop
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import DocumentCompleted
-from docstream.service import ServiceHost, run_service
+from docstream.service import ServiceContext, ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
-from docstream.tasks.base import Task, close_task
+from docstream.tasks.base import DocumentStepTask, Task, TaskContext, bind_task_metrics, close_task
 from docstream.tasks.generate import GenerateTask
 from docstream.tasks.registry import load_task
 from docstream.topics import Topics
@@ -29,7 +29,8 @@ _log = get_logger(__name__)
 
 def load_model(settings: Settings, task: str | None = None) -> Task:
     """Load (and warm up) ``task`` (default ``tasks.task``), with the fault injection of ``settings.faults``."""
-    return with_faults(load_task(task or settings.tasks.task, settings), settings.faults)
+    return with_faults(load_task(task or settings.tasks.task, TaskContext(settings.inference, settings.tasks)),
+                       settings.faults)
 
 
 def build_inference(
@@ -59,18 +60,20 @@ def main(settings: Settings) -> int:
         finally:
             close_task(pipeline.task)  # an endpoint's connections
 
-    return run_service(settings, SERVICE, serve)
+    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
+    return run_service(context, SERVICE, serve)
 
 
 def build_document_stage(
-    settings: Settings, *, store: ResultStore, metrics: Metrics, task: GenerateTask | None = None,
+    settings: Settings, *, store: ResultStore, metrics: Metrics, task: DocumentStepTask | None = None,
     static_assignment: bool = False, producer: ReliableProducer | None = None,
 ) -> ConsumeLoop:
-    """The document stage's consume loop on ``store``: the mapped topic in the stage's own group, ``task`` (default:
-    ``tasks.generate`` loaded here, closed by the caller) making each document's step."""
+    """The document stage's consume loop on ``store``: the mapped topic in the stage's own group, ``task`` (a task
+    that declares a document step; default: ``tasks.generate`` loaded here, closed by the caller) making each
+    document's step."""
     topics = Topics(settings.kafka.topic_prefix)
-    generate = task if task is not None else GenerateTask.load(settings)
-    generate.bind_metrics(metrics, document_stage.SERVICE)
+    generate = task if task is not None else GenerateTask.load(TaskContext(settings.inference, settings.tasks))
+    bind_task_metrics(generate, metrics, document_stage.SERVICE)
     serde = AvroSerde(settings.kafka)
 
     def measure(completed: DocumentCompleted) -> int:
@@ -89,11 +92,12 @@ def document_stage_main(settings: Settings) -> int:
 
     def serve(host: ServiceHost) -> None:
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-        task = GenerateTask.load(settings)
+        task = GenerateTask.load(TaskContext(settings.inference, settings.tasks))
         loop = build_document_stage(settings, store=host.open_store(migrate=True), metrics=host.metrics, task=task)
         try:
             host.serve(loop.run, stop=loop.stop, ready=lambda: loop.ready)
         finally:
             task.close()
 
-    return run_service(settings, document_stage.SERVICE, serve)
+    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
+    return run_service(context, document_stage.SERVICE, serve)

@@ -39,7 +39,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated
 from docstream.settings import FairnessSettings, InferenceSettings, KafkaSettings, RetrySettings
 from docstream.store.base import ResultStore
-from docstream.tasks.base import EMBED, GENERATE, Task, bind_task_metrics
+from docstream.tasks.base import EMBED, Task, always_reuses_stored, bind_task_metrics
 from docstream.topics import Topics
 from docstream_inference.batching import Batcher, BatchPolicy
 from docstream_inference.handler import request_for
@@ -77,11 +77,11 @@ def group_id(kafka: KafkaSettings, inference: InferenceSettings, task: str = EMB
     return inference.group_id or Topics(kafka.topic_prefix).inference_group(task)
 
 
-def reuse_stored(inference: InferenceSettings, task: str) -> bool:
-    """Whether the pipeline reads a batch's stored rows before running it: ``inference.reuse_stored``, and always
-    for generate, whose every answer is a model call worth far more than one read per batch (after a crash, the
-    chunks written before it are not asked again)."""
-    return inference.reuse_stored or task == GENERATE
+def reuse_stored(inference: InferenceSettings, task: object) -> bool:
+    """Whether the pipeline reads a batch's stored rows before running ``task`` (its class or runner):
+    ``inference.reuse_stored``, and always for a task that declares it (``TaskClass.always_reuse_stored``:
+    generate, whose every answer is a model call worth far more than one read per batch)."""
+    return inference.reuse_stored or always_reuses_stored(task)
 
 
 class InferencePipeline:
@@ -264,7 +264,7 @@ class InferencePipeline:
         self._stages = [
             BatchStage(inbox=self._q0, outbox=q1, batcher=Batcher(policy, self._clock), task=self._task,
                        assignments=self._assignments, history=self._history,
-                       stored=StoredResults(self._store, by_chunk_id=reuse_stored(inference, self._task.name)),
+                       stored=StoredResults(self._store, by_chunk_id=reuse_stored(inference, self._task)),
                        model_idle=lambda: model.idle, **common),
             model,
             writer,

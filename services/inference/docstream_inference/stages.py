@@ -35,7 +35,7 @@ from docstream.metrics import Metrics
 from docstream.records import ChunkCreated, utc_now
 from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
-from docstream.store.base import ChunkRow, ResultStore
+from docstream.store.base import ChunkRow, JobsStore, ResultsStore, ResultStore
 from docstream.store.sources import enforce
 from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest, failure_output
 from docstream.tenants.usage import apportion
@@ -207,7 +207,7 @@ class StoredResults:
 
     PREVIOUS_KEPT = 8
 
-    def __init__(self, store: ResultStore, *, by_chunk_id: bool = True) -> None:
+    def __init__(self, store: ResultsStore, *, by_chunk_id: bool = True) -> None:
         self._store = store
         self._by_chunk_id = by_chunk_id
         self._previous: OrderedDict[tuple[str, str, str], dict[str, ChunkRow]] = OrderedDict()
@@ -641,7 +641,7 @@ class ThroughputWriter:
     lanes (docs/operations.md "Where a job stands"). Driven by the write stage's thread, never by the consume loop:
     a slow store delays no fetch. A failed write is logged and made again at the next tick."""
 
-    def __init__(self, store: ResultStore, group: str, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, store: JobsStore, group: str, *, clock: Callable[[], float] = time.monotonic,
                  instance: str | None = None) -> None:
         self._store = store
         self._group = group

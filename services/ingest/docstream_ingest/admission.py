@@ -16,7 +16,7 @@ from datetime import datetime
 from docstream.errors import QuotaExceeded, StoreError
 from docstream.logging import get_logger
 from docstream.settings import FairnessSettings
-from docstream.store.base import TERMINAL_DOC_STATES, ResultStore
+from docstream.store.base import TERMINAL_DOC_STATES, ResultStore, TenantLedger
 from docstream.tenants.admission import (
     DAILY,
     DOCUMENTS,
@@ -46,7 +46,7 @@ _RECONCILE_SLOTS = 10_000
 """In-flight rows one reconciliation reads at most (one partition, as ``tenant_load`` reads it)."""
 
 
-def tenant_capacity(store: ResultStore, fairness: FairnessSettings, tenant: str, now: datetime) -> Capacity:
+def tenant_capacity(store: TenantLedger, fairness: FairnessSettings, tenant: str, now: datetime) -> Capacity:
     """What ``tenant`` may submit now (no store read for a tenant without quotas)."""
     limits = fairness.tenant(tenant).limits()
     if not limits.any:
@@ -101,7 +101,7 @@ def reconcile_slots(store: ResultStore, tenant: str, now: datetime, *, budget: i
     return freed
 
 
-def release(store: ResultStore, fairness: FairnessSettings, tenant: str, doc_ids: Sequence[str]) -> None:
+def release(store: TenantLedger, fairness: FairnessSettings, tenant: str, doc_ids: Sequence[str]) -> None:
     """Give back the slots of admitted documents that will not run (their submission failed after admission). A
     store failure here is logged, not raised: the caller is handling the failure that brought it here.
     """

@@ -44,8 +44,16 @@ from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
-from docstream.settings import ObjectStoreSettings, Settings
-from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.settings import (
+    ChunkerSettings,
+    FairnessSettings,
+    IngestSettings,
+    KafkaSettings,
+    ObjectStoreSettings,
+    ReducerSettings,
+    TasksSettings,
+)
+from docstream.store.base import DocState, DocumentRow, JobDocumentRow, JobRow, JobsStore, ResultStore
 from docstream.store.sources import advance_source
 from docstream.tasks.base import BUILTIN_TASKS, TaskRequest
 from docstream.tasks.registry import known_task_names, task_class
@@ -61,6 +69,7 @@ __all__ = [
     "DuplicateFile",
     "Gradually",
     "IntakeClients",
+    "IntakeContext",
     "IntakeProducer",
     "RecordSerializer",
     "RefusedFile",
@@ -98,20 +107,43 @@ class RecordSerializer(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class IntakeContext:
+    """What a submission reads of the settings: the sections of the same names.
+
+    Attributes:
+        kafka: the prefix of the intake topics.
+        ingest: the intake's limits.
+        chunker: a job's default chunk size (``max_tokens``).
+        tasks: the default classify labels and the user tasks (``custom``).
+        fairness: the tenants' highest priorities and quotas.
+        reducer: whether a webhook may reach a private address (``webhook_allow_private``).
+        object_store: where documents' bytes go, and where source URIs may point.
+    """
+
+    kafka: KafkaSettings
+    ingest: IngestSettings
+    chunker: ChunkerSettings
+    tasks: TasksSettings
+    fairness: FairnessSettings
+    reducer: ReducerSettings
+    object_store: ObjectStoreSettings
+
+
+@dataclass(frozen=True, slots=True)
 class IntakeClients:
     """What a submission runs under and writes through, the same for every entry point.
 
     Attributes:
-        settings: all settings (ingest limits, chunker defaults, topic prefix, object store).
+        context: the settings sections a submission reads (limits, chunker defaults, topic prefix, object store).
         store: where jobs, job_documents and documents rows go.
         producer: delivers the records; ``flush`` must raise on any failed delivery.
         serde: encodes the records.
-        objects: the object store (default: one from ``settings.object_store``).
+        objects: the object store (default: one from ``context.object_store``).
         flush_timeout_s: how long to wait for every delivery.
         clock: now, UTC.
     """
 
-    settings: Settings
+    context: IntakeContext
     store: ResultStore
     producer: IntakeProducer
     serde: RecordSerializer
@@ -318,7 +350,8 @@ class _Collector:
     """Phase 1: what a submission holds, accumulated file by file."""
 
     job_id: str
-    settings: Settings
+    ingest: IngestSettings
+    object_store: ObjectStoreSettings
     objects: ObjectStore
     existing: Mapping[str, DocState]
     resubmit: Callable[[str, DocState], bool]
@@ -332,7 +365,7 @@ class _Collector:
 
     @property
     def _max_bytes(self) -> int:
-        return self.settings.ingest.max_document_bytes
+        return self.ingest.max_document_bytes
 
     def refuse(self, path: str, code: str, reason: str) -> None:
         self.refused.append(RefusedFile(path, code, reason))
@@ -354,9 +387,9 @@ class _Collector:
             self.refuse(candidate.display, "unreadable", exc.strerror or str(exc))
 
     def _full(self, display: str) -> bool:
-        if self.count < self.settings.ingest.max_files_per_job:
+        if self.count < self.ingest.max_files_per_job:
             return False
-        limit = self.settings.ingest.max_files_per_job
+        limit = self.ingest.max_files_per_job
         self.refuse(display, "too_many_files", f"the job already holds {limit} documents (ingest.max_files_per_job)")
         return True
 
@@ -392,7 +425,7 @@ class _Collector:
         # All or nothing: members are kept aside until the whole archive has passed its checks.
         blobs: list[_Blob] = []
         refused: list[RefusedFile] = []
-        limits = ArchiveLimits.from_settings(self.settings.ingest)
+        limits = ArchiveLimits.from_settings(self.ingest)
         with candidate.opener() as stream:
             for member in expand_archive(stream, kind, limits):
                 display = f"{candidate.display}/{member.name}"
@@ -470,7 +503,7 @@ def _check_tasks_known(tasks: Sequence[TaskRequest], custom: dict[str, str]) -> 
 
 
 def _existing_job(
-    store: ResultStore, job_id: str, request: JobRequest
+    store: JobsStore, job_id: str, request: JobRequest
 ) -> tuple[JobRow | None, dict[str, DocState]]:
     job = store.get_job(job_id)
     if job is None:
@@ -554,7 +587,7 @@ def _write_rows(
 def _produce(
     documents: Sequence[SubmittedDocument], job_id: str, request: JobRequest, clients: IntakeClients, now: datetime
 ) -> None:
-    topic = Topics(clients.settings.kafka.topic_prefix).intake(request.priority)
+    topic = Topics(clients.context.kafka.topic_prefix).intake(request.priority)
     for doc in documents:
         record = DocumentSubmitted(
             job_id=job_id,
@@ -594,7 +627,7 @@ def _produce_admitted(
         done = True
     finally:
         if not done:  # whatever the failure, these documents are not in flight: a retry admits them again
-            release(clients.store, clients.settings.fairness, request.tenant, [d.doc_id for d in documents])
+            release(clients.store, clients.context.fairness, request.tenant, [d.doc_id for d in documents])
     return documents
 
 
@@ -622,7 +655,7 @@ def _admit_gradually(
     gradually: Gradually, now: datetime,
 ) -> None:
     """Produce ``documents`` (their rows written) as the tenant's quotas admit them, in order."""
-    fairness, store = clients.settings.fairness, clients.store
+    fairness, store = clients.context.fairness, clients.store
     done = 0
     while done < len(documents):
         taken, cap = admit_some(store, fairness, request.tenant, job_id, [d.doc_id for d in documents[done:]],
@@ -668,17 +701,18 @@ def _submit(
     resubmit: Callable[[str, DocState], bool] | None = None,
     gradually: Gradually | None = None,
 ) -> SubmitResult:
-    settings, store = clients.settings, clients.store
-    request = validate_job_request(request, default_max_tokens=settings.chunker.max_tokens,
-                                   default_labels=settings.tasks.classify.labels,
-                                   max_priority=settings.fairness.tenant(request.tenant).max_priority)
-    _check_webhook_host(request.webhook_url, settings.reducer.webhook_allow_private)
-    _check_tasks_known(request.tasks, dict(settings.tasks.custom))
+    context, store = clients.context, clients.store
+    request = validate_job_request(request, default_max_tokens=context.chunker.max_tokens,
+                                   default_labels=context.tasks.classify.labels,
+                                   max_priority=context.fairness.tenant(request.tenant).max_priority)
+    _check_webhook_host(request.webhook_url, context.reducer.webhook_allow_private)
+    _check_tasks_known(request.tasks, dict(context.tasks.custom))
     job_id = request.job_id or ids.new_job_id()
     log = _log.bind(job_id=job_id, tenant=request.tenant)
     earlier, existing = _existing_job(store, job_id, request)
-    objects = clients.objects or ObjectStore(settings.object_store)
-    collected = _Collector(job_id, settings, objects, existing, resubmit or _resubmit_if_unprocessed)
+    objects = clients.objects or ObjectStore(context.object_store)
+    collected = _Collector(job_id, context.ingest, context.object_store, objects, existing,
+                           resubmit or _resubmit_if_unprocessed)
     for candidate in sources(collected):
         collected.add(candidate)
     documents: Sequence[SubmittedDocument] = tuple(collected.documents.values())
@@ -694,7 +728,7 @@ def _submit(
             documents = _write_rows(store, job_id, earlier, collected, documents, request, now)
             _admit_gradually(documents, job_id, request, clients, gradually, now)
         else:
-            admit(store, settings.fairness, request.tenant, job_id, [d.doc_id for d in documents], now)
+            admit(store, context.fairness, request.tenant, job_id, [d.doc_id for d in documents], now)
             documents = _produce_admitted(documents, job_id, request, clients, now,
                                           write_rows=partial(_write_rows, store, job_id, earlier, collected, documents,
                                                              request, now))
@@ -733,7 +767,7 @@ def submit_paths(
     Args:
         paths: files and folders.
         request: the job and its options (checked by ``validate_job_request``).
-        clients: the settings, stores, producer and serde the submission goes through.
+        clients: the settings sections, stores, producer and serde the submission goes through.
         resubmit: for a document already in the job, whether to produce it again, given its
             doc_id and status; default: only while it is still ``submitted``.
         gradually: admit the documents as the tenant's quotas free (blocking until every one is), instead of
@@ -788,7 +822,7 @@ def submit_uris(uris: Sequence[str], request: JobRequest, clients: IntakeClients
         FatalError: as ``submit_paths``.
     """
     return _submit(
-        lambda collected: (_uri_candidate(uri, collected.objects, collected.settings.object_store) for uri in uris),
+        lambda collected: (_uri_candidate(uri, collected.objects, collected.object_store) for uri in uris),
         request,
         clients,
     )

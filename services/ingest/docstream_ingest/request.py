@@ -14,13 +14,13 @@ from urllib.parse import urlsplit
 
 from docstream.errors import InputError
 from docstream.ids import validate_id
-from docstream.lanes import BATCH, LANES, PRIORITY_OPTION
+from docstream.lanes import BATCH, LANES
+from docstream.records import CHUNK_MAX_TOKENS, JobOptions
 from docstream.tasks.base import TaskRequest
-from docstream.tasks.selection import DEFAULT_TASKS, TASKS_OPTION, check_job_tasks, tasks_option
+from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
 
 __all__ = ["JobRequest", "validate_job_request"]
 
-_MIN_CHUNK_TOKENS, _MAX_CHUNK_TOKENS = 8, 8192
 _WEBHOOK_SCHEMES = ("http", "https")
 
 
@@ -57,14 +57,11 @@ class JobRequest:
         The tasks are kept under ``tasks`` as canonical JSON (``docstream.tasks.selection.job_tasks``
         reads them back), only when they are not the default embed alone.
         """
-        values = {
-            "model_id": self.model_id,
-            "chunk_max_tokens": self.chunk_max_tokens,
-            "chunk_overlap_tokens": self.chunk_overlap_tokens,
-            TASKS_OPTION: tasks_option(self.tasks),
-            PRIORITY_OPTION: self.priority if self.priority != BATCH else None,
-        }
-        return {key: str(value) for key, value in values.items() if value is not None}
+        return JobOptions(
+            model_id=self.model_id, chunk_max_tokens=self.chunk_max_tokens,
+            chunk_overlap_tokens=self.chunk_overlap_tokens, tasks=tasks_option(self.tasks),
+            priority=self.priority if self.priority != BATCH else None,
+        ).to_mapping()
 
 
 def validate_job_request(
@@ -86,7 +83,7 @@ def validate_job_request(
 
     Raises:
         InputError: ``invalid_job_id``, ``invalid_tenant``, ``invalid_chunk_options`` (size
-            outside 8-8192, overlap negative or not below the size), ``invalid_webhook_url``
+            outside ``CHUNK_MAX_TOKENS``, overlap negative or not below the size), ``invalid_webhook_url``
             (not http or https), ``invalid_priority`` (not a lane), ``priority_not_allowed`` (interactive for a
             tenant capped at batch), then the tasks' ``task_invalid``, ``labels_without_classify``,
             ``labels_missing``, ``labels_invalid``.
@@ -96,9 +93,10 @@ def validate_job_request(
     validate_id(request.tenant, "tenant")
     max_tokens = request.chunk_max_tokens or default_max_tokens
     overlap = request.chunk_overlap_tokens if request.chunk_overlap_tokens is not None else 0
-    if not _MIN_CHUNK_TOKENS <= max_tokens <= _MAX_CHUNK_TOKENS or not 0 <= overlap < max_tokens:
+    if max_tokens not in CHUNK_MAX_TOKENS or not 0 <= overlap < max_tokens:
         raise InputError(
-            "chunk_max_tokens must be 8-8192 and chunk_overlap_tokens 0 to below it", code="invalid_chunk_options"
+            f"chunk_max_tokens must be {CHUNK_MAX_TOKENS} and chunk_overlap_tokens 0 to below it",
+            code="invalid_chunk_options",
         )
     if request.webhook_url is not None and _scheme(request.webhook_url) not in _WEBHOOK_SCHEMES:
         raise InputError("webhook_url must be an http(s) URL", code="invalid_webhook_url")

@@ -39,10 +39,11 @@ from docstream.records import (
 )
 from docstream.retry import backoff_delay, is_retryable
 from docstream.settings import RetrySettings
-from docstream.store import DocumentRow, JobRow, ResultStore
+from docstream.store import DocumentRow, JobRow, JobsStore, ResultsStore, ResultStore
 from docstream.store.base import QueuedJobRow
 from docstream.store.completion import record_completion
-from docstream.tasks.base import EMBED, StoredAnswersFold, TaskFold
+from docstream.tasks.base import StoredAnswersFold, TaskFold
+from docstream.tasks.legacy import tasks_of
 from docstream.tasks.registry import task_fold
 from docstream.tasks.selection import job_task_names
 from docstream.tenants.admission import day_of
@@ -361,7 +362,8 @@ def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
     return status in _TERMINAL_STATUSES
 
 
-def _stored_answers(store: ResultStore, state: DocumentState, fold: StoredAnswersFold, max_bytes: int) -> StoredAnswers:
+def _stored_answers(store: ResultsStore, state: DocumentState, fold: StoredAnswersFold,
+                    max_bytes: int) -> StoredAnswers:
     """``collect_answers`` over the document's chunk rows, read page by page (in the store's thread)."""
     rows = ((row.chunk_index, row.status, row.output) for row in store.iter_chunks(state.doc_id, state.model_id))
     return collect_answers(state, fold, rows, max_bytes=max_bytes)
@@ -372,7 +374,7 @@ _Heard = tuple[str, list[tuple[str | None, DocumentTally, str | None]], list[str
 with its tally and error_code), and the names of its job's tasks."""
 
 
-def _terminal_documents(store: ResultStore, job_id: str, required: list[str]) -> list[_Heard]:
+def _terminal_documents(store: JobsStore, job_id: str, required: list[str]) -> list[_Heard]:
     """What the job's job_documents rows say of each document: each task's entry, and a terminal status of the
     row itself where it has no entries (a failure before inference, or a job written before tasks)."""
     found: list[_Heard] = []
@@ -495,7 +497,7 @@ class JobReducer:
         heard: list[_Heard]
         if reconcile:
             row = await self._job_row(job_id)
-            required = list(job_task_names(row)) if row is not None else [EMBED]
+            required = list(job_task_names(row) if row is not None else tasks_of(()))
             heard = await self._store(_terminal_documents, self._store.store, job_id, required)
         else:
             task = body.get("task")

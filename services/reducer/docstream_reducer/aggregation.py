@@ -37,6 +37,7 @@ from docstream.errors import FatalError, PoisonRecord
 from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus, output_too_large
 from docstream.tasks.base import EMBED, FoldInput, Mention, StoredAnswersFold, TaskFold, TaskOutputError
 from docstream.tasks.fold_embed import EmbeddingDimensionError, pack_floats, unpack_floats
+from docstream.tasks.legacy import pre_task_state, task_of, tasks_of
 from docstream.tasks.reduction import DOCUMENT_STEP, needs_document_step
 from docstream.tenants.usage import UNKNOWN_DEVICE, Usage, across_tasks, add_counts, read_counts
 
@@ -253,7 +254,7 @@ class DocumentState:
             "model_us": dict(self.model_us),
             "stage_us": dict(self.stage_us),
         }
-        if self.task == EMBED:  # wire compatibility: embed states keep the changelog keys of states before tasks
+        if pre_task_state(self.task):
             fold = self.fold or {"w": 0.0, "sum": ""}
             data.update(weight_total=float(fold["w"]), embedding_sum=fold["sum"])
         else:
@@ -274,9 +275,9 @@ class DocumentState:
                 raise ValueError(f"not a v{_STATE_VERSION} document state")
             received = base64.b64decode(str(data["received"]), validate=True)
             failed = base64.b64decode(str(data.get("failed", "")), validate=True) or bytes(len(received))
-            task = str(data.get("task") or EMBED)
+            task = task_of(str(data["task"]) if data.get("task") else None)
             fold: Any = data.get("fold")
-            if task == EMBED:  # wire compatibility: the changelog keys of embed states written before tasks
+            if pre_task_state(task):
                 packed = data.get("embedding_sum", "")
                 if not isinstance(packed, str):
                     packed = _repack(packed)  # a JSON list: states written before the packing
@@ -734,7 +735,7 @@ class DocumentTasks:
             before, or when it was counted first.
     """
 
-    required: tuple[str, ...] = (EMBED,)
+    required: tuple[str, ...] = tasks_of(())
     results: Mapping[str, tuple[DocumentTally, str | None]] = field(default_factory=dict)
     counted: DocumentTally | None = None
     chunked_tokens: int | None = None
@@ -744,7 +745,7 @@ class DocumentTasks:
         """This document with one task's result (``task`` None: a failure before inference, for every task)."""
         results = dict(self.results)
         results[task or ANY_TASK] = (tally, error_code)
-        return replace(self, required=tuple(required) or self.required or (EMBED,), results=results)
+        return replace(self, required=tuple(required) or self.required or tasks_of(()), results=results)
 
     def combined(self) -> tuple[DocumentTally, str | None] | None:
         """The document's tally in its job and its error_code, once every required task is terminal, else None.
@@ -781,7 +782,7 @@ class DocumentTasks:
         """
         if not isinstance(data, Mapping) or data.get("v") != 2:
             tally = DocumentTally.from_json(data)
-            return cls((EMBED,), {EMBED: (tally, None)}, tally)
+            return cls(tasks_of(()), {task_of(None): (tally, None)}, tally)
         try:
             results = {str(task): (DocumentTally.from_json(value), value.get("error_code"))
                        for task, value in dict(data["results"]).items()}

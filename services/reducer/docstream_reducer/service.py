@@ -11,28 +11,49 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from docstream.avro import AvroSerde
 from docstream.kafka.admin import create_topics
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.settings import Settings
+from docstream.settings import (
+    FairnessSettings,
+    KafkaSettings,
+    LogSettings,
+    ReducerSettings,
+    RetrySettings,
+    TasksSettings,
+)
 from docstream.store import ResultStore
 from docstream_reducer.agents import StoreCalls
 from docstream_reducer.app import build_reducer, internal_topic_specs, resolve_producer_idempotence
 from docstream_reducer.faust_shim import ThreadWorker
 from docstream_reducer.webhook import WebhookNotifier
 
-__all__ = ["ReducerService", "build_reducer_service"]
+__all__ = ["ReducerContext", "ReducerService", "build_reducer_service"]
 
 _log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReducerContext:
+    """What the reducer reads of the settings: the sections of the same names (``tasks.custom`` for the user
+    tasks' folds, ``fairness`` for which tenants have quotas, ``log.level`` for the worker's)."""
+
+    kafka: KafkaSettings
+    reducer: ReducerSettings
+    retry: RetrySettings
+    tasks: TasksSettings
+    fairness: FairnessSettings
+    log: LogSettings
 
 
 class ReducerService:
     """A Faust reducer worker on a thread: ``run_in_thread()`` blocks, ``stop()`` ends it."""
 
-    def __init__(self, settings: Settings, *, store: ResultStore, metrics: Metrics) -> None:
-        self._settings = settings
+    def __init__(self, context: ReducerContext, *, store: ResultStore, metrics: Metrics) -> None:
+        self._context = context
         self._store = store
         self._metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
@@ -42,20 +63,20 @@ class ReducerService:
 
     def run_in_thread(self) -> None:
         """Build the app on a new event loop in this thread and run it until ``stop()``."""
-        settings = self._settings
+        context = self._context
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
-        settings.reducer.data_dir.mkdir(parents=True, exist_ok=True)
-        create_topics(settings.kafka, internal_topic_specs(settings.kafka, settings.reducer))
+        context.reducer.data_dir.mkdir(parents=True, exist_ok=True)
+        create_topics(context.kafka, internal_topic_specs(context.kafka, context.reducer))
         reducer = build_reducer(
-            settings.kafka, settings.reducer, custom_tasks=settings.tasks.custom,
-            store=StoreCalls(self._store, settings.retry, self._executor),
-            serde=AvroSerde(settings.kafka), webhooks=WebhookNotifier(settings.reducer, settings.retry),
+            context.kafka, context.reducer, custom_tasks=context.tasks.custom,
+            store=StoreCalls(self._store, context.retry, self._executor),
+            serde=AvroSerde(context.kafka), webhooks=WebhookNotifier(context.reducer, context.retry),
             metrics=self._metrics, clock=time.monotonic,
-            idempotent_producer=resolve_producer_idempotence(settings.kafka, settings.reducer),
-            limited=settings.fairness.limited,
+            idempotent_producer=resolve_producer_idempotence(context.kafka, context.reducer),
+            limited=context.fairness.limited,
         )
-        self._worker = ThreadWorker(reducer.app, loglevel=settings.log.level, override_logging=False, quiet=True,
+        self._worker = ThreadWorker(reducer.app, loglevel=context.log.level, override_logging=False, quiet=True,
                                     redirect_stdouts=False, loop=self._loop)
         self._worker.spinner = None
         if self._stop_requested.is_set():  # stopped while starting: stop() found no worker to tell
@@ -77,6 +98,6 @@ class ReducerService:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def build_reducer_service(settings: Settings, *, store: ResultStore, metrics: Metrics) -> ReducerService:
+def build_reducer_service(context: ReducerContext, *, store: ResultStore, metrics: Metrics) -> ReducerService:
     """A reducer for ``store`` (migrated) to run on a thread."""
-    return ReducerService(settings, store=store, metrics=metrics)
+    return ReducerService(context, store=store, metrics=metrics)

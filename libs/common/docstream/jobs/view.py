@@ -8,17 +8,17 @@ from datetime import datetime
 
 from docstream.jobs.standing import QueueStanding, queue_standing
 from docstream.lanes import LANES, job_lane
-from docstream.settings import Settings
-from docstream.store.base import JobRow, ResultStore
+from docstream.settings import FairnessSettings, InferenceSettings, KafkaSettings
+from docstream.store.base import JobRow, JobsStore
 from docstream.tasks.selection import job_task_names
 from docstream.topics import Topics
 
 __all__ = ["standings"]
 
 
-def standings(store: ResultStore, jobs: Sequence[JobRow], settings: Settings, now: datetime
-              ) -> dict[str, QueueStanding]:
-    """Where each running job of ``jobs`` stands at ``now`` in the lanes of ``settings``' topics, by job_id (ended
+def standings(store: JobsStore, jobs: Sequence[JobRow], now: datetime, *, kafka: KafkaSettings,
+              inference: InferenceSettings, fairness: FairnessSettings) -> dict[str, QueueStanding]:
+    """Where each running job of ``jobs`` stands at ``now`` in the lanes of ``kafka``'s topics, by job_id (ended
     jobs stand nowhere: left out).
 
     Reads each lane's queue once and the rate of each inference group the jobs' tasks run in once
@@ -32,7 +32,7 @@ def standings(store: ResultStore, jobs: Sequence[JobRow], settings: Settings, no
     running = [job for job in jobs if job.status == "running"]
     if not running:
         return {}
-    topics, group_id = Topics(settings.kafka.topic_prefix), settings.inference.group_id
+    topics, group_id = Topics(kafka.topic_prefix), inference.group_id
     queues = {lane: store.list_queue(topics.lane(lane)) for lane in LANES}
     rates: dict[str, float] = {}
     found: dict[str, QueueStanding] = {}
@@ -44,5 +44,5 @@ def standings(store: ResultStore, jobs: Sequence[JobRow], settings: Settings, no
         lane = job_lane(job.options)
         other = next(name for name in LANES if name != lane)
         found[job.job_id] = queue_standing(job, queues[lane], queues[other], min(measured, default=0.0),
-                                           settings.fairness.batch_share, now)
+                                           fairness.batch_share, now)
     return found

@@ -1,4 +1,4 @@
-"""The ResultStore protocol and the rows it holds (docs/storage.md).
+"""The ResultStore protocol, its narrow parts by concern, and the rows it holds (docs/storage.md).
 
 Every write is an upsert on a primary key built from deterministic ids: writing the
 same row any number of times leaves the same state. No counters, no read-before-write,
@@ -12,37 +12,45 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Final, Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from docstream.tables import TablePart
-from docstream.tasks.base import EntitySummary, Mention
+from docstream.records import DocumentStatus, JobState
+from docstream.store.generated import ChunkRow, DocumentResultRow, DocumentRow
+from docstream.store.layout import FLOAT32, DocState
 from docstream.tenants.admission import Slot, TenantLoad
 from docstream.tenants.usage import Usage
 
 __all__ = [
     "FLOAT32",
     "ApiKeyRow",
+    "ApiKeysStore",
     "ChunkRow",
+    "DocState",
     "DocumentResultRow",
     "DocumentRow",
     "JobDocumentRow",
     "JobRow",
+    "JobState",
+    "JobsStore",
     "QueuedJobRow",
     "ResultStore",
+    "ResultsStore",
     "SearchHit",
     "SourceRow",
+    "SourcesStore",
     "TaskTally",
+    "TenantLedger",
     "check_throughput",
 ]
 
-FLOAT32: Final = "float32"
-"""Marks a row field whose numbers every backend keeps as float32 (``Annotated[dict[str, float], FLOAT32]``:
-what a Cassandra ``float`` holds), so both backends read back the same values (``docstream.store.rows``)."""
+# The rows that hold records' fields (ChunkRow, DocumentResultRow, DocumentRow) are declared in
+# docstream.store.layout and written from it and the schemas (docstream.store.generated); the rows below are the
+# store's own.
 
-JobState = Literal["running", "completed", "cancelled"]
-DocState = Literal["submitted", "chunking", "chunked", "completed", "partial", "failed", "skipped"]
 TERMINAL_DOC_STATES: frozenset[str] = frozenset({"completed", "partial", "failed", "skipped"})
 """Document states nothing moves a document out of (a new job resubmits it under another doc_id)."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobRow:
     """jobs: (job_id)."""
@@ -66,7 +74,7 @@ class JobRow:
 class TaskTally:
     """One task's terminal status of one document and what that task cost (job_documents.tasks)."""
 
-    status: Literal["completed", "partial", "failed"]
+    status: DocumentStatus
     usage: Usage = field(default_factory=Usage)
 
 
@@ -89,105 +97,6 @@ class JobDocumentRow:
     tasks: dict[str, TaskTally] = field(default_factory=dict)
     """Each task's terminal status and usage, by task name, as its results completed (written one entry at a
     time by ``upsert_job_document_task``; ``upsert_job_document`` leaves it alone)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentRow:
-    """documents: ((doc_id))."""
-
-    doc_id: str
-    job_id: str
-    source_uri: str
-    content_sha256: str
-    status: DocState
-    updated_at: datetime
-    media_type: str | None = None
-    filename: str | None = None
-    page_count: int | None = None
-    error_code: str | None = None
-    error: str | None = None
-    pages_by_verdict: dict[str, int] = field(default_factory=dict)
-    """Pages by quality verdict, once chunked (docs/chunking.md "Provenance"); empty before."""
-    pages_by_source: dict[str, int] = field(default_factory=dict)
-    """Pages by where their text came from (text_layer, ocr), once chunked; empty before."""
-    source_key: str | None = None
-    """The source this document is a version of (``SourceRow``); None: submitted without one."""
-    previous_doc_id: str | None = None
-    """The source's version current when this one was submitted, whose unchanged chunks' results it reuses."""
-    generation: int | None = None
-    """Its place among its source's versions (``SourceRow.generation`` when it became current); None: a document
-    without a source, or written before generations (it reads as 0). Written by ``set_document_generation``
-    alone, never by the row's upsert."""
-    deleted_at: datetime | None = None
-    """When it was deleted (``docstream.store.sources``); written by ``mark_document_deleted`` alone, never by the
-    row's upsert, so a writer that read the row before the delete cannot bring it back."""
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentResultRow:
-    """document_results: ((doc_id), model_id)."""
-
-    doc_id: str
-    model_id: str
-    job_id: str
-    status: Literal["completed", "partial", "failed"]
-    chunk_count: int
-    failed_chunks: int
-    token_count: int
-    embedding: list[float]
-    chunker_settings: str
-    completed_at: datetime
-    content_sha256: str | None = None
-    runtime: str | None = None
-    task: str = "embed"
-    """The task of the results (docs/tasks.md); the fields below are that task's, the others empty."""
-    label_scores: dict[str, float] = field(default_factory=dict)
-    top_label: str | None = None
-    top_chunks: tuple[int, ...] = ()
-    mentions: tuple[Mention, ...] = ()
-    entities: tuple[EntitySummary, ...] = ()
-    mentions_truncated: bool = False
-    output: str | None = None
-    """A user task's document result, JSON."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRow:
-    """chunks: ((doc_id), model_id, chunk_index)."""
-
-    doc_id: str
-    model_id: str
-    chunk_index: int
-    chunk_id: str
-    job_id: str
-    text: str
-    page_start: int
-    page_end: int
-    char_start: int
-    char_end: int
-    token_count: int
-    embedding: list[float]
-    heading: str | None = None
-    status: Literal["ok", "failed"] = "ok"
-    error_code: str | None = None
-    text_source: str = "text_layer"
-    """Where the text came from: ``text_layer`` or ``ocr`` (any of its pages OCRed)."""
-    ocr_engine: str | None = None
-    """The OCR engine, when ``text_source`` is ``ocr``."""
-    page_verdicts: tuple[str, ...] = ()
-    """The quality verdicts of the chunk's pages' text layers, page_start to page_end."""
-    page_reasons: tuple[str, ...] = ()
-    """Why each of those pages kept its text (``docstream_chunker.provenance.REASONS``)."""
-    kind: str = "text"
-    """``text``, or ``table``: the chunk is one part of a table (docs/chunking.md "Tables")."""
-    table_part: TablePart | None = None
-    """The table part of a ``table`` chunk (``ChunkCreated.table``): page, bbox, caption, header, cells."""
-    task: str = "embed"
-    """The task of the result (docs/tasks.md); ``embedding`` is embed's, the fields below the other tasks'."""
-    label_scores: Annotated[dict[str, float], FLOAT32] = field(default_factory=dict)
-    mentions: tuple[Mention, ...] = ()
-    output: str | None = None
-    """A user task's chunk output, JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,51 +172,9 @@ def check_throughput(tokens_per_s: float, ttl_s: int) -> None:
         raise ValueError(f"ttl_s must be at least 1, got {ttl_s}")
 
 
-@runtime_checkable
-class ResultStore(Protocol):
-    """Where chunk and document results live. Cassandra in production, SQLite embedded.
-
-    Methods block; callers on an event loop run them in a thread. Transient failures
-    raise ``StoreError`` (retryable); everything else is a bug or bad config.
-    """
-
-    def migrate(self) -> None:
-        """Create or upgrade the schema (idempotent)."""
-
-    def ping(self) -> None:
-        """Raise ``StoreError`` unless the store answers."""
-
-    def close(self) -> None:
-        """Release connections."""
-
-    def upsert_job(self, row: JobRow) -> None:
-        """Write a jobs row."""
-
-    def get_job(self, job_id: str) -> JobRow | None:
-        """Read a jobs row."""
-
-    def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
-        """A tenant's jobs ordered by job_id, strictly after ``after`` (paging)."""
-
-    def set_job_status(self, job_id: str, tenant: str, status: JobState, updated_at: datetime) -> None:
-        """Set only the status and updated_at of an existing jobs row (its counts are left alone)."""
-
-    def upsert_job_document(self, row: JobDocumentRow) -> None:
-        """Write a job_documents row (its ``tasks`` entries are left as they are)."""
-
-    def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
-                                 updated_at: datetime) -> None:
-        """Set one task's entry of a job_documents row (creating the row if absent); other entries stay."""
-
-    def update_job_document_status(self, job_id: str, doc_id: str, status: DocState, error_code: str | None,
-                                   usage: Usage | None, updated_at: datetime) -> None:
-        """Set only status, error_code, usage and updated_at of a job_documents row (filename and tasks stay)."""
-
-    def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
-        """One page of a job's documents ordered by doc_id, strictly after ``after``."""
-
-    def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
-        """Stream a job's documents ordered by doc_id, fetched page by page."""
+class ResultsStore(Protocol):
+    """The documents and what was computed for them: documents rows, document results, chunks and their vectors
+    (what the pipeline writes of each document; what the sinks, the exports and search read)."""
 
     def upsert_document(self, row: DocumentRow) -> None:
         """Write a documents row."""
@@ -345,11 +212,63 @@ class ResultStore(Protocol):
     ) -> list[SearchHit]:
         """Nearest chunks by cosine similarity, best first."""
 
-    def upsert_api_key(self, row: ApiKeyRow) -> None:
-        """Write an api_keys row."""
 
-    def get_api_key(self, key_id: str) -> ApiKeyRow | None:
-        """Read an api_keys row."""
+class JobsStore(Protocol):
+    """Jobs, their documents' rows, and where jobs stand in their lanes (docs/operations.md "Where a job stands")."""
+
+    def upsert_job(self, row: JobRow) -> None:
+        """Write a jobs row."""
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        """Read a jobs row."""
+
+    def list_jobs(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[JobRow]:
+        """A tenant's jobs ordered by job_id, strictly after ``after`` (paging)."""
+
+    def set_job_status(self, job_id: str, tenant: str, status: JobState, updated_at: datetime) -> None:
+        """Set only the status and updated_at of an existing jobs row (its counts are left alone)."""
+
+    def upsert_job_document(self, row: JobDocumentRow) -> None:
+        """Write a job_documents row (its ``tasks`` entries are left as they are)."""
+
+    def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
+                                 updated_at: datetime) -> None:
+        """Set one task's entry of a job_documents row (creating the row if absent); other entries stay."""
+
+    def update_job_document_status(self, job_id: str, doc_id: str, status: DocState, error_code: str | None,
+                                   usage: Usage | None, updated_at: datetime) -> None:
+        """Set only status, error_code, usage and updated_at of a job_documents row (filename and tasks stay)."""
+
+    def list_job_documents(self, job_id: str, *, limit: int = 100, after: str | None = None) -> list[JobDocumentRow]:
+        """One page of a job's documents ordered by doc_id, strictly after ``after``."""
+
+    def iter_job_documents(self, job_id: str, *, page_size: int = 500) -> Iterator[JobDocumentRow]:
+        """Stream a job's documents ordered by doc_id, fetched page by page."""
+
+    # -- where jobs stand (written by the reducer and inference) --
+
+    def upsert_queued_job(self, row: QueuedJobRow) -> None:
+        """Write a lane_queue row: a job not ended yet, as the reducer last saw it."""
+
+    def delete_queued_job(self, lane: str, job_id: str) -> None:
+        """Delete a lane_queue row: the job ended (nothing when there is none)."""
+
+    def list_queue(self, lane: str) -> list[QueuedJobRow]:
+        """Every lane_queue row of ``lane`` (a lane's chunks topic), by created_at then job_id."""
+
+    def record_throughput(self, name: str, instance: str, tokens_per_s: float, at: datetime, ttl_s: int) -> None:
+        """Write the recent rate of reducer process ``instance`` of the deployment ``name`` (its topic prefix; its
+        row replaced), which expires ``ttl_s`` after ``at``. Raises ``ValueError`` for a rate or TTL no store keeps
+        (``check_throughput``)."""
+
+    def throughput(self, name: str, at: datetime) -> float:
+        """The sum of the rates of the deployment ``name``'s reducer processes whose rows have not expired at ``at``
+        (0.0: none)."""
+
+
+class SourcesStore(Protocol):
+    """Sources and the versions of their documents (docs/intake.md "Versions of a document", "Deleting a source"):
+    the sources rows, the generation and deletion columns of documents rows, and deleting a source's results."""
 
     def swap_source(self, expected: SourceRow | None, row: SourceRow) -> tuple[bool, SourceRow | None]:
         """Write ``row`` as its source's row only when the stored row is still ``expected`` (its generation and
@@ -370,7 +289,10 @@ class ResultStore(Protocol):
         """Delete a document's chunk rows, vectors and document_results rows under every model (its partitions).
         Its documents and job_documents rows stay."""
 
-    # -- admission (docs/operations.md "Quotas and admission"; written only for tenants with limits) --
+
+class TenantLedger(Protocol):
+    """What each tenant has in flight and has used, for admission (docs/operations.md "Quotas and admission";
+    written only for tenants with limits)."""
 
     def admit_documents(self, tenant: str, job_id: str, doc_ids: Sequence[str], at: datetime) -> None:
         """The tenant's documents were admitted: in flight from now (tenant_inflight)."""
@@ -397,22 +319,32 @@ class ResultStore(Protocol):
         """Hold the tenant's admission lease while the block reads its load and admits: one admission at a time per
         tenant across processes. Raises ``StoreError`` (``admission_busy``) when another holds it too long."""
 
-    # -- where jobs stand (docs/operations.md "Where a job stands"; written by the reducer) --
 
-    def upsert_queued_job(self, row: QueuedJobRow) -> None:
-        """Write a lane_queue row: a job not ended yet, as the reducer last saw it."""
+class ApiKeysStore(Protocol):
+    """The HTTP intake API's keys (their hashes: docs/security.md)."""
 
-    def delete_queued_job(self, lane: str, job_id: str) -> None:
-        """Delete a lane_queue row: the job ended (nothing when there is none)."""
+    def upsert_api_key(self, row: ApiKeyRow) -> None:
+        """Write an api_keys row."""
 
-    def list_queue(self, lane: str) -> list[QueuedJobRow]:
-        """Every lane_queue row of ``lane`` (a lane's chunks topic), by created_at then job_id."""
+    def get_api_key(self, key_id: str) -> ApiKeyRow | None:
+        """Read an api_keys row."""
 
-    def record_throughput(self, name: str, instance: str, tokens_per_s: float, at: datetime, ttl_s: int) -> None:
-        """Write the recent rate of reducer process ``instance`` of the deployment ``name`` (its topic prefix; its
-        row replaced), which expires ``ttl_s`` after ``at``. Raises ``ValueError`` for a rate or TTL no store keeps
-        (``check_throughput``)."""
 
-    def throughput(self, name: str, at: datetime) -> float:
-        """The sum of the rates of the deployment ``name``'s reducer processes whose rows have not expired at ``at``
-        (0.0: none)."""
+@runtime_checkable
+class ResultStore(ResultsStore, JobsStore, SourcesStore, TenantLedger, ApiKeysStore, Protocol):
+    """Where chunk and document results live, every concern of them: Cassandra in production, SQLite embedded.
+
+    Methods block; callers on an event loop run them in a thread. Transient failures
+    raise ``StoreError`` (retryable); everything else is a bug or bad config. A consumer that
+    uses one concern takes its narrow protocol (``ResultsStore``, ``JobsStore``, ``SourcesStore``,
+    ``TenantLedger``, ``ApiKeysStore``); what opens, migrates or closes a store takes this one.
+    """
+
+    def migrate(self) -> None:
+        """Create or upgrade the schema (idempotent)."""
+
+    def ping(self) -> None:
+        """Raise ``StoreError`` unless the store answers."""
+
+    def close(self) -> None:
+        """Release connections."""

@@ -11,9 +11,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from docstream.records import DocumentCompleted, carry
-from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, ResultStore, TaskTally
+from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, ResultsStore, ResultStore, TaskTally
 from docstream.store.sources import RETIRING, enforce, fence, versions_back
-from docstream.tasks.base import EMBED
+from docstream.tasks.legacy import task_of, tasks_of
 from docstream.tenants.usage import document_usage
 
 __all__ = ["latest_completed", "record_completion", "result_row", "retire_earlier"]
@@ -21,12 +21,11 @@ __all__ = ["latest_completed", "record_completion", "result_row", "retire_earlie
 def result_row(completed: DocumentCompleted) -> DocumentResultRow:
     """The document_results row of a task's DocumentCompleted."""
     assert completed.model_id is not None
-    # compatibility: a record from before tasks names none, and was embed's
     return carry(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
-                 task=completed.task or EMBED)
+                 task=task_of(completed.task))
 
 
-def retire_earlier(store: ResultStore, doc_id: str, model_id: str) -> int:
+def retire_earlier(store: ResultsStore, doc_id: str, model_id: str) -> int:
     """Retire the earlier versions of a source under one model, from ``doc_id`` back: each one's results are
     deleted, down to the first that had completed or partial results (it retired the ones before it when it
     completed); a version that failed, or never got this model's result, is passed through. Returns the
@@ -41,7 +40,7 @@ def retire_earlier(store: ResultStore, doc_id: str, model_id: str) -> int:
     return walked
 
 
-def latest_completed(store: ResultStore, doc_id: str, model_id: str) -> str | None:
+def latest_completed(store: ResultsStore, doc_id: str, model_id: str) -> str | None:
     """The newest version, from ``doc_id`` back, whose result under ``model_id`` completed (``RETIRING``): the
     version whose results the store holds for the source while a newer one is in flight or after one failed
     (``retire_earlier`` keeps them until a newer version completes). None: no version has."""
@@ -81,10 +80,10 @@ def record_completion(store: ResultStore, completed: DocumentCompleted, now: dat
             retire_earlier(store, document.previous_doc_id, completed.model_id or "")
         if job is not None:  # after the write: a delete or a newer version's completion since takes it back
             enforce(store, completed.doc_id, job.tenant, completed.model_id)
-    task = completed.task or EMBED
+    task = task_of(completed.task)
     usage = document_usage(completed)
     store.upsert_job_document_task(completed.job_id, completed.doc_id, task, TaskTally(completed.status, usage), now)
-    if (completed.tasks or [EMBED]) != [task]:
+    if tasks_of(completed.tasks) != (task,):
         return completed
     if document is not None:
         store.upsert_document(replace(document, status=completed.status, updated_at=now,

@@ -35,7 +35,7 @@ from docstream.errors import InputError, StoreError
 from docstream.ids import MAX_VERSIONS
 from docstream.logging import get_logger
 from docstream.retry import backoff_delay
-from docstream.store.base import DocumentRow, ResultStore, SourceRow
+from docstream.store.base import DocumentRow, ResultsStore, ResultStore, SourceRow
 
 __all__ = ["RETIRING", "DeletedSource", "Fence", "advance_source", "delete_by_tombstone", "delete_source",
            "enforce", "fence", "generation_of", "tombstoned", "versions_back"]
@@ -72,7 +72,7 @@ RETIRING = frozenset({"completed", "partial"})
 leaves them: docs/intake.md "Versions of a document")."""
 
 
-def versions_back(store: ResultStore, doc_id: str) -> Iterator[str]:
+def versions_back(store: ResultsStore, doc_id: str) -> Iterator[str]:
     """``doc_id``, then each version before it (``previous_doc_id`` on its documents row), at most
     ``MAX_VERSIONS``; a loop in the history ends the walk. A version's row is read only when the next is asked."""
     seen: set[str] = set()

@@ -22,10 +22,14 @@ import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from docstream.errors import InputError, PoisonRecord
+from docstream.tasks.legacy import tasks_of
 from docstream.tenants.json_input import loads_bounded
+
+if TYPE_CHECKING:  # pure: the settings' module reads the environment
+    from docstream.settings import InferenceSettings, TasksSettings
 
 __all__ = [
     "BUILTIN_TASKS",
@@ -43,6 +47,7 @@ __all__ = [
     "MAX_TASKS",
     "ChunkOutput",
     "DocumentOutput",
+    "DocumentStepTask",
     "EntitySummary",
     "FoldInput",
     "Label",
@@ -54,13 +59,16 @@ __all__ = [
     "StoredAnswersFold",
     "Task",
     "TaskClass",
+    "TaskContext",
     "TaskFold",
     "TaskOutputError",
     "TaskRequest",
+    "always_reuses_stored",
     "bind_task_metrics",
     "check_task_name",
     "close_task",
     "failure_output",
+    "has_document_step",
     "place_spans",
     "requested_tasks",
     "task_names",
@@ -273,13 +281,13 @@ class TaskRequest:
 
 
 def requested_tasks(records: Sequence[Mapping[str, Any]]) -> tuple[TaskRequest, ...]:
-    """The tasks a record's ``tasks`` field asks for; empty (records before tasks existed): embed only.
+    """The tasks a record's ``tasks`` field asks for; empty: embed alone (``legacy.tasks_of``).
 
     Raises:
         InputError: an invalid request, a task named twice, or more than ``MAX_TASKS``.
     """
     if not records:
-        return (TaskRequest(EMBED),)
+        return tuple(TaskRequest(name) for name in tasks_of(()))
     requests = tuple(TaskRequest.from_record(r) for r in records)
     names = [r.name for r in requests]
     if len(set(names)) != len(names):
@@ -535,21 +543,63 @@ class Task(Protocol):
         """Run one small batch so the first real batch pays no start-up cost."""
 
 
+@runtime_checkable
+class DocumentStepTask(Task, Protocol):
+    """The runner of a task that declares a document-level step (``TaskClass.document_step``: generate).
+
+    Its fold may leave a document's output waiting for a step (``docstream.tasks.reduction.needs_document_step``):
+    the reducer then publishes the document on the mapped topic instead of the completed one, and the document
+    stage (``docstream document-stage``) finishes it with ``finish_document``.
+    """
+
+    def finish_document(self, output: dict[str, Any], request: TaskRequest) -> dict[str, Any]:
+        """The document's output with its step made: ``output`` is the folded one, ``request`` the job's request
+        of this task whose ``model_id_for`` is the document's.
+
+        Raises:
+            PoisonRecord: this document's step cannot be made (the document fails with its code); its
+                ``FAILURE_OUTPUT`` may hold what the attempts cost.
+            BackendUnavailable: the model does not answer (the record is retried).
+        """
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What a task's ``load`` is given: the settings sections a runner is loaded from.
+
+    Attributes:
+        inference: the model, its device and runtime, warm-up (``inference``).
+        tasks: the tasks' options (``tasks``): a built-in task's section, a user task's own options in
+            ``tasks.options[name]``, the user tasks by name in ``tasks.custom``.
+    """
+
+    inference: InferenceSettings
+    tasks: TasksSettings
+
+
 class TaskClass(Protocol):
     """What the registry finds (built in, an entry point in group ``docstream.tasks``, or ``module:Class``).
 
     ``name`` and ``fold`` are read without loading any model (the reducer needs only the fold).
+
+    Optional declarations, found by name (class attributes, read on the class or a runner of it; absent: False):
+
+    * ``document_step: ClassVar[bool]``: the task's map-reduce has a document-level step; its runner is then a
+      ``DocumentStepTask`` (``has_document_step``);
+    * ``always_reuse_stored: ClassVar[bool]``: the inference pipeline reads a batch's stored rows before running it
+      whatever ``inference.reuse_stored`` says, because a result costs far more than a read: a paid model call
+      that is never asked again once its answer is stored (``always_reuses_stored``).
     """
 
     name: ClassVar[str]
     fold: ClassVar[TaskFold]
 
     @classmethod
-    def load(cls, settings: Any) -> Task:
+    def load(cls, context: TaskContext) -> Task:
         """Load the model (from a local folder or an installed package, never a hub) and return the runner.
 
-        ``settings`` is the process's ``docstream.settings.Settings``; a user task's own options are in
-        ``settings.tasks.options[name]``.
+        ``context`` holds the process's ``inference`` and ``tasks`` settings sections; a user task's own options
+        are in ``context.tasks.options[name]``.
         """
 
 
@@ -602,3 +652,14 @@ def close_task(task: object) -> None:
     close = getattr(task, "close", None)
     if callable(close):
         close()
+
+
+def has_document_step(task: object) -> bool:
+    """Whether a task class, or a runner of one, declares a document-level step (``TaskClass.document_step``)."""
+    return getattr(task, "document_step", False) is True
+
+
+def always_reuses_stored(task: object) -> bool:
+    """Whether a task class, or a runner of one, declares that its stored results are always reused
+    (``TaskClass.always_reuse_stored``)."""
+    return getattr(task, "always_reuse_stored", False) is True

@@ -39,6 +39,7 @@ from docstream.tasks.base import (
     ChunkOutput,
     Label,
     PreparedTexts,
+    TaskContext,
     TaskFold,
     TaskRequest,
 )
@@ -116,10 +117,10 @@ class ClassifyTask:
         self._lock = threading.Lock()
 
     @classmethod
-    def load(cls, settings: Any) -> ClassifyTask | FolderClassifyTask:
-        """The runner ``settings.tasks.classify`` describes.
+    def load(cls, context: TaskContext) -> ClassifyTask | FolderClassifyTask:
+        """The runner ``context.tasks.classify`` describes.
 
-        Zero-shot loads ``docstream.models.embedding.load_embedder(settings.inference)``. It starts without
+        Zero-shot loads ``docstream.models.embedding.load_embedder(context.inference)``. It starts without
         configured labels (each job brings its own, checked at submission), except with
         ``tasks.run_unrequested``: chunks of jobs that did not ask for classify carry no labels, so every
         one of them would fail.
@@ -128,19 +129,19 @@ class ClassifyTask:
             ConfigError: ``labels_invalid`` or ``labels_missing`` (above); the model's own errors
                 (``model_unavailable``, ``cuda_unavailable``).
         """
-        options = settings.tasks.classify
+        options = context.tasks.classify
         if options.model_path:
-            return FolderClassifyTask.load(settings)
+            return FolderClassifyTask.load(context)
         try:
             labels = tuple(Label.parse(text) for text in options.labels)
         except InputError as exc:
             raise ConfigError(f"tasks.classify.labels: {exc.message}", code=exc.code) from exc
-        if settings.tasks.run_unrequested and not labels:
+        if context.tasks.run_unrequested and not labels:
             raise ConfigError("tasks.run_unrequested runs classify on chunks whose job gave no labels: set "
                               "tasks.classify.labels (DOCSTREAM_TASKS__CLASSIFY__LABELS)", code="labels_missing")
         from docstream.models.embedding import load_embedder
 
-        return cls(load_embedder(settings.inference), labels=labels, temperature=options.temperature)
+        return cls(load_embedder(context.inference), labels=labels, temperature=options.temperature)
 
     @property
     def embedder(self) -> Embedder:
@@ -289,8 +290,8 @@ class FolderClassifyTask:
         self._max_tokens = min(limits)
 
     @classmethod
-    def load(cls, settings: Any) -> FolderClassifyTask:
-        """Load ``settings.tasks.classify.model_path`` (local files only) on ``settings.inference``'s device.
+    def load(cls, context: TaskContext) -> FolderClassifyTask:
+        """Load ``context.tasks.classify.model_path`` (local files only) on ``context.inference``'s device.
 
         The runtime is not timed: CUDA runs fp16 and the CPU fp32 under ``inference.runtime`` auto, and
         ``fp32``/``bf16``/``fp16`` force theirs.
@@ -306,11 +307,13 @@ class FolderClassifyTask:
         from docstream.models.embedding import read_cpu_flags
         from docstream.models.runtime import runtime_candidates
 
-        options = settings.tasks.classify
+        options = context.tasks.classify
+        if options.model_path is None:
+            raise ConfigError("tasks.classify.model_path is not set", code="model_unavailable")
         path = Path(options.model_path).expanduser()
         if not path.is_dir():
             raise ConfigError(f"tasks.classify.model_path {str(path)!r} is not a folder", code="model_unavailable")
-        inference = settings.inference
+        inference = context.inference
         candidates = runtime_candidates(inference.runtime, device=inference.device,
                                         cuda_available=bool(torch.cuda.is_available()), cpu_flags=read_cpu_flags(),
                                         cpu_count=inference.threads or torch.get_num_threads())

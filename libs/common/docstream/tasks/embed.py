@@ -13,7 +13,7 @@ from docstream.errors import PartialBatchError
 from docstream.metrics import EndpointMetrics, Metrics
 from docstream.models.embedder import Embedder
 from docstream.models.endpoint import close_embedder, observe_embedder
-from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, TaskFold, TaskRequest
+from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, TaskContext, TaskFold, TaskRequest
 from docstream.tasks.fold_embed import EmbedFold
 
 __all__ = ["EmbedTask"]
@@ -33,11 +33,11 @@ class EmbedTask:
         self._embedder = embedder
 
     @classmethod
-    def load(cls, settings: Any) -> EmbedTask:
-        """The embedder ``settings.inference`` describes (``docstream.models.embedding.load_embedder``)."""
+    def load(cls, context: TaskContext) -> EmbedTask:
+        """The embedder ``context.inference`` describes (``docstream.models.embedding.load_embedder``)."""
         from docstream.models.embedding import load_embedder
 
-        return cls(load_embedder(settings.inference))
+        return cls(load_embedder(context.inference))
 
     @property
     def embedder(self) -> Embedder:

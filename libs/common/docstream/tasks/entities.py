@@ -25,6 +25,7 @@ from docstream.tasks.base import (
     ChunkOutput,
     PreparedTexts,
     Span,
+    TaskContext,
     TaskFold,
     TaskRequest,
 )
@@ -243,19 +244,19 @@ class EntitiesTask:
         self._recognizer = recognizer
 
     @classmethod
-    def load(cls, settings: Any) -> EntitiesTask:
+    def load(cls, context: TaskContext) -> EntitiesTask:
         """The Hugging Face folder ``tasks.entities.model_path`` when set, else the spaCy pipeline ``spacy_model``.
 
         Raises:
             ConfigError: ``model_unavailable``: the model is not installed or not a folder of one.
         """
-        options = settings.tasks.entities
+        options = context.tasks.entities
         if options.model_path:
             folder = Path(options.model_path).expanduser()
             if not folder.is_dir():
                 raise _unavailable(f"tasks.entities.model_path {folder} is not a folder (models are never "
                                    "downloaded)")
-            return cls(HfTokenRecognizer(folder, device_setting=settings.inference.device,
+            return cls(HfTokenRecognizer(folder, device_setting=context.inference.device,
                                          model_id=options.model_id))
         return cls(SpacyRecognizer.load(options.spacy_model, model_id=options.model_id))
 

@@ -43,6 +43,7 @@ from docstream.tasks.base import (
     ChunkOutput,
     PreparedTexts,
     Prompt,
+    TaskContext,
     TaskFold,
     TaskRequest,
     failure_output,
@@ -81,6 +82,12 @@ class GenerateTask:
 
     name: ClassVar[str] = GENERATE
     fold: ClassVar[TaskFold] = GenerateFold()
+    document_step: ClassVar[bool] = True
+    """A summary of two or more chunk summaries, or chunk values that disagree, are a model call the fold cannot
+    make: the document stage makes them (``finish_document``)."""
+    always_reuse_stored: ClassVar[bool] = True
+    """Every answer is a model call worth far more than one read per batch: after a crash, the chunks whose answers
+    were written before it are not asked again (docs/security.md "Generate accounting")."""
 
     def __init__(self, client: EndpointClient, settings: GenerateSettings, counter: ModelTokenCounter) -> None:
         """Wrap ``client`` (closed by ``close``); ``counter`` estimates a prompt's tokens for its answer's budget."""
@@ -92,8 +99,8 @@ class GenerateTask:
         self._kept: OrderedDict[str, Any] = OrderedDict()
 
     @classmethod
-    def load(cls, settings: Any) -> GenerateTask:
-        """The runner of ``settings.tasks.generate``; with ``inference.warmup`` it sends one small request (an
+    def load(cls, context: TaskContext) -> GenerateTask:
+        """The runner of ``context.tasks.generate``; with ``inference.warmup`` it sends one small request (an
         endpoint that does not answer then is logged, not fatal: the service waits for it as for an outage).
 
         Raises:
@@ -102,15 +109,15 @@ class GenerateTask:
         """
         from docstream.models.tokenization import load_token_counter
 
-        options: GenerateSettings = settings.tasks.generate
+        options: GenerateSettings = context.tasks.generate
         if options.endpoint.url is None:
             raise ConfigError("the generate task needs a chat model: set tasks.generate.endpoint.url "
                               "(DOCSTREAM_TASKS__GENERATE__ENDPOINT__URL)", code="endpoint_unset")
         task = cls(EndpointClient(options.endpoint), options,
-                   load_token_counter(settings.inference.model_path, settings.inference.model_id))
+                   load_token_counter(context.inference.model_path, context.inference.model_id))
         _log.info("generate_endpoint", url=options.endpoint.url, model=options.endpoint.model,
                   max_in_flight=options.endpoint.max_in_flight, key_set=options.endpoint.api_key is not None)
-        if settings.inference.warmup:
+        if context.inference.warmup:
             try:
                 task.warm_up()
             except BackendUnavailable as exc:
@@ -177,6 +184,17 @@ class GenerateTask:
         if any(isinstance(r, BaseException) for r in results):
             raise PartialBatchError(list(results))
         return [r for r in results if isinstance(r, ChunkOutput)]
+
+    def finish_document(self, output: dict[str, Any], request: TaskRequest) -> dict[str, Any]:
+        """The document-level step (``DocumentStepTask``): ``reduce_document`` with the request's prompt (none:
+        ``DEFAULT_PROMPT``).
+
+        Raises:
+            PoisonRecord: as ``reduce_document``.
+            EndpointUnavailable: as ``reduce_document``.
+            EndpointRefused: as ``reduce_document``.
+        """
+        return self.reduce_document(output, request.prompt or DEFAULT_PROMPT)
 
     def reduce_document(self, output: dict[str, Any], prompt: Prompt) -> dict[str, Any]:
         """The document-level step of a folded document output (``needs_document_step``): its chunk summaries

@@ -13,7 +13,17 @@ from typing import Any, cast
 
 from docstream.errors import ConfigError
 from docstream.logging import get_logger
-from docstream.tasks.base import CLASSIFY, EMBED, ENTITIES, GENERATE, Task, TaskClass, TaskFold, check_task_name
+from docstream.tasks.base import (
+    CLASSIFY,
+    EMBED,
+    ENTITIES,
+    GENERATE,
+    Task,
+    TaskClass,
+    TaskContext,
+    TaskFold,
+    check_task_name,
+)
 
 __all__ = ["ENTRY_POINT_GROUP", "known_task_names", "load_task", "resolve_task", "task_class", "task_fold"]
 
@@ -106,17 +116,18 @@ def known_task_names(custom: dict[str, str] | None = None) -> list[str]:
     return list(_BUILTIN) + sorted(extra - set(_BUILTIN))
 
 
-def load_task(spec: str, settings: Any) -> Task:
-    """Load the runner of task ``spec`` (a name or ``module:Class``) with ``settings`` (a ``Settings``).
+def load_task(spec: str, context: TaskContext) -> Task:
+    """Load the runner of task ``spec`` (a name or ``module:Class``) from ``context`` (``tasks.custom`` names the
+    user tasks; the task's ``load`` reads the rest).
 
     Raises:
         ConfigError: ``task_unavailable`` or the task's own model errors (``model_unavailable``).
         InputError: ``task_invalid``.
     """
-    custom = dict(settings.tasks.custom)
+    custom = dict(context.tasks.custom)
     name = resolve_task(spec, custom)
     cls = task_class(name, custom)
-    task = cls.load(settings)
+    task = cls.load(context)
     if task.name != name:
         raise ConfigError(f"task class {name!r} loaded a runner named {task.name!r}", code="task_unavailable")
     _log.info("task_loaded", task=name, model_id=task.model_id, runtime=task.runtime, device=task.device)

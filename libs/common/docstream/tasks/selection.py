@@ -124,7 +124,7 @@ def command_line_tasks(names: Sequence[str], labels: Sequence[Label] = (),
         InputError: ``labels_without_classify``: labels, and no classify to give them to;
             ``prompt_without_generate``: a prompt, and no generate; ``task_invalid``.
     """
-    chosen = list(names) or [EMBED]
+    chosen = list(names) or [task.name for task in DEFAULT_TASKS]
     if labels and CLASSIFY not in chosen:
         raise InputError(f"--labels are for the classify task, and the job asks for {', '.join(chosen)} only: "
                          "add --task classify", code="labels_without_classify")
@@ -197,15 +197,15 @@ def tasks_option(tasks: Sequence[TaskRequest]) -> str | None:
 
 
 def job_tasks(row: JobRow) -> tuple[TaskRequest, ...]:
-    """The tasks a job asks for, from its row's ``tasks`` option; none (jobs from before tasks, external
-    producers' jobs): ``DEFAULT_TASKS``.
+    """The tasks a job asks for, from its row's ``tasks`` option; none (jobs from before tasks, jobs of embed alone,
+    external producers' jobs): embed alone (``requested_tasks`` of no record: ``legacy.tasks_of``).
 
     Raises:
         InputError: the option is not a JSON list of valid ``TaskRequest`` records.
     """
     text = row.options.get(TASKS_OPTION)
     if not text:
-        return DEFAULT_TASKS
+        return requested_tasks(())
     records = loads_bounded(text, what="the job's tasks option", code="task_invalid", max_bytes=_MAX_OPTION_BYTES)
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise InputError("the job's tasks option is not a list of task records", code="task_invalid")

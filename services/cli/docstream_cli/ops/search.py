@@ -25,7 +25,7 @@ from rich.table import Table
 from docstream.errors import DocstreamError, InputError
 from docstream.models.embedding import Embedder, load_embedder
 from docstream.settings import Settings
-from docstream.store import ResultStore, open_store
+from docstream.store import ResultsStore, ResultStore, open_store
 
 __all__ = [
     "MAX_K",
@@ -112,7 +112,7 @@ def embed_query(embedder: Embedder, text: str) -> list[float]:
 
 
 def search_chunks(
-    store: ResultStore,
+    store: ResultsStore,
     embedder: Embedder,
     text: str,
     *,
@@ -188,7 +188,7 @@ def run_search(
     """
     _check_query(text, k)
     own_store = store is None
-    store = store if store is not None else open_store(settings)
+    store = store if store is not None else open_store(settings.store, settings.cassandra)
     try:
         embedder = embedder or query_embedder(settings)
         model = model_id or embedder.model_id

@@ -1,4 +1,4 @@
-"""The intake API's app factory: ``create_app(settings, ...)`` → a FastAPI app (docs/api.md)."""
+"""The intake API's app factory: ``create_app(sections, ...)`` → a FastAPI app (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.objectstore import ObjectStore
 from docstream.records import utc_now
-from docstream.settings import Settings
 from docstream.store import ResultStore
-from docstream_ingest.api.context import ApiContext, HttpMetrics
+from docstream_ingest.api.context import ApiContext, ApiSections, HttpMetrics
 from docstream_ingest.api.dashboard import dashboard_router
 from docstream_ingest.api.errors import install_error_handlers
 from docstream_ingest.api.routes import health_router, jobs_router
@@ -77,7 +76,7 @@ class _RequestMetrics:
 
 
 def create_app(
-    settings: Settings,
+    sections: ApiSections,
     *,
     store: ResultStore | None = None,
     producer: ReliableProducer | None = None,
@@ -88,13 +87,13 @@ def create_app(
 ) -> FastAPI:
     """The intake API.
 
-    Clients not given are built from ``settings`` (the store and the producer on first use,
+    Clients not given are built from ``sections`` (the store and the producer on first use,
     without connecting here) and closed when the app shuts down; given ones are left to their
     owner. The store must be migrated and the topics must exist (``docstream api`` does both
     before it serves).
 
     Args:
-        settings: all settings; ``settings.api`` holds the API's own.
+        sections: the settings sections the API reads; ``sections.api`` holds its own.
         store: the result store (jobs, documents, results, API keys).
         producer: the producer shared by all requests.
         serde: the Avro serde of the intake records.
@@ -106,7 +105,7 @@ def create_app(
         ConfigError: the object store or the serde cannot be built from the settings.
     """
     ctx = ApiContext(
-        settings, store=store, producer=producer, serde=serde, objects=objects, metrics=metrics, clock=clock
+        sections, store=store, producer=producer, serde=serde, objects=objects, metrics=metrics, clock=clock
     )
 
     @asynccontextmanager

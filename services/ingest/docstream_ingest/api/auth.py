@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from docstream.store.base import ApiKeyRow, ResultStore
+from docstream.store.base import ApiKeyRow, ApiKeysStore
 from docstream_ingest.api.errors import ApiError
 from docstream_ingest.apikeys import key_id_of, verify_api_key
 
@@ -42,7 +42,7 @@ class ApiKeyAuthenticator:
     """
 
     def __init__(
-        self, store: ResultStore, *, cache_s: float, monotonic: Callable[[], float] = time.monotonic
+        self, store: ApiKeysStore, *, cache_s: float, monotonic: Callable[[], float] = time.monotonic
     ) -> None:
         self._store = store
         self._cache_s = cache_s

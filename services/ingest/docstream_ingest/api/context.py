@@ -1,9 +1,10 @@
-"""What the routes share: settings, clients (built on first use when not given), metrics, auth."""
+"""What the routes share: settings sections, clients (built on first use when not given), metrics, auth."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from prometheus_client import Counter, Histogram
@@ -12,12 +13,25 @@ from docstream.avro.serde import AvroSerde
 from docstream.kafka.clients import ReliableProducer
 from docstream.metrics import Metrics
 from docstream.objectstore import ObjectStore
-from docstream.settings import Settings
+from docstream.settings import (
+    ApiSettings,
+    CassandraSettings,
+    ChunkerSettings,
+    FairnessSettings,
+    InferenceSettings,
+    IngestSettings,
+    KafkaSettings,
+    ObjectStoreSettings,
+    ReducerSettings,
+    StoreSettings,
+    TasksSettings,
+)
 from docstream.store import ResultStore, open_store
 from docstream.topics import Topics
 from docstream_ingest.api.auth import ApiKeyAuthenticator
+from docstream_ingest.intake import IntakeContext
 
-__all__ = ["ApiContext", "HttpMetrics"]
+__all__ = ["ApiContext", "ApiSections", "HttpMetrics"]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -39,22 +53,54 @@ class HttpMetrics:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ApiSections:
+    """What the API reads of the settings: the sections of the same names.
+
+    Attributes:
+        api: the API's own (limits, timeouts, key cache).
+        kafka: the topics and the producer.
+        ingest: the intake's limits (``max_files_per_job`` capped by ``api.max_files_per_job``).
+        chunker: a job's default chunk size.
+        tasks: the default classify labels and the user tasks.
+        fairness: the tenants' priorities, quotas and the lanes' shares.
+        reducer: whether a webhook may reach a private address.
+        object_store: where uploads go and source URIs may point.
+        inference: a job's default ``model_id`` and the inference group of its standing.
+        store: which result store the API opens when it is given none.
+        cassandra: the connection of the cassandra store.
+    """
+
+    api: ApiSettings
+    kafka: KafkaSettings
+    ingest: IngestSettings
+    chunker: ChunkerSettings
+    tasks: TasksSettings
+    fairness: FairnessSettings
+    reducer: ReducerSettings
+    object_store: ObjectStoreSettings
+    inference: InferenceSettings
+    store: StoreSettings
+    cassandra: CassandraSettings
+
+
 class ApiContext:
-    """The API's clients and settings; clients not given are built on first use and closed by ``close``.
+    """The API's clients and settings sections; clients not given are built on first use and closed by ``close``.
 
     Args:
-        settings: all settings (``settings.api`` for the API's own).
-        store: the result store (default: ``open_store(settings)``; migrated by whoever runs the API).
+        sections: the settings sections the API reads (``sections.api`` for its own).
+        store: the result store (default: ``open_store(sections.store, sections.cassandra)``; migrated by whoever
+            runs the API).
         producer: the shared producer (default: a ``ReliableProducer`` built on first use).
-        serde: the Avro serde (default: ``AvroSerde(settings.kafka)``).
-        objects: the object store (default: ``ObjectStore(settings.object_store)``).
+        serde: the Avro serde (default: ``AvroSerde(sections.kafka)``).
+        objects: the object store (default: ``ObjectStore(sections.object_store)``).
         metrics: the registry /metrics serves (default: a new one).
         clock: now, UTC.
     """
 
     def __init__(
         self,
-        settings: Settings,
+        sections: ApiSections,
         *,
         store: ResultStore | None,
         producer: ReliableProducer | None,
@@ -63,18 +109,22 @@ class ApiContext:
         metrics: Metrics | None,
         clock: Callable[[], datetime],
     ) -> None:
-        self.settings = settings
-        limit = min(settings.api.max_files_per_job, settings.ingest.max_files_per_job)
-        self.intake_settings = settings.with_overrides(ingest={"max_files_per_job": limit})
-        self.topics = Topics(settings.kafka.topic_prefix)
+        self.sections = sections
+        limit = min(sections.api.max_files_per_job, sections.ingest.max_files_per_job)
+        self.intake = IntakeContext(
+            kafka=sections.kafka, ingest=sections.ingest.model_copy(update={"max_files_per_job": limit}),
+            chunker=sections.chunker, tasks=sections.tasks, fairness=sections.fairness, reducer=sections.reducer,
+            object_store=sections.object_store,
+        )
+        self.topics = Topics(sections.kafka.topic_prefix)
         self.metrics = metrics or Metrics()
         self.http = HttpMetrics(self.metrics)
         self.clock = clock
-        self.objects = objects or ObjectStore(settings.object_store)
-        self.serde = serde or AvroSerde(settings.kafka)
+        self.objects = objects or ObjectStore(sections.object_store)
+        self.serde = serde or AvroSerde(sections.kafka)
         self._owns_store = store is None
-        self.store: ResultStore = store if store is not None else open_store(settings)
-        self.auth = ApiKeyAuthenticator(self.store, cache_s=settings.api.auth_cache_s)
+        self.store: ResultStore = store if store is not None else open_store(sections.store, sections.cassandra)
+        self.auth = ApiKeyAuthenticator(self.store, cache_s=sections.api.auth_cache_s)
         self._owns_producer = producer is None
         self._producer = producer
         self._lock = threading.Lock()
@@ -85,7 +135,7 @@ class ApiContext:
         if self._producer is None:
             with self._lock:
                 if self._producer is None:
-                    self._producer = ReliableProducer(self.settings.kafka, client_id="docstream-api")
+                    self._producer = ReliableProducer(self.sections.kafka, client_id="docstream-api")
         return self._producer
 
     def close(self) -> None:
@@ -94,6 +144,6 @@ class ApiContext:
             with self._lock:
                 producer, self._producer = self._producer, None
             if producer is not None:
-                producer.close(self.settings.api.flush_timeout_s)
+                producer.close(self.sections.api.flush_timeout_s)
         if self._owns_store:
             self.store.close()

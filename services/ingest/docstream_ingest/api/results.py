@@ -32,8 +32,8 @@ from docstream.export import (
     task_document_record,
 )
 from docstream.logging import get_logger
-from docstream.store.base import DocumentResultRow, JobDocumentRow, ResultStore
-from docstream.tasks.base import EMBED
+from docstream.store.base import DocumentResultRow, JobDocumentRow, ResultsStore, ResultStore
+from docstream.tasks.legacy import job_model_id_for, keeps_pre_task_layout, tasks_of
 
 __all__ = ["FINISHED", "iter_result_lines"]
 
@@ -57,7 +57,7 @@ def _line(kind: str, record: dict[str, Any]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
-def _finished(store: ResultStore, entry: JobDocumentRow, model_id: str) -> tuple[DocumentResultRow | None, bool]:
+def _finished(store: ResultsStore, entry: JobDocumentRow, model_id: str) -> tuple[DocumentResultRow | None, bool]:
     """The document's result, and whether the document is finished."""
     if entry.status in _NOT_STARTED:
         return None, False
@@ -66,7 +66,7 @@ def _finished(store: ResultStore, entry: JobDocumentRow, model_id: str) -> tuple
     return result, result is not None or entry.status in FINISHED
 
 
-def _document_lines(store: ResultStore, entry: JobDocumentRow, model_id: str, include_chunks: bool) -> Iterator[bytes]:
+def _document_lines(store: ResultsStore, entry: JobDocumentRow, model_id: str, include_chunks: bool) -> Iterator[bytes]:
     result, finished = _finished(store, entry, model_id)
     if not finished:
         return
@@ -76,7 +76,7 @@ def _document_lines(store: ResultStore, entry: JobDocumentRow, model_id: str, in
             yield _line("chunk", chunk_record(chunk))
 
 
-def _task_lines(store: ResultStore, entry: JobDocumentRow, model_id: str, include_chunks: bool,
+def _task_lines(store: ResultsStore, entry: JobDocumentRow, model_id: str, include_chunks: bool,
                 job_tasks: Sequence[str]) -> Iterator[bytes]:
     if entry.status in _NOT_STARTED:
         return
@@ -85,7 +85,7 @@ def _task_lines(store: ResultStore, entry: JobDocumentRow, model_id: str, includ
         return
     document = store.get_document(entry.doc_id)
     for task, result in document_task_results(results, tasks=None, job_tasks=job_tasks):
-        known = model_id if task == EMBED else None  # another task's model_id is known once it has a row
+        known = job_model_id_for(task, model_id)  # another task's model_id is known once it has a row
         yield _line("document", task_document_record(entry, document, task, result, model_id=known,
                                                      job_tasks=job_tasks))
         if include_chunks and result is not None:
@@ -95,7 +95,7 @@ def _task_lines(store: ResultStore, entry: JobDocumentRow, model_id: str, includ
 
 def iter_result_lines(
     store: ResultStore, job_id: str, *, model_id: str, include_chunks: bool = False, page_size: int = 200,
-    job_tasks: Sequence[str] = (EMBED,),
+    job_tasks: Sequence[str] = tasks_of(()),
 ) -> Iterator[bytes]:
     """The JSONL body, line by line (see the module docstring); never raises once started.
 
@@ -110,7 +110,7 @@ def iter_result_lines(
     """
     try:
         for entry in store.iter_job_documents(job_id, page_size=page_size):
-            if tuple(job_tasks) == (EMBED,):  # compatibility: embed alone keeps the lines of before tasks
+            if keeps_pre_task_layout(job_tasks):
                 yield from _document_lines(store, entry, model_id, include_chunks)
             else:
                 yield from _task_lines(store, entry, model_id, include_chunks, job_tasks)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields, replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -24,7 +24,7 @@ from docstream.jobs.standing import QueueStanding, tenant_standing
 from docstream.jobs.view import standings
 from docstream.lanes import job_lane
 from docstream.logging import get_logger
-from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
+from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, JobsStore, ResultsStore
 from docstream.store.sources import delete_source
 from docstream.tasks.base import Label, Prompt, TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, job_task_names, job_tasks
@@ -206,7 +206,7 @@ def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = Non
     )
 
 
-def _owned_job(store: ResultStore, caller: Principal, job_id: str) -> JobRow:
+def _owned_job(store: JobsStore, caller: Principal, job_id: str) -> JobRow:
     job = store.get_job(job_id)
     if job is None or job.tenant != caller.tenant:
         # another tenant's job is indistinguishable from none at all
@@ -214,13 +214,19 @@ def _owned_job(store: ResultStore, caller: Principal, job_id: str) -> JobRow:
     return job
 
 
+def _standings(ctx: ApiContext, jobs: Sequence[JobRow], now: datetime) -> dict[str, QueueStanding]:
+    sections = ctx.sections
+    return standings(ctx.store, jobs, now, kafka=sections.kafka, inference=sections.inference,
+                     fairness=sections.fairness)
+
+
 def _job_model(ctx: ApiContext, job: JobRow) -> str:
     """Whose results a job shows by default: its model_id option, else the service's."""
-    return job.options.get("model_id") or ctx.settings.inference.embed_model_id
+    return job.options.get("model_id") or ctx.sections.inference.embed_model_id
 
 
 def _document_out(
-    store: ResultStore, entry: JobDocumentRow, document: DocumentRow | None, model_id: str
+    store: ResultsStore, entry: JobDocumentRow, document: DocumentRow | None, model_id: str
 ) -> DocumentOut:
     started = entry.status not in ("submitted", "skipped")
     result = store.get_document_result(entry.doc_id, model_id) if started else None
@@ -279,7 +285,7 @@ def _document_detail(
     )
 
 
-def _error_rows(store: ResultStore, job_id: str, after: str | None, limit: int) -> tuple[list[JobDocumentRow], bool]:
+def _error_rows(store: JobsStore, job_id: str, after: str | None, limit: int) -> tuple[list[JobDocumentRow], bool]:
     """Up to ``limit`` failed or partial documents after ``after``, and whether more follow."""
     found: list[JobDocumentRow] = []
     cursor = after
@@ -311,7 +317,7 @@ def _job_detail(ctx: ApiContext, caller: Principal, job_id: str, after: str | No
             )
         )
     now = ctx.clock()
-    summary = job_summary(job, now, standings(ctx.store, [job], ctx.settings, now).get(job_id))
+    summary = job_summary(job, now, _standings(ctx, [job], now).get(job_id))
     return JobDetail(
         **summary.model_dump(), errors=errors, next_errors_cursor=rows[-1].doc_id if more and rows else None
     )
@@ -330,7 +336,7 @@ def _refusal(result: SubmitResult) -> ApiError:
     return ApiError(status, code, message, extra={"refused": refused})
 
 
-def _accepted(result: SubmitResult, store: ResultStore) -> JobAccepted:
+def _accepted(result: SubmitResult, store: JobsStore) -> JobAccepted:
     job = store.get_job(result.job_id)
     return JobAccepted(
         job_id=result.job_id,
@@ -367,12 +373,12 @@ def _job_request(caller: Principal, options: JobOptionsIn) -> JobRequest:
 def _intake_clients(ctx: ApiContext) -> IntakeClients:
     """The shared clients, with this request's own delivery tracking on the shared producer."""
     return IntakeClients(
-        ctx.intake_settings,
+        ctx.intake,
         ctx.store,
         RequestDeliveries(lambda: ctx.producer.producer),
         ctx.serde,
         ctx.objects,
-        flush_timeout_s=ctx.settings.api.flush_timeout_s,
+        flush_timeout_s=ctx.sections.api.flush_timeout_s,
         clock=ctx.clock,
     )
 
@@ -394,7 +400,7 @@ def _submit(
 
 
 def _check_uris(ctx: ApiContext, uris: list[str]) -> None:
-    limit = ctx.intake_settings.ingest.max_files_per_job
+    limit = ctx.intake.ingest.max_files_per_job
     if len(uris) > limit:
         raise ApiError(422, "too_many_files", f"more than {limit} source URIs in one request (api.max_files_per_job)")
     for uri in uris:
@@ -409,14 +415,14 @@ def _media_type(request: Request) -> str:
 
 
 def _read_timeout(ctx: ApiContext) -> ApiError:
-    limit = ctx.settings.api.request_timeout_s
+    limit = ctx.sections.api.request_timeout_s
     return ApiError(408, "request_timeout", f"the request body took longer than {limit} s (api.request_timeout_s)")
 
 
 async def _submit_json(request: Request, ctx: ApiContext, caller: Principal) -> JobAccepted:
-    limit = min(ctx.settings.api.max_upload_bytes, _MAX_JSON_BYTES)
+    limit = min(ctx.sections.api.max_upload_bytes, _MAX_JSON_BYTES)
     try:
-        async with asyncio.timeout(ctx.settings.api.request_timeout_s):
+        async with asyncio.timeout(ctx.sections.api.request_timeout_s):
             body: JobCreateJson = await read_json(request, limit, JobCreateJson)
     except TimeoutError as exc:
         raise _read_timeout(ctx) from exc
@@ -425,8 +431,8 @@ async def _submit_json(request: Request, ctx: ApiContext, caller: Principal) -> 
 
 
 async def _submit_multipart(request: Request, ctx: ApiContext, caller: Principal) -> JobAccepted:
-    api = ctx.settings.api
-    limit = ctx.intake_settings.ingest.max_files_per_job
+    api = ctx.sections.api
+    limit = ctx.intake.ingest.max_files_per_job
     # only receiving the body is timed: once submission starts it runs to its end (a job half
     # recorded behind a 408 would be worse than a slow answer)
     try:
@@ -484,7 +490,7 @@ async def create_job(request: Request, ctx: Ctx, caller: Caller) -> JSONResponse
 def get_capacity(ctx: Ctx, caller: Caller) -> CapacityOut:
     """The caller's tenant's quotas, its figures now (from the store, the same for every API process), and how many
     documents a submission may hold now (docs/operations.md "Quotas and admission")."""
-    cap = tenant_capacity(ctx.store, ctx.settings.fairness, caller.tenant, ctx.clock())
+    cap = tenant_capacity(ctx.store, ctx.sections.fairness, caller.tenant, ctx.clock())
     limits, load = cap.limits, cap.load
     return CapacityOut(
         tenant=caller.tenant, documents=cap.documents, limited_by=cap.limited_by,
@@ -505,7 +511,7 @@ def list_jobs(
     """The caller's tenant's jobs, ordered by job_id, one page at a time."""
     rows = ctx.store.list_jobs(caller.tenant, limit=limit, after=after)
     now = ctx.clock()
-    stand = standings(ctx.store, rows, ctx.settings, now)
+    stand = _standings(ctx, rows, now)
     return JobList(
         items=[job_summary(row, now, stand.get(row.job_id)) for row in rows],
         next_cursor=rows[-1].job_id if len(rows) == limit else None,
@@ -639,8 +645,8 @@ def delete_source_route(
     the sinks to remove it too (503 when it cannot be published: the store's part is done; send the delete
     again). 404 for a source the tenant does not have."""
     check_source_key(key)  # InputError invalid_source_key → 422, before anything is published
-    announce = tombstone_announcer(ctx.producer, Topics(ctx.settings.kafka.topic_prefix),
-                                   ctx.settings.api.flush_timeout_s)
+    announce = tombstone_announcer(ctx.producer, Topics(ctx.sections.kafka.topic_prefix),
+                                   ctx.sections.api.flush_timeout_s)
     try:
         done = delete_source(ctx.store, caller.tenant, key, announce=announce)
     except InputError as exc:
@@ -654,7 +660,7 @@ def delete_source_route(
 _USAGE_PAGE = 500
 
 
-def _tenant_jobs(store: ResultStore, tenant: str) -> Iterator[JobRow]:
+def _tenant_jobs(store: JobsStore, tenant: str) -> Iterator[JobRow]:
     after: str | None = None
     while True:
         page = store.list_jobs(tenant, limit=_USAGE_PAGE, after=after)
@@ -702,12 +708,12 @@ def _probe_store(ctx: ApiContext) -> None:
 
 
 def _probe_broker(ctx: ApiContext) -> None:
-    ctx.producer.producer.list_topics(timeout=ctx.settings.api.ready_timeout_s)
+    ctx.producer.producer.list_topics(timeout=ctx.sections.api.ready_timeout_s)
 
 
 async def _probe(ctx: ApiContext, probe: Callable[[ApiContext], None]) -> str:
     try:
-        await asyncio.wait_for(run_in_threadpool(probe, ctx), ctx.settings.api.ready_timeout_s + 1.0)
+        await asyncio.wait_for(run_in_threadpool(probe, ctx), ctx.sections.api.ready_timeout_s + 1.0)
     except TimeoutError:
         return "timed out"
     except DocstreamError as exc:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from docstream.lanes import Lane
+from docstream.records import CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS, ChunkKind, JobState, TextSource
+from docstream.store.base import ChunkRow
+from docstream.store.layout import CHUNK_ROW, row_docs
 from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_PROMPT_CHARS, MAX_TASKS
+from docstream_ingest.api.row_models import avro_schemas, with_row_fields
 
 __all__ = [
+    "CHUNK_HIDDEN",
     "ID_PATTERN",
     "MAX_FORM_FIELD_BYTES",
     "MULTIPART_SCHEMA",
@@ -38,7 +45,10 @@ __all__ = [
     "TaskSpec",
     "TenantUsage",
     "UsageOut",
+    "chunk_fields",
 ]
+
+M = TypeVar("M", bound=BaseModel)
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 """Job ids and tenants (``docstream.ids.validate_id``)."""
@@ -98,9 +108,11 @@ class JobOptionsIn(BaseModel):
     model_id: str | None = Field(
         None, pattern=_MODEL_PATTERN, description="Model for the job (name and revision); default: the service's."
     )
-    chunk_max_tokens: int | None = Field(None, ge=8, le=8192, description="Most tokens in a chunk for this job.")
+    chunk_max_tokens: int | None = Field(None, ge=CHUNK_MAX_TOKENS.least, le=CHUNK_MAX_TOKENS.most,
+                                         description="Most tokens in a chunk for this job.")
     chunk_overlap_tokens: int | None = Field(
-        None, ge=0, le=8191, description="Tokens shared by consecutive chunks (below chunk_max_tokens)."
+        None, ge=CHUNK_OVERLAP_TOKENS.least, le=CHUNK_OVERLAP_TOKENS.most,
+        description="Tokens shared by consecutive chunks (below chunk_max_tokens)."
     )
     webhook_url: str | None = Field(
         None, max_length=2048, pattern=_URL_PATTERN, description="http(s) URL called when the job ends."
@@ -109,7 +121,7 @@ class JobOptionsIn(BaseModel):
         default_factory=list, max_length=MAX_TASKS,
         description="What inference runs on the job's chunks, each task once; empty: embed alone.",
     )
-    priority: Literal["interactive", "batch"] = Field(
+    priority: Lane = Field(
         "batch", description="The job's lane: interactive jobs are served first, batch keeps a guaranteed share "
                              "(docs/operations.md \"Sharing the service\"). A tenant may be capped at batch.")
 
@@ -140,8 +152,10 @@ MULTIPART_SCHEMA: dict[str, Any] = {
                            "sent before is that source's next version. A file without one is a document of its own.",
         },
         "model_id": {"type": "string", "pattern": _MODEL_PATTERN, "description": "Model for the job."},
-        "chunk_max_tokens": {"type": "integer", "minimum": 8, "maximum": 8192, "description": "Chunk size."},
-        "chunk_overlap_tokens": {"type": "integer", "minimum": 0, "maximum": 8191, "description": "Chunk overlap."},
+        "chunk_max_tokens": {"type": "integer", "minimum": CHUNK_MAX_TOKENS.least, "maximum": CHUNK_MAX_TOKENS.most,
+                             "description": "Chunk size."},
+        "chunk_overlap_tokens": {"type": "integer", "minimum": CHUNK_OVERLAP_TOKENS.least,
+                                 "maximum": CHUNK_OVERLAP_TOKENS.most, "description": "Chunk overlap."},
         "webhook_url": {
             "type": "string",
             "maxLength": 2048,
@@ -198,7 +212,7 @@ class JobAccepted(BaseModel):
     """202: the job exists, its documents are on their way through the pipeline."""
 
     job_id: str
-    status: Literal["running", "completed", "cancelled"]
+    status: JobState
     document_count: int
     documents: list[AcceptedDocument]
     duplicates: list[DuplicateOut]
@@ -207,7 +221,7 @@ class JobAccepted(BaseModel):
 class QueueOut(BaseModel):
     """Where a running job stands in its lane (docs/operations.md "Where a job stands")."""
 
-    lane: Literal["interactive", "batch"] = Field(..., description="The job's lane.")
+    lane: Lane = Field(..., description="The job's lane.")
     started: bool = Field(..., description="A document of the job has ended: the model is on it.")
     tokens_ahead: int = Field(
         ..., description="Tokens the model serves before the job starts: the waiting tokens of the jobs of its lane "
@@ -268,7 +282,7 @@ class JobSummary(BaseModel):
     """A job's state and progress."""
 
     job_id: str
-    status: Literal["running", "completed", "cancelled"]
+    status: JobState
     document_count: int = Field(..., description="Documents in the job (0: unknown, an open job).")
     completed: int
     partial: int
@@ -285,7 +299,7 @@ class JobSummary(BaseModel):
     )
     options: dict[str, str]
     tasks: list[TaskSpec] = Field(..., description="What inference runs on the job's chunks (embed alone by default).")
-    priority: Literal["interactive", "batch"] = Field("batch", description="The job's lane.")
+    priority: Lane = Field("batch", description="The job's lane.")
     webhook_url: str | None
     usage: UsageOut | None = Field(
         None, description="What the job's terminal documents cost so far; null before any was counted."
@@ -388,29 +402,35 @@ class ChunkTableOut(BaseModel):
         ..., description="The header row's cells, then the cells of rows row_start to row_end.")
 
 
+CHUNK_HIDDEN: dict[str, str] = {
+    "doc_id": "in the path",
+    "model_id": "the document's: DocumentDetail.model_id",
+    "job_id": "in the path",
+    "text": "its start and length instead (text_start, text_chars); the whole text is in the results export",
+    "char_start": "offsets of the extracted text, which the API does not show",
+    "char_end": "offsets of the extracted text, which the API does not show",
+    "embedding": "in the results export",
+    "task": "the job's model's chunks are embed's",
+    "label_scores": "a task's result: in the results export",
+    "mentions": "a task's result: in the results export",
+    "output": "a task's result: in the results export",
+}
+"""The ``ChunkRow`` fields a chunk of the API does not show, and why; it shows every other one."""
+
+
+def chunk_fields(row: type[Any], docs: Mapping[str, str]) -> Callable[[type[M]], type[M]]:
+    """The decorator that gives ``ChunkOut`` the fields of the chunk row ``row`` (``docstream.store.layout.CHUNK_ROW``),
+    described by ``docs``: every one but ``CHUNK_HIDDEN``, ``table_part`` as the API's ``table``, ``text_source`` and
+    ``kind`` as the values the API shows (``_chunk_out`` maps others to the default)."""
+    return with_row_fields(row, docs, hidden=CHUNK_HIDDEN, shown_as={"table_part": "table"},
+                           narrowed={"text_source": TextSource, "kind": ChunkKind})
+
+
+@chunk_fields(ChunkRow, row_docs(CHUNK_ROW, avro_schemas()))
 class ChunkOut(BaseModel):
     """A chunk of a document, with the start of its text (the whole text is in the results export)."""
 
-    chunk_index: int
-    chunk_id: str
-    page_start: int
-    page_end: int
-    token_count: int
-    status: Literal["ok", "failed"]
-    error_code: str | None
-    heading: str | None
-    text_source: Literal["text_layer", "ocr"] = Field(
-        "text_layer", description="Where the text came from: the document's text layer, or OCR of any of its pages.")
-    ocr_engine: str | None = Field(None, description="The OCR engine (tesseract, rapidocr) when text_source is ocr.")
-    page_verdicts: list[str] = Field(
-        default_factory=list, description="The quality verdict of each of the chunk's pages' text layers, page_start "
-        "to page_end.")
-    page_reasons: list[str] = Field(
-        default_factory=list, description="Why each of those pages kept the text it kept (text_layer, "
-        "ocr_reads_better, ocr_not_better, ocr_unavailable_for_script, ...: docs/chunking.md \"Provenance\").")
-    kind: Literal["text", "table"] = Field(
-        "text", description="What the chunk holds: text, or table (one part of a table; its text is the part's "
-        "Markdown).")
+    # the chunk row's fields (ChunkRow less CHUNK_HIDDEN) come first, added by with_row_fields; these are the API's own
     table: ChunkTableOut | None = Field(None, description="The table part, when kind is table.")
     text_start: str = Field(..., description="The first characters of the chunk's text.")
     text_chars: int = Field(..., description="Characters in the whole text.")

@@ -1,68 +1,27 @@
-"""`docstream api` (serve, or dump the OpenAPI spec) and `docstream apikey create|revoke`.
+"""`docstream apikey create|revoke`: API keys of the HTTP intake API; typer parsing stays in docstream_cli.app.
 
-typer parsing stays in docstream_cli.app. `apikey create` prints the new key alone on the first
-line of stdout (scripts: `KEY=$(docstream apikey create --tenant acme | head -1)`); only its
-hash is stored, so it is shown this once.
+`apikey create` prints the new key alone on the first line of stdout (scripts:
+`KEY=$(docstream apikey create --tenant acme | head -1)`); only its hash is stored, so it is shown this once.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-import uvicorn
 from rich.console import Console
 
 from docstream.errors import DocstreamError
 from docstream.ids import validate_id
-from docstream.logging import configure_logging, get_logger
+from docstream.logging import configure_logging
 from docstream.records import utc_now
-from docstream.service import EXIT_FAILED, EXIT_OK, ServiceHost, run_service
-from docstream.settings import Settings, load_settings
+from docstream.service import EXIT_FAILED, EXIT_OK
+from docstream.settings import load_settings
 from docstream.store import open_store
 from docstream.store.base import ApiKeyRow
-from docstream_ingest.api.app import create_app, openapi_spec
 from docstream_ingest.apikeys import generate_api_key, key_id_of
-from docstream_ingest.commands import prepare_intake
 
-__all__ = ["api_command", "apikey_create_command", "apikey_revoke_command", "dump_openapi", "serve"]
-
-_log = get_logger(__name__)
-
-
-def dump_openapi(settings: Settings, target: str) -> None:
-    """Write the OpenAPI spec as JSON to ``target`` (``-``: stdout); needs no broker or store."""
-    text = json.dumps(openapi_spec(create_app(settings)), indent=2, ensure_ascii=False) + "\n"
-    if target == "-":
-        sys.stdout.write(text)
-    else:
-        Path(target).write_text(text, encoding="utf-8")
-
-
-def serve(settings: Settings) -> int:
-    """Prepare the store schema and topics, then serve the API until SIGTERM/SIGINT (uvicorn's signals)."""
-
-    def body(_: ServiceHost) -> None:
-        prepare_intake(settings)
-        app = create_app(settings)
-        _log.info("api_starting", host=settings.api.host, port=settings.api.port)
-        # uvicorn's own logging is left off: every request is logged once, by the app, through structlog
-        uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None, access_log=False)
-
-    # the app serves its own /metrics, /healthz and /readyz on the API port
-    return run_service(settings, "api", body, metrics_endpoint=False, failed_event="api_start_failed",
-                       stopped_event="api_stopped")
-
-
-def api_command(settings: Settings, *, dump: str | None = None) -> int:
-    """Run `docstream api` with ``settings`` (the CLI's options already applied); with ``dump`` write
-    the OpenAPI spec there and exit."""
-    if dump is not None:
-        dump_openapi(settings, dump)
-        return EXIT_OK
-    return serve(settings)
+__all__ = ["apikey_create_command", "apikey_revoke_command"]
 
 
 def apikey_create_command(*, tenant: str, name: str | None = None, config: str | None = None) -> int:
@@ -73,7 +32,7 @@ def apikey_create_command(*, tenant: str, name: str | None = None, config: str |
         configure_logging(level="WARNING", fmt=settings.log.format, service="apikey")
         validate_id(tenant, "tenant")
         new = generate_api_key()
-        store = open_store(settings)
+        store = open_store(settings.store, settings.cassandra)
         try:
             store.migrate()
             store.upsert_api_key(
@@ -99,7 +58,7 @@ def apikey_revoke_command(*, key: str, config: str | None = None) -> int:
     try:
         settings = load_settings(config)
         configure_logging(level="WARNING", fmt=settings.log.format, service="apikey")
-        store = open_store(settings)
+        store = open_store(settings.store, settings.cassandra)
         try:
             store.migrate()
             row = store.get_api_key(key_id)

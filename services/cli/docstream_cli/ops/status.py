@@ -1,21 +1,18 @@
-"""`docstream status JOB_ID` and `docstream results JOB_ID`: read the store, print or export.
+"""`docstream status JOB_ID`: read a job's rows from the store, print its progress.
 
-Exit status: 0 done, 1 failed (store, bad input), 4 no such job.
+Exit status (``docstream results`` shares them): 0 done, 1 failed (store, bad input), 4 no such job.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from docstream.errors import DocstreamError, InputError
-from docstream.export import ExportFormat, export_results
+from docstream.errors import DocstreamError
 from docstream.jobs.progress import format_duration, format_rate, job_progress
 from docstream.jobs.standing import QueueStanding
 from docstream.jobs.view import standings
@@ -26,7 +23,7 @@ from docstream.store import DocumentRow, JobRow, ResultStore, open_store
 from docstream.tasks.selection import job_task_names
 from docstream.tenants.usage import Usage
 
-__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "queue_rows", "results_command", "status_command",
+__all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "in_ocr", "ocr_rows", "queue_rows", "status_command",
            "usage_rows"]
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_FOUND = 0, 1, 4
@@ -132,12 +129,13 @@ def status_command(
     standing: QueueStanding | None = None
     try:
         settings = settings or load_settings(config)
-        store = open_store(settings)
+        store = open_store(settings.store, settings.cassandra)
         try:
             job = store.get_job(job_id)
             ocr = in_ocr(store, job_id) if job is not None and job.status == "running" else []
             if job is not None:
-                standing = standings(store, [job], settings, datetime.now(UTC)).get(job_id)
+                standing = standings(store, [job], datetime.now(UTC), kafka=settings.kafka,
+                                     inference=settings.inference, fairness=settings.fairness).get(job_id)
         finally:
             store.close()
     except DocstreamError as exc:
@@ -148,55 +146,3 @@ def status_command(
         return EXIT_NOT_FOUND
     console.print(_status_table(job, ocr, standing))
     return EXIT_OK
-
-
-def results_command(
-    job_id: str,
-    *,
-    fmt: str = "jsonl",
-    chunks: bool = False,
-    out: str | None = None,
-    model_id: str | None = None,
-    tasks: Sequence[str] | None = None,
-    config: str | None = None,
-    settings: Settings | None = None,
-    stdout: IO[bytes] | None = None,
-) -> int:
-    """Export a job's documents (and chunks): JSON Lines to stdout by default, Parquet to ``out``.
-
-    The store is ``settings``' (else that of the settings read from ``config``). ``tasks``: only these
-    tasks' results (``docstream.export``); None: every task of the job.
-    """
-    err = Console(stderr=True)
-    configure_logging(level="WARNING", fmt="console")  # logs on stderr: stdout carries the export
-    if fmt not in ("jsonl", "parquet"):
-        err.print(f"unknown format {fmt!r}: jsonl or parquet", highlight=False)
-        return EXIT_FAILED
-    if fmt == "parquet" and out is None:
-        err.print("--format parquet needs --out FILE", highlight=False)
-        return EXIT_FAILED
-    try:
-        settings = settings or load_settings(config)
-        store = open_store(settings)
-        try:
-            summary = export_results(
-                store, job_id, Path(out) if out else (stdout or sys.stdout.buffer), fmt=_format(fmt), chunks=chunks,
-                model_id=model_id, default_model_id=settings.inference.embed_model_id, tasks=tasks,
-            )
-        finally:
-            store.close()
-    except InputError as exc:
-        err.print(f"error [{exc.code}]: {exc.message}", highlight=False)
-        return EXIT_NOT_FOUND if exc.code == "job_not_found" else EXIT_FAILED
-    except DocstreamError as exc:
-        err.print(f"error [{exc.code}]: {exc.message}", highlight=False)
-        return EXIT_FAILED
-    where = ", ".join(summary.paths) or "stdout"
-    whose = summary.model_id if summary.tasks == ("embed",) else "tasks: " + (", ".join(summary.tasks) or "all")
-    err.print(f"exported {summary.documents} documents, {summary.chunks} chunks ({whose}) to {where}",
-              highlight=False)
-    return EXIT_OK
-
-
-def _format(fmt: str) -> ExportFormat:
-    return "parquet" if fmt == "parquet" else "jsonl"

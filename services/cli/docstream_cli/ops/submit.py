@@ -5,7 +5,7 @@ before any work starts; then a summary of submitted, duplicate and refused files
 status: 0 submitted (and, with --wait, every document completed), 1 nothing submitted or an
 error, 2 --wait timed out, 3 the job was cancelled while waiting, 4 the job ended with failed
 or partial documents, 5 documents failed because the chunker could not read their source (the
-hint on stderr names the settings); docstream_ingest.outcome decides.
+hint on stderr names the settings); docstream_cli.ops.submit_outcome decides.
 """
 
 from __future__ import annotations
@@ -31,17 +31,17 @@ from docstream.kafka.clients import ReliableProducer
 from docstream.logging import configure_logging
 from docstream.objectstore import ObjectStore
 from docstream.settings import Settings, load_settings
-from docstream.store import JobRow, ResultStore, open_store
+from docstream.store import JobRow, JobsStore, open_store
 from docstream.tasks.base import MAX_PROMPT_CHARS, MAX_SCHEMA_CHARS, Prompt, TaskRequest
 from docstream.tasks.registry import resolve_task
 from docstream.tasks.selection import command_line_prompt, command_line_tasks, parse_labels
 from docstream.tenants.admission import Capacity
 from docstream.topics import Topics
-from docstream_ingest.intake import Gradually, IntakeClients, SubmitResult, submit_paths
-from docstream_ingest.outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome
+from docstream_cli.ops.submit_outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome
+from docstream_ingest.intake import Gradually, IntakeClients, IntakeContext, SubmitResult, submit_paths
 from docstream_ingest.request import JobRequest
 
-__all__ = ["PromptFlags", "cli_tasks", "intake_clients", "prepare_intake", "submit_command", "wait_for_job"]
+__all__ = ["PromptFlags", "cli_tasks", "intake_clients", "submit_command", "wait_for_job"]
 
 _SHOWN_ROWS = 50
 _POLL_S = 0.5
@@ -104,26 +104,19 @@ def cli_tasks(specs: Sequence[str], labels: str | None, settings: Settings,
                               prompt.resolve() if prompt is not None else None)
 
 
-def prepare_intake(settings: Settings) -> None:
-    """Create the store schema and the topics where missing (idempotent)."""
-    store = open_store(settings)
-    try:
-        store.migrate()
-    finally:
-        store.close()
-    ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
-
-
 @contextmanager
 def intake_clients(settings: Settings, *, client_id: str = "docstream-submit") -> Iterator[IntakeClients]:
     """Clients for a submission: migrated store, topics ensured, producer, serde, object store."""
     objects = ObjectStore(settings.object_store)
-    store = open_store(settings)
+    store = open_store(settings.store, settings.cassandra)
     try:
         store.migrate()
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
         producer = ReliableProducer(settings.kafka, client_id=client_id)
-        yield IntakeClients(settings, store, producer, AvroSerde(settings.kafka), objects)
+        context = IntakeContext(kafka=settings.kafka, ingest=settings.ingest, chunker=settings.chunker,
+                                tasks=settings.tasks, fairness=settings.fairness, reducer=settings.reducer,
+                                object_store=settings.object_store)
+        yield IntakeClients(context, store, producer, AvroSerde(settings.kafka), objects)
     finally:
         store.close()
 
@@ -164,13 +157,13 @@ def _print_summary(console: Console, result: SubmitResult) -> None:
 
 
 def wait_for_job(
-    store: ResultStore, job_id: str, *, timeout_s: float | None, console: Console, errors: Console | None = None,
+    store: JobsStore, job_id: str, *, timeout_s: float | None, console: Console, errors: Console | None = None,
     object_store_url: str = "",
 ) -> int:
     """Poll the jobs row until the job is completed or cancelled, with a progress bar (docs/s, ETA).
 
     Returns:
-        The exit status of ``docstream_ingest.outcome.wait_outcome`` once the job ended (its hint,
+        The exit status of ``docstream_cli.ops.submit_outcome.wait_outcome`` once the job ended (its hint,
         if any, goes to ``errors``), or EXIT_TIMEOUT past ``timeout_s``.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -199,7 +192,7 @@ def _show(progress: Progress, task: TaskID, job: JobRow) -> None:
                     eta=format_duration(now.eta_s))
 
 
-def _failure_codes(store: ResultStore, job: JobRow) -> Counter[str]:
+def _failure_codes(store: JobsStore, job: JobRow) -> Counter[str]:
     """How many failed documents of the job carry each error_code (read only when some failed)."""
     if not job.failed:
         return Counter()
@@ -207,7 +200,7 @@ def _failure_codes(store: ResultStore, job: JobRow) -> Counter[str]:
                    if row.status == "failed")
 
 
-def _poll_job(store: ResultStore, job_id: str) -> JobRow | None:
+def _poll_job(store: JobsStore, job_id: str) -> JobRow | None:
     try:
         return store.get_job(job_id)
     except StoreError:

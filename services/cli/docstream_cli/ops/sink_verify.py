@@ -133,7 +133,7 @@ def verify_command(settings: Settings, name: str, *, tenant: str, repair: bool, 
     """
     validate_id(tenant, "tenant")
     engine = open_engine(sink_settings(settings, name))
-    store = open_store(settings)
+    store = open_store(settings.store, settings.cassandra)
     writer = sink_writer(settings, name, store=store, engine=engine, metrics=Metrics())
     try:
         found = verify_sink(writer, tenant, repair=repair)

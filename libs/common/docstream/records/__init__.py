@@ -1,0 +1,60 @@
+"""Domain records: frozen dataclasses of ``schemas/*.avsc``, with paired converters.
+
+The dataclasses are written from the schemas (``docstream.records.generated``, by ``python -m tools.gen_records``):
+each field's type, default and docstring are its Avro field's. ``to_record()`` gives the dict fastavro writes;
+``from_record()`` takes the dict fastavro reads (``docstream.records.base.Record``). Timestamps are timezone-aware
+UTC datetimes. The ranges and enumerations of their fields are ``docstream.records.limits``'; a job's options,
+typed, ``docstream.records.options.JobOptions``.
+"""
+
+from docstream.records.base import Record, carry, utc_now
+from docstream.records.generated import (
+    RECORD_TYPES,
+    AnyRecord,
+    ChunkCreated,
+    ChunkEmbedded,
+    ChunkStatus,
+    DocumentChunked,
+    DocumentCompleted,
+    DocumentStatus,
+    DocumentSubmitted,
+    JobState,
+    JobStatus,
+)
+from docstream.records.limits import (
+    CHUNK_MAX_TOKENS,
+    CHUNK_OVERLAP_TOKENS,
+    OUTPUT_TOO_LARGE,
+    ChunkKind,
+    Range,
+    TextSource,
+    output_too_large,
+    record_limit,
+)
+from docstream.records.options import JobOptions
+
+__all__ = [
+    "CHUNK_MAX_TOKENS",
+    "CHUNK_OVERLAP_TOKENS",
+    "OUTPUT_TOO_LARGE",
+    "RECORD_TYPES",
+    "AnyRecord",
+    "ChunkCreated",
+    "ChunkEmbedded",
+    "ChunkKind",
+    "ChunkStatus",
+    "DocumentChunked",
+    "DocumentCompleted",
+    "DocumentStatus",
+    "DocumentSubmitted",
+    "JobOptions",
+    "JobState",
+    "JobStatus",
+    "Range",
+    "Record",
+    "TextSource",
+    "carry",
+    "output_too_large",
+    "record_limit",
+    "utc_now",
+]

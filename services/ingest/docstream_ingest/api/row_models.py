@@ -1,0 +1,84 @@
+"""Response models whose fields are a store row's: each typed as the row types it and described by the doc of the
+record field it holds (``docstream.store.layout``), so a field added to the row is in the API without an edit here
+(docs/architecture.md "Adding a field")."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from pydantic import BaseModel, Field, create_model
+
+from docstream.avro.schemas import SchemaSet
+
+__all__ = ["api_type", "avro_schemas", "with_row_fields"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def avro_schemas() -> dict[str, dict[str, Any]]:
+    """The records' Avro schemas (``schemas/*.avsc``) by name: where the row fields' docs come from."""
+    return {schema.name: schema.raw for schema in SchemaSet.load()}
+
+
+def api_type(hint: Any) -> Any:
+    """A row field's type as a response shows it: a tuple as a list, ``Annotated`` marks dropped."""
+    if get_origin(hint) is Annotated:
+        return api_type(get_args(hint)[0])
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        members = tuple(api_type(arg) for arg in get_args(hint))
+        return Union[members]  # noqa: UP007 - built from a tuple of types
+    if origin is tuple and len(get_args(hint)) == 2 and get_args(hint)[1] is Ellipsis:
+        return list[api_type(get_args(hint)[0])]  # type: ignore[misc]
+    return hint
+
+
+def with_row_fields(row: type[Any], docs: Mapping[str, str], *, hidden: Mapping[str, str],
+                    shown_as: Mapping[str, str] | None = None,
+                    narrowed: Mapping[str, Any] | None = None) -> Callable[[type[M]], type[M]]:
+    """A class decorator: the response model it decorates, with every field of the ``row`` dataclass first, in the
+    row's order, then the model's own fields (its fields not named as row fields).
+
+    Every row field a response shows is always there (required), typed as the row types it (``api_type``) and
+    described by ``docs`` (``docstream.store.layout.row_docs``: its Avro field's doc).
+
+    Args:
+        row: the row dataclass.
+        docs: each row field's description, by name.
+        hidden: the row fields a response does not show, and why.
+        shown_as: row fields a response shows as one of the model's own fields instead (in the row field's place).
+        narrowed: row fields whose type a response narrows (a ``Literal`` of the values it shows).
+
+    Raises:
+        ValueError: ``hidden``, ``shown_as`` or ``narrowed`` names no row field.
+    """
+    shown = dict(shown_as or {})
+    narrow = dict(narrowed or {})
+    names = {f.name for f in fields(row)}
+    unknown = (set(hidden) | set(shown) | set(narrow)) - names
+    if unknown:
+        raise ValueError(f"{row.__name__} has no fields {sorted(unknown)}")
+
+    def decorate(model: type[M]) -> type[M]:
+        hints = get_type_hints(row, include_extras=True)
+        # a field of the model named as a row field is the row's (a model built before, decorated again)
+        own = {name: (info.annotation, info) for name, info in model.model_fields.items()
+               if name not in names or name in shown.values()}
+        definitions: dict[str, Any] = {}
+        for f in fields(row):
+            if f.name in shown:
+                definitions[shown[f.name]] = own.pop(shown[f.name])
+            elif f.name not in hidden:
+                kind = narrow.get(f.name, api_type(hints[f.name]))
+                definitions[f.name] = (kind, Field(..., description=docs.get(f.name) or None))
+        definitions.update(own)
+        built: type[M] = create_model(
+            model.__name__, __config__=model.model_config or None, __doc__=model.__doc__, __module__=model.__module__,
+            **definitions,
+        )
+        return built
+
+    return decorate
