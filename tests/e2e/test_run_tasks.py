@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from docstream.export import task_path
 from docstream.store import SqliteStore
 from docstream.store.base import DocumentResultRow
+from docstream_ingest.export import task_path
 from tests.fixtures.documents import make_pdf_of_paragraphs
 from tests.fixtures.services import DOCSTREAM, shared_broker_env
 from tests.fixtures.task_documents import CUT_MENTIONS, KNOWN_MENTIONS, TASK_CHUNKING, TOPIC_LABELS, TOPIC_PAGES

@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from docstream.export import TASK_DOCUMENT_SCHEMA, chunks_path
 from docstream.store import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.base import QueuedJobRow, TaskTally
 from docstream.tasks.base import EntitySummary, Mention, TaskRequest
 from docstream.tasks.selection import tasks_option
 from docstream.tenants.usage import Usage
 from docstream_cli.app import app
+from docstream_ingest.export import TASK_DOCUMENT_SCHEMA, chunks_path
 
 pytestmark = pytest.mark.integration
 

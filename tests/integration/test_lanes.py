@@ -37,13 +37,13 @@ import pytest
 
 from docstream.avro import AvroSerde
 from docstream.jobs.standing import QueueStanding
-from docstream.jobs.view import standings
 from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
 from docstream.store.base import JobRow, QueuedJobRow
 from docstream.tenants.admission import day_of
 from docstream.topics import Topics
+from docstream_ingest.job_view import standings
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.services import Pipeline, running_pipeline

@@ -48,16 +48,6 @@ _LOADED_BY_NAME = {"docstream.tasks": {"docstream_inference", "docstream_reducer
 reducer folds their results."""
 _LIBRARY_API = {"docstream.client": "the producer for systems outside docstream (docs/intake.md)"}
 """Library modules for users, not for the services."""
-_SHARED_WITH_THE_CLI = {
-    "docstream.export": "the ingest API's results and `docstream results`/`docstream run`",
-    "docstream.avro.arrow": "docstream.export's Parquet schema",
-    "docstream.jobs.view": "the ingest API's job status and `docstream status`",
-}
-"""Library modules that one service and the CLI's own commands (docstream_cli.ops) share: the user commands moved
-out of the services into the CLI, which made these lone by the count below; whether they move into that service
-(the CLI would import them from there) is left open."""
-
-
 def _service_users(graph: object, module: str) -> set[str]:
     """The services that import ``module`` directly or through other library modules; the CLI does not count.
 
@@ -87,8 +77,7 @@ def test_the_library_holds_only_what_two_or_more_services_share() -> None:
     graph = grimp.build_graph("docstream", *_SERVICES, "docstream_cli", cache_dir=None)
     lone = {}
     for module in sorted(m for m in graph.modules if m.startswith("docstream.")):
-        if _module_path(module).with_suffix("").joinpath("__init__.py").is_file() or module in _LIBRARY_API \
-                or module in _SHARED_WITH_THE_CLI:
+        if _module_path(module).with_suffix("").joinpath("__init__.py").is_file() or module in _LIBRARY_API:
             continue  # a package's __init__ re-exports its modules, which are checked one by one
         users = _service_users(graph, module)
         if len(users) < 2:

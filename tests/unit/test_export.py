@@ -1,4 +1,4 @@
-"""docstream.export: a job's results streamed as JSON Lines or Parquet, from an in-memory store."""
+"""docstream_ingest.export: a job's results streamed as JSON Lines or Parquet, from an in-memory store."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from docstream.errors import InputError
-from docstream.export import (
+from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, TaskTally
+from docstream.tasks.base import EntitySummary, Mention, TaskRequest
+from docstream.tasks.selection import job_task_names, tasks_option
+from docstream_ingest.export import (
     CHUNK_SCHEMA,
     DOCUMENT_SCHEMA,
     TASK_CHUNK_SCHEMA,
@@ -24,9 +27,6 @@ from docstream.export import (
     export_results,
     task_path,
 )
-from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, TaskTally
-from docstream.tasks.base import EntitySummary, Mention, TaskRequest
-from docstream.tasks.selection import job_task_names, tasks_option
 
 T0 = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 

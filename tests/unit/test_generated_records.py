@@ -17,14 +17,14 @@ from typing import Any, get_type_hints
 import pyarrow as pa
 import pytest
 
-from docstream.avro.arrow import arrow_schema
-from docstream.export import chunk_columns
 from docstream.records import ChunkCreated, carry
 from docstream.store.base import ChunkRow
 from docstream.store.layout import CHUNK_ROW, ROW_SPECS, RowSpec, Stored, row_docs, row_fields
 from docstream.store.rows import CHUNKS, RowMapping
 from docstream.store.sqlite import SqliteStore
 from docstream_ingest.api.schemas import ChunkOut, chunk_fields
+from docstream_ingest.arrow import arrow_schema
+from docstream_ingest.export import chunk_columns
 from tools import gen_records
 
 ROOT = Path(__file__).resolve().parents[2]

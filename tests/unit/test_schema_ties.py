@@ -19,12 +19,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from docstream.export import _CHUNK_FIELDS, CHUNK_SCHEMA, DOCUMENT_SCHEMA, TASK_CHUNK_SCHEMA, TASK_DOCUMENT_SCHEMA
 from docstream.records import carry
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow
 from docstream.store.rows import MAPPINGS, RowMapping
 from docstream.store.sqlite import SqliteStore
 from docstream_ingest.api.schemas import CHUNK_HIDDEN, ChunkOut, DocumentOut
+from docstream_ingest.export import (
+    _CHUNK_FIELDS,
+    CHUNK_SCHEMA,
+    DOCUMENT_SCHEMA,
+    TASK_CHUNK_SCHEMA,
+    TASK_DOCUMENT_SCHEMA,
+)
 
 API_OWN: dict[type[Any], set[str]] = {
     ChunkOut: {"table", "text_start", "text_chars"},

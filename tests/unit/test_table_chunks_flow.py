@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from docstream.avro import AvroSerde
-from docstream.export import chunks_path, export_results
 from docstream.kafka.loop import Output
 from docstream.records import ChunkCreated, DocumentSubmitted
 from docstream.settings import ChunkerSettings, KafkaSettings
@@ -27,6 +26,7 @@ from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
 from docstream_inference.handler import chunk_row, ok_result
 from docstream_ingest.api.routes import _chunk_out
+from docstream_ingest.export import chunks_path, export_results
 from tests.unit.test_export import FakeStore
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)

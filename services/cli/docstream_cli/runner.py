@@ -468,14 +468,14 @@ def run_job(
     once the models are there.
     ``<state_dir>/run.json`` records the run (when its job starts, and when it finished) so that the
     reading commands find its store; the jobs row ends ``completed`` with the run's counts. With
-    ``chunks``, ``out`` also gets every chunk row (``docstream.export``).
+    ``chunks``, ``out`` also gets every chunk row (``docstream_ingest.export``).
 
     Raises:
         InputError: nothing to process.
         ConfigError: the model cannot be loaded (no model in the folder).
         FatalError: a service or the model load failed, or the run timed out.
     """
-    from docstream.export import export_results
+    from docstream_ingest.export import export_results
     from docstream_ingest.intake import IntakeClients, IntakeContext, submit_paths
     from docstream_ingest.request import JobRequest
 

@@ -1,4 +1,5 @@
-"""The jobs view: a job's progress, its standing among the jobs that wait with it, and their reading from the store.
+"""The jobs view's pure folds: a job's progress, and its standing among the jobs that wait with it.
 
-``progress`` and ``standing`` are pure folds over job rows; ``view`` reads the rows they fold from a store.
+The ingest API and ``docstream status`` read them from a store through ``docstream_ingest.job_view``; the reducer
+and the inference service use the lanes' standing and a job's progress directly.
 """

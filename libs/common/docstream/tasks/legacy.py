@@ -96,7 +96,7 @@ def keeps_pre_task_layout(tasks: Sequence[str]) -> bool:
     before tasks: embed alone.
 
     That layout is the export's (``docstream export``, ``docstream run --out``: one record per document, without
-    task fields, ``docstream.export.DOCUMENT_SCHEMA``), the lines of ``GET /v1/jobs/{id}/results``, and
+    task fields, ``docstream_ingest.export.DOCUMENT_SCHEMA``), the lines of ``GET /v1/jobs/{id}/results``, and
     ``docstream run``'s progress row (``chunks embedded``). Every other selection is a record per (document, task).
     It goes when readers of those outputs take the per-task layout for embed too.
     """

@@ -13,11 +13,11 @@ from typing import IO
 from rich.console import Console
 
 from docstream.errors import DocstreamError, InputError
-from docstream.export import ExportFormat, export_results
 from docstream.logging import configure_logging
 from docstream.settings import Settings, load_settings
 from docstream.store import open_store
 from docstream_cli.ops.status import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK
+from docstream_ingest.export import ExportFormat, export_results
 
 __all__ = ["results_command"]
 
@@ -37,7 +37,7 @@ def results_command(
     """Export a job's documents (and chunks): JSON Lines to stdout by default, Parquet to ``out``.
 
     The store is ``settings``' (else that of the settings read from ``config``). ``tasks``: only these
-    tasks' results (``docstream.export``); None: every task of the job.
+    tasks' results (``docstream_ingest.export``); None: every task of the job.
     """
     err = Console(stderr=True)
     configure_logging(level="WARNING", fmt="console")  # logs on stderr: stdout carries the export

@@ -15,13 +15,13 @@ from rich.table import Table
 from docstream.errors import DocstreamError
 from docstream.jobs.progress import format_duration, format_rate, job_progress
 from docstream.jobs.standing import QueueStanding
-from docstream.jobs.view import standings
 from docstream.lanes import job_lane
 from docstream.logging import configure_logging
 from docstream.settings import Settings, load_settings
 from docstream.store import DocumentRow, JobRow, ResultStore, open_store
 from docstream.tasks.selection import job_task_names
 from docstream.tenants.usage import Usage
+from docstream_ingest.job_view import standings
 
 __all__ = ["EXIT_FAILED", "EXIT_NOT_FOUND", "EXIT_OK", "in_ocr", "ocr_rows", "queue_rows", "status_command",
            "usage_rows"]

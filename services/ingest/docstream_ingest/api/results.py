@@ -1,6 +1,6 @@
 """GET /v1/jobs/{id}/results: a job's finished documents as JSON Lines, streamed from the store.
 
-The lines are those of ``docstream.export`` (the same keys as `docstream export`): one
+The lines are those of ``docstream_ingest.export`` (the same keys as `docstream export`): one
 ``{"record": "document", ...}`` line per finished document (status completed, partial or
 failed), in doc_id order, each followed, with ``include_chunks``, by its
 ``{"record": "chunk", ...}`` lines in chunk_index order. Documents are read page by page and
@@ -9,7 +9,7 @@ document's chunks are held in memory. Documents not finished yet are left out, s
 endpoint can be read while a job runs.
 
 A job of several tasks (docs/tasks.md) gets one document line per (document, task), with the task's
-fields (``docstream.export.task_document_record``), each followed by that task's chunk lines.
+fields (``docstream_ingest.export.task_document_record``), each followed by that task's chunk lines.
 
 If the store fails after the first byte is sent, the status is already 200: the stream then
 ends with ``{"record": "error", "error_code": ..., "message": ...}``.
@@ -24,16 +24,16 @@ from datetime import datetime
 from typing import Any
 
 from docstream.errors import DocstreamError
-from docstream.export import (
+from docstream.logging import get_logger
+from docstream.store.base import DocumentResultRow, JobDocumentRow, ResultsStore, ResultStore
+from docstream.tasks.legacy import job_model_id_for, keeps_pre_task_layout, tasks_of
+from docstream_ingest.export import (
     chunk_record,
     document_record,
     document_task_results,
     task_chunk_record,
     task_document_record,
 )
-from docstream.logging import get_logger
-from docstream.store.base import DocumentResultRow, JobDocumentRow, ResultsStore, ResultStore
-from docstream.tasks.legacy import job_model_id_for, keeps_pre_task_layout, tasks_of
 
 __all__ = ["FINISHED", "iter_result_lines"]
 

@@ -21,7 +21,6 @@ from docstream.errors import DocstreamError, InputError
 from docstream.ids import MAX_SOURCE_KEY_BYTES, check_source_key
 from docstream.jobs.progress import aware, job_progress
 from docstream.jobs.standing import QueueStanding, tenant_standing
-from docstream.jobs.view import standings
 from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, JobsStore, ResultsStore
@@ -69,6 +68,7 @@ from docstream_ingest.api.schemas import (
 )
 from docstream_ingest.api.uploads import read_json, read_multipart
 from docstream_ingest.intake import IntakeClients, SubmitResult, submit_uploads, submit_uris
+from docstream_ingest.job_view import standings
 from docstream_ingest.request import JobRequest
 from docstream_ingest.sources import tombstone_announcer
 
@@ -182,7 +182,7 @@ def queue_out(standing: QueueStanding | None) -> QueueOut | None:
 
 def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = None) -> JobSummary:
     """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.jobs.progress.job_progress``'s, where it
-    stands in its lane ``docstream.jobs.view``'."""
+    stands in its lane ``docstream_ingest.job_view``'."""
     progress = job_progress(job, now)
     return JobSummary(
         job_id=job.job_id,

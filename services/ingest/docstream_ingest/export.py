@@ -30,7 +30,6 @@ from typing import IO, Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from docstream.avro.arrow import arrow_schema
 from docstream.avro.schemas import SchemaSet
 from docstream.errors import InputError
 from docstream.records import JobOptions
@@ -39,6 +38,7 @@ from docstream.store.layout import CHUNK_ROW, RowField, row_fields
 from docstream.tables import TablePart
 from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name
 from docstream.tasks.selection import job_task_names
+from docstream_ingest.arrow import arrow_schema
 
 __all__ = [
     "CHUNK_SCHEMA",
@@ -106,7 +106,7 @@ DOCUMENT_SCHEMA = arrow_schema(
     _DOCUMENT_RECORDS,
 )
 """Columns of the documents Parquet file (and keys of a JSON Lines document record), each typed by the field of its
-name in DocumentCompleted, else DocumentSubmitted (``docstream.avro.arrow``)."""
+name in DocumentCompleted, else DocumentSubmitted (``docstream_ingest.arrow``)."""
 
 CHUNK_SCHEMA = arrow_schema(_CHUNK_COLUMNS, _CHUNK_RECORDS)
 """Columns of the chunks Parquet file (and keys of a JSON Lines chunk record): the chunk row's fields
