@@ -8,7 +8,7 @@ loopback from .venv-infinity, deploy/local/install-infinity.sh, unless ``--url``
   run just before and just after the service run and averaged (the machine's load drifts);
 * service: the chunks are produced to a fresh topic first (not timed); then the inference pipeline
   runs the ``embed`` task with ``inference.endpoint`` (same request size, same in-flight bound; a
-  micro-batch of inputs x in-flight) consume → requests → store → produce ChunkEmbedded → commit,
+  micro-batch of inputs x in-flight) consume → requests → store → produce ChunkResult → commit,
   timed from its assignment until every offset is committed;
 * local, for reference: the bundled model in this process, ``encode`` over the same texts.
 

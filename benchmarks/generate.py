@@ -8,7 +8,7 @@ llama.cpp, started here on loopback from .venv-llm, deploy/local/install-llm.sh,
   ``httpx.AsyncClient``; run just before and just after the service run and averaged (the machine's load drifts);
 * service: the chunks are produced to a fresh topic first (not timed); then the inference pipeline runs the
   ``generate`` task (same ``max_tokens``, stop sequences and in-flight bound; a micro-batch of ``--in-flight``
-  chunks) consume → requests → store → produce ChunkEmbedded → commit, timed from its assignment until every
+  chunks) consume → requests → store → produce ChunkResult → commit, timed from its assignment until every
   offset is committed.
 
 It prints chunks/s and completion tokens/s (the server's ``usage``) of each, and the ratio service / plain

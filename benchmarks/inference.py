@@ -6,9 +6,9 @@ For each batch size (default 16, 32, 64, 128), in one process and one run:
   precision and normalization (what a script calling the model directly gets), run just
   before and just after the service run and averaged (the machine's load drifts);
 * service: the chunks are produced to a fresh topic first (not timed); then the inference
-  pipeline (max_batch_size=B) runs consume → model → store → produce ChunkEmbedded → commit,
+  pipeline (max_batch_size=B) runs consume → model → store → produce ChunkResult → commit,
   timed from its partition assignment until every offset is committed (which happens only
-  after every row is written and every ChunkEmbedded is acknowledged).
+  after every row is written and every ChunkResult is acknowledged).
 
 It prints chunks/s of both, their ratio (target ≥ 0.85), the CPU time per chunk of both
 (process CPU seconds over the timed window: a measure that holds up on a machine shared with

@@ -7,9 +7,9 @@
 
 1. Not timed: a fresh topic prefix, its topics, a job row and one documents/job_documents row per
    document in the store (as the intake and the chunker leave them), then ``--records``
-   ChunkEmbedded records (``--docs`` documents of records/docs chunks, ``--dim`` floats each,
-   as the inference service produces them: ``docstream_inference.handler.embedded_record``'s
-   fields, the services' producer options) produced to the embedded topic.
+   ChunkResult records (``--docs`` documents of records/docs chunks, ``--dim`` floats each,
+   as the inference service produces them: ``docstream_inference.handler.result_record``'s
+   fields, the services' producer options) produced to the result topic.
 2. Timed: ``docstream reducer`` is started as its own process (``kafka.transactions`` on unless
    ``--no-eos``) and the completed topic is read (read_committed) until every document's
    DocumentCompleted is out.
@@ -52,7 +52,7 @@ from docstream.avro import AvroSerde  # noqa: E402
 from docstream.kafka.admin import ensure_topics  # noqa: E402
 from docstream.kafka.clients import producer_config  # noqa: E402
 from docstream.logging import configure_logging  # noqa: E402
-from docstream.records import ChunkEmbedded, DocumentCompleted  # noqa: E402
+from docstream.records import ChunkResult, DocumentCompleted  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore, SqliteStore  # noqa: E402
 from docstream.topics import Topics  # noqa: E402
@@ -75,14 +75,14 @@ os._exit(code)
 """
 
 
-def _records(job_id: str, docs: int, per_doc: int, dim: int) -> list[ChunkEmbedded]:
+def _records(job_id: str, docs: int, per_doc: int, dim: int) -> list[ChunkResult]:
     rng = random.Random(5)
     at = datetime.now(UTC)
     out = []
     for d in range(docs):
         doc_id = f"{job_id}-d{d:05d}"
         for i in range(per_doc):
-            out.append(ChunkEmbedded(
+            out.append(ChunkResult(
                 job_id=job_id, doc_id=doc_id, chunk_id=f"{doc_id}-{i}", chunk_index=i, chunk_count=per_doc,
                 model_id=_MODEL, status="ok", token_count=200 + i % 56, page_start=1 + i // 4, page_end=1 + i // 4,
                 embedded_at=at + timedelta(milliseconds=i), embedding=[rng.uniform(-0.2, 0.2) for _ in range(dim)],
@@ -103,7 +103,7 @@ def _seed(store: ResultStore, job_id: str, doc_ids: list[str]) -> None:
                                                  filename=f"{doc_id}.pdf"))
 
 
-def _produce(settings: Settings, topic: str, records: list[ChunkEmbedded], serde: AvroSerde) -> None:
+def _produce(settings: Settings, topic: str, records: list[ChunkResult], serde: AvroSerde) -> None:
     producer = Producer(producer_config(settings.kafka, client_id="bench-reducer"))
     for record in records:
         value = serde.serialize(record, topic)
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace, *, eos: bool) -> dict[str, Any]:
             records = _records(job_id, args.docs, per_doc, args.dim)
             _seed(store, job_id, sorted({r.doc_id for r in records}))
             store.close()  # SQLite: the reducer process writes the file alone
-            _produce(settings, topics.embedded, records, serde)
+            _produce(settings, topics.results, records, serde)
             env = _env(settings, args, prefix, workdir, eos)
             completed = _Completed(settings, topics.completed, serde)
             command = [str(_BIN), "reducer"]

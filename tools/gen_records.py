@@ -63,10 +63,11 @@ Schemas = Mapping[str, Mapping[str, Any]]
 
 def load_schemas(folder: Path) -> dict[str, dict[str, Any]]:
     """The current schemas of ``folder`` (its ``*.avsc``, not its sub-folders' older versions), by record name, in
-    file name order.
+    file name order. A record's ``aliases`` (the names of a renamed record's older writers) make no class: the
+    class is the record's name (``docstream.records`` keeps a deprecated Python name by hand, for one release).
 
     Raises:
-        ValueError: two files define one record.
+        ValueError: two files define one record, or an alias is the name of a record.
     """
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.glob("*.avsc")):
@@ -74,6 +75,10 @@ def load_schemas(folder: Path) -> dict[str, dict[str, Any]]:
         if schema["name"] in found:
             raise ValueError(f"record {schema['name']} defined twice in {folder}")
         found[schema["name"]] = schema
+    for name, schema in found.items():
+        taken = [a for a in schema.get("aliases", ()) if a.rsplit(".", 1)[-1] in found]
+        if taken:
+            raise ValueError(f"record {name}: its aliases {taken} name records of {folder}")
     return found
 
 

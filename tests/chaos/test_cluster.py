@@ -215,7 +215,7 @@ def _job(tmp_path: Path, scenario: str, seed: int) -> JobExpectations:
 def _submit_and_wait(pipeline: Pipeline, probe: KafkaProbe, exp: JobExpectations, tmp_path: Path, fraction: float,
                      alive: Sequence[str]) -> tuple[float, float]:
     """Submit the job's documents; wait until ``fraction`` of its chunks are embedded: (started, fraction reached)."""
-    base = probe.total(pipeline.topics.embedded)
+    base = probe.total(pipeline.topics.results)
     started = time.monotonic()
     pipeline.submit([tmp_path / "docs"], exp.job_id)
     return started, _under_way(pipeline, probe, exp, base, fraction, alive)
@@ -224,7 +224,7 @@ def _submit_and_wait(pipeline: Pipeline, probe: KafkaProbe, exp: JobExpectations
 def _under_way(pipeline: Pipeline, probe: KafkaProbe, exp: JobExpectations, base: int, fraction: float,
                alive: Sequence[str]) -> float:
     """Wait until ``fraction`` of the job's chunks are embedded; the fraction there is."""
-    topic = pipeline.topics.embedded
+    topic = pipeline.topics.results
     target = max(1, round(exp.chunk_total * fraction))
     pipeline.until(lambda: probe.total(topic) - base >= target, f"{fraction:.0%} of the chunks to be embedded",
                    SCALE.job_timeout_s, alive=alive)
@@ -332,14 +332,14 @@ def test_kill_9_one_cassandra_node_writes_go_on_at_quorum_and_it_rejoins(
         committed = probe.committed(group, topics.chunks)
         cluster.kill("cassandra", node)
         killed_at = time.monotonic()
-        embedded_at_kill = probe.total(topics.embedded)
+        embedded_at_kill = probe.total(topics.results)
         try:
             # inference commits only after the rows are written (at QUORUM): a commit is a write done
             recovery_s = _seconds_until(pipeline, lambda: _moved(probe, group, topics.chunks, committed), killed_at,
                                         "inference to commit while a Cassandra node is down", alive)
             pipeline.until(lambda: time.monotonic() >= killed_at + SCALE.cluster_down_s, "the node's down time",
                            SCALE.job_timeout_s, alive=alive, poll_s=0.2)
-            embedded_while_down = probe.total(topics.embedded) - embedded_at_kill
+            embedded_while_down = probe.total(topics.results) - embedded_at_kill
         finally:
             start_s = cluster.start("cassandra", node)
         restarted_at = time.monotonic()

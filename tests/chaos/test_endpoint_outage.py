@@ -20,7 +20,7 @@ from docstream.avro.serde import AvroSerde
 from docstream.metrics import Metrics
 from docstream.models.embedding import load_embedder
 from docstream.models.endpoint import EndpointEmbedder
-from docstream.records import ChunkEmbedded
+from docstream.records import ChunkResult
 from docstream.settings import FairnessSettings
 from docstream.store import ResultStore
 from docstream.topics import Topics, dlq_topic
@@ -67,7 +67,7 @@ def test_an_endpoint_outage_pauses_consumption_then_completes_with_nothing_lost(
         with running_pipeline(settings, embedder, cassandra_store, metrics=metrics,
                               fairness=FairnessSettings.model_validate({"read_ahead": 1})) as (pipeline, _):
             produced = produce_chunks(kafka_bootstrap, topics.chunks, chunks[:8], serde)
-            read_topic(kafka_bootstrap, topics.embedded, expected=8, timeout_s=60)
+            read_topic(kafka_bootstrap, topics.results, expected=8, timeout_s=60)
             fault_proxy.outage(OUTAGE_S)
             outage_started = time.monotonic()
             produced += produce_chunks(kafka_bootstrap, topics.chunks, chunks[8:], serde)
@@ -81,12 +81,12 @@ def test_an_endpoint_outage_pauses_consumption_then_completes_with_nothing_lost(
                        OUTAGE_S + 120, "every offset committed after the outage")
             completed_s = time.monotonic() - outage_started
             assert metric_value(metrics, "docstream_model_backend_up") == 1
-            embedded = read_topic(kafka_bootstrap, topics.embedded, expected=len(chunks), serde=serde,
+            embedded = read_topic(kafka_bootstrap, topics.results, expected=len(chunks), serde=serde,
                                   timeout_s=30).records
     finally:
         embedder.close()
     assert_exactly_the_rows_of(rows_by_chunk(cassandra_store, chunks), chunks, reference_model)
-    assert len({(r.doc_id, r.chunk_index) for r in embedded if isinstance(r, ChunkEmbedded)}) == len(chunks)
+    assert len({(r.doc_id, r.chunk_index) for r in embedded if isinstance(r, ChunkResult)}) == len(chunks)
     assert read_topic(kafka_bootstrap, dlq_topic(topics.chunks), expected=0, timeout_s=3).messages == []
     assert metric_value(metrics, "docstream_endpoint_requests_total", outcome="connection") > 0
     chaos_report.record(

@@ -399,7 +399,7 @@ def _jobs_ended(store: ResultStore, job_ids: list[str]) -> bool:
 def _groups(pipeline: Pipeline) -> list[tuple[str, str]]:
     topics = pipeline.topics
     return [(topics.group("chunker"), topics.submitted), (topics.group("inference"), topics.chunks),
-            (pipeline.env["DOCSTREAM_REDUCER__APP_ID"], topics.embedded)]
+            (pipeline.env["DOCSTREAM_REDUCER__APP_ID"], topics.results)]
 
 
 def _quiesce(pipeline: Pipeline, store: ResultStore, probe: KafkaProbe, job_ids: list[str]) -> float:

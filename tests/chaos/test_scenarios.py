@@ -92,7 +92,7 @@ def _groups(pipeline: Pipeline) -> dict[str, tuple[str, str]]:
     topics = pipeline.topics
     return {"chunker": (topics.group("chunker"), topics.submitted),
             "inference": (topics.group("inference"), topics.chunks),
-            "reducer": (pipeline.env["DOCSTREAM_REDUCER__APP_ID"], topics.embedded)}
+            "reducer": (pipeline.env["DOCSTREAM_REDUCER__APP_ID"], topics.results)}
 
 
 def _idle(pipeline: Pipeline, probe: KafkaProbe) -> bool:
@@ -195,7 +195,7 @@ def test_kill_9_each_service_at_random_moments_loses_and_doubles_nothing(
     topics = pipeline.topics
     probe = KafkaProbe(kafka_bootstrap)
     try:
-        bases = {t: probe.total(t) for t in (topics.chunks, topics.embedded, topics.completed)}
+        bases = {t: probe.total(t) for t in (topics.chunks, topics.results, topics.completed)}
 
         def fraction(topic: str, whole: int) -> Callable[[], float]:
             return lambda: (probe.total(topic) - bases[topic]) / whole
@@ -205,7 +205,7 @@ def test_kill_9_each_service_at_random_moments_loses_and_doubles_nothing(
                 for name in SERVICES}
         driver = _KillDriver(pipeline, probe, {
             "chunker": fraction(topics.chunks, exp.chunk_total),
-            "inference": fraction(topics.embedded, exp.chunk_total),
+            "inference": fraction(topics.results, exp.chunk_total),
             "reducer": fraction(topics.completed, len(exp.documents)),
         }, plan)
         retries_before = _retries(pipeline)
@@ -253,12 +253,12 @@ def test_cassandra_outage_inference_retries_commits_nothing_unwritten_and_the_jo
     inference = pipeline.service("inference")
     probe = KafkaProbe(kafka_bootstrap)
     try:
-        base = probe.total(topics.embedded)
+        base = probe.total(topics.results)
         retries_before = _retries(pipeline)
         pipeline.submit([tmp_path / "docs"], exp.job_id)
-        _at_progress(pipeline, probe, topics.embedded, base, max(1, exp.chunk_total // 10),
+        _at_progress(pipeline, probe, topics.results, base, max(1, exp.chunk_total // 10),
                      "inference to be under way")
-        progress_at_stop = (probe.total(topics.embedded) - base) / exp.chunk_total
+        progress_at_stop = (probe.total(topics.results) - base) / exp.chunk_total
         try:
             down_s = local_stack.down("cassandra")
             stopped_us = int(time.time() * 1_000_000)  # an acknowledged write was sent before this
@@ -334,10 +334,10 @@ def test_broker_restart_every_service_reconnects_and_the_job_completes(
     group, topic = _groups(pipeline)["inference"]
     probe = KafkaProbe(kafka_bootstrap)
     try:
-        base = probe.total(topics.embedded)
+        base = probe.total(topics.results)
         retries_before = _retries(pipeline)
         pipeline.submit([tmp_path / "docs"], exp.job_id)
-        _at_progress(pipeline, probe, topics.embedded, base, max(1, exp.chunk_total // 10),
+        _at_progress(pipeline, probe, topics.results, base, max(1, exp.chunk_total // 10),
                      "inference to be under way")
 
         # stop the broker once inference keeps up (a backlog under half its first queue: not paused,
@@ -346,7 +346,7 @@ def test_broker_restart_every_service_reconnects_and_the_job_completes(
             return probe.total(topic) - sum(max(0, o) for o in probe.committed(group, topic).values()) <= 16
 
         pipeline.until(keeping_up, "inference to keep up with the chunker", SCALE.job_timeout_s)
-        progress_at_stop = (probe.total(topics.embedded) - base) / exp.chunk_total
+        progress_at_stop = (probe.total(topics.results) - base) / exp.chunk_total
         done_at_stop = _finished(exp, cassandra_store)
     finally:
         probe.close()
@@ -707,13 +707,13 @@ def test_backpressure_slow_inference_the_chunker_keeps_going_memory_stays_bounde
 
     try:
         baseline = inference.rss_bytes()
-        bases = {t: probe.total(t) for t in (topics.chunks, topics.embedded)}
+        bases = {t: probe.total(t) for t in (topics.chunks, topics.results)}
         with Sampler(inference.rss_bytes, 0.2) as rss, Sampler(lambda: _paused(port), 0.2) as pauses:
             pipeline.submit([tmp_path / "docs"], exp.job_id)
             pipeline.until(lambda: probe.total(topics.chunks) - bases[topics.chunks] >= exp.chunk_total
                            and probe.caught_up(topics.group("chunker"), topics.submitted),
                            "the chunker to chunk every document", SCALE.job_timeout_s)
-            embedded_when_chunked = (probe.total(topics.embedded) - bases[topics.embedded]) / exp.chunk_total
+            embedded_when_chunked = (probe.total(topics.results) - bases[topics.results]) / exp.chunk_total
             took = _wait_finished(pipeline, exp, cassandra_store)
         figures = exp.check(cassandra_store, rechunked=rechunked_documents(pipeline))
         # a counter, not only the sampled gauge: a pause lasts until Q0 has drained to half, often

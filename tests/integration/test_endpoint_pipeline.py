@@ -17,7 +17,7 @@ from docstream.avro.serde import AvroSerde
 from docstream.metrics import Metrics
 from docstream.models.embedding import load_embedder
 from docstream.models.endpoint import EndpointEmbedder
-from docstream.records import ChunkCreated, ChunkEmbedded
+from docstream.records import ChunkCreated, ChunkResult
 from docstream.settings import CassandraSettings
 from docstream.store import ResultStore
 from docstream.topics import Topics, dlq_topic
@@ -61,7 +61,7 @@ def test_a_job_through_the_endpoint_under_429s_500s_and_resets_writes_exactly_it
     try:
         with running_pipeline(settings, embedder, cassandra_store, metrics=metrics):
             produced = produce_chunks(kafka_bootstrap, topics.chunks, chunks, serde)
-            embedded = read_topic(kafka_bootstrap, topics.embedded, expected=len(chunks), serde=serde,
+            embedded = read_topic(kafka_bootstrap, topics.results, expected=len(chunks), serde=serde,
                                   timeout_s=120).records
             ends = end_offsets(produced)
             group = group_id(settings.kafka, settings.inference)
@@ -70,9 +70,9 @@ def test_a_job_through_the_endpoint_under_429s_500s_and_resets_writes_exactly_it
     finally:
         embedder.close()
     assert_exactly_the_rows_of(rows_by_chunk(cassandra_store, chunks), chunks, reference_model)
-    assert sorted((r.doc_id, r.chunk_index) for r in embedded if isinstance(r, ChunkEmbedded)) == sorted(
+    assert sorted((r.doc_id, r.chunk_index) for r in embedded if isinstance(r, ChunkResult)) == sorted(
         (c.doc_id, c.chunk_index) for c in chunks)
-    assert {(r.model_id, r.runtime) for r in embedded if isinstance(r, ChunkEmbedded)} == {
+    assert {(r.model_id, r.runtime) for r in embedded if isinstance(r, ChunkResult)} == {
         (ENDPOINT_MODEL_ID, "openai/remote")}
     assert metric_value(metrics, "docstream_endpoint_throttled_total") == 4
     assert metric_value(metrics, "docstream_endpoint_retries_total", reason="429") == 4
@@ -97,14 +97,14 @@ def test_a_poisoned_chunk_ends_in_the_dlq_alone_while_its_neighbours_succeed(
     try:
         with running_pipeline(settings, embedder) as (pipeline, store):
             produce_chunks(broker, topics.chunks, chunks, serde)
-            embedded = read_topic(broker, topics.embedded, expected=len(chunks), serde=serde, timeout_s=120).records
+            embedded = read_topic(broker, topics.results, expected=len(chunks), serde=serde, timeout_s=120).records
             [dead] = read_topic(broker, dlq_topic(topics.chunks), expected=1, timeout_s=60).messages
             wait_until(lambda: pipeline.ledger.pending_count() == 0, 30, "all records done")
             rows = {(r.doc_id, r.chunk_index): r for doc in {c.doc_id for c in chunks}
                     for r in store.iter_chunks(doc, ENDPOINT_MODEL_ID)}
     finally:
         embedder.close()
-    records = {(r.doc_id, r.chunk_index): r for r in embedded if isinstance(r, ChunkEmbedded)}
+    records = {(r.doc_id, r.chunk_index): r for r in embedded if isinstance(r, ChunkResult)}
     failed = {k: r.error_code for k, r in records.items() if r.status == "failed"}
     assert failed == {(bad.doc_id, bad.chunk_index): "endpoint_rejected"}
     assert sorted(rows) == sorted((c.doc_id, c.chunk_index) for c in chunks)

@@ -24,7 +24,7 @@ from docstream.avro.serde import AvroSerde
 from docstream.kafka.admin import ensure_topics
 from docstream.models.embedding import Embedder, load_embedder
 from docstream.models.files import resolve_model_path
-from docstream.records import ChunkCreated, ChunkEmbedded
+from docstream.records import ChunkCreated, ChunkResult
 from docstream.settings import CassandraSettings, InferenceSettings
 from docstream.store import ResultStore
 from docstream.store.base import ChunkRow
@@ -154,10 +154,10 @@ def test_two_processes_share_partitions_and_write_each_chunk_once(
 
     _assert_rows_match_the_model(_rows(cassandra_store, produced), produced, reference_model)
     # the services have stopped: the topic's end is all they produced
-    embedded = read_topic(kafka_bootstrap, topics.embedded, serde=serde, timeout_s=90).received
-    records = [e.record for e in embedded if isinstance(e.record, ChunkEmbedded)]
+    embedded = read_topic(kafka_bootstrap, topics.results, serde=serde, timeout_s=90).received
+    records = [e.record for e in embedded if isinstance(e.record, ChunkResult)]
     assert len(records) == len(embedded)
-    # every chunk's ChunkEmbedded, keyed by doc_id (at least once: a rebalance may repeat a few)
+    # every chunk's ChunkResult, keyed by doc_id (at least once: a rebalance may repeat a few)
     assert {(r.doc_id, r.chunk_index) for r in records} == {p.key for p in produced}
     assert all(r.status == "ok" and len(r.embedding) == DIMENSION and r.model_id == MODEL_ID for r in records)
     assert all((e.message.key() or b"").decode() == r.doc_id for e, r in zip(embedded, records, strict=True))
@@ -241,9 +241,9 @@ def test_a_lone_chunk_leaves_at_once_when_the_model_is_idle(
     with running_pipeline(settings, embedder) as (pipeline, _):
         assert pipeline.batch_history == []  # idle topic
         [produced] = produce_chunks(broker, topics.chunks, make_chunks(prefix[-8:], 1, 1), serde)
-        [record] = read_topic(broker, topics.embedded, expected=1, serde=serde, timeout_s=60).records
+        [record] = read_topic(broker, topics.results, expected=1, serde=serde, timeout_s=60).records
         [stats] = pipeline.batch_history
-    assert isinstance(record, ChunkEmbedded)
+    assert isinstance(record, ChunkResult)
     assert (record.doc_id, record.status, len(record.embedding)) == (produced.chunk.doc_id, "ok", DIMENSION)
     assert (stats.size, stats.reason) == (1, "idle")
     assert stats.oldest_wait_s < 5.0  # closed long before its latency cap
@@ -262,7 +262,7 @@ def test_while_the_model_is_busy_a_chunk_leaves_the_batcher_after_max_latency(
         produce_chunks(broker, topics.chunks, chunks[:1], serde)
         wait_until(lambda: len(pipeline.batch_history) == 1, 60, "the first chunk to reach the model")
         produce_chunks(broker, topics.chunks, chunks[1:], serde)  # the model is busy with the first for 2.5 s
-        read_topic(broker, topics.embedded, expected=2, timeout_s=60)
+        read_topic(broker, topics.results, expected=2, timeout_s=60)
         first, second = pipeline.batch_history
     assert (first.size, first.reason) == (1, "idle")
     assert (second.size, second.reason) == (1, "latency")
@@ -282,12 +282,12 @@ def test_bad_chunks_are_isolated_and_dead_lettered_while_neighbours_succeed(
     with running_pipeline(settings, embedder) as (pipeline, store):
         produce_chunks(broker, topics.chunks, chunks, serde)
         produce_values(broker, topics.chunks, [(chunks[0].doc_id, b"\x00not avro at all")])
-        embedded = read_topic(broker, topics.embedded, expected=len(chunks), serde=serde, timeout_s=90).records
+        embedded = read_topic(broker, topics.results, expected=len(chunks), serde=serde, timeout_s=90).records
         dead = read_topic(broker, dlq_topic(topics.chunks), expected=3, timeout_s=60).messages
         wait_until(lambda: pipeline.ledger.pending_count() == 0, 30, "all records done")
         rows = {(r.doc_id, r.chunk_index, r.model_id): r for c in chunks
                 for r in store.iter_chunks(c.doc_id, c.model_id or MODEL_ID)}
-    records = {(r.doc_id, r.chunk_index): r for r in embedded if isinstance(r, ChunkEmbedded)}
+    records = {(r.doc_id, r.chunk_index): r for r in embedded if isinstance(r, ChunkResult)}
     assert len(records) == len(chunks)
     failed = {k: r.error_code for k, r in records.items() if r.status == "failed"}
     assert failed == {
@@ -321,7 +321,7 @@ def test_chunks_of_jobs_that_did_not_ask_for_the_task_are_committed_past_without
     wanted = [c for c in chunks if not c.tasks]
     with running_pipeline(settings, embedder) as (pipeline, store):
         produce_chunks(broker, topics.chunks, chunks, serde)
-        embedded = read_topic(broker, topics.embedded, expected=len(wanted), serde=serde, timeout_s=90).records
+        embedded = read_topic(broker, topics.results, expected=len(wanted), serde=serde, timeout_s=90).records
         group = group_id(settings.kafka, settings.inference)
         wait_until(lambda: sum(committed_offsets(broker, group, topics.chunks, [0, 1]).values()) == len(chunks),
                    60, "a commit past every chunk")
@@ -379,7 +379,7 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_every_chunk_is_em
         rows = _rows(store, first + second)
     assert pipeline.consumers_replaced == 1, "a consumer in its group is kept"
     assert len(rows) == 20 and all(len(found) == 1 for found in rows.values())
-    embedded = read_topic(broker, topics.embedded, expected=20, linger_s=10).messages  # and 10 s more: a 21st?
+    embedded = read_topic(broker, topics.results, expected=20, linger_s=10).messages  # and 10 s more: a 21st?
     assert len(embedded) == 20, "each chunk embedded once: nothing committed was taken again"
 
 
@@ -415,5 +415,5 @@ def test_static_assignment_takes_every_partition_without_a_group_and_commits_onl
                    "the rest committed after the restart", poll_s=0.25)
         rows = _rows(store, first + second + third)
     assert len(rows) == 24 and all(len(found) == 1 for found in rows.values())
-    embedded = read_topic(broker, topics.embedded, expected=24, linger_s=10).messages  # and 10 s more: a 25th?
+    embedded = read_topic(broker, topics.results, expected=24, linger_s=10).messages  # and 10 s more: a 25th?
     assert len(embedded) == 24, "each chunk embedded once"

@@ -5,7 +5,7 @@ one lane; a gradual admission of a job larger than its tenant's quota.
 `docstream chunker`, `docstream inference` and `docstream reducer` run as processes (at least once). Each
 model batch sleeps ``DELAY_MS`` more (fault injection), so that a backlog of a few thousand chunks lasts on any
 CPU. Nothing here asserts a wall-clock time: what a job waited is counted in other chunks embedded before its own
-last one (the order of the ChunkEmbedded records' ``embedded_at``), which is the same on a slow machine and a fast
+last one (the order of the ChunkResult records' ``embedded_at``), which is the same on a slow machine and a fast
 one; the seconds are printed. A state the pipeline may already have passed (the batch job waiting, shown by
 ``docstream status``) is asserted only while it still holds: a job that started never waits again.
 
@@ -37,7 +37,7 @@ import pytest
 
 from docstream.avro import AvroSerde
 from docstream.jobs.standing import QueueStanding
-from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted
+from docstream.records import ChunkCreated, ChunkResult, DocumentCompleted
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
 from docstream.store.base import JobRow, QueuedJobRow
@@ -133,7 +133,7 @@ def _estimated(store: ResultStore, pipeline: Pipeline, job: Job
     return datetime.now(UTC), standing
 
 
-def _served(embedded: list[ChunkEmbedded], job: Job, since: datetime, tokens: int) -> tuple[float | None, float]:
+def _served(embedded: list[ChunkResult], job: Job, since: datetime, tokens: int) -> tuple[float | None, float]:
     """Seconds from ``since`` until the model embedded ``tokens`` tokens of other jobs (None: never), and the
     longest pause between two chunks meanwhile."""
     total, last, gap = 0, since, 0.0
@@ -168,9 +168,9 @@ def _done(store: ResultStore, *jobs: Job) -> bool:
     return all(row is not None and row.status == "completed" for row in rows)
 
 
-def _embedded(bootstrap: str, pipeline: Pipeline) -> list[ChunkEmbedded]:
-    records = read_topic(bootstrap, pipeline.topics.embedded, serde=AvroSerde(Settings().kafka), timeout_s=90).records
-    return [r for r in records if isinstance(r, ChunkEmbedded)]
+def _results(bootstrap: str, pipeline: Pipeline) -> list[ChunkResult]:
+    records = read_topic(bootstrap, pipeline.topics.results, serde=AvroSerde(Settings().kafka), timeout_s=90).records
+    return [r for r in records if isinstance(r, ChunkResult)]
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def _created(bootstrap: str, pipeline: Pipeline) -> list[Made]:
     return made
 
 
-def _first_embedded(embedded: Iterable[ChunkEmbedded]) -> dict[tuple[str, int], datetime]:
+def _first_embedded(embedded: Iterable[ChunkResult]) -> dict[tuple[str, int], datetime]:
     """When each chunk was first embedded (a kill -9 runs some again)."""
     first: dict[tuple[str, int], datetime] = {}
     for e in embedded:
@@ -203,7 +203,7 @@ def _first_embedded(embedded: Iterable[ChunkEmbedded]) -> dict[tuple[str, int], 
     return first
 
 
-def _ahead_in_its_partitions(job: Job, made: list[Made], embedded: list[ChunkEmbedded]) -> int:
+def _ahead_in_its_partitions(job: Job, made: list[Made], embedded: list[ChunkResult]) -> int:
     """The most chunks of other jobs ahead of ``job``'s last chunk in one of its partitions and not embedded yet
     when ``job``'s first chunk was made: what first in, first out makes it wait for at least."""
     start = min(m.chunk.created_at for m in made if m.chunk.job_id == job.job_id)
@@ -240,7 +240,7 @@ class Waited:
     chunks: int
 
 
-def _waited(job: Job, created: list[Made], embedded: list[ChunkEmbedded], *, since_last: bool = False) -> Waited:
+def _waited(job: Job, created: list[Made], embedded: list[ChunkResult], *, since_last: bool = False) -> Waited:
     """From the job's first chunk's creation (or its last's, ``since_last``) to its last chunk's embedding."""
     made = [m.chunk.created_at for m in created if m.chunk.job_id == job.job_id]
     start = max(made) if since_last else min(made)
@@ -250,14 +250,14 @@ def _waited(job: Job, created: list[Made], embedded: list[ChunkEmbedded], *, sin
     return Waited(len(others), (end - start).total_seconds(), len(own))
 
 
-def _waiting_at(job: Job, at: datetime, created: list[Made], embedded: list[ChunkEmbedded]) -> int:
+def _waiting_at(job: Job, at: datetime, created: list[Made], embedded: list[ChunkResult]) -> int:
     """Chunks of ``job`` created by ``at`` and not embedded yet then."""
     done_by = _first_embedded(e for e in embedded if e.job_id == job.job_id)
     return sum(1 for m in created if m.chunk.job_id == job.job_id and m.chunk.created_at <= at
                and done_by.get((m.chunk.doc_id, m.chunk.chunk_index), at) >= at)
 
 
-def _print_timeline(job: Job, created: list[Made], embedded: list[ChunkEmbedded]) -> None:
+def _print_timeline(job: Job, created: list[Made], embedded: list[ChunkResult]) -> None:
     """The batches (by embedded_at) from the job's first chunk's creation to its last's embedding: how many of the
     job's chunks each held, of how many."""
     made = sorted(m.chunk.created_at for m in created if m.chunk.job_id == job.job_id)
@@ -330,7 +330,7 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
     pipeline.until(lambda: _done(cassandra_store, backfill, after, before, again), "every job to complete", 600,
                    poll_s=1.0, alive=SERVICES)
 
-    created, embedded = _created(kafka_bootstrap, pipeline), _embedded(kafka_bootstrap, pipeline)
+    created, embedded = _created(kafka_bootstrap, pipeline), _results(kafka_bootstrap, pipeline)
     total = sum(1 for m in created if m.chunk.job_id == backfill.job_id)
     assert total >= (2000 if FULL else 1000), f"the backfill made {total} chunks"
     first_b = min(m.chunk.created_at for m in created if m.chunk.job_id == after.job_id)
@@ -398,7 +398,7 @@ def test_two_tenants_with_equal_weights_in_one_lane_get_the_model_in_equal_share
     pipeline.until(lambda: _done(cassandra_store, first, second), "both jobs to complete", 600, alive=SERVICES,
                    poll_s=1.0)
 
-    embedded = [e for e in _embedded(kafka_bootstrap, pipeline) if e.job_id in (first.job_id, second.job_id)]
+    embedded = [e for e in _results(kafka_bootstrap, pipeline) if e.job_id in (first.job_id, second.job_id)]
     start = min(e.embedded_at for e in embedded if e.job_id == second.job_id)
     end = min(max(e.embedded_at for e in embedded if e.job_id == job.job_id) for job in (first, second))
     tokens: Counter[str] = Counter()

@@ -1,13 +1,15 @@
 """The reducer process (`docstream reducer`) on real Kafka + Cassandra.
 
-ChunkEmbedded records are produced straight to a test's own topic set; the reducer runs as a
+ChunkResult records are produced straight to a test's own topic set; the reducer runs as a
 subprocess. Checked: one DocumentCompleted per document, partial documents, chunker failures
-counted, poison records in the DLQ, the final JobStatus and jobs row, the webhook, and a
-kill -9 halfway through (changelog recovery; duplicates on the completed topic counted).
+counted, poison records in the DLQ, the final JobStatus and jobs row, the webhook, a
+kill -9 halfway through (changelog recovery; duplicates on the completed topic counted), and a
+rolling upgrade's results on both result topics (ChunkEmbedded on the legacy one).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -20,12 +22,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from docstream.avro import AvroSerde
+from docstream.avro import AvroSchema, AvroSerde, find_schemas_dir, frame_single_object
 from docstream.kafka.clients import producer_config
-from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus
+from docstream.records import ChunkResult, DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
@@ -47,9 +50,9 @@ class _Doc:
     chunks: int
     failed: set[int] = field(default_factory=set)
 
-    def records(self, job_id: str) -> list[ChunkEmbedded]:
+    def records(self, job_id: str) -> list[ChunkResult]:
         return [
-            ChunkEmbedded(
+            ChunkResult(
                 job_id=job_id, doc_id=self.doc_id, chunk_id=f"{self.doc_id}-{i}", chunk_index=i,
                 chunk_count=self.chunks, model_id=_MODEL, status="failed" if i in self.failed else "ok",
                 token_count=i + 1, page_start=1, page_end=1, embedded_at=_AT + timedelta(seconds=i),
@@ -111,7 +114,7 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], *, 
     assert producer.flush(30) == 0
 
 
-def _encoded(serde: AvroSerde, topic: str, records: list[ChunkEmbedded]) -> list[tuple[bytes, bytes]]:
+def _encoded(serde: AvroSerde, topic: str, records: list[ChunkResult]) -> list[tuple[bytes, bytes]]:
     return [(r.doc_id.encode(), serde.serialize(r, topic)) for r in records]
 
 
@@ -156,11 +159,11 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
         reducer = ServiceProcess("reducer", env, tmp_path)  # the webhook receiver is on 127.0.0.1
         reducers.append(reducer)
         reducer.start()
-        mismatch = ChunkEmbedded(**{**docs[0].records(job_id)[0].to_record(), "chunk_count": docs[0].chunks + 7})
+        mismatch = ChunkResult(**{**docs[0].records(job_id)[0].to_record(), "chunk_count": docs[0].chunks + 7})
         # the mismatch comes after its document's real chunks (same key, same partition): the first count wins
-        payload = [*_encoded(serde, topics.embedded, [*records, mismatch]), (b"garbage", b"not avro at all")]
-        wait_for_topic(kafka_bootstrap, topics.embedded, reducer)
-        _produce(kafka_bootstrap, topics.embedded, payload)
+        payload = [*_encoded(serde, topics.results, [*records, mismatch]), (b"garbage", b"not avro at all")]
+        wait_for_topic(kafka_bootstrap, topics.results, reducer)
+        _produce(kafka_bootstrap, topics.results, payload)
         chunker_failure = DocumentCompleted(job_id=job_id, doc_id=failed_doc, status="failed", completed_at=_AT,
                                             error_code="encrypted", error="password protected")
         _produce(kafka_bootstrap, topics.completed, [(failed_doc.encode(),
@@ -169,7 +172,7 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
         jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=90,
                           what="the final JobStatus", describe=reducer.tail)
         completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, linger_s=3.0, describe=reducer.tail)
-        with TopicReader(kafka_bootstrap, dlq_topic(topics.embedded)) as dlq:
+        with TopicReader(kafka_bootstrap, dlq_topic(topics.results)) as dlq:
             dlq.read(expected=2, timeout_s=20, what="two DLQ records", describe=reducer.tail)
             dlq.read()  # and any more the DLQ holds now: the codes below must be exactly these two
     finally:
@@ -209,13 +212,74 @@ def test_reducer_completes_documents_partials_failures_and_the_job(
 
     codes = sorted(dict(m.headers())["error_code"].decode() for m in dlq.messages)
     assert codes == ["chunk_count_mismatch", "schema_unknown_format"]
-    assert {dict(m.headers())["original_topic"].decode() for m in dlq.messages} == {topics.embedded}
+    assert {dict(m.headers())["original_topic"].decode() for m in dlq.messages} == {topics.results}
 
     # 503 first, then delivered: two calls, both with the final status, none after
     assert len(webhook.bodies) == 2
     assert all(c["final"] is True and c["completed"] == 17 and c["job_id"] == job_id for c in webhook.bodies)
     assert reducer.alive()
     reducer.stop_cleanly(_STOP_S)
+
+
+def _as_chunk_embedded(records: list[ChunkResult]) -> list[tuple[bytes, bytes]]:
+    """``records`` as an inference service of the release before the rename wrote them: the last ChunkEmbedded
+    schema (schemas/history/ChunkEmbedded.v5.avsc), single-object encoding with its fingerprint."""
+    path = find_schemas_dir() / "history" / "ChunkEmbedded.v5.avsc"
+    old = AvroSchema.from_json(json.loads(path.read_text(encoding="utf-8")), path)
+    encoded = []
+    for record in records:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, old.parsed, record.to_record())
+        encoded.append((record.doc_id.encode(), frame_single_object(old.fingerprint, body.getvalue())))
+    return encoded
+
+
+def test_a_rolling_upgrade_reduces_the_results_of_both_result_topics_once(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
+) -> None:
+    """Inference of the release before writes ChunkEmbedded to the legacy chunks.embedded while upgraded inference
+    writes ChunkResult to chunks.results, a document's chunks split between the two: the exactly-once reducer reads
+    both, completes every document once, and dead-letters poison of the legacy topic to its own DLQ."""
+    prefix = unique_name("rdu")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    rng = random.Random(17)
+    docs = [_Doc(f"{job_id}-d{i:02d}", rng.randint(2, 6)) for i in range(24)]
+    _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
+    legacy: list[ChunkResult] = []
+    new: list[ChunkResult] = []
+    for i, doc in enumerate(docs):  # a third on each topic alone, a third split between the two
+        records = doc.records(job_id)
+        cut = {0: len(records), 1: 0}.get(i % 3, len(records) // 2)
+        legacy += records[:cut]
+        new += records[cut:]
+    env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True)
+    reducer = ServiceProcess("reducer", env, tmp_path)
+    reducers.append(reducer)
+    reducer.start()
+    wait_for_topic(kafka_bootstrap, topics.results, reducer)
+    wait_for_topic(kafka_bootstrap, topics.legacy_results, reducer)
+    _produce(kafka_bootstrap, topics.legacy_results, [*_as_chunk_embedded(legacy), (b"garbage", b"not avro at all")])
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, new))
+
+    jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=90,
+                      what="the final JobStatus", describe=reducer.tail)
+    completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs),
+                           timeout_s=30, linger_s=2.0, what="every document", describe=reducer.tail)
+    with TopicReader(kafka_bootstrap, dlq_topic(topics.legacy_results)) as dlq:
+        dlq.read(expected=1, timeout_s=20, what="the legacy topic's DLQ record", describe=reducer.tail)
+
+    by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))
+    assert by_doc == dict.fromkeys((d.doc_id for d in docs), 1)
+    results = {r.doc_id: r for r in completed.records if isinstance(r, DocumentCompleted)}
+    for doc in docs:
+        assert (results[doc.doc_id].status, results[doc.doc_id].chunk_count) == ("completed", doc.chunks)
+        assert results[doc.doc_id].embedding == pytest.approx(doc.expected_embedding(), rel=1e-6)
+    finals = [r for r in jobs.records if isinstance(r, JobStatus) and r.job_id == job_id and r.final]
+    assert [(f.completed, f.document_count) for f in finals] == [(24, 24)]
+    assert [dict(m.headers())["original_topic"].decode() for m in dlq.messages] == [topics.legacy_results]
 
 
 def wait_for_topic(bootstrap: str, topic: str, reducer: ServiceProcess, timeout_s: float = 60) -> None:
@@ -250,7 +314,7 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
     # first phase: all of docs 0-24 and the first half of the chunks of docs 25-49
     first = [r for d in docs[:25] for r in d.records(job_id)]
-    rest: list[ChunkEmbedded] = []
+    rest: list[ChunkResult] = []
     for doc in docs[25:]:
         records = doc.records(job_id)
         first += records[: doc.chunks // 2]
@@ -262,14 +326,14 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     reducer = ServiceProcess("reducer", env, tmp_path)
     reducers.append(reducer)
     reducer.start()
-    wait_for_topic(kafka_bootstrap, topics.embedded, reducer)
-    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, first))
+    wait_for_topic(kafka_bootstrap, topics.results, reducer)
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, first))
     # committed (visible to read_committed readers): offsets and table state of those are committed too
     read_topic(kafka_bootstrap, topics.completed, serde=serde, expected=20, timeout_s=90,
                what="20 committed completed documents before the kill", describe=reducer.tail)
     # keep records flowing while the reducer dies: some are mid-transaction / uncommitted
-    feeder = threading.Thread(target=_produce, args=(kafka_bootstrap, topics.embedded,
-                                                     _encoded(serde, topics.embedded, rest)),
+    feeder = threading.Thread(target=_produce, args=(kafka_bootstrap, topics.results,
+                                                     _encoded(serde, topics.results, rest)),
                               kwargs={"pause_s": 0.01})
     feeder.start()
     time.sleep(0.5)  # not a wait for a condition: the kill must land while records are flowing
@@ -317,8 +381,8 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     rng = random.Random(9)
     docs = [_Doc(f"{job_id}-d{i:02d}", rng.randint(2, 6)) for i in range(30)]
     _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
-    first: list[ChunkEmbedded] = []
-    rest: list[ChunkEmbedded] = []
+    first: list[ChunkResult] = []
+    rest: list[ChunkResult] = []
     for doc in docs:  # every document half in, so each partition holds open state when it moves
         records = doc.records(job_id)
         cut = max(1, doc.chunks // 2) if doc.chunks > 1 else 0
@@ -328,8 +392,8 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     one = ServiceProcess("one", env, tmp_path, command="reducer")
     reducers.append(one)
     one.start()
-    wait_for_topic(kafka_bootstrap, topics.embedded, one)
-    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, first))
+    wait_for_topic(kafka_bootstrap, topics.results, one)
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, first))
     # the open document states are committed to the table's changelog before two joins
     wait_for_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", one)
     read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", expected=len(first), timeout_s=90,
@@ -344,7 +408,7 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
         if time.monotonic() >= deadline or not two.alive():
             pytest.fail(f"instance two never got partitions:\n{two.tail()}")
         time.sleep(0.2)
-    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, rest))
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, rest))
     jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=120,
                       what="the final JobStatus after the rebalance", describe=two.tail)
     completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
@@ -394,7 +458,7 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     config.write_text("")
     records = [r for d in docs for r in d.records(job_id)]
     pid = reducer.proc.pid if reducer.proc is not None else None
-    _produce(kafka_bootstrap, topics.embedded, _encoded(serde, topics.embedded, records), pause_s=0.05)
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, records), pause_s=0.05)
 
     def _starts() -> list[int]:
         return [e["restarts"] for e in _events(reducer) if e["event"] == "reducer_starting"]
@@ -411,7 +475,7 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     names = [e["event"] for e in events]
     stuck = [e for e in events if e["event"] == "partition_stuck"]
     assert "partition_stalled_refetching" in names  # the re-fetch came first
-    assert stuck and {(e["topic"], e["partition"]) for e in stuck} == {(topics.embedded, 0)}
+    assert stuck and {(e["topic"], e["partition"]) for e in stuck} == {(topics.results, 0)}
     starts = [(e["restarts"], e["stall_timeout_s"]) for e in events if e["event"] == "reducer_starting"]
     assert starts == [(0, 3.0), (1, 20.0)]  # no second restart; the new process has the default stall timeout
     by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))

@@ -14,7 +14,7 @@ from typing import Any
 from docstream.errors import DocumentError
 from docstream.kafka.dlq import DlqRouter
 from docstream.metrics import Metrics
-from docstream.records import ChunkCreated, ChunkEmbedded, DocumentChunked, DocumentCompleted, DocumentSubmitted
+from docstream.records import ChunkCreated, ChunkResult, DocumentChunked, DocumentCompleted, DocumentSubmitted
 from docstream.settings import ChunkerSettings, RetrySettings
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
@@ -97,7 +97,7 @@ def test_each_chunk_embedded_carries_its_share_of_the_batch_and_the_model_time()
     stage = WriteStage(
         inbox=queue.Queue(), store=FakeStore(ledger), producer=producer,  # type: ignore[arg-type]
         dlq=DlqRouter(producer, "inference", clock=lambda: 1.0), serialize=serialize,  # type: ignore[arg-type]
-        embedded_topic="t.chunks.embedded", ledger=ledger, assignments=assignments,
+        results_topic="t.chunks.results", ledger=ledger, assignments=assignments,
         retry=RetrySettings(max_attempts=3, base_delay_ms=1, max_delay_ms=2),
         metrics=Metrics(), service="inference", halt=threading.Event(), on_error=lambda exc: None,
     )
@@ -108,7 +108,7 @@ def test_each_chunk_embedded_carries_its_share_of_the_batch_and_the_model_time()
                for w, us in zip(works, [250, 750, 3], strict=True)]
     stage.write(ResultBatch(tuple(works), tuple(results), busy_us=10_000))
 
-    assert all(isinstance(r, ChunkEmbedded) for r in records)
+    assert all(isinstance(r, ChunkResult) for r in records)
     assert [r.model_us for r in records] == [250, 750, 3] and {r.device for r in records} == {"cpu"}
     inference = [r.stage_us["inference"] for r in records]
     assert sum(inference) >= 10_000 and inference[1] > inference[0] > inference[2]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from docstream.errors import PoisonRecord
-from docstream.records import OUTPUT_TOO_LARGE, ChunkEmbedded, DocumentCompleted
+from docstream.records import OUTPUT_TOO_LARGE, ChunkResult, DocumentCompleted
 from docstream.tasks.fold_embed import EmbedFold, unpack_floats
 from docstream.tasks.fold_generate import GenerateFold
 from docstream_reducer.aggregation import (
@@ -42,8 +42,8 @@ RUNTIME = "torch/cpu/bf16/2t"
 
 def _chunk(index: int, count: int, *, vector: list[float] | None = None, tokens: int = 10, ok: bool = True,
            doc_id: str = "d1", at: datetime | None = None, settings: str = SETTINGS,
-           runtime: str | None = RUNTIME) -> ChunkEmbedded:
-    return ChunkEmbedded(
+           runtime: str | None = RUNTIME) -> ChunkResult:
+    return ChunkResult(
         job_id="j1", doc_id=doc_id, chunk_id=f"c{index}", chunk_index=index, chunk_count=count, model_id="m",
         status="ok" if ok else "failed", token_count=tokens, page_start=1, page_end=1,
         embedded_at=at or T0 + timedelta(seconds=index),
@@ -53,7 +53,7 @@ def _chunk(index: int, count: int, *, vector: list[float] | None = None, tokens:
     )
 
 
-def _run(chunks: list[ChunkEmbedded]) -> tuple[DocumentState | CompletionMarker | None, list[DocumentCompleted]]:
+def _run(chunks: list[ChunkResult]) -> tuple[DocumentState | CompletionMarker | None, list[DocumentCompleted]]:
     state: DocumentState | CompletionMarker | None = None
     done: list[DocumentCompleted] = []
     for chunk in chunks:
@@ -168,7 +168,7 @@ def test_an_all_failed_document_becomes_partial_when_one_chunk_is_replayed() -> 
     assert completed is not None and completed.status == "partial" and completed.embedding == pytest.approx([3.0])
 
 
-def _answer(index: int, count: int, *, ok: bool, prompt: int, completion: int) -> ChunkEmbedded:
+def _answer(index: int, count: int, *, ok: bool, prompt: int, completion: int) -> ChunkResult:
     """A generate chunk result: its summary, or a failure with what its attempts cost (tasks.base.failure_output)."""
     output = {"kind": "summarize", "prompt_tokens": prompt, "completion_tokens": completion}
     return replace(_chunk(index, count, ok=ok), task="generate", embedding=[],
@@ -179,7 +179,7 @@ _Row = tuple[int, str, str | None]
 LIMIT = 8 * 1024 * 1024
 
 
-def _rows(results: list[ChunkEmbedded]) -> list[_Row]:
+def _rows(results: list[ChunkResult]) -> list[_Row]:
     """The chunk rows the inference service wrote for ``results`` (a later row of an index replaces the earlier)."""
     return sorted({r.chunk_index: (r.chunk_index, r.status, r.output) for r in results}.values())
 

@@ -11,7 +11,7 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from docstream.avro.segments import read_body, segment_plan, write_body
-from docstream.records import ChunkEmbedded, DocumentCompleted, utc_now
+from docstream.records import ChunkResult, DocumentCompleted, utc_now
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -20,8 +20,8 @@ def _raw(name: str) -> dict:
     return json.loads((SCHEMAS / f"{name}.avsc").read_text())
 
 
-def _embedded(embedding: list[float]) -> dict:
-    return ChunkEmbedded(
+def _result(embedding: list[float]) -> dict:
+    return ChunkResult(
         job_id="j", doc_id="d", chunk_id="c", chunk_index=3, chunk_count=9, model_id="m", status="ok",
         token_count=200, page_start=1, page_end=2, embedded_at=utc_now(), embedding=embedding,
         error_code=None, error="é", chunker_settings="max=256",
@@ -50,7 +50,7 @@ EMBEDDINGS = [
 
 
 @pytest.mark.parametrize("embedding", EMBEDDINGS, ids=["empty", "one", "384", "edges"])
-@pytest.mark.parametrize(("name", "make"), [("ChunkEmbedded", _embedded), ("DocumentCompleted", _completed)])
+@pytest.mark.parametrize(("name", "make"), [("ChunkResult", _result), ("DocumentCompleted", _completed)])
 def test_the_bytes_fastavro_writes_and_back(name: str, make, embedding: list[float]) -> None:
     raw = _raw(name)
     plan = segment_plan(raw)
@@ -92,10 +92,10 @@ def test_reads_several_blocks_and_negative_counts() -> None:
 
 
 def test_truncated_array_is_refused() -> None:
-    plan = segment_plan(_raw("ChunkEmbedded"))
+    plan = segment_plan(_raw("ChunkResult"))
     assert plan is not None
     out = io.BytesIO()
-    write_body(plan, _embedded([0.25] * 8), out)
+    write_body(plan, _result([0.25] * 8), out)
     data = out.getvalue()
     cut = data.index(np.asarray([0.25], dtype="<f4").tobytes()) + 10
     with pytest.raises(EOFError):
@@ -103,14 +103,14 @@ def test_truncated_array_is_refused() -> None:
 
 
 def test_unknown_fields_are_refused_as_fastavro_strict_does() -> None:
-    plan = segment_plan(_raw("ChunkEmbedded"))
+    plan = segment_plan(_raw("ChunkResult"))
     assert plan is not None
     with pytest.raises(ValueError, match="more fields than the schema"):
-        write_body(plan, {**_embedded([1.0]), "surprise": 1}, io.BytesIO())
+        write_body(plan, {**_result([1.0]), "surprise": 1}, io.BytesIO())
 
 
 def test_a_nested_sequence_is_refused() -> None:
-    plan = segment_plan(_raw("ChunkEmbedded"))
+    plan = segment_plan(_raw("ChunkResult"))
     assert plan is not None
     with pytest.raises(ValueError, match="flat sequence"):
-        write_body(plan, _embedded([[1.0, 2.0]]), io.BytesIO())  # type: ignore[list-item]
+        write_body(plan, _result([[1.0, 2.0]]), io.BytesIO())  # type: ignore[list-item]

@@ -1,4 +1,5 @@
-"""AvroSerde: every record type in both wire formats, cross-format reading, schema evolution, poison bytes."""
+"""AvroSerde: every record type in both wire formats, cross-format reading, schema evolution, a renamed record's
+older writers (ChunkEmbedded → ChunkResult), poison bytes."""
 
 from __future__ import annotations
 
@@ -11,12 +12,20 @@ from typing import Any
 
 import fastavro
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from docstream.avro import AvroSchema, AvroSerde, SchemaSet, find_schemas_dir, frame_confluent, frame_single_object
-from docstream.errors import SchemaError
-from docstream.records import ChunkCreated, ChunkEmbedded, DocumentCompleted, DocumentSubmitted, JobStatus
+from docstream.errors import ConfigError, SchemaError
+from docstream.records import (
+    ChunkCreated,
+    ChunkEmbedded,
+    ChunkResult,
+    DocumentCompleted,
+    DocumentSubmitted,
+    JobStatus,
+)
 from docstream.settings import KafkaSettings
+from docstream.topics import Topics
 from tests.fixtures.kafka import records_of_every_type
 
 _TOPIC = "docstream.test"
@@ -149,12 +158,18 @@ def test_records_of_an_older_schema_version_are_read_through_schema_resolution(t
     assert back.text == record.text and back.created_at == record.created_at
 
 
-def _decoded_from_history(single: AvroSerde, name: str, history: str) -> tuple[Any, Any]:
-    """The example ``name`` record written with its old schema ``schemas/history/<name>.<history>.avsc`` (only
-    the fields that version had), and what the current serde decodes from it: (record, decoded)."""
+def _history(name: str, history: str) -> AvroSchema:
     path = find_schemas_dir() / "history" / f"{name}.{history}.avsc"
-    old = AvroSchema.from_json(json.loads(path.read_text()), path)
-    record = next(r for r in records_of_every_type() if type(r).__name__ == name)
+    return AvroSchema.from_json(json.loads(path.read_text()), path)
+
+
+def _decoded_from_history(single: AvroSerde, name: str, history: str) -> tuple[Any, Any]:
+    """The example record of the schema that reads ``schemas/history/<name>.<history>.avsc`` today (``name``'s, or
+    the one whose alias it is: ChunkResult for ChunkEmbedded), written with that old schema (only the fields that
+    version had), and what the current serde decodes from it: (record, decoded)."""
+    old = _history(name, history)
+    current = single.schemas.reader_for(old).name
+    record = next(r for r in records_of_every_type() if r.schema_name == current)
     known = {f["name"] for f in old.parsed["fields"]}
     body = io.BytesIO()
     fastavro.schemaless_writer(body, old.parsed, {k: v for k, v in record.to_record().items() if k in known})
@@ -167,7 +182,7 @@ def test_records_written_before_chunker_settings_read_with_its_default(single: A
     on a topic being replayed, still decode, with "" and None."""
     record, back = _decoded_from_history(single, name, "v1")
 
-    assert isinstance(back, ChunkEmbedded | DocumentCompleted)
+    assert isinstance(back, ChunkResult | DocumentCompleted)
     assert back.chunker_settings == ("" if name == "ChunkEmbedded" else None)
     assert back.doc_id == record.doc_id
 
@@ -179,7 +194,7 @@ def test_records_written_before_runtime_read_with_none(single: AvroSerde, name: 
     record, back = _decoded_from_history(single, name, "v2")
     assert record.runtime is not None
 
-    assert isinstance(back, ChunkEmbedded | DocumentCompleted)
+    assert isinstance(back, ChunkResult | DocumentCompleted)
     assert back.runtime is None
     assert back.chunker_settings == record.chunker_settings
 
@@ -190,10 +205,10 @@ def test_records_written_before_accounting_read_with_empty_figures(single: AvroS
                                                                      history: str) -> None:
     """The schema versions before job accounting (schemas/history) had no model_us, stage_us, device, pages,
     chunks or tokens: such records decode with 0, {} and None."""
-    _, back = _decoded_from_history(single, name, history)
+    record, back = _decoded_from_history(single, name, history)
 
-    assert type(back).__name__ == name and back.stage_us == {}  # type: ignore[union-attr]
-    if isinstance(back, ChunkEmbedded):
+    assert type(back) is type(record) and back.stage_us == {}
+    if isinstance(back, ChunkResult):
         assert (back.model_us, back.device) == (0, None)
     if isinstance(back, DocumentCompleted | JobStatus):
         assert back.model_us == {}
@@ -212,3 +227,113 @@ def test_records_written_before_provenance_read_as_text_layer(single: AvroSerde,
     else:
         assert isinstance(back, DocumentCompleted)
         assert (back.pages_by_verdict, back.pages_by_source) == ({}, {})
+
+
+_LAST_CHUNK_EMBEDDED = "881e025b86f16313"
+"""CRC-64-AVRO fingerprint of the last ChunkEmbedded (schemas/history/ChunkEmbedded.v5.avsc, the
+schemas/ChunkEmbedded.avsc of the release before the rename): what its single-object records carry."""
+
+
+def _chunk_results() -> list[ChunkResult]:
+    return [r for r in records_of_every_type() if isinstance(r, ChunkResult)]
+
+
+def _written_as_chunk_embedded(record: ChunkResult) -> tuple[AvroSchema, bytes]:
+    """``record``'s Avro body as the release before wrote it: with the last ChunkEmbedded schema, by fastavro."""
+    old = _history("ChunkEmbedded", "v5")
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, old.parsed, record.to_record())
+    return old, body.getvalue()
+
+
+def test_the_last_chunk_embedded_schema_is_the_one_released(single: AvroSerde) -> None:
+    old = _history("ChunkEmbedded", "v5")
+    current = single.schemas.get("ChunkResult")
+    assert old.full_name == "io.docstream.v1.ChunkEmbedded" and old.fingerprint.hex() == _LAST_CHUNK_EMBEDDED
+    assert current.full_name == "io.docstream.v1.ChunkResult" and current.aliases == (old.full_name,)
+    assert current.fingerprint != old.fingerprint  # the name is in the canonical form: a new fingerprint
+    assert [f["name"] for f in current.raw["fields"]] == [f["name"] for f in old.raw["fields"]]
+
+
+@pytest.mark.parametrize("record", _chunk_results(), ids=lambda r: r.status)
+def test_a_chunk_embedded_record_in_single_object_encoding_decodes_as_a_chunk_result(
+        single: AvroSerde, record: ChunkResult) -> None:
+    """A record an inference instance of the release before wrote (chunks.embedded, no registry): its fingerprint
+    is the last ChunkEmbedded's, found in schemas/history, and the reader's alias resolves its name."""
+    old, body = _written_as_chunk_embedded(record)
+
+    back = single.deserialize(frame_single_object(old.fingerprint, body), Topics().legacy_results)
+
+    assert type(back) is ChunkResult and back == record
+    assert isinstance(back, ChunkEmbedded)  # the deprecated Python name: the same class
+
+
+@pytest.mark.parametrize("record", _chunk_results(), ids=lambda r: r.status)
+def test_a_chunk_embedded_record_in_confluent_wire_format_decodes_as_a_chunk_result(record: ChunkResult) -> None:
+    """The same through a Schema Registry: the old producer registered ChunkEmbedded under the old topic's
+    subject; its id gives the writer schema, resolved into ChunkResult. Today's records register under the new
+    topic's subject, a subject of its own (no compatibility check against ChunkEmbedded's)."""
+    registry = _registry()
+    topics = Topics()
+    old, body = _written_as_chunk_embedded(record)
+    old_id = registry.register_schema(f"{topics.legacy_results}-value", Schema(json.dumps(old.raw), "AVRO"))
+    serde = AvroSerde(KafkaSettings(), registry=registry)
+
+    back = serde.deserialize(frame_confluent(old_id, body), topics.legacy_results)
+
+    assert type(back) is ChunkResult and back == record
+    new = serde.serialize(record, topics.results)
+    new_id = int.from_bytes(new[1:5], "big")
+    assert new_id != old_id and serde.deserialize(new, topics.results) == record
+    assert sorted(registry.get_subjects()) == [f"{topics.legacy_results}-value", f"{topics.results}-value"]
+    assert json.loads(registry.get_latest_version(f"{topics.results}-value").schema.schema_str)["name"] == "ChunkResult"
+
+
+def test_a_renamed_records_older_writer_with_the_same_fields_is_read_without_a_resolution(
+        single: AvroSerde, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names are not in Avro's binary encoding: a body of the last ChunkEmbedded is a ChunkResult body, read by
+    ChunkResult's segment plan (numpy for the embedding) as fastavro's resolution reads it, without it."""
+    record = _chunk_results()[0]
+    old, body = _written_as_chunk_embedded(record)
+    resolved = fastavro.schemaless_reader(io.BytesIO(body), old.parsed, single.schemas.get("ChunkResult").parsed)
+
+    def no_resolution(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("read through fastavro's schema resolution")
+
+    monkeypatch.setattr("docstream.avro.serde.schemaless_reader", no_resolution)
+    back = single.deserialize(frame_single_object(old.fingerprint, body), _TOPIC)
+    assert back == ChunkResult.from_record(resolved) == record
+
+
+def test_an_alias_resolves_only_the_name_it_gives(tmp_path: Path) -> None:
+    """Avro's alias rule: a current schema reads the writer whose full name one of its aliases is (a relative
+    alias is in the schema's namespace); a writer of another namespace or name is no record of ours."""
+    schemas = tmp_path / "schemas"
+    shutil.copytree(find_schemas_dir(), schemas)
+    current = json.loads((schemas / "JobStatus.avsc").read_text())
+    (schemas / "JobStatus.avsc").write_text(json.dumps({**current, "aliases": ["JobProgress"]}))
+    serde = AvroSerde(KafkaSettings(), schemas_dir=schemas)
+    record = records_of_every_type()[-1]
+    assert serde.schemas.get("JobStatus").aliases == ("io.docstream.v1.JobProgress",)
+    for name, known in (("JobProgress", True), ("io.other.JobProgress", False), ("JobProgres", False)):
+        writer = AvroSchema.from_json({**current, "name": name}, tmp_path / f"{name}.avsc")
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, writer.parsed, record.to_record())
+        registry = _registry()
+        schema_id = registry.register_schema("x-value", Schema(json.dumps(writer.raw), "AVRO"))
+        data = frame_confluent(schema_id, body.getvalue())
+        if known:
+            assert AvroSerde(KafkaSettings(), schemas_dir=schemas, registry=registry).deserialize(data, "x") == record
+            continue
+        with pytest.raises(SchemaError) as info:
+            AvroSerde(KafkaSettings(), schemas_dir=schemas, registry=registry).deserialize(data, "x")
+        assert info.value.code == "schema_unknown_record"
+
+
+def test_an_alias_that_names_another_schema_is_refused(tmp_path: Path) -> None:
+    schemas = tmp_path / "schemas"
+    shutil.copytree(find_schemas_dir(), schemas)
+    current = json.loads((schemas / "JobStatus.avsc").read_text())
+    (schemas / "JobStatus.avsc").write_text(json.dumps({**current, "aliases": ["io.docstream.v1.ChunkEmbedded"]}))
+    with pytest.raises(ConfigError, match="ChunkEmbedded"):
+        SchemaSet.load(schemas)

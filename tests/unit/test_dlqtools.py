@@ -63,13 +63,13 @@ def test_topic_names_resolve_to_their_dlq() -> None:
 def test_summary_counts_per_original_topic_and_error_code() -> None:
     records = [
         _record(0), _record(1, partition=1), _record(2, error=ValueError("boom"), at_ms=1_700_000_100_000),
-        _record(3, at_ms=1_600_000_000_000), _record(4, topic="p.chunks.embedded"),
+        _record(3, at_ms=1_600_000_000_000), _record(4, topic="p.chunks.results"),
     ]
     summaries = summarize(records, marks={0: 2})
     assert [(s.original_topic, s.error_code, s.count, s.pending) for s in summaries] == [
         ("p.chunks", "schema_error", 3, 2),
         ("p.chunks", "unhandled_error", 1, 1),
-        ("p.chunks.embedded", "schema_error", 1, 1),
+        ("p.chunks.results", "schema_error", 1, 1),
     ]
     first = summaries[0]
     assert first.offsets == {0: (0, 3), 1: (1, 1)}

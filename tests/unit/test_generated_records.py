@@ -17,7 +17,8 @@ from typing import Any, get_type_hints
 import pyarrow as pa
 import pytest
 
-from docstream.records import ChunkCreated, carry
+from docstream import records
+from docstream.records import RECORD_TYPES, ChunkCreated, ChunkResult, carry
 from docstream.store.base import ChunkRow
 from docstream.store.layout import CHUNK_ROW, ROW_SPECS, RowSpec, Stored, row_docs, row_fields
 from docstream.store.rows import CHUNKS, RowMapping
@@ -45,6 +46,21 @@ def test_the_check_mode_reports_a_stale_module_and_writes_nothing(tmp_path: Path
     assert stale.read_text(encoding="utf-8") == "stale\n"
     assert gen_records.main(["--out", str(tmp_path)]) == 0
     assert gen_records.main(["--out", str(tmp_path), "--check"]) == 0
+
+
+def test_a_renamed_record_is_written_under_its_new_name_and_its_alias_makes_no_class(tmp_path: Path) -> None:
+    """ChunkResult (aliases: ChunkEmbedded): one class, keyed ChunkResult in RECORD_TYPES; the old Python name is
+    docstream.records' deprecated alias of that class. An alias that names another record is refused."""
+    source = (ROOT / gen_records.RECORDS_MODULE).read_text(encoding="utf-8")
+    assert "class ChunkResult(Record):" in source and "class ChunkEmbedded" not in source
+    assert RECORD_TYPES["ChunkResult"] is ChunkResult and "ChunkEmbedded" not in RECORD_TYPES
+    assert records.ChunkEmbedded is ChunkResult and ChunkResult.schema_name == "ChunkResult"
+    for path in (ROOT / "schemas").glob("*.avsc"):
+        (tmp_path / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    job_status = json.loads((tmp_path / "JobStatus.avsc").read_text(encoding="utf-8"))
+    (tmp_path / "JobStatus.avsc").write_text(json.dumps({**job_status, "aliases": ["io.docstream.v1.ChunkCreated"]}))
+    with pytest.raises(ValueError, match="ChunkCreated"):
+        gen_records.load_schemas(tmp_path)
 
 
 def test_a_record_field_keeps_its_avro_type_default_and_doc() -> None:
@@ -137,7 +153,7 @@ def test_a_field_added_to_a_schema_reaches_the_record_the_row_the_columns_the_ap
     # the row declaration holds it (no edit of docstream.store.layout): the generated row has it, after the others
     row_type = scratch.rows.ChunkRow
     names = [f.name for f in fields(ChunkRow)]
-    at = names.index("task")  # ChunkCreated's fields come before ChunkEmbedded's
+    at = names.index("task")  # ChunkCreated's fields come before ChunkResult's
     assert [f.name for f in fields(row_type)] == [*names[:at], "reviewer", *names[at:]]
     chunk = record_type(job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk_count=1, content_sha256="ab" * 32,
                         text="Ünïcode", page_start=1, page_end=1, char_start=0, char_end=7, token_count=3,
@@ -157,5 +173,5 @@ def test_a_field_added_to_a_schema_reaches_the_record_the_row_the_columns_the_ap
     # the export writes it, typed by its Avro field
     columns, task_columns = chunk_columns(row_fields(CHUNK_ROW, scratch.schemas))
     assert columns[-1] == "reviewer" and "reviewer" not in task_columns
-    exported = arrow_schema(columns, [scratch.schemas["ChunkEmbedded"], scratch.schemas["ChunkCreated"]])
+    exported = arrow_schema(columns, [scratch.schemas["ChunkResult"], scratch.schemas["ChunkCreated"]])
     assert exported.field("reviewer").type == pa.string()

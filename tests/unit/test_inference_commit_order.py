@@ -1,6 +1,6 @@
 """Inference commit ordering, with fakes of the store and the producer (pure logic, no broker).
 
-No offset may become committable before its record's store write AND its ChunkEmbedded
+No offset may become committable before its record's store write AND its ChunkResult
 delivery (and, for a failed chunk, its DLQ delivery) are acknowledged, whatever order the
 acknowledgements arrive in; transient faults are retried without committing.
 """
@@ -111,7 +111,7 @@ def _setup(failures: int = 0, max_attempts: int = 5) -> tuple[WriteStage, FakeSt
     stage = WriteStage(
         inbox=queue.Queue(), store=store, producer=producer,  # type: ignore[arg-type]
         dlq=DlqRouter(producer, "inference", clock=lambda: 1.0), serialize=lambda rec, topic: repr(rec).encode(),
-        embedded_topic="t.chunks.embedded", ledger=ledger, assignments=assignments,
+        results_topic="t.chunks.results", ledger=ledger, assignments=assignments,
         retry=RetrySettings(max_attempts=max_attempts, base_delay_ms=1, max_delay_ms=2),
         metrics=Metrics(), service="inference", halt=threading.Event(),
         on_error=lambda exc: None,
@@ -181,7 +181,7 @@ def test_a_failed_chunk_is_done_only_when_its_record_and_its_dlq_copy_are_delive
     stage.write(ResultBatch(tuple(works[:2]), results))
     assert [r.status for r in store.rows] == ["failed", "ok"]
     topics = [s[0] for s in producer.sent]
-    assert topics == ["t.chunks.dlq", "t.chunks.embedded", "t.chunks.embedded"]
+    assert topics == ["t.chunks.dlq", "t.chunks.results", "t.chunks.results"]
     headers = dict(producer.sent[0][2])
     assert headers["error_code"] == MODEL_ERROR.encode()
     assert headers["original_offset"] == b"0"

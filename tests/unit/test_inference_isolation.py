@@ -12,10 +12,10 @@ from docstream.records import ChunkCreated
 from docstream_inference.handler import (
     MODEL_ERROR,
     chunk_row,
-    embedded_record,
     failed_result,
     ok_result,
     requested_model,
+    result_record,
 )
 from docstream_inference.isolation import Isolated, embed_isolating
 
@@ -109,19 +109,19 @@ def test_ok_result_becomes_a_row_and_a_record() -> None:
     row = chunk_row(result)
     assert (row.doc_id, row.model_id, row.chunk_index, row.status, row.embedding) == ("d", "m1", 3, "ok", [0.5, -0.5])
     assert (row.text, row.heading, row.char_start, row.char_end, row.token_count) == ("hello", "H", 5, 10, 4)
-    record = embedded_record(result, AT)
+    record = result_record(result, AT)
     assert record.status == "ok"
     assert record.embedding == [0.5, -0.5]
     assert (record.chunk_count, record.page_start, record.page_end, record.embedded_at) == (9, 1, 2, AT)
     assert record.key == "d"
     assert record.runtime is None  # reused from the store: not made by this process's runtime
-    assert embedded_record(ok_result(_chunk(), "m1", [0.5], "torch/cpu/bf16/2t"), AT).runtime == "torch/cpu/bf16/2t"
+    assert result_record(ok_result(_chunk(), "m1", [0.5], "torch/cpu/bf16/2t"), AT).runtime == "torch/cpu/bf16/2t"
 
 
 def test_failed_result_keeps_its_code_and_no_embedding() -> None:
     result = failed_result(_chunk(), "m1", MODEL_ERROR, "x" * 5000)
     row = chunk_row(result)
-    record = embedded_record(result, AT)
+    record = result_record(result, AT)
     assert (row.status, row.error_code, row.embedding) == ("failed", MODEL_ERROR, [])
     assert (record.status, record.error_code, record.embedding) == ("failed", MODEL_ERROR, [])
     assert record.error is not None
@@ -132,7 +132,7 @@ def test_failed_result_keeps_its_code_and_no_embedding() -> None:
 def test_a_failed_result_keeps_what_its_attempts_cost_as_its_output_when_that_is_json() -> None:
     spent = {"kind": "extract", "prompt_tokens": 60, "completion_tokens": 15}
     result = failed_result(_chunk(), "m1", "generation_invalid", "invalid three times", task="generate", spent=spent)
-    assert chunk_row(result).output == embedded_record(result, AT).output == \
+    assert chunk_row(result).output == result_record(result, AT).output == \
         '{"kind":"extract","prompt_tokens":60,"completion_tokens":15}'
     assert chunk_row(result).status == "failed"
     for bad in ({"x": float("nan")}, {"x": object()}, {"x": "y" * 70_000}):  # not JSON, or over MAX_OUTPUT_BYTES

@@ -11,10 +11,10 @@ from docstream_inference.handler import (
     MAX_OUTPUT_BYTES,
     TASK_OUTPUT_INVALID,
     chunk_row,
-    embedded_record,
     output_of_row,
     request_for,
     result_of,
+    result_record,
 )
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
@@ -60,7 +60,7 @@ def test_spans_become_mentions_in_document_offsets_with_their_page() -> None:
         ("Munich", "GPE", 1031, 1037, 5)]
     assert result.mentions[0].cut  # it starts where the chunk was cut from chunk 0
     assert not result.mentions[1].cut
-    record = embedded_record(result, AT)
+    record = result_record(result, AT)
     assert record.task == "entities" and record.mentions[2]["page"] == 5 and record.embedding == []
     row = chunk_row(result)
     assert row.task == "entities" and row.mentions == result.mentions
@@ -70,7 +70,7 @@ def test_scores_and_user_outputs_go_into_the_row_and_the_record() -> None:
     result = result_of(_chunk(), "classify/x", "classify", ChunkOutput(label_scores={"a": 0.25, "b": 0.75}), "rt")
     assert result.ok and chunk_row(result).label_scores == {"a": 0.25, "b": 0.75}
     user = result_of(_chunk(), "mine/1", "mine", ChunkOutput(output={"score": 0.5, "words": ["é"]}), "rt")
-    assert user.output == '{"score":0.5,"words":["é"]}' and embedded_record(user, AT).output == user.output
+    assert user.output == '{"score":0.5,"words":["é"]}' and result_record(user, AT).output == user.output
 
 
 def test_a_broken_output_fails_its_chunk_with_a_code() -> None:

@@ -93,7 +93,8 @@ def test_topic_specs_cover_every_topic_and_dlq_with_their_retention() -> None:
     assert set(specs) == {*topics.all(), *(f"{t}.dlq" for t in topics.all())}
     retention = {name: spec.config["retention.ms"] for name, spec in specs.items()}
     assert retention[topics.submitted] == retention[topics.chunks] == "1"
-    assert retention[topics.embedded] == retention[topics.completed] == retention[topics.jobs] == "2"
+    assert {retention[t] for t in (topics.results, topics.legacy_results, topics.completed, topics.jobs)} == {"2"}
+    assert retention[f"{topics.legacy_results}.dlq"] == "3"
     assert retention[f"{topics.chunks}.dlq"] == "3"
     assert all(s.partitions == 4 and s.config["max.message.bytes"] == "4096" for s in specs.values())
     assert {s.name for s in topic_specs(kafka, topics, include_dlq=False)} == set(topics.all())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import random
 from collections.abc import Iterator, Sequence
@@ -10,19 +11,21 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import fastavro
 import pytest
 
-from docstream.avro import AvroSerde
+from docstream.avro import AvroSchema, AvroSerde, find_schemas_dir, frame_single_object
 from docstream.errors import FatalError, PoisonRecord, StoreError
 from docstream.metrics import Metrics
-from docstream.records import ChunkEmbedded, DocumentChunked, DocumentCompleted, JobStatus
+from docstream.records import ChunkResult, DocumentChunked, DocumentCompleted, JobStatus
 from docstream.settings import RetrySettings, Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
 from docstream.store.base import ChunkRow, QueuedJobRow, TaskTally
 from docstream.tenants.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 
-EMBEDDED, COMPLETED, JOBS, BY_JOB = "t.chunks.embedded", "t.documents.completed", "t.jobs", "t-by-job"
+RESULTS, COMPLETED, JOBS, BY_JOB = "t.chunks.results", "t.documents.completed", "t.jobs", "t-by-job"
+LEGACY_RESULTS = "t.chunks.embedded"
 MAPPED = "t.documents.mapped"
 T0 = datetime(2024, 5, 17, tzinfo=UTC)
 SERDE = AvroSerde(Settings().kafka)
@@ -108,7 +111,7 @@ class FakeStore:
         self._maybe_fail()
         yield from (row for (d, m, _), row in sorted(self.chunks.items()) if (d, m) == (doc_id, model_id))
 
-    def write_chunk(self, record: ChunkEmbedded) -> ChunkEmbedded:
+    def write_chunk(self, record: ChunkResult) -> ChunkResult:
         """The row the inference service writes before it produces ``record``."""
         self.chunks[(record.doc_id, record.model_id, record.chunk_index)] = ChunkRow(
             record.doc_id, record.model_id, record.chunk_index, record.chunk_id, record.job_id, "text",
@@ -139,8 +142,8 @@ def _calls(store: FakeStore, attempts: int = 3) -> StoreCalls:
     return StoreCalls(store, retry, sleep=_no_sleep, rng=random.Random(0))  # type: ignore[arg-type]
 
 
-def _chunk(doc_id: str, index: int, count: int, *, ok: bool = True, job_id: str = "j1") -> ChunkEmbedded:
-    return ChunkEmbedded(
+def _chunk(doc_id: str, index: int, count: int, *, ok: bool = True, job_id: str = "j1") -> ChunkResult:
+    return ChunkResult(
         job_id=job_id, doc_id=doc_id, chunk_id=f"{doc_id}-{index}", chunk_index=index, chunk_count=count,
         model_id="m", status="ok" if ok else "failed", token_count=2, page_start=1, page_end=1,
         embedded_at=T0 + timedelta(seconds=index), embedding=[1.0, float(index)] if ok else [],
@@ -148,12 +151,12 @@ def _chunk(doc_id: str, index: int, count: int, *, ok: bool = True, job_id: str 
     )
 
 
-def _msg(value: bytes, *, partition: int = 0, offset: int = 0, ts_ms: int = 1_000, topic: str = EMBEDDED,
+def _msg(value: bytes, *, partition: int = 0, offset: int = 0, ts_ms: int = 1_000, topic: str = RESULTS,
          key: bytes = b"k") -> Incoming:
     return Incoming(topic=topic, partition=partition, offset=offset, timestamp_ms=ts_ms, key=key, value=value)
 
 
-def _encode(record: Any, topic: str = EMBEDDED) -> bytes:
+def _encode(record: Any, topic: str = RESULTS) -> bytes:
     return SERDE.serialize(record, topic)
 
 
@@ -189,11 +192,47 @@ def test_documents_complete_once_with_rows_written_and_output_on_the_source_part
     assert table["b|m"]["kind"] == "state" and table["b|m"]["completed_ms"] == 1_000  # partial: sums kept
 
 
+def _as_chunk_embedded(record: ChunkResult) -> bytes:
+    """``record`` as an inference service of the release before the rename wrote it: the last ChunkEmbedded schema
+    (schemas/history/ChunkEmbedded.v5.avsc), single-object encoding with its fingerprint."""
+    path = find_schemas_dir() / "history" / "ChunkEmbedded.v5.avsc"
+    old = AvroSchema.from_json(json.loads(path.read_text(encoding="utf-8")), path)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, old.parsed, record.to_record())
+    return frame_single_object(old.fingerprint, body.getvalue())
+
+
+def test_a_document_whose_results_arrive_on_both_result_topics_completes_once() -> None:
+    """A rolling upgrade: some of a document's chunks come from an inference instance of the release before
+    (ChunkEmbedded on the legacy topic), the others from this one (ChunkResult on chunks.results), one of them on
+    both (redelivered). The documents agent reads both topics; the document completes once, with every chunk."""
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table)
+    chunks = [_chunk("a", i, 3) for i in range(3)]
+    incoming = [
+        _msg(_as_chunk_embedded(chunks[0]), topic=LEGACY_RESULTS, partition=1, offset=7),
+        _msg(_encode(chunks[1]), topic=RESULTS, partition=1, offset=0),
+        _msg(_encode(chunks[0]), topic=RESULTS, partition=1, offset=1),
+        _msg(_as_chunk_embedded(chunks[2]), topic=LEGACY_RESULTS, partition=1, offset=8),
+    ]
+
+    async def run() -> None:
+        for msg in incoming:
+            await reducer.handle(msg)
+
+    asyncio.run(run())
+    [completed] = sink.records(COMPLETED)
+    assert (completed.doc_id, completed.status, completed.chunk_count, completed.failed_chunks) == ("a", "completed",
+                                                                                                    3, 0)
+    assert store.results[("a", "m")].embedding == pytest.approx([1.0, 1.0])
+    assert [s.partition for s in sink.sent] == [1] and not any(s.topic.endswith(".dlq") for s in sink.sent)
+
+
 def test_a_generate_document_left_a_document_step_goes_to_the_document_stage_with_no_row_written() -> None:
     store, sink, table = FakeStore(), FakeSink(), {}
     reducer = _documents(store, sink, table)
 
-    def generated(doc_id: str, index: int, count: int) -> ChunkEmbedded:
+    def generated(doc_id: str, index: int, count: int) -> ChunkResult:
         output = {"kind": "summarize", "text": f"{doc_id} part {index}", "prompt_tokens": 9, "completion_tokens": 2}
         return store.write_chunk(replace(_chunk(doc_id, index, count), embedding=[], task="generate",
                                          tasks=["generate"], output=json.dumps(output)))
@@ -218,7 +257,7 @@ def test_a_document_output_over_the_record_limit_fails_with_output_too_large_and
     store, sink, table = FakeStore(), FakeSink(), {}
     reducer = _documents(store, sink, table, max_message_bytes=64 * 1024)  # records of 48 KiB at most
 
-    def generated(doc_id: str, index: int, count: int, text: str) -> ChunkEmbedded:
+    def generated(doc_id: str, index: int, count: int, text: str) -> ChunkResult:
         output = {"kind": "summarize", "text": text, "prompt_tokens": 9, "completion_tokens": 2}
         return store.write_chunk(replace(_chunk(doc_id, index, count), embedding=[], task="generate",
                                          tasks=["generate"], output=json.dumps(output)))
@@ -301,12 +340,12 @@ def test_poison_records_go_to_the_dlq_with_headers() -> None:
         await reducer.handle(_msg(_encode(JobStatus("j", "running", 1, T0)), offset=11))
 
     asyncio.run(run())
-    dlq = [s for s in sink.sent if s.topic == EMBEDDED + ".dlq"]
+    dlq = [s for s in sink.sent if s.topic == RESULTS + ".dlq"]
     codes = [dict(s.headers or [])["error_code"].decode() for s in dlq]
     assert codes == ["schema_unknown_format", "chunk_count_mismatch", "chunk_index_out_of_range",
                      "schema_unexpected_record"]
     headers = dict(dlq[0].headers or [])
-    assert (headers["original_offset"], headers["original_topic"], headers["service"]) == (b"7", EMBEDDED.encode(),
+    assert (headers["original_offset"], headers["original_topic"], headers["service"]) == (b"7", RESULTS.encode(),
                                                                                           b"reducer")
     assert dlq[0].value == b"not avro" and not dlq[0].transactional
     assert not [s for s in sink.sent if s.topic == COMPLETED]
@@ -572,7 +611,7 @@ def test_the_document_reducer_puts_the_usage_on_the_record_and_the_job_documents
     store.documents["d1"] = DocumentRow("d1", "j1", "file:///a.pdf", "ab" * 32, "chunked", T0, page_count=3)
     reducer = _documents(store, sink, table)
 
-    def chunk(index: int) -> ChunkEmbedded:
+    def chunk(index: int) -> ChunkResult:
         return replace(_chunk("d1", index, 2), model_us=50 + index, device="cpu",
                        stage_us={"chunker": 7, "inference": 60})
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from docstream.records import ChunkEmbedded, JobStatus
+from docstream.records import ChunkResult, JobStatus
 from docstream.store import JobRow
 from docstream.store.base import TaskTally
 from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError, TaskRequest
@@ -47,8 +47,8 @@ class _WordsFold:
         return DocumentOutput(output={"words": state["words"], "weight": state["w"], "chunks": chunk_count})
 
 
-def _result(index: int, count: int, words: list[str], *, ok: bool = True) -> ChunkEmbedded:
-    return ChunkEmbedded(
+def _result(index: int, count: int, words: list[str], *, ok: bool = True) -> ChunkResult:
+    return ChunkResult(
         job_id="j1", doc_id="d1", chunk_id=f"c{index}", chunk_index=index, chunk_count=count, model_id="words/1",
         status="ok" if ok else "failed", token_count=index + 1, page_start=1, page_end=1,
         embedded_at=T0 + timedelta(seconds=index), task="words", tasks=["embed", "words"],

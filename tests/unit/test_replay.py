@@ -85,7 +85,7 @@ def test_each_service_replays_its_input_topic_as_its_group() -> None:
     chunker, inference, reducer = (replay_source(settings, s) for s in ("chunker", "inference", "reducer"))
     assert (chunker.topic, chunker.group_id) == ("t1.documents.submitted", "t1-chunker")
     assert (inference.topic, inference.group_id) == ("t1.chunks", "t1-inference")
-    assert (reducer.topic, reducer.group_id) == ("t1.chunks.embedded", "t1-reducer-app")
+    assert (reducer.topic, reducer.group_id) == ("t1.chunks.results", "t1-reducer-app")
     assert not any(s.new_group for s in (chunker, inference, reducer))
 
 

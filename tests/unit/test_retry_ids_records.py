@@ -9,7 +9,7 @@ import pytest
 
 from docstream.errors import FatalError, PoisonRecord, RetryableError, SchemaError, StoreError
 from docstream.ids import chunk_id, content_sha256, doc_id
-from docstream.records import RECORD_TYPES, ChunkEmbedded, JobStatus, utc_now
+from docstream.records import RECORD_TYPES, ChunkResult, JobStatus, utc_now
 from docstream.retry import backoff_delay, is_retryable
 from docstream.topics import Topics, dlq_topic
 
@@ -57,11 +57,11 @@ def test_ids_are_deterministic_and_distinct() -> None:
 
 
 def test_record_round_trip_through_dict() -> None:
-    record = ChunkEmbedded(
+    record = ChunkResult(
         job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk_count=1, model_id="m",
         status="ok", token_count=3, page_start=1, page_end=1, embedded_at=utc_now(), embedding=[0.5, 0.25],
     )
-    assert ChunkEmbedded.from_record(record.to_record()) == record
+    assert ChunkResult.from_record(record.to_record()) == record
     assert record.key == "d"
 
 
@@ -75,18 +75,21 @@ def test_from_record_makes_naive_times_utc_and_ignores_unknown_fields() -> None:
 
 
 def test_record_types_match_schema_files() -> None:
-    assert set(RECORD_TYPES) == {"DocumentSubmitted", "ChunkCreated", "ChunkEmbedded", "DocumentChunked",
+    assert set(RECORD_TYPES) == {"DocumentSubmitted", "ChunkCreated", "ChunkResult", "DocumentChunked",
                                  "DocumentCompleted", "JobStatus"}
 
 
 def test_topics() -> None:
     topics = Topics("p")
     assert topics.submitted == "p.documents.submitted"
-    assert topics.embedded == "p.chunks.embedded"
+    assert topics.results == "p.chunks.results"
+    assert topics.legacy_results == "p.chunks.embedded"  # read by the reducer for one release
+    assert topics.result_topics() == ("p.chunks.results", "p.chunks.embedded")
+    assert {topics.results, topics.legacy_results} <= set(topics.all())  # ensure_topics creates both
     assert dlq_topic(topics.chunks) == "p.chunks.dlq"
     assert topics.lanes() == ("p.chunks.interactive", "p.chunks")
     assert (topics.lane("interactive"), topics.lane("batch"), topics.lane("anything else")) == (
         "p.chunks.interactive", "p.chunks", "p.chunks")
     assert topics.intakes() == ("p.documents.submitted.interactive", "p.documents.submitted")
     assert topics.chunked == "p.documents.chunked"
-    assert len(set(topics.all())) == 9
+    assert len(set(topics.all())) == 10

@@ -1,8 +1,11 @@
 """Every schemas/*.avsc reads data written with its previous committed version (docs/messaging.md "Schema evolution").
 
 The previous version of a schema is HEAD's when the working copy differs from HEAD, else the
-version just before the latest commit that touched the file. A schema with no previous version
-(its first commit) is checked against itself, and the test says so.
+version just before the latest commit that touched the file. A renamed record (ChunkResult, once
+ChunkEmbedded) with no previous version of its own is checked against the newest schemas/history
+version of the name its alias gives. A schema with no previous version at all (its first commit)
+is checked against itself, and the test says so. Every schema also reads every schemas/history
+version of its name and of its aliases.
 """
 
 from __future__ import annotations
@@ -88,15 +91,77 @@ def _assert_old_data_reads_with_new_schema(old: dict[str, Any], new: dict[str, A
     return len(samples)
 
 
+def _previous_or_renamed(path: Path, new: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """``_previous_version``, else (a record renamed since its last version) the newest history version of the
+    name one of its aliases gives."""
+    old, origin = _previous_version(path)
+    if old is not None:
+        return old, origin
+    for alias in new.get("aliases", []):
+        found = _newest_history(alias.rsplit(".", 1)[-1])
+        if found is not None:
+            return found
+    return None, origin
+
+
 @pytest.mark.parametrize("path", sorted(_SCHEMAS.glob("*.avsc")), ids=lambda p: p.stem)
 def test_schema_is_backward_compatible_with_its_previous_version(path: Path) -> None:
     new = json.loads(path.read_text(encoding="utf-8"))
-    old, origin = _previous_version(path)
+    old, origin = _previous_or_renamed(path, new)
     if old is None:
         warnings.warn(f"{path.name}: no previous version ({origin}); checked against itself", stacklevel=1)
         old = new
     assert check_backward_compatible(old, new) == [], f"{path.name} vs {origin}"
     assert _assert_old_data_reads_with_new_schema(old, new) >= 2
+
+
+def _versions_read(path: Path) -> list[Path]:
+    """The schemas/history versions ``path``'s schema reads: of its own name and of each of its aliases."""
+    new = json.loads(path.read_text(encoding="utf-8"))
+    names = [path.stem, *(alias.rsplit(".", 1)[-1] for alias in new.get("aliases", []))]
+    return [old for name in names for old in sorted((_SCHEMAS / "history").glob(f"{name}.v*.avsc"))]
+
+
+@pytest.mark.parametrize(("path", "old_path"),
+                         [(p, old) for p in sorted(_SCHEMAS.glob("*.avsc")) for old in _versions_read(p)],
+                         ids=lambda p: p.stem)
+def test_schema_reads_every_older_version_of_its_name_and_aliases(path: Path, old_path: Path) -> None:
+    """What decoding leans on (docstream.avro.SchemaSet resolves a fingerprint in schemas/history): records of any
+    kept version, ChunkResult's of every ChunkEmbedded version included, read with today's schema."""
+    new = json.loads(path.read_text(encoding="utf-8"))
+    old = json.loads(old_path.read_text(encoding="utf-8"))
+    assert check_backward_compatible(old, new) == [], f"{path.name} vs {old_path.name}"
+    assert _assert_old_data_reads_with_new_schema(old, new) >= 2
+
+
+def test_chunk_result_reads_the_last_chunk_embedded_through_its_alias_only() -> None:
+    """The rename: ChunkResult has the fields of the last ChunkEmbedded and reads it because its alias names it;
+    without the alias the same schema is a rename, and fastavro refuses the records."""
+    new = json.loads((_SCHEMAS / "ChunkResult.avsc").read_text(encoding="utf-8"))
+    old = json.loads((_SCHEMAS / "history" / "ChunkEmbedded.v5.avsc").read_text(encoding="utf-8"))
+    assert new["aliases"] == ["io.docstream.v1.ChunkEmbedded"]
+    assert [(f["name"], f["type"]) for f in new["fields"]] == [(f["name"], f["type"]) for f in old["fields"]]
+    assert check_backward_compatible(old, new) == []
+    unaliased = {k: v for k, v in new.items() if k != "aliases"}
+    assert check_backward_compatible(old, unaliased) == [
+        "ChunkEmbedded: record renamed from io.docstream.v1.ChunkEmbedded to io.docstream.v1.ChunkResult without an "
+        "alias naming the old name"]
+    data = _write(old, sample_records(old)[0])
+    with pytest.raises(SchemaResolutionError):
+        _read(data, old, unaliased)
+
+
+def test_a_consumer_holding_the_last_chunk_embedded_needs_the_new_name_to_read_chunk_results() -> None:
+    """Aliases work for readers only: a consumer of its own that reads chunks.results with the ChunkEmbedded schema
+    as its reader schema gets a resolution error until it takes ChunkResult's schema (or adds the new name as an
+    alias of its own), as docs/messaging.md "Renamed: ChunkEmbedded → ChunkResult" says."""
+    new = json.loads((_SCHEMAS / "ChunkResult.avsc").read_text(encoding="utf-8"))
+    old = json.loads((_SCHEMAS / "history" / "ChunkEmbedded.v5.avsc").read_text(encoding="utf-8"))
+    sample = sample_records(new)[0]
+    with pytest.raises(SchemaResolutionError):
+        _read(_write(new, sample), new, old)
+    assert _read(_write(new, sample), new, {**old, "aliases": ["io.docstream.v1.ChunkResult"]}) == _read(
+        _write(new, sample), new, new)
 
 
 _BASE: dict[str, Any] = {
@@ -140,6 +205,9 @@ def test_checker_catches_a_new_field_without_default_and_so_does_fastavro() -> N
         ),
         (lambda s: s["fields"][4]["type"].update(logicalType="timestamp-micros"), "Thing.at: logical type changed"),
         (lambda s: s.update(name="Other"), "Thing: record renamed from io.docstream.test.Thing"),
+        (lambda s: s.update(name="Other", aliases=["io.other.Thing"]), "Thing: record renamed from io.docstream"),
+        (lambda s: s.update(name="Other", aliases=["Thin"]), "Thing: record renamed from io.docstream.test.Thing"),
+        (lambda s: s["fields"][2]["type"].update(name="Phase"), "Thing.status: enum renamed from io.docstream"),
         (
             lambda s: s["fields"].append({"name": "n", "type": "int", "default": "x"}),
             "new schema is invalid: Default value <x>",
@@ -160,6 +228,14 @@ def test_compatible_evolution_passes_and_reads_old_data() -> None:
         s["fields"].append({"name": "tags", "type": {"type": "array", "items": "string"}, "default": []})
 
     new = _changed(evolve)
+    assert check_backward_compatible(_BASE, new) == []
+    assert _assert_old_data_reads_with_new_schema(_BASE, new) >= 2
+
+
+@pytest.mark.parametrize("aliases", [["io.docstream.test.Thing"], ["Thing"], ["io.other.Old", "Thing"]])
+def test_a_rename_whose_alias_names_the_old_name_passes_and_reads_old_data(aliases: list[str]) -> None:
+    """Avro's alias rule: a full alias, or one without a dot read in the new name's namespace."""
+    new = _changed(lambda s: s.update(name="Renamed", aliases=aliases))
     assert check_backward_compatible(_BASE, new) == []
     assert _assert_old_data_reads_with_new_schema(_BASE, new) >= 2
 

@@ -45,7 +45,7 @@ def _metrics() -> Metrics:
     metrics.queued_tokens.labels("reducer", "interactive", "acme").set(7)
     metrics.count_usage("reducer", "acme", Usage(pages=1, chunks=2, tokens=30), new_document=True)
     metrics.count_usage("reducer", "globex", Usage(pages=3, chunks=4, tokens=50), new_document=True)
-    metrics.records_in.labels("reducer", "docstream.chunks.embedded").inc(5)
+    metrics.records_in.labels("reducer", "docstream.chunks.results").inc(5)
     return metrics
 
 
@@ -63,6 +63,6 @@ def test_with_the_tenant_label_off_metrics_name_no_tenant_and_sum_them() -> None
     assert 'docstream_queued_tokens{lane="batch",service="reducer",tenant="_"} 350.0' in hidden
     assert 'docstream_queued_tokens{lane="interactive",service="reducer",tenant="_"} 7.0' in hidden
     assert 'docstream_tokens_total{service="reducer",tenant="_"} 80.0' in hidden
-    assert 'docstream_records_in_total{service="reducer",topic="docstream.chunks.embedded"} 5.0' in hidden
+    assert 'docstream_records_in_total{service="reducer",topic="docstream.chunks.results"} 5.0' in hidden
     assert [line for line in hidden.splitlines() if line.startswith("# TYPE")] == [
         line for line in named.splitlines() if line.startswith("# TYPE")]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from docstream.records import ChunkEmbedded, DocumentCompleted
+from docstream.records import ChunkResult, DocumentCompleted
 from docstream.tasks.fold_embed import EmbedFold
 from docstream.tenants.usage import (
     CHAT_COMPLETION,
@@ -41,8 +41,8 @@ T0 = datetime(2024, 5, 17, 12, 0, 0, tzinfo=UTC)
 
 
 def _chunk(index: int, count: int, *, tokens: int = 10, model_us: int = 1_000, device: str | None = "cpu",
-           stage_us: dict[str, int] | None = None, ok: bool = True) -> ChunkEmbedded:
-    return ChunkEmbedded(
+           stage_us: dict[str, int] | None = None, ok: bool = True) -> ChunkResult:
+    return ChunkResult(
         job_id="j1", doc_id="d1", chunk_id=f"c{index}", chunk_index=index, chunk_count=count, model_id="m",
         status="ok" if ok else "failed", token_count=tokens, page_start=1, page_end=1,
         embedded_at=T0 + timedelta(seconds=index), embedding=[float(index), 1.0] if ok else [],
@@ -51,7 +51,7 @@ def _chunk(index: int, count: int, *, tokens: int = 10, model_us: int = 1_000, d
     )
 
 
-def _complete(chunks: list[ChunkEmbedded]) -> list[DocumentCompleted]:
+def _complete(chunks: list[ChunkResult]) -> list[DocumentCompleted]:
     state: DocumentState | CompletionMarker | None = None
     done = []
     for chunk in chunks:
@@ -199,7 +199,7 @@ def test_chunks_without_accounting_count_nothing_and_old_states_load() -> None:
 def test_a_chunk_with_bad_accounting_is_poison(bad: dict[str, object]) -> None:
     values = _chunk(0, 1).to_record() | bad
     with pytest.raises(UsageRecordError):
-        apply(None, ChunkEmbedded.from_record(values), EMBED_FOLD)
+        apply(None, ChunkResult.from_record(values), EMBED_FOLD)
 
 
 # -- the job fold -----------------------------------------------------------------------

@@ -119,7 +119,7 @@ class KafkaSettings(BaseModel):
         7 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the intake and chunks topics: the replay window."
     )
     results_retention_ms: int = Field(
-        7 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the embedded, completed and jobs topics."
+        7 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the result, completed and jobs topics."
     )
     dlq_retention_ms: int = Field(30 * 24 * 3600 * 1000, ge=-1, description="retention.ms of the *.dlq topics.")
     max_message_bytes: int = Field(
@@ -777,7 +777,7 @@ class FaultSettings(BaseModel):
     crash_after_write: bool = Field(False, description="Exit the process after a write and before its commit.")
     crash_after_batches: int = Field(0, ge=0, description="With crash_after_write: after this many batches.")
     reducer_stall_partition: int | None = Field(
-        None, ge=0, description="The reducer's first process keeps this partition of chunks.embedded paused."
+        None, ge=0, description="The reducer's first process keeps this partition of chunks.results paused."
     )
     embed_log: Path | None = Field(
         None, description="Append the chunk_id of every chunk the model embeds to this file (tests count model calls)."

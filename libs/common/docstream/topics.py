@@ -60,9 +60,20 @@ class Topics:
         return (self.chunks_interactive, self.chunks)
 
     @property
-    def embedded(self) -> str:
-        """ChunkEmbedded, key doc_id."""
+    def results(self) -> str:
+        """ChunkResult, key doc_id: every task's result of each chunk (what inference writes)."""
+        return f"{self.prefix}.chunks.results"
+
+    @property
+    def legacy_results(self) -> str:
+        """The result topic before ``results`` (ChunkEmbedded, key doc_id), read by the reducer for one release:
+        inference instances of the version before still write it during a rolling upgrade, and records in flight
+        there at the upgrade are reduced (docs/messaging.md "Renamed: ChunkEmbedded → ChunkResult")."""
         return f"{self.prefix}.chunks.embedded"
+
+    def result_topics(self) -> tuple[str, str]:
+        """Both result topics, ``results`` first: what the reducer reads (for one release)."""
+        return (self.results, self.legacy_results)
 
     @property
     def completed(self) -> str:
@@ -97,5 +108,5 @@ class Topics:
 
     def all(self) -> tuple[str, ...]:
         """Every main topic (without DLQs)."""
-        return (self.submitted, self.submitted_interactive, self.chunks, self.chunks_interactive, self.embedded,
-                self.chunked, self.completed, self.mapped, self.jobs)
+        return (self.submitted, self.submitted_interactive, self.chunks, self.chunks_interactive, self.results,
+                self.legacy_results, self.chunked, self.completed, self.mapped, self.jobs)

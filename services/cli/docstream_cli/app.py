@@ -147,7 +147,7 @@ def inference(
         "--every-chunk/--requested-only", help="Run on every chunk, also those whose job did not ask for the "
         "task (tasks.run_unrequested: a replay of a new task over old chunks).")] = None,
 ) -> None:
-    """Run the inference service: chunks topic → model → store → embedded topic."""
+    """Run the inference service: chunks topic → model → store → result topic."""
     _run_service("inference", config, metrics_host, metrics_port,
                  tasks={"task": task, "run_unrequested": every_chunk})
 
@@ -162,7 +162,7 @@ def document_stage(config: str | None = _ConfigOpt, metrics_port: int | None = _
 @app.command()
 def reducer(config: str | None = _ConfigOpt, metrics_port: int | None = _MetricsPortOpt,
             metrics_host: str | None = _MetricsHostOpt) -> None:
-    """Run the reducer service: embedded topic → completed documents and job progress."""
+    """Run the reducer service: result topics → completed documents and job progress."""
     _run_service("reducer", config, metrics_host, metrics_port)
 
 

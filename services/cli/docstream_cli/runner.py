@@ -6,7 +6,7 @@ dlq|replay`` read them afterwards and a second run finds them. Settings that nam
 (``DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS``, or ``kafka.bootstrap_servers`` in ``--config``) run the job on that
 cluster instead. The same service code as the real stack runs here: the chunker's consume loop and the
 inference pipeline on threads, the reducer's Faust worker (exactly-once) on a thread of its own event loop, and
-a progress consumer on the completed and embedded topics.
+a progress consumer on the completed and result topics.
 
 Start-up runs side by side, so that a run costs little more than its model load and model time
 (docs/performance.md, "Fixed cost of docstream run"): the model loads on a thread from the first
@@ -57,7 +57,7 @@ from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer, consumer_config
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics
-from docstream.records import ChunkEmbedded, DocumentCompleted
+from docstream.records import ChunkResult, DocumentCompleted
 from docstream.settings import Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobsStore, ResultsStore, ResultStore, SqliteStore
 from docstream.store.base import TERMINAL_DOC_STATES
@@ -186,7 +186,7 @@ class _Phases:
 
 
 class _Progress:
-    """Follows the completed and embedded topics (from the start) for one job of ``tasks``.
+    """Follows the completed and result topics (from the start) for one job of ``tasks``.
 
     A document is done once each task's DocumentCompleted arrived, or one without a model (it failed
     before inference, for every task); its status is then the combination ``DocumentTasks`` gives.
@@ -197,7 +197,9 @@ class _Progress:
         topics = Topics(settings.kafka.topic_prefix)
         conf = consumer_config(settings.kafka, group_id=f"{topics.prefix}-run-progress")
         self._consumer = Consumer(conf)
-        self._topics = (topics.completed, topics.embedded)
+        # both result topics for one release: a run resumed from a state dir of the version before has its
+        # results so far on the legacy one (the reducer reads both too)
+        self._topics = (topics.completed, *topics.result_topics())
         self._serde = serde
         self._job_id = job_id
         self._model_id = model_id  # set: only the results of this model count (a replay under a new model)
@@ -233,7 +235,7 @@ class _Progress:
                 continue
             if isinstance(record, DocumentCompleted) and record.doc_id in self.expected:
                 self._completed(record)
-            elif isinstance(record, ChunkEmbedded) and record.doc_id in self.expected:
+            elif isinstance(record, ChunkResult) and record.doc_id in self.expected:
                 if record.doc_id not in self._counted:
                     self._counted.add(record.doc_id)
                     self.chunks_total += record.chunk_count * len(self.tasks)

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from docstream.errors import InputError
-from docstream.records import ChunkCreated, ChunkEmbedded, carry
+from docstream.records import ChunkCreated, ChunkResult, carry
 from docstream.store.base import ChunkRow
 from docstream.tables import TablePart
 from docstream.tasks.base import (
@@ -31,15 +31,15 @@ __all__ = [
     "MODEL_ERROR",
     "MODEL_UNAVAILABLE",
     "TASK_OUTPUT_INVALID",
-    "ChunkResult",
+    "ChunkOutcome",
     "chunk_row",
-    "embedded_record",
     "failed_result",
     "ok_result",
     "output_of_row",
     "request_for",
     "requested_model",
     "result_of",
+    "result_record",
 ]
 
 MODEL_ERROR = "model_error"
@@ -56,7 +56,7 @@ MAX_OUTPUT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkResult:
+class ChunkOutcome:
     """The outcome of one chunk for one task: its output, or an error code and message.
 
     ``runtime``: the label of the runtime that made it (None when not made here); ``model_us``: its share of
@@ -106,7 +106,7 @@ def requested_model(chunk: ChunkCreated, task: str, loaded_model_id: str) -> str
 
 
 def result_of(chunk: ChunkCreated, model_id: str, task: str, output: ChunkOutput, runtime: str | None, *,
-              model_us: int = 0, device: str | None = None) -> ChunkResult:
+              model_us: int = 0, device: str | None = None) -> ChunkOutcome:
     """The result of one chunk's output: spans placed in the document, a user output as JSON, checked.
 
     A broken output (non-finite or negative scores, too many labels, output not JSON or over
@@ -125,7 +125,7 @@ def result_of(chunk: ChunkCreated, model_id: str, task: str, output: ChunkOutput
                                  task=task)
     mentions = _placed(chunk, output.spans) if output.spans else ()
     embedding = output.embedding if isinstance(output.embedding, list) else list(output.embedding)
-    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
+    return ChunkOutcome(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
                        device=device, task=task, label_scores=scores, mentions=mentions, output=text)
 
 
@@ -159,15 +159,15 @@ def output_of_row(row: ChunkRow) -> ChunkOutput:
 
 
 def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtime: str | None = None, *,
-              model_us: int = 0, device: str | None = None) -> ChunkResult:
+              model_us: int = 0, device: str | None = None) -> ChunkOutcome:
     """A chunk embedded by ``model_id`` (``embedding`` is kept, not copied) on ``runtime`` (a ``Runtime.label``;
     None: reused from the store, not made here), its share of the forward pass ``model_us`` on ``device``."""
-    return ChunkResult(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
+    return ChunkOutcome(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
                        device=device)
 
 
 def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: str, *, model_us: int = 0,
-                  device: str | None = None, task: str = EMBED, spent: Mapping[str, Any] | None = None) -> ChunkResult:
+                  device: str | None = None, task: str = EMBED, spent: Mapping[str, Any] | None = None) -> ChunkOutcome:
     """A chunk that failed with ``error_code`` (after ``model_us`` of forward passes on ``device``, if any);
     ``spent``: what its failed attempts cost, as its task said (``tasks.base.failure_output``), kept as its
     output when it is JSON of at most ``MAX_OUTPUT_BYTES``."""
@@ -177,11 +177,11 @@ def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: st
             output = _output_json(spent)
         except ValueError:
             output = None  # not what the contract allows: the failure stands without its cost
-    return ChunkResult(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000], model_us=model_us,
+    return ChunkOutcome(chunk=chunk, model_id=model_id, error_code=error_code, error=error[:2000], model_us=model_us,
                        device=device, task=task, output=output)
 
 
-def chunk_row(result: ChunkResult) -> ChunkRow:
+def chunk_row(result: ChunkOutcome) -> ChunkRow:
     """The chunks row of a result (a failed chunk keeps its text, its error_code, and as its output what its
     failed attempts cost when its task says: the generate task's tokens)."""
     return carry(
@@ -200,12 +200,12 @@ def _table_part(chunk: ChunkCreated) -> TablePart | None:
         return None
 
 
-def embedded_record(result: ChunkResult, embedded_at: datetime, inference_us: int = 0) -> ChunkEmbedded:
-    """The ChunkEmbedded of a result (key: doc_id); ``inference_us``: its share of the batch's busy time here."""
+def result_record(result: ChunkOutcome, embedded_at: datetime, inference_us: int = 0) -> ChunkResult:
+    """The ChunkResult record of an outcome (key: doc_id); ``inference_us``: its share of the batch's busy time here."""
     chunk = result.chunk
     stage_us = add_counts(chunk.stage_us, {STAGE_INFERENCE: inference_us}) if inference_us else chunk.stage_us
     return carry(
-        ChunkEmbedded, chunk, result, model_id=result.model_id, status="ok" if result.ok else "failed",
+        ChunkResult, chunk, result, model_id=result.model_id, status="ok" if result.ok else "failed",
         embedded_at=embedded_at, embedding=result.embedding, stage_us=stage_us, tasks=_task_names(chunk),
         mentions=[m.to_record() for m in result.mentions],
     )

@@ -1,6 +1,6 @@
 """AckLedger: which effects each consumed record still owes, and the offsets safe to commit.
 
-A chunk is done when its store write AND its ChunkEmbedded delivery (and, for a failed
+A chunk is done when its store write AND its ChunkResult delivery (and, for a failed
 chunk, its DLQ delivery) are acknowledged. Only then is it marked done in the OffsetTracker,
 which commits each partition up to its lowest record not done. Acknowledgements come from
 several threads (the writer, librdkafka delivery callbacks), so every call holds one lock.

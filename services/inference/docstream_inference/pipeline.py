@@ -1,12 +1,12 @@
 """InferencePipeline: docstream.chunks.interactive + docstream.chunks → micro-batched model → store →
-docstream.chunks.embedded → commit.
+docstream.chunks.results → commit.
 
 The calling thread owns the Kafka consumer of both lanes' topics: it polls and decodes, feeds Q0 (a
 ``FairInbox``: the batch stage takes interactive chunks first, keeps the batch lane's guaranteed share, and
 serves tenants by deficit round robin), pauses a lane's partitions while its part of Q0 is full and resumes
 them once it has drained to half, serves rebalances, and commits. The other stages run on their own threads
 (docstream_inference.stages). Commits come from the AckLedger only: a partition is committed up to its lowest
-record whose store write and ChunkEmbedded delivery (and DLQ delivery, for a failed chunk) are not both
+record whose store write and ChunkResult delivery (and DLQ delivery, for a failed chunk) are not both
 acknowledged; membership, rebalances, commits and the lag gauge are the Committer's
 (docstream.kafka.committer). ``stop()`` (SIGTERM) drains: no more polling, the chunks read ahead and not batched
 yet are left uncommitted to the next consumer, the open batch closes, every batch in flight is finished and
@@ -94,7 +94,7 @@ class InferencePipeline:
         task: the loaded (warmed-up) task runner (``docstream.tasks.registry.load_task``); the pipeline
             calls its optional ``bind_metrics``. Whoever loaded it closes it (``close_task``) after ``run``.
         store: the result store (migrated).
-        serde: Avro serde for ChunkCreated in and ChunkEmbedded out.
+        serde: Avro serde for ChunkCreated in and ChunkResult out.
         metrics: where to record; default: a private registry.
         producer: a producer to use (not closed here); default: one of its own.
         drain_timeout_s: longest a stop waits for the records in flight.
@@ -255,7 +255,7 @@ class InferencePipeline:
                                   "on_error": self._fail}
         writer = WriteStage(
             inbox=q2, store=self._store, producer=producer, dlq=DlqRouter(producer, SERVICE),
-            serialize=self._serde.serialize, embedded_topic=self._topics.embedded, ledger=self._ledger,
+            serialize=self._serde.serialize, results_topic=self._topics.results, ledger=self._ledger,
             assignments=self._assignments, retry=self._retry, after_write=self._hooks.after_write,
             rate=ThroughputWriter(self._store, self._group_id, clock=self._clock), **common,
         )

@@ -2,7 +2,7 @@
 
     poll + decode ──Q0──► BatchStage ──Q1──► ModelStage ──Q2──► WriteStage ──► AckLedger ──► commit
                          (batch, tokenize,   (forward,          (store write, produce
-                          sort by length)     isolate failures)   ChunkEmbedded, DLQ)
+                          sort by length)     isolate failures)   ChunkResult, DLQ)
 
 A record carries the generation of its partition's assignment; after a revoke, every stage
 drops records of an older generation, and their acknowledgements are ignored by the ledger.
@@ -44,13 +44,13 @@ from docstream_inference.fair_queue import FairQueue, Waiting
 from docstream_inference.handler import (
     MODEL_ERROR,
     MODEL_UNAVAILABLE,
-    ChunkResult,
+    ChunkOutcome,
     chunk_row,
-    embedded_record,
     failed_result,
     output_of_row,
     requested_model,
     result_of,
+    result_record,
 )
 from docstream_inference.isolation import Isolated, embed_isolating
 from docstream_inference.ledger import DLQ, PRODUCE, WRITE, AckLedger
@@ -137,7 +137,7 @@ class ResultBatch:
     """A batch's results, one per work, same order."""
 
     works: tuple[Work, ...]
-    results: tuple[ChunkResult, ...]
+    results: tuple[ChunkOutcome, ...]
     busy_us: int = 0
     """Time spent on the batch before the write: the batch stage's and the forward pass."""
 
@@ -561,7 +561,7 @@ class ModelStage(_StageThread):
         name, loaded, runtime, device = task.name, task.model_id, task.runtime, task.device
         # the forward pass (failed attempts included: the device was busy) shared by token counts
         shares = apportion(model_us, [w.chunk.token_count for w in batch.works])
-        results: list[ChunkResult] = []
+        results: list[ChunkOutcome] = []
         for work, model_id, outcome, share in zip(batch.works, batch.model_ids, outcomes, shares, strict=True):
             if isinstance(outcome, Isolated):
                 error = outcome.error
@@ -669,7 +669,7 @@ def _enforce(store: ResultStore, doc_id: str, tenant: str, model_id: str) -> Non
 
 
 class WriteStage(_StageThread):
-    """Q2 → store write (acknowledged) → produce ChunkEmbedded (+ DLQ for failures) → ledger acks.
+    """Q2 → store write (acknowledged) → produce ChunkResult (+ DLQ for failures) → ledger acks.
 
     ``after_write``: called after each batch's rows are written and before its records are produced (the chaos
     tests' crash switch: ``docstream_inference.faults.CrashSwitch``).
@@ -683,7 +683,7 @@ class WriteStage(_StageThread):
         producer: ReliableProducer,
         dlq: DlqRouter,
         serialize: Callable[[Any, str], bytes],
-        embedded_topic: str,
+        results_topic: str,
         ledger: AckLedger,
         assignments: Assignments,
         retry: RetrySettings,
@@ -701,7 +701,7 @@ class WriteStage(_StageThread):
         self._producer = producer
         self._dlq = dlq
         self._serialize = serialize
-        self._embedded_topic = embedded_topic
+        self._results_topic = results_topic
         self._ledger = ledger
         self._assignments = assignments
         self._retry = retry
@@ -748,17 +748,17 @@ class WriteStage(_StageThread):
         for (work, result), share in zip(live, shares, strict=True):
             if not result.ok:
                 self._dead_letter(work, result)
-            value = self._serialize(embedded_record(result, embedded_at, share), self._embedded_topic)
+            value = self._serialize(result_record(result, embedded_at, share), self._results_topic)
             self.deliver(_Send(send=self._producer_of(result.chunk.doc_id.encode("utf-8"), value),
-                               tp=work.tp, offset=work.offset, effect=PRODUCE, topic=self._embedded_topic))
+                               tp=work.tp, offset=work.offset, effect=PRODUCE, topic=self._results_topic))
 
     def _producer_of(self, key: bytes, value: bytes) -> Callable[[Callable[[KafkaError | None, Message], None]], None]:
         def send(cb: Callable[[KafkaError | None, Message], None]) -> None:
-            self._producer.produce(self._embedded_topic, key, value, on_delivery=cb)
+            self._producer.produce(self._results_topic, key, value, on_delivery=cb)
 
         return send
 
-    def _dead_letter(self, work: Work, result: ChunkResult) -> None:
+    def _dead_letter(self, work: Work, result: ChunkOutcome) -> None:
         code = result.error_code or MODEL_ERROR
         error = PoisonRecord(result.error or code, code=code)
         self._ledger.expect(work.tp, work.offset, DLQ)

@@ -67,7 +67,7 @@ ExportFormat = Literal["jsonl", "parquet"]
 
 _AVRO = SchemaSet.load()
 _DOCUMENT_RECORDS = (_AVRO.get("DocumentCompleted").raw, _AVRO.get("DocumentSubmitted").raw)
-_CHUNK_RECORDS = (_AVRO.get("ChunkEmbedded").raw, _AVRO.get("ChunkCreated").raw)
+_CHUNK_RECORDS = (_AVRO.get("ChunkResult").raw, _AVRO.get("ChunkCreated").raw)
 _CHUNK_ROW_FIELDS = row_fields(CHUNK_ROW, {schema.name: schema.raw for schema in _AVRO})
 _CHUNK_FIELDS = {f.export_name: f.name for f in _CHUNK_ROW_FIELDS}
 """Every ``ChunkRow`` field (``docstream.store.layout.CHUNK_ROW``) by its export column: the name of the record field
@@ -110,7 +110,7 @@ name in DocumentCompleted, else DocumentSubmitted (``docstream_ingest.arrow``)."
 
 CHUNK_SCHEMA = arrow_schema(_CHUNK_COLUMNS, _CHUNK_RECORDS)
 """Columns of the chunks Parquet file (and keys of a JSON Lines chunk record): the chunk row's fields
-(``chunk_columns``), each typed by the field of its name in ChunkEmbedded, else ChunkCreated."""
+(``chunk_columns``), each typed by the field of its name in ChunkResult, else ChunkCreated."""
 
 TABLE_TYPE = CHUNK_SCHEMA.field("table").type
 """A table chunk's part of its table (the Avro ``ChunkTable``; docs/chunking.md "Tables")."""

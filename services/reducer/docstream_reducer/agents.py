@@ -1,6 +1,6 @@
 """What the reducer's agents do with one record; the Faust wiring is in app.py (docs/reducer.md).
 
-* ``DocumentReducer``: ChunkEmbedded → document state (table) → store rows → DocumentCompleted.
+* ``DocumentReducer``: ChunkResult → document state (table) → store rows → DocumentCompleted.
 * ``CompletedRelay``: DocumentCompleted (ours and the chunker's failures) and DocumentChunked → the by-job topic,
   keyed by job_id.
 * ``JobReducer``: by-job records → per-job counts (table) → jobs row, throttled JobStatus, final
@@ -30,7 +30,7 @@ from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import (
-    ChunkEmbedded,
+    ChunkResult,
     DocumentChunked,
     DocumentCompleted,
     output_too_large,
@@ -191,7 +191,7 @@ async def dead_letter(sink: Sink, msg: Incoming, error: BaseException, metrics: 
 
 
 class DocumentReducer:
-    """ChunkEmbedded records into DocumentCompleted ones.
+    """ChunkResult records into DocumentCompleted ones.
 
     Args:
         table: document key → DocumentState or CompletionMarker JSON (the Faust table).
@@ -230,7 +230,7 @@ class DocumentReducer:
         self._markers: dict[int, list[tuple[int, str]]] = {}
 
     async def handle(self, msg: Incoming) -> None:
-        """Fold one ChunkEmbedded record in; complete its document when it is the last one."""
+        """Fold one ChunkResult record in; complete its document when it is the last one."""
         self._expire_markers(msg.partition, msg.timestamp_ms)
         try:
             chunk = self._decode(msg)
@@ -329,12 +329,12 @@ class DocumentReducer:
                 raise PoisonRecord(f"no fold for task {task!r}: {exc}", code="task_unavailable") from exc
         return fold
 
-    def _decode(self, msg: Incoming) -> ChunkEmbedded:
+    def _decode(self, msg: Incoming) -> ChunkResult:
         if msg.value is None:
             raise SchemaError("record without a value", code="schema_empty_value")
         record = self._serde.deserialize(msg.value, msg.topic)
-        if not isinstance(record, ChunkEmbedded):
-            raise SchemaError(f"expected ChunkEmbedded, got {type(record).__name__}", code="schema_unexpected_record",
+        if not isinstance(record, ChunkResult):
+            raise SchemaError(f"expected ChunkResult, got {type(record).__name__}", code="schema_unexpected_record",
                               raw=msg.value)
         return record
 

@@ -3,7 +3,7 @@
 Nothing here does I/O or reads a clock: the reducer's agents keep these values in Faust
 tables (as the JSON of ``to_json()``) and pass times in.
 
-* ``DocumentState`` gathers the ``ChunkEmbedded`` records of one (doc_id, model_id): which
+* ``DocumentState`` gathers the ``ChunkResult`` records of one (doc_id, model_id): which
   indices arrived (a bitmap, 1 bit per chunk: 1.25 KB for a 10 000-chunk document), failed
   chunks, token totals and the state of the task's fold (``docstream.tasks``: for embed the
   running token-weighted sum of the chunk embeddings). ``apply`` folds one record in and returns
@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeGuard
 
 from docstream.errors import FatalError, PoisonRecord
-from docstream.records import ChunkEmbedded, DocumentCompleted, JobStatus, output_too_large
+from docstream.records import ChunkResult, DocumentCompleted, JobStatus, output_too_large
 from docstream.tasks.base import EMBED, FoldInput, Mention, StoredAnswersFold, TaskFold, TaskOutputError
 from docstream.tasks.fold_embed import EmbeddingDimensionError, pack_floats, unpack_floats
 from docstream.tasks.legacy import pre_task_state, task_of, tasks_of
@@ -367,7 +367,7 @@ def decode_entry(data: Mapping[str, Any]) -> DocumentState | CompletionMarker:
     return DocumentState.from_json(data)
 
 
-def _check(state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded) -> None:
+def _check(state: DocumentState | CompletionMarker | None, chunk: ChunkResult) -> None:
     if chunk.chunk_count < 1 or not 0 <= chunk.chunk_index < chunk.chunk_count:
         raise ChunkIndexError(
             f"document {chunk.doc_id}: chunk_index {chunk.chunk_index} outside 0..{chunk.chunk_count - 1}"
@@ -385,7 +385,7 @@ def _check(state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded)
 
 
 def apply(
-    state: DocumentState | CompletionMarker | None, chunk: ChunkEmbedded, fold: TaskFold,
+    state: DocumentState | CompletionMarker | None, chunk: ChunkResult, fold: TaskFold,
 ) -> tuple[DocumentState | CompletionMarker | None, DocumentCompleted | None]:
     """Fold one chunk result into its document's state.
 
@@ -430,7 +430,7 @@ def waits_for_document_step(completed: DocumentCompleted) -> bool:
     return needs_document_step(json.loads(completed.output))
 
 
-def fold_input(chunk: ChunkEmbedded) -> FoldInput:
+def fold_input(chunk: ChunkResult) -> FoldInput:
     """What a fold sees of an ok chunk result, or of a failed one with an output (what it cost: ``failed``).
 
     Raises:
@@ -446,7 +446,7 @@ def fold_input(chunk: ChunkEmbedded) -> FoldInput:
                      mentions=mentions, output=output, failed=chunk.status != "ok")
 
 
-def _fold(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold, *,
+def _fold(state: DocumentState, chunk: ChunkResult, fold: TaskFold, *,
           replaces_failure: bool = False) -> DocumentState:
     common: dict[str, Any] = {"latest_ms": max(state.latest_ms, _to_ms(chunk.embedded_at)),
                               "chunker_settings": state.chunker_settings or chunk.chunker_settings,
@@ -470,7 +470,7 @@ def _fold(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold, *,
                    **common)
 
 
-def _add(state: DocumentState, chunk: ChunkEmbedded, fold: TaskFold) -> Any:
+def _add(state: DocumentState, chunk: ChunkResult, fold: TaskFold) -> Any:
     try:
         return fold.add(fold.empty() if state.fold is None else state.fold, fold_input(chunk))
     except TaskOutputError as exc:

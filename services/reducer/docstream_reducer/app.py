@@ -152,10 +152,12 @@ def resolve_producer_idempotence(kafka: KafkaSettings, reducer: ReducerSettings)
 
 
 def check_partitions(kafka: KafkaSettings, *, timeout_s: float = 15.0) -> None:
-    """Refuse exactly-once unless the embedded, completed and mapped topics have the same partition count.
+    """Refuse exactly-once unless both result topics and the completed and mapped topics have the same partition
+    count.
 
     A DocumentCompleted goes to its input's partition number so that it joins that partition's
-    transaction; with different counts that is impossible.
+    transaction; with different counts that is impossible. Both result topics (``Topics.result_topics``: the
+    documents agent reads the legacy one too, for one release) are inputs.
 
     Raises:
         ConfigError: the counts differ while ``kafka.transactions`` is on.
@@ -166,7 +168,7 @@ def check_partitions(kafka: KafkaSettings, *, timeout_s: float = 15.0) -> None:
     topics = Topics(kafka.topic_prefix)
     metadata = _cluster_metadata(kafka, timeout_s)
     counts = {name: len(metadata.topics[name].partitions) if name in metadata.topics else 0
-              for name in (topics.embedded, topics.completed, topics.mapped)}
+              for name in (*topics.result_topics(), topics.completed, topics.mapped)}
     if len(set(counts.values())) != 1:
         raise ConfigError(f"exactly-once needs equal partition counts, got {counts}", code="partitions_mismatch")
 
@@ -251,7 +253,10 @@ def build_reducer(
     }
     documents_table, jobs_table, job_documents_table = (app.Table(name, **table_args) for name in TABLES)
 
-    embedded = app.topic(topics.embedded, key_serializer="raw", value_serializer="raw")
+    # both result topics, for one release: inference of the version before still writes the legacy one during a
+    # rolling upgrade, and what is on it at the upgrade is reduced too (docs/messaging.md "Renamed: ChunkEmbedded
+    # → ChunkResult"). One agent, one topic group: a document's records of both land in one partition number.
+    results = app.topic(*topics.result_topics(), key_serializer="raw", value_serializer="raw")
     completed = app.topic(topics.completed, key_serializer="raw", value_serializer="raw")
     chunked = app.topic(topics.chunked, key_serializer="raw", value_serializer="raw")
     by_job = app.topic(by_job_topic(reducer), key_serializer="raw", value_serializer="raw", internal=True,
@@ -291,7 +296,7 @@ def build_reducer(
         run.__name__ = run.__qualname__ = name
         return run
 
-    app.agent(embedded, name="documents")(_agent(documents.handle, "documents"))
+    app.agent(results, name="documents")(_agent(documents.handle, "documents"))
     app.agent(completed, name="completed-relay")(_agent(relay.handle, "completed-relay"))
     app.agent(chunked, name="chunked-relay")(_agent(relay.handle, "chunked-relay"))
     app.agent(by_job, name="jobs")(_agent(jobs.handle, "jobs"))
@@ -306,7 +311,7 @@ def build_reducer(
         await jobs.flush()
 
     app.timer(reducer.job_status_interval_s, name="job-status-flush")(_flush)
-    sources = {topics.embedded, topics.completed, topics.chunked, by_job.get_topic_name()}
+    sources = {*topics.result_topics(), topics.completed, topics.chunked, by_job.get_topic_name()}
 
     async def _watch_partitions() -> None:
         consumer: Any = app.consumer

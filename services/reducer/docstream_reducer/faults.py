@@ -1,7 +1,7 @@
 """Fault injection for chaos tests (``settings.faults``); off by default, and outside the app's builder.
 
 ``keep_partition_paused`` makes the reducer behave as faust-streaming 0.15.3 was seen to: an assigned partition
-of the embedded topic stops being delivered (docs/reducer.md "Partition watch"), so the tests can show the
+of the result topic stops being delivered (docs/reducer.md "Partition watch"), so the tests can show the
 partition watch re-fetching it and then the process restarting itself.
 """
 

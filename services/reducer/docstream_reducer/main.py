@@ -56,7 +56,7 @@ def main(settings: Settings) -> int:
             limited=settings.fairness.limited,
         )
         if settings.faults.reducer_stall_partition is not None and restarts == 0:  # chaos tests only
-            keep_partition_paused(reducer, Topics(settings.kafka.topic_prefix).embedded,
+            keep_partition_paused(reducer, Topics(settings.kafka.topic_prefix).results,
                                   settings.faults.reducer_stall_partition, settings.reducer.stall_timeout_s / 4)
         host.serve(lambda: _run_worker(settings, reducer, restarts), ready=reducer.ready)
 

@@ -2,7 +2,9 @@
 
 ``schemas/<Name>.avsc`` are the current schemas (the contract). Older versions may be kept
 in sub-folders (for example ``schemas/history/ChunkCreated.v1.avsc``): they are not used for
-writing, only to resolve the fingerprint of records written by older producers.
+writing, only to resolve the fingerprint of records written by older producers. A current
+schema's ``aliases`` name the records it reads under another name (a renamed record: ChunkResult
+reads what was written as ChunkEmbedded, Avro's alias rule).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class AvroSchema:
     Attributes:
         name: the record's short name (``ChunkCreated``), the key records use.
         full_name: namespace-qualified name (``io.docstream.v1.ChunkCreated``).
+        aliases: the record's aliases, namespace-qualified (a name without a dot is in the record's namespace):
+            the names it was written under before a rename.
         raw: the JSON document as loaded (with docs), what a registry receives.
         parsed: fastavro's parsed form, for its readers and writers.
         canonical_form: the Parsing Canonical Form.
@@ -38,6 +42,7 @@ class AvroSchema:
 
     name: str
     full_name: str
+    aliases: tuple[str, ...]
     raw: dict[str, Any]
     parsed: Any
     canonical_form: str
@@ -59,9 +64,14 @@ class AvroSchema:
         if not isinstance(parsed, dict) or parsed.get("type") != "record":
             raise ConfigError(f"{path} is not an Avro record schema", code="schema_invalid")
         full_name = str(parsed["name"])
+        namespace = full_name.rpartition(".")[0]
+        aliases = raw.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+            raise ConfigError(f"{path}: aliases must be a list of names", code="schema_invalid")
         return cls(
             name=full_name.rsplit(".", 1)[-1],
             full_name=full_name,
+            aliases=tuple(a if "." in a or not namespace else f"{namespace}.{a}" for a in aliases),
             raw=raw,
             parsed=parsed,
             canonical_form=canonical,
@@ -97,11 +107,23 @@ def _load(path: Path) -> AvroSchema:
 
 
 class SchemaSet:
-    """The current schemas by name, and every known schema (current and older) by fingerprint."""
+    """The current schemas by name (and by their aliases), and every known schema (current and older) by fingerprint.
+
+    Raises:
+        ConfigError: an alias names a current schema or another schema's alias.
+    """
 
     def __init__(self, current: dict[str, AvroSchema], older: list[AvroSchema] | None = None) -> None:
         self._current = dict(current)
         self._by_full_name = {s.full_name: s for s in current.values()}
+        self._by_alias: dict[str, AvroSchema] = {}
+        for schema in current.values():
+            for alias in schema.aliases:
+                taken = self._by_full_name.get(alias) or self._by_alias.get(alias)
+                if taken is not None:
+                    raise ConfigError(f"alias {alias} of {schema.full_name} is taken by {taken.full_name}",
+                                      code="schema_invalid")
+                self._by_alias[alias] = schema
         self._by_fingerprint = {s.fingerprint: s for s in [*(older or []), *current.values()]}
 
     @classmethod
@@ -134,6 +156,18 @@ class SchemaSet:
         schema = self._current.get(name) or self._by_full_name.get(name)
         if schema is None:
             raise KeyError(name)
+        return schema
+
+    def reader_for(self, writer: AvroSchema) -> AvroSchema:
+        """The current schema that reads records written with ``writer``: the one of its full name, else the one
+        whose aliases name it (a record renamed since: Avro's alias rule, which fastavro's resolution follows).
+
+        Raises:
+            KeyError: no current schema reads that record.
+        """
+        schema = self._by_full_name.get(writer.full_name) or self._by_alias.get(writer.full_name)
+        if schema is None:
+            raise KeyError(writer.full_name)
         return schema
 
     def by_fingerprint(self, fingerprint: bytes) -> AvroSchema | None:

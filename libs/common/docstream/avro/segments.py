@@ -2,7 +2,7 @@
 
 An Avro record's binary encoding is its fields' encodings one after the other (Avro
 specification, "Binary Encoding"). fastavro writes and reads an ``array<float>`` one element
-at a time: ~30 µs for a 384-float embedding, most of the cost of a ChunkEmbedded. A
+at a time: ~30 µs for a 384-float embedding, most of the cost of a ChunkResult. A
 ``SegmentPlan`` cuts a record schema at its top-level ``array<float>`` fields: the runs of
 other fields stay records that fastavro encodes, and each float array is written as one
 block (count, then the little-endian float32 values, then the 0 that ends the array) with one

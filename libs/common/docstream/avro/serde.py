@@ -4,7 +4,8 @@ Writing picks the format from the settings: Confluent wire format through a Sche
 when ``kafka.schema_registry_url`` is set (or a registry client is given), Avro single-object
 encoding otherwise. Reading accepts both, whatever the settings, and resolves the writer's
 schema against the current one (Avro schema resolution), so records of older producers read
-as today's records.
+as today's records, records written under a name the current schema has as an alias included
+(ChunkEmbedded reads as ChunkResult).
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class AvroSerde:
         self._writers_by_id: dict[int, AvroSchema] = {}
         self._lock = threading.Lock()
         self._plans: dict[bytes, SegmentPlan | None] = {}
+        self._same_body: dict[tuple[bytes, bytes], bool] = {}
         missing = [name for name in RECORD_TYPES if name not in self._schemas]
         if missing:
             raise ConfigError(f"no schema for record types {missing}", code="schemas_missing")
@@ -166,7 +168,7 @@ class AvroSerde:
 
     def _decode(self, writer: AvroSchema, body: bytes, raw: bytes) -> AnyRecord:
         try:
-            reader = self._schemas.get(writer.full_name)
+            reader = self._schemas.reader_for(writer)
         except KeyError:
             raise SchemaError(f"no local schema for record {writer.full_name}", code="schema_unknown_record",
                               raw=raw) from None
@@ -175,7 +177,7 @@ class AvroSerde:
             raise SchemaError(f"no record class for {reader.name}", code="schema_unknown_record", raw=raw)
         stream = io.BytesIO(body)
         try:
-            same = reader.fingerprint == writer.fingerprint
+            same = self._same_body_layout(writer, reader)
             plan = self._plan(reader) if same else None
             values: Any = (read_body(plan, stream) if plan is not None
                            else schemaless_reader(stream, writer.parsed, None if same else reader.parsed))
@@ -190,6 +192,21 @@ class AvroSerde:
             raise SchemaError(f"{len(body) - stream.tell()} trailing bytes after a {writer.name} body",
                               code="schema_corrupt_body", raw=raw)
         return record  # type: ignore[return-value]
+
+    def _same_body_layout(self, writer: AvroSchema, reader: AvroSchema) -> bool:
+        """Whether ``writer``'s bodies are ``reader``'s as they are: the same schema, or one that differs only in
+        the record's own name (a renamed record's older writer: names are not in the binary encoding), so the
+        reader's segment plan reads them without a resolution."""
+        if writer.fingerprint == reader.fingerprint:
+            return True
+        key = (writer.fingerprint, reader.fingerprint)
+        same = self._same_body.get(key)
+        if same is None:
+            renamed = writer.canonical_form.replace(json.dumps(writer.full_name), json.dumps(reader.full_name), 1)
+            same = writer.full_name != reader.full_name and renamed == reader.canonical_form
+            with self._lock:
+                self._same_body[key] = same
+        return same
 
     def _plan(self, schema: AvroSchema) -> SegmentPlan | None:
         """The segment plan of ``schema`` (float arrays written by numpy), made once per schema."""

@@ -5,6 +5,9 @@ each field's type, default and docstring are its Avro field's. ``to_record()`` g
 ``from_record()`` takes the dict fastavro reads (``docstream.records.base.Record``). Timestamps are timezone-aware
 UTC datetimes. The ranges and enumerations of their fields are ``docstream.records.limits``'; a job's options,
 typed, ``docstream.records.options.JobOptions``.
+
+``ChunkEmbedded`` is the deprecated name of ``ChunkResult`` (docs/messaging.md "Renamed: ChunkEmbedded →
+ChunkResult"): the same class, kept for one release.
 """
 
 from docstream.records.base import Record, carry, utc_now
@@ -12,7 +15,7 @@ from docstream.records.generated import (
     RECORD_TYPES,
     AnyRecord,
     ChunkCreated,
-    ChunkEmbedded,
+    ChunkResult,
     ChunkStatus,
     DocumentChunked,
     DocumentCompleted,
@@ -33,6 +36,10 @@ from docstream.records.limits import (
 )
 from docstream.records.options import JobOptions
 
+ChunkEmbedded = ChunkResult
+"""Deprecated: the name of ``ChunkResult`` before the rename; the same class (``isinstance`` and construction work
+as before). Kept for one release (docs/messaging.md "Renamed: ChunkEmbedded → ChunkResult")."""
+
 __all__ = [
     "CHUNK_MAX_TOKENS",
     "CHUNK_OVERLAP_TOKENS",
@@ -42,6 +49,7 @@ __all__ = [
     "ChunkCreated",
     "ChunkEmbedded",
     "ChunkKind",
+    "ChunkResult",
     "ChunkStatus",
     "DocumentChunked",
     "DocumentCompleted",

@@ -44,7 +44,7 @@ class Record:
         """The dict written by the Avro serializer.
 
         Shallow: the values are the record's own (records are flat and frozen), so encoding a
-        ChunkEmbedded does not copy its embedding (``dataclasses.asdict`` deep-copies every list).
+        ChunkResult does not copy its embedding (``dataclasses.asdict`` deep-copies every list).
         """
         return {name: getattr(self, name) for name in _field_names(type(self))}
 

@@ -14,7 +14,7 @@ __all__ = [
     "RECORD_TYPES",
     "AnyRecord",
     "ChunkCreated",
-    "ChunkEmbedded",
+    "ChunkResult",
     "ChunkStatus",
     "DocumentChunked",
     "DocumentCompleted",
@@ -118,10 +118,11 @@ class ChunkCreated(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkEmbedded(Record):
-    """The result of one task for one chunk, or its failure. Key: doc_id. Topic: docstream.chunks.embedded."""
+class ChunkResult(Record):
+    """The result of one task for one chunk, or its failure. Key: doc_id. Topic: docstream.chunks.results. Called
+    ChunkEmbedded (on docstream.chunks.embedded) before; the alias resolves records written under that name."""
 
-    schema_name: ClassVar[str] = "ChunkEmbedded"
+    schema_name: ClassVar[str] = "ChunkResult"
 
     job_id: str
     """Job of the document."""
@@ -259,7 +260,7 @@ class DocumentCompleted(Record):
     """Canonical chunker settings the document was chunked with (see ChunkCreated); null when it failed before
     chunking or the results predate v2."""
     runtime: str | None = None
-    """Runtime the chunk embeddings were made with (see ChunkEmbedded.runtime; the first one a chunk result carried);
+    """Runtime the chunk embeddings were made with (see ChunkResult.runtime; the first one a chunk result carried);
     null when none carried one (failed before inference, results before v3)."""
     model_us: dict[str, int] = field(default_factory=dict)
     """Forward-pass microseconds spent on the document's chunks, per device (each chunk counted once, however often
@@ -396,13 +397,13 @@ class JobStatus(Record):
         return self.job_id
 
 
-AnyRecord = ChunkCreated | ChunkEmbedded | DocumentChunked | DocumentCompleted | DocumentSubmitted | JobStatus
+AnyRecord = ChunkCreated | ChunkResult | DocumentChunked | DocumentCompleted | DocumentSubmitted | JobStatus
 """Any record of ``schemas/``."""
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.schema_name: cls for cls in (
-        ChunkCreated, ChunkEmbedded, DocumentChunked, DocumentCompleted, DocumentSubmitted, JobStatus,
+        ChunkCreated, ChunkResult, DocumentChunked, DocumentCompleted, DocumentSubmitted, JobStatus,
     )
 }
 """Each record dataclass by its schema's name."""

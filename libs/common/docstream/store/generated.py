@@ -96,7 +96,7 @@ class DocumentResultRow:
     content_sha256: str | None = None
     """Hex SHA-256 of the document bytes, when known."""
     runtime: str | None = None
-    """Runtime the chunk embeddings were made with (see ChunkEmbedded.runtime; the first one a chunk result carried);
+    """Runtime the chunk embeddings were made with (see ChunkResult.runtime; the first one a chunk result carried);
     null when none carried one (failed before inference, results before v3)."""
     task: str = "embed"
     """The task of the results (docs/tasks.md); the fields below are that task's, the others empty."""
@@ -121,7 +121,7 @@ class DocumentResultRow:
 @dataclass(frozen=True, slots=True)
 class ChunkRow:
     """chunks: ((doc_id), model_id, chunk_index). A chunk (ChunkCreated) and its result of one task's model
-    (ChunkEmbedded)."""
+    (ChunkResult)."""
 
     doc_id: str
     """Document this chunk belongs to; the record key."""

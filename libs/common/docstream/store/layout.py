@@ -207,14 +207,14 @@ def row_docs(spec: RowSpec, schemas: Mapping[str, Mapping[str, Any]]) -> dict[st
 CHUNK_ROW = RowSpec(
     name="ChunkRow",
     doc="chunks: ((doc_id), model_id, chunk_index). A chunk (ChunkCreated) and its result of one task's model "
-        "(ChunkEmbedded).",
-    records=("ChunkCreated", "ChunkEmbedded"),
+        "(ChunkResult).",
+    records=("ChunkCreated", "ChunkResult"),
     not_held={
         "ChunkCreated": {
             "chunk_count": "the document's, in its documents row once chunked",
             "content_sha256": "the document's, in its documents row",
             "chunker_settings": "in document_results, once per document",
-            "model_id": "the model the job asked for; the row's model_id is its result's (ChunkEmbedded)",
+            "model_id": "the model the job asked for; the row's model_id is its result's (ChunkResult)",
             "created_at": "a transport time; the row's time is its write",
             "stage_us": "folded into the document's and job's usage",
             "tasks": "the job's, in its options",
@@ -223,7 +223,7 @@ CHUNK_ROW = RowSpec(
             "tenant": "the job's, in its jobs row",
             "priority": "the job's, in its options",
         },
-        "ChunkEmbedded": {
+        "ChunkResult": {
             "chunk_count": "the document's, in its documents row once chunked",
             "embedded_at": "a transport time",
             "error": "the row keeps error_code; the text stays in the record on its topic",
@@ -236,7 +236,7 @@ CHUNK_ROW = RowSpec(
         },
     },
     stored=(
-        Stored("model_id", holds="ChunkEmbedded.model_id"),
+        Stored("model_id", holds="ChunkResult.model_id"),
         Stored("embedding", type="list[float]", default=REQUIRED),
         Stored("status", default='"ok"'),
         Stored("table_part", type="TablePart | None", holds="ChunkCreated.table",

@@ -28,7 +28,7 @@ When to remove: a rule goes once no data of either kind is left for it to read, 
 2. nothing written before that is kept: every record older than the first release with ChunkEmbedded v5 and
    DocumentCompleted v6 has left every topic and DLQ (retention) and will not be replayed, the reducer's
    changelogs were rebuilt since, and a migration has filled the ``task`` columns that migration 007 left null
-   (read today through the ``task`` defaults of ``ChunkRow``, ``DocumentResultRow`` and ``ChunkEmbedded``,
+   (read today through the ``task`` defaults of ``ChunkRow``, ``DocumentResultRow`` and ``ChunkResult``,
    which are this module's ``PRE_TASK_TASK``).
 
 ``PRE_TASK_TASK`` is ``docstream.tasks.base.EMBED`` (tests/unit/test_task_legacy.py holds them equal); it is
@@ -58,10 +58,10 @@ PRE_TASK_TASK: Final = "embed"
 def task_of(task: str | None) -> str:
     """The task of a result that may name none: its own, else ``PRE_TASK_TASK``.
 
-    Reads ``ChunkEmbedded.task`` (records of v4 and before: the schema default), ``DocumentCompleted.task`` of a
-    record that holds a result (null in records of v5 and before), the ``task`` column of ``chunks`` and
-    ``document_results`` (null in rows from before migration 007), and the ``task`` key of the reducer's document
-    state (absent in states of before tasks and in embed's: ``pre_task_state``).
+    Reads ``ChunkResult.task`` (records of ChunkEmbedded v4 and before: the schema default),
+    ``DocumentCompleted.task`` of a record that holds a result (null in records of v5 and before), the ``task``
+    column of ``chunks`` and ``document_results`` (null in rows from before migration 007), and the ``task`` key of
+    the reducer's document state (absent in states of before tasks and in embed's: ``pre_task_state``).
 
     Not for a DocumentCompleted without a ``model_id``: its null ``task`` says that the document failed before
     inference, for every task of its job.
@@ -73,9 +73,9 @@ def tasks_of(names: Sequence[str]) -> tuple[str, ...]:
     """The names of the tasks a job asks for, from a field that may name none: empty is embed alone.
 
     Reads the names of ``DocumentSubmitted.tasks`` and ``ChunkCreated.tasks`` (absent before v2 and v4),
-    ``ChunkEmbedded.tasks`` and ``DocumentCompleted.tasks`` (absent before v5 and v6), the reducer's document state
-    and job-documents entries (which copy them), and a job without a ``tasks`` option or without a row. Still
-    written empty for every job of embed alone (``docstream.tasks.selection.task_records``).
+    ``ChunkResult.tasks`` and ``DocumentCompleted.tasks`` (absent before ChunkEmbedded v5 and DocumentCompleted v6),
+    the reducer's document state and job-documents entries (which copy them), and a job without a ``tasks`` option
+    or without a row. Still written empty for every job of embed alone (``docstream.tasks.selection.task_records``).
     """
     return tuple(names) or (PRE_TASK_TASK,)
 

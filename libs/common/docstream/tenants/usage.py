@@ -10,7 +10,7 @@ and a redelivered record, which changes nothing, leaves the same totals.
   inference service each micro-batch (stage ``inference``: tokenizing, the forward pass and the
   store write; the forward pass alone is the model time, per device). ``apportion`` splits a
   batch's or a document's time over its chunks by token share, so that the shares add up to the
-  whole and each ChunkEmbedded carries its own part.
+  whole and each ChunkResult carries its own part.
 * ``document_usage`` is what a DocumentCompleted says its document cost; ``total_usage`` adds
   documents (a job) or jobs (a tenant).
 

@@ -149,7 +149,7 @@ def replay_source(settings: Settings, service: str, *, new_group: str | None = N
     chunker reads the intake topic as ``chunker.group_id`` (default ``<prefix>-chunker``);
     inference reads the chunks topic as ``inference.group_id`` (default ``<prefix>-inference``, and
     ``<prefix>-inference-<task>`` for a ``task`` other than embed: a group per task);
-    the reducer reads the embedded topic as its Faust app id ``reducer.app_id``; the document stage reads the
+    the reducer reads the result topic as its Faust app id ``reducer.app_id``; the document stage reads the
     mapped topic as ``<prefix>-document-stage``.
 
     Raises:
@@ -172,7 +172,7 @@ def replay_source(settings: Settings, service: str, *, new_group: str | None = N
     elif service == "inference":
         topic, default = topics.lane(lane), settings.inference.group_id or topics.group("inference")
     elif service == "reducer":
-        topic, default = topics.embedded, settings.reducer.app_id
+        topic, default = topics.results, settings.reducer.app_id
     elif service == "document-stage":
         topic, default = topics.mapped, topics.group("document-stage")
     else:
