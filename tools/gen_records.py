@@ -5,7 +5,7 @@ Run with the project's Python after changing a schema or a row declaration::
     .venv/bin/python -m tools.gen_records          # write the generated modules
     .venv/bin/python -m tools.gen_records --check  # exit 1 when they are not what the schemas give
 
-It writes two modules, each a pure function of its inputs (``tests/unit/test_generated_records.py`` regenerates
+It writes two modules, each a pure function of its inputs (``tests/unit/lib/records/test_generated.py`` regenerates
 them in memory and compares):
 
 * ``libs/common/docstream/records/generated.py``: one frozen dataclass per schema, its fields' types, defaults and

@@ -932,7 +932,7 @@ def test_unreachable_store_raises_store_error(unreachable_store: ResultStore) ->
 def test_the_cassandra_migrations_give_every_table_a_column_for_every_field_its_mapping_writes(
     cassandra_store: ResultStore, cassandra_settings: CassandraSettings
 ) -> None:
-    """SQLite's: ``tests/unit/test_schema_ties.py``. jobs_by_tenant holds a copy of every jobs row."""
+    """SQLite's: ``tests/unit/lib/records/test_schema_ties.py``. jobs_by_tenant holds a copy of every jobs row."""
     from cassandra.cluster import Cluster
 
     cluster = Cluster(list(cassandra_settings.contact_points), port=cassandra_settings.port)

@@ -3,7 +3,7 @@
 The extraction edge (``docstream_chunker.extraction.page_facts``) reads a page's facts from PyMuPDF;
 everything here is pure: the verdict, the text-quality measure that decides between a text
 layer and an OCR text, and whether a page needs OCR. Thresholds are module constants, stated
-and tested (tests/unit/test_page_quality.py); docs/chunking.md "Page verdicts" lists them.
+and tested (tests/unit/chunker/test_page_quality.py); docs/chunking.md "Page verdicts" lists them.
 
 Verdicts, checked in this order:
 

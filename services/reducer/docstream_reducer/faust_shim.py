@@ -404,7 +404,7 @@ class _Producer(faust_aiokafka.Producer):
     outputs (agents.py: the completion marker before the DocumentCompleted), and the buffer hands
     them to the transaction only after the handler's send asked for its lock: a transaction that
     holds an output commits only once the record's table changes are acknowledged in it.
-    tests/integration/test_reducer_eos_flush.py and tests/unit/test_faust_shim.py.
+    tests/integration/test_reducer_eos_flush.py and tests/unit/reducer/test_faust_shim.py.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -576,7 +576,7 @@ class ThreadWorker(ReducerWorker):
     bare ``asyncio.sleep(1.0)``, on the stopped worker's loop before closing it: one loop pass is
     left for late callbacks (transports closing) and the second is idle. Here a short sleep does the
     same; on a thread of a process that waits for the reducer to stop, that second was one more in
-    every ``docstream run`` (tests/unit/test_faust_shim.py checks mode still works this way).
+    every ``docstream run`` (tests/unit/reducer/test_faust_shim.py checks mode still works this way).
     """
 
     def install_signal_handlers(self) -> None:

@@ -418,7 +418,7 @@ class RowMapping(Generic[R]):
 
     Derived from the row's dataclass fields and their types (``column_type``), so a field added to a row is a
     column of its table without another line here; the migrations add the column (docs/architecture.md
-    "Adding a field"; ``tests/unit/test_schema_ties.py`` checks both backends' tables hold every column).
+    "Adding a field"; ``tests/unit/lib/records/test_schema_ties.py`` checks both backends' tables hold every column).
 
     * a field named ``usage`` (``Usage | None``) is the six ``USAGE_COLUMNS``;
     * a field of a name in ``element_columns`` is read with the row but never written by the row upsert;

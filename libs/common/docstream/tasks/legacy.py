@@ -31,7 +31,7 @@ When to remove: a rule goes once no data of either kind is left for it to read, 
    (read today through the ``task`` defaults of ``ChunkRow``, ``DocumentResultRow`` and ``ChunkResult``,
    which are this module's ``PRE_TASK_TASK``).
 
-``PRE_TASK_TASK`` is ``docstream.tasks.base.EMBED`` (tests/unit/test_task_legacy.py holds them equal); it is
+``PRE_TASK_TASK`` is ``docstream.tasks.base.EMBED`` (tests/unit/lib/tasks/test_legacy.py holds them equal); it is
 spelled here so that this module imports nothing and the contract's own readers (``base.requested_tasks``) can
 use it.
 """

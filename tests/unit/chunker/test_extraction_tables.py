@@ -1,0 +1,162 @@
+"""chunk_bytes on generated PDFs with tables of known cells (tests/fixtures/tables.py): table chunks and their cells.
+
+Everything is real: the PDFs drawn by PyMuPDF, its table finder, the checks before it, the tokenizer.
+"""
+
+from __future__ import annotations
+
+import pymupdf
+import pytest
+
+from docstream.models.tokenization import ModelTokenCounter, load_token_counter
+from docstream.settings import OcrSettings
+from docstream.tables import TableCell
+from docstream_chunker.chunking import ChunkingConfig
+from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes, extract_pages, find_page_tables
+from tests.fixtures.documents import make_pdf
+from tests.fixtures.tables import KnownTable, TableSpec, long_table, make_mixed_pdf, make_table_pdf, table_rows
+from tests.unit.chunker.test_extraction_ocr import FakeEngine, Opener
+
+CONFIG = ChunkingConfig(256, 32)
+SPANS = ((0, 1, 1, 2), (2, 0, 2, 1))
+
+
+@pytest.fixture(scope="module")
+def counter() -> ModelTokenCounter:
+    return load_token_counter(None, "all-MiniLM-L6-v2")
+
+
+def _chunk(data: bytes, counter: ModelTokenCounter, **options: object) -> ChunkedDocument:
+    return chunk_bytes(data, config=CONFIG, counter=counter, max_pages=100, max_bytes=1 << 28,
+                       **options)  # type: ignore[arg-type]
+
+
+def _cells(known: KnownTable) -> set[TableCell]:
+    return {TableCell(c.row, c.col, c.row_span, c.col_span, c.text) for c in known.cells}
+
+
+def _found_cells(result: ChunkedDocument, page: int) -> set[TableCell]:
+    return {cell for c in result.chunks if c.table is not None and c.table.page == page for cell in c.table.cells}
+
+
+@pytest.mark.parametrize("style", ["grid", "html"])
+def test_a_ruled_table_is_one_chunk_with_its_header_caption_and_known_cells(
+    style: str, counter: ModelTokenCounter
+) -> None:
+    spec = TableSpec(table_rows(4, 6, 4), caption="Table 1: Regions and counts", style=style)
+    pdf = make_mixed_pdf(spec, pages=3, seed=4)
+    result = _chunk(pdf.data, counter)
+    tables = [c for c in result.chunks if c.kind == "table"]
+    assert len(tables) == 1
+    chunk, known = tables[0], pdf.tables[0]
+    assert chunk.table is not None
+    assert chunk.page_start == chunk.page_end == 2 == chunk.table.page
+    assert chunk.table.header == spec.rows[0] and chunk.table.caption == known.caption
+    assert chunk.text.startswith("Table 1: Regions and counts\n\n| Name | Region | Count | Share |\n|---|---|---|---|")
+    assert set(chunk.table.cells) == _cells(known)
+    assert all(abs(a - b) <= 2 for a, b in zip(chunk.table.bbox, known.bbox, strict=True))
+    texts = " ".join(c.text for c in result.chunks if c.kind == "text")
+    assert "Regions and counts" not in texts and spec.rows[1][1] not in texts, "the table left the text"
+    assert result.chunker_settings.endswith(";tables=v1")
+    assert [c.kind for c in result.chunks].index("table") > 0, "in document order, after page 1's text"
+
+
+@pytest.mark.parametrize("style", ["grid", "html"])
+def test_merged_cells_come_with_their_spans(style: str, counter: ModelTokenCounter) -> None:
+    spec = TableSpec(table_rows(2, 6, 4), spans=SPANS, caption="Table 2: Merged", style=style)
+    pdf = make_table_pdf([spec])
+    result = _chunk(pdf.data, counter)
+    assert _found_cells(result, 1) == _cells(pdf.tables[0])
+    spanning = {(c.row, c.col, c.row_span, c.col_span) for c in _found_cells(result, 1) if c.row_span * c.col_span > 1}
+    assert spanning == set(SPANS)
+
+
+@pytest.mark.parametrize("script", ["cyrillic", "japanese"])
+def test_a_table_in_another_script_keeps_its_cells(script: str, counter: ModelTokenCounter) -> None:
+    caption = "Таблица 3: Города" if script == "cyrillic" else "表3: 一覧"
+    spec = TableSpec(table_rows(3, 5, 3, script=script), caption=caption, script=script)
+    pdf = make_table_pdf([spec])
+    result = _chunk(pdf.data, counter)
+    (chunk,) = [c for c in result.chunks if c.kind == "table"]
+    assert chunk.table is not None and chunk.table.caption == caption
+    assert set(chunk.table.cells) == _cells(pdf.tables[0])
+    assert chunk.text.split("\n")[2] == "| " + " | ".join(spec.rows[0]) + " |"
+
+
+def test_a_long_table_is_split_by_whole_rows_each_part_with_the_header(counter: ModelTokenCounter) -> None:
+    spec = long_table(rows=41)
+    pdf = make_table_pdf([spec])
+    result = _chunk(pdf.data, counter)
+    parts = [c for c in result.chunks if c.kind == "table"]
+    assert len(parts) >= 3
+    header = "| " + " | ".join(spec.rows[0]) + " |"
+    rows: list[int] = []
+    for i, chunk in enumerate(parts):
+        assert chunk.table is not None and chunk.token_count <= 254
+        lines = chunk.text.split("\n")
+        assert header in lines and lines[lines.index(header) + 1] == "|---|---|---|---|"
+        assert (chunk.table.caption is not None) == (i == 0) == chunk.text.startswith("Table 1: Long inventory")
+        assert (chunk.table.part, chunk.table.parts) == (i, len(parts))
+        span = range(chunk.table.row_start, chunk.table.row_end)
+        assert lines[lines.index(header) + 2 :] == ["| " + " | ".join(spec.rows[r]) + " |" for r in span]
+        rows.extend(span)
+    assert rows == list(range(1, 41)), "every row once, in order, none cut"
+    assert _found_cells(result, 1) == _cells(pdf.tables[0])
+
+
+@pytest.mark.parametrize("style", ["rules", "shaded", "plain"])
+def test_tables_without_a_ruled_grid_stay_in_the_text(style: str, counter: ModelTokenCounter) -> None:
+    spec = TableSpec(table_rows(5, 5, 3), caption="Table 4: Unruled", style=style)
+    result = _chunk(make_table_pdf([spec]).data, counter)
+    assert {c.kind for c in result.chunks} == {"text"}
+    assert spec.rows[2][1] in " ".join(c.text for c in result.chunks)
+    assert ";tables=" not in result.chunker_settings
+
+
+def test_tables_off_leaves_the_table_in_the_text(counter: ModelTokenCounter) -> None:
+    spec = TableSpec(table_rows(4, 6, 4), caption="Table 1: Off")
+    data = make_mixed_pdf(spec).data
+    off = _chunk(data, counter, tables="off")
+    assert {c.kind for c in off.chunks} == {"text"} and all(c.table is None for c in off.chunks)
+    assert "Table 1: Off" in " ".join(c.text for c in off.chunks)
+    assert ";tables=" not in off.chunker_settings
+
+
+def test_text_only_pdfs_chunk_the_same_with_tables_auto_or_off(counter: ModelTokenCounter) -> None:
+    for data in (make_pdf(6, seed=3, two_column_every=2).data, make_pdf(4, seed=4, non_ascii=True, toc=True).data):
+        assert _chunk(data, counter, tables="auto") == _chunk(data, counter, tables="off")
+
+
+def test_ocred_pages_are_never_looked_at_for_tables(counter: ModelTokenCounter) -> None:
+    spec = TableSpec(table_rows(4, 6, 4), caption="Table 1: Read by OCR")
+    pdf = make_table_pdf([spec])
+    ocr = PageOcr(OcrSettings(mode="force"), opener=Opener(FakeEngine(["Table 1: Read by OCR and its cells."])))
+    result = _chunk(pdf.data, counter, ocr=ocr)
+    assert {c.kind for c in result.chunks} == {"text"}
+    assert result.chunk_sources[0].text_source == "ocr"
+
+
+def test_the_page_text_leaves_the_table_out_and_places_it(counter: ModelTokenCounter) -> None:
+    spec = TableSpec(table_rows(6, 4, 3), caption="Table 5: Placed")
+    pdf = make_table_pdf([spec], seed=6)
+    with pymupdf.open(stream=pdf.data, filetype="pdf") as doc:
+        (page,) = list(extract_pages(doc))
+    assert page.text == pdf.page_texts[0]
+    (table,) = page.tables
+    assert table.offset == page.text.index("\n\n") + 2, "between the paragraph above and the one below"
+    assert (table.rows, table.columns, table.caption) == (4, 3, "Table 5: Placed")
+
+
+def test_the_finder_runs_only_where_both_checks_see_a_grid() -> None:
+    flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
+    text_only = make_pdf(2, seed=8).data
+    with pymupdf.open(stream=text_only, filetype="pdf") as doc:
+        page = doc[0]
+        blocks = page.get_text("blocks", sort=True, flags=flags)
+        assert find_page_tables(page, 1, blocks) == []
+        assert find_page_tables(page, 1, blocks, gated=False) == [], "no ruled grid: nothing found either way"
+    boxed = make_table_pdf([TableSpec(table_rows(1, 4, 3))]).data
+    with pymupdf.open(stream=boxed, filetype="pdf") as doc:
+        page = doc[0]
+        found = find_page_tables(page, 1, page.get_text("blocks", sort=True, flags=flags))
+        assert [(t.table.rows, t.table.columns) for t in found] == [(4, 3)]

@@ -1,0 +1,116 @@
+"""Float arrays written and read a segment at a time: the bytes fastavro writes, any block layout read."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from docstream.avro.segments import read_body, segment_plan, write_body
+from docstream.records import ChunkResult, DocumentCompleted, utc_now
+
+SCHEMAS = Path(__file__).resolve().parents[4] / "schemas"
+
+
+def _raw(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.avsc").read_text())
+
+
+def _result(embedding: list[float]) -> dict:
+    return ChunkResult(
+        job_id="j", doc_id="d", chunk_id="c", chunk_index=3, chunk_count=9, model_id="m", status="ok",
+        token_count=200, page_start=1, page_end=2, embedded_at=utc_now(), embedding=embedding,
+        error_code=None, error="é", chunker_settings="max=256",
+    ).to_record()
+
+
+def _completed(embedding: list[float]) -> dict:
+    return DocumentCompleted(
+        job_id="j", doc_id="d", status="partial", model_id="m", chunk_count=4, failed_chunks=1, token_count=900,
+        embedding=embedding, completed_at=utc_now(), error_code="model_error", error=None, filename="a.pdf",
+    ).to_record()
+
+
+def _fastavro(raw: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(raw, named_schemas={}), record, strict_allow_default=True)
+    return out.getvalue()
+
+
+EMBEDDINGS = [
+    [],
+    [0.5],
+    np.random.default_rng(1).standard_normal(384).astype(np.float32).tolist(),
+    [0.0, -0.0, 1e-38, -3.4e38, float("inf"), 0.1],
+]
+
+
+@pytest.mark.parametrize("embedding", EMBEDDINGS, ids=["empty", "one", "384", "edges"])
+@pytest.mark.parametrize(("name", "make"), [("ChunkResult", _result), ("DocumentCompleted", _completed)])
+def test_the_bytes_fastavro_writes_and_back(name: str, make, embedding: list[float]) -> None:
+    raw = _raw(name)
+    plan = segment_plan(raw)
+    assert plan is not None
+    record = make(embedding)
+    out = io.BytesIO()
+    write_body(plan, record, out)
+    assert out.getvalue() == _fastavro(raw, record)
+    stream = io.BytesIO(out.getvalue())
+    back = read_body(plan, stream)
+    assert stream.tell() == len(out.getvalue())
+    expected = schemaless_reader(io.BytesIO(out.getvalue()), parse_schema(raw, named_schemas={}), None)
+    assert back == expected
+
+
+def test_no_float_array_no_plan() -> None:
+    assert segment_plan(_raw("ChunkCreated")) is None
+
+
+def _long(value: int) -> bytes:
+    n, out = (value << 1) ^ (value >> 63), bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def test_reads_several_blocks_and_negative_counts() -> None:
+    raw = {"type": "record", "name": "V", "fields": [{"name": "a", "type": "int"},
+                                                      {"name": "v", "type": {"type": "array", "items": "float"}},
+                                                      {"name": "b", "type": "string"}]}
+    plan = segment_plan(raw)
+    assert plan is not None
+    floats = np.asarray([1.0, 2.0, 3.0], dtype="<f4")
+    body = (_long(7) + _long(2) + floats[:2].tobytes() + _long(-1) + _long(4) + floats[2:].tobytes() + b"\x00"
+            + _long(2) + b"hi")
+    assert read_body(plan, io.BytesIO(body)) == {"a": 7, "v": [1.0, 2.0, 3.0], "b": "hi"}
+
+
+def test_truncated_array_is_refused() -> None:
+    plan = segment_plan(_raw("ChunkResult"))
+    assert plan is not None
+    out = io.BytesIO()
+    write_body(plan, _result([0.25] * 8), out)
+    data = out.getvalue()
+    cut = data.index(np.asarray([0.25], dtype="<f4").tobytes()) + 10
+    with pytest.raises(EOFError):
+        read_body(plan, io.BytesIO(data[:cut]))
+
+
+def test_unknown_fields_are_refused_as_fastavro_strict_does() -> None:
+    plan = segment_plan(_raw("ChunkResult"))
+    assert plan is not None
+    with pytest.raises(ValueError, match="more fields than the schema"):
+        write_body(plan, {**_result([1.0]), "surprise": 1}, io.BytesIO())
+
+
+def test_a_nested_sequence_is_refused() -> None:
+    plan = segment_plan(_raw("ChunkResult"))
+    assert plan is not None
+    with pytest.raises(ValueError, match="flat sequence"):
+        write_body(plan, _result([[1.0, 2.0]]), io.BytesIO())  # type: ignore[list-item]

@@ -1,0 +1,204 @@
+"""docstream.tables, fed lists: cells and spans, the cheap checks, captions, Markdown, splitting by rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from docstream.tables import PageTable, TableCell, TablePart, row_lines, split_table, table_markdown
+from docstream_chunker.table_detection import caption_index, content_paths, grid_cells, looks_tabular, ruled_grid
+from tests.unit.chunker.test_chunking import FakeCounter, JoinTaxCounter
+
+COUNT = FakeCounter().count
+
+
+def _table(rows: list[list[str]], spans: dict[tuple[int, int], tuple[int, int]] | None = None,
+           caption: str | None = None) -> PageTable:
+    spans = spans or {}
+    covered = {(r + i, c + j) for (r, c), (rs, cs) in spans.items() for i in range(rs) for j in range(cs)} - set(spans)
+    cells = tuple(TableCell(r, c, *spans.get((r, c), (1, 1)), text) for r, row in enumerate(rows)
+                  for c, text in enumerate(row) if (r, c) not in covered)
+    return PageTable(3, (10.0, 20.0, 200.0, 300.0), len(rows), len(rows[0]), cells, caption)
+
+
+def _chars(text: str, x: float, y: float) -> list[tuple[float, float, float, float, str]]:
+    """Characters 5 points wide from (x, y), a line's end after them."""
+    out = [(x + 5 * i, y, x + 5 * i + 5, y + 8, char) for i, char in enumerate(text)]
+    return [*out, (0.0, 0.0, 0.0, 0.0, "\n")]
+
+
+def test_grid_cells_gives_rows_columns_spans_and_each_cells_words_in_order() -> None:
+    # a 3 x 3 grid on x 0/50/100/150, y 0/10/20/30: (0, 1) spans two columns, (1, 0) two rows
+    boxes = [(0, 0, 50, 10), (50, 0, 150, 10.4), (0, 10, 50, 30), (50, 10, 100, 20), (100, 10, 150, 20),
+             (50, 20, 100, 30), (100, 20, 150, 30)]
+    chars = [*_chars("Name", 2, 1), *_chars("Both columns", 52, 1), *_chars("tall", 2, 11), *_chars("one", 2, 21),
+             *_chars("b", 52, 11), *_chars("c", 102, 11), *_chars("d e", 52, 21), (400.0, 0.0, 410.0, 8.0, "x")]
+    rows, columns, cells = grid_cells(boxes, chars)
+    assert (rows, columns) == (3, 3)
+    assert cells == (
+        TableCell(0, 0, 1, 1, "Name"), TableCell(0, 1, 1, 2, "Both columns"), TableCell(1, 0, 2, 1, "tall one"),
+        TableCell(1, 1, 1, 1, "b"), TableCell(1, 2, 1, 1, "c"), TableCell(2, 1, 1, 1, "d e"),
+        TableCell(2, 2, 1, 1, ""),
+    )
+
+
+def test_unspaced_text_across_two_cells_is_parted_at_the_edge() -> None:
+    boxes = [(0, 0, 30, 10), (30, 0, 60, 10), (0, 10, 30, 20), (30, 10, 60, 20)]
+    row = [(2.0 + 7 * i, 11.0, 9.0 + 7 * i, 19.0, c) for i, c in enumerate("3,59机の上")]
+    _, _, cells = grid_cells(boxes, [*_chars("名前", 2, 1), *_chars("件数", 32, 1), *row])
+    assert [c.text for c in cells] == ["名前", "件数", "3,59", "机の上"]
+
+
+def test_grid_cells_of_no_boxes_is_empty() -> None:
+    assert grid_cells([], _chars("a b", 0, 0)) == (0, 0, ())
+
+
+@pytest.mark.parametrize(
+    ("blocks", "expected"),
+    [
+        # a table's rows: each block holds one row's cells as lines side by side (MuPDF's blocks of a grid)
+        ([(58, 131, 262, 143, "Name\nRegion\nCount\nShare\n"),
+          (58, 149, 299, 161, "bridge 1\nforest machine\n8,272\nmarket harbour\n")], True),
+        # the whole table in one block: rows stacked, cells side by side
+        ([(54, 100, 330, 154, "".join(f"cell{r}{c} val\n" for r in range(5) for c in range(4)))], True),
+        # paragraphs: stacked lines as wide as the block
+        ([(54, 54, 558, 97, "A line of body text that runs the width of the column here\n" * 3)], False),
+        # Japanese paragraph: full-width characters, stacked
+        ([(54, 54, 540, 120, "東京の学校で先生が学生の友達と家族会社に仕事を電車で駅まで行きます\n" * 4)], False),
+        # a running head ("Chapter 2 ... 17") in the top margin, however side by side
+        ([(54, 20, 558, 30, "Chapter 2: Handling\n17\n")], False),
+        # one side-by-side block of two lines in the body: not enough for two rows of two cells
+        ([(54, 300, 558, 310, "Term\nits definition\n")], False),
+    ],
+    ids=["row-blocks", "one-block", "paragraph", "cjk-paragraph", "running-head", "two-lines"],
+)
+def test_looks_tabular(blocks: list[tuple[float, float, float, float, str]], expected: bool) -> None:
+    assert looks_tabular(blocks, 792.0) is expected
+
+
+def test_ruled_grid_wants_three_rules_each_way() -> None:
+    grid = [("l", (0, y, 100, y)) for y in (0, 10, 20)] + [("l", (x, 0, x, 20)) for x in (0, 50, 100)]
+    assert ruled_grid(grid)
+    cells = [("re", (x, y, x + 50, y + 10)) for x in (0, 50) for y in (0, 10)]
+    assert ruled_grid(cells)
+    thin = [("re", (0, y, 100, y + 0.5)) for y in (0, 10, 20)] + [("re", (x, 0, x + 0.5, 20)) for x in (0, 50, 99)]
+    assert ruled_grid(thin)
+    assert not ruled_grid([("re", (0, 0, 100, 50)), ("re", (0, 60, 100, 90))])  # two framed boxes, stacked
+    assert not ruled_grid([("l", (0, y, 100, y)) for y in (0, 10, 90)])  # booktabs: horizontal rules only
+    assert not ruled_grid([("l", (0, 0, 2, 0))] * 9)  # too short to be rules
+
+
+def test_content_paths_reads_lines_and_rectangles_of_a_stream() -> None:
+    stream = b"q 0.6 w\n10 20 m\n110 20 l\n110 80 l S\n5 5 40 -10 re f\nBT /F1 9 Tf (x) Tj ET\n1 2 l\nQ"
+    assert list(content_paths(stream)) == [
+        ("l", (10.0, 20.0, 110.0, 20.0)), ("l", (110.0, 20.0, 110.0, 80.0)), ("re", (5.0, -5.0, 45.0, 5.0)),
+        ("l", (5.0, 5.0, 1.0, 2.0)),
+    ]
+    assert list(content_paths(b"/Tf l\n(word) re\n")) == []  # operands that are not numbers
+
+
+def test_caption_is_the_nearest_caption_like_block_above_else_below() -> None:
+    table = (100.0, 200.0, 400.0, 300.0)
+    blocks = [
+        (100, 150, 300, 160, "Table 2: too far above\n"),
+        (100, 180, 300, 192, "Some paragraph right above\n"),
+        (100, 305, 300, 315, "Table 3: just below\n"),
+        (100, 185, 300, 196, "Tab. IV — above\n"),
+        (500, 190, 600, 198, "Table 5: not beside it\n"),
+    ]
+    assert caption_index(table, blocks) == 3
+    assert caption_index(table, blocks[:3]) == 2
+    assert caption_index(table, [(100, 186, 300, 197, "Таблица 1: города\n")]) == 0
+    assert caption_index(table, [(100, 186, 300, 197, "表3: 一覧\n")]) == 0
+    assert caption_index(table, [(100, 186, 300, 197, "Tables are nice\n")]) is None
+
+
+def test_markdown_writes_the_header_the_delimiter_and_spanning_cells_once() -> None:
+    table = _table([["Name", "Both", ""], ["a|b", "x", "y"], ["c", "z", "w"]], {(0, 1): (1, 2), (1, 0): (2, 1)})
+    header, delimiter, lines = row_lines(table)
+    assert header == "| Name | Both |  |"
+    assert delimiter == "|---|---|---|"
+    assert lines == ["| a\\|b | x | y |", "|  | z | w |"]
+    assert table_markdown(header, delimiter, lines[:1], "Table 1:  Cells") == (
+        "Table 1: Cells\n\n| Name | Both |  |\n|---|---|---|\n| a\\|b | x | y |")
+
+
+def _long(rows: int) -> PageTable:
+    body = [[f"item{r}", str(r * 7), "some words of note"] for r in range(1, rows)]
+    return _table([["Item", "Value", "Note"], *body], caption="Table 9: Long")
+
+
+def test_a_table_that_fits_is_one_part_with_its_caption() -> None:
+    table = _long(4)
+    parts = split_table(table, 254, COUNT)
+    assert len(parts) == 1
+    text, tokens, part = parts[0]
+    assert text.startswith("Table 9: Long\n\n| Item | Value | Note |\n|---|---|---|\n| item1 |")
+    assert tokens == COUNT([text])[0]
+    assert (part.row_start, part.row_end, part.part, part.parts, part.caption) == (1, 4, 0, 1, "Table 9: Long")
+    assert part.header == ("Item", "Value", "Note") and part.cells == table.cells
+
+
+def test_a_long_table_is_split_between_rows_each_part_with_the_header_within_the_budget() -> None:
+    table = _long(60)
+    header, delimiter, lines = row_lines(table)
+    parts = split_table(table, 60, COUNT)
+    assert len(parts) > 3
+    covered = []
+    for i, (text, tokens, part) in enumerate(parts):
+        assert tokens <= 60 and tokens == COUNT([text])[0]
+        body = text.split("\n\n")[-1].split("\n")
+        assert body[:2] == [header, delimiter], "the header row is repeated on every part"
+        assert body[2:] == lines[part.row_start - 1 : part.row_end - 1], "whole rows, in order"
+        assert (part.caption is not None) == (i == 0) and text.startswith("Table 9") == (i == 0)
+        assert (part.part, part.parts) == (i, len(parts))
+        assert {c.row for c in part.cells} == {0, *range(part.row_start, part.row_end)}
+        covered.extend(range(part.row_start, part.row_end))
+    assert covered == list(range(1, 60))
+
+
+def test_rows_a_spanning_cell_joins_stay_in_one_part() -> None:
+    rows = [["Group", "Item"]] + [[f"g{r}", f"item {r} with several words"] for r in range(1, 13)]
+    table = _table(rows, {(5, 0): (3, 1)})
+    parts = split_table(table, 40, COUNT)
+    ranges = [(p.row_start, p.row_end) for _, _, p in parts]
+    assert len(ranges) > 2 and any(a <= 5 and b >= 8 for a, b in ranges), ranges
+    assert not any(a in (6, 7) for a, _ in ranges), ranges
+
+
+def test_a_spanning_cell_cut_by_the_budget_is_written_again_atop_the_next_part() -> None:
+    rows = [["Group", "Item"]] + [["g", f"item {r} with a few more words here"] for r in range(1, 9)]
+    table = _table(rows, {(1, 0): (8, 1)})
+    parts = split_table(table, 30, COUNT)
+    assert len(parts) > 1
+    for text, _, part in parts:
+        first_row = text.split("\n")[2]
+        assert first_row.startswith("| g |"), text
+        assert TableCell(1, 0, 8, 1, "g") in part.cells
+
+
+def test_a_row_larger_than_the_budget_is_a_part_of_its_own() -> None:
+    rows = [["Item", "Text"], ["a", "short"], ["b", " ".join(["wordy"] * 60)], ["c", "short"]]
+    parts = split_table(_table(rows), 30, COUNT)
+    assert [(p.row_start, p.row_end) for _, _, p in parts] == [(1, 2), (2, 3), (3, 4)]
+    assert [tokens > 30 for _, tokens, _ in parts] == [False, True, False]
+
+
+def test_parts_are_packed_again_for_a_tokenizer_that_does_not_add_up() -> None:
+    counter = JoinTaxCounter()
+    parts = split_table(_long(60), 60, counter.count)
+    assert all(tokens <= 60 for _, tokens, _ in parts)
+    assert all(counter.count([text])[0] == tokens for text, tokens, _ in parts)
+
+
+def test_a_table_without_body_rows_has_no_parts() -> None:
+    assert split_table(_table([["a", "b"]]), 100, COUNT) == []
+
+
+def test_a_table_part_round_trips_as_its_record() -> None:
+    _, _, part = split_table(_long(5), 254, COUNT)[0]
+    record = part.to_record()
+    assert record["bbox"] == [10.0, 20.0, 200.0, 300.0] and record["cells"][0] == {
+        "row": 0, "col": 0, "row_span": 1, "col_span": 1, "text": "Item"}
+    assert TablePart.from_record(record) == part
+    with pytest.raises(ValueError, match="four numbers"):
+        TablePart.from_record({**record, "bbox": [1.0, 2.0]})
