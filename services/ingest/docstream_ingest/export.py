@@ -36,7 +36,8 @@ from docstream.records import JobOptions
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.layout import CHUNK_ROW, RowField, row_fields
 from docstream.tables import TablePart
-from docstream.tasks.base import EMBED, EntitySummary, Mention, check_task_name
+from docstream.tasks.base import EntitySummary, Mention, check_task_name
+from docstream.tasks.legacy import job_model_id_for, keeps_pre_task_layout, tasks_of
 from docstream.tasks.selection import job_task_names
 from docstream_ingest.arrow import arrow_schema
 
@@ -197,8 +198,8 @@ def document_task_results(
     kept = [r for r in results if (wanted is None or r.task in wanted) and (model_id is None or r.model_id == model_id)]
     found = {r.task for r in kept}
     asked = job_tasks if tasks is None else tasks
-    # wire compatibility: a job's model_id (ChunkCreated.model_id) names its embedding model, no other task's
-    missing = [t for t in asked if t not in found and (model_id is None or t == EMBED)]
+    # a job's model_id (ChunkCreated.model_id) names its embedding model, no other task's
+    missing = [t for t in asked if t not in found and (model_id is None or job_model_id_for(t, model_id) is not None)]
     entries: list[tuple[str, DocumentResultRow | None]] = [(r.task, r) for r in kept]
     entries += [(task, None) for task in dict.fromkeys(missing)]
     return sorted(entries, key=lambda e: (e[0], e[1].model_id if e[1] is not None else ""))
@@ -315,7 +316,7 @@ def _select(job: JobRow, tasks: Sequence[str] | None, model_id: str | None,
     if chosen == ():
         chosen = None
     job_tasks = job_task_names(job)
-    by_task = (chosen or job_tasks) != (EMBED,)  # compatibility: embed alone keeps the layout before tasks
+    by_task = not keeps_pre_task_layout(chosen or job_tasks)
     model = _model_of(job, model_id, default_model_id)
     if not by_task and not model:
         raise InputError(f"job {job.job_id}: no model_id option and no default model", code="model_unknown")
@@ -338,7 +339,7 @@ def _records(store: ResultStore, job_id: str, selection: _Selection, chunks: boo
         rows = document_task_results(store.list_document_results(entry.doc_id), tasks=selection.tasks,
                                      job_tasks=selection.job_tasks, model_id=selection.only_model)
         for task, row in rows:
-            known = selection.model_id if task == EMBED else None  # the job's model_id names its embedding model
+            known = job_model_id_for(task, selection.model_id)
             yield "document", task_document_record(entry, document, task, row, model_id=known,
                                                    job_tasks=selection.job_tasks)
             if chunks and row is not None:
@@ -547,5 +548,5 @@ def export_results(
             handle.close()
     if isinstance(writer, _ParquetPerTask):
         paths = writer.paths
-    exported = selection.tasks or (() if selection.by_task else (EMBED,))
+    exported = selection.tasks or (() if selection.by_task else tasks_of(()))
     return ExportSummary(writer.documents, writer.chunks, selection.model_id or "", tuple(paths), exported)

@@ -16,6 +16,7 @@ from docstream.errors import DocstreamError, InputError
 from docstream.logging import configure_logging
 from docstream.settings import Settings, load_settings
 from docstream.store import open_store
+from docstream.tasks.legacy import keeps_pre_task_layout
 from docstream_cli.ops.status import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK
 from docstream_ingest.export import ExportFormat, export_results
 
@@ -64,7 +65,8 @@ def results_command(
         err.print(f"error [{exc.code}]: {exc.message}", highlight=False)
         return EXIT_FAILED
     where = ", ".join(summary.paths) or "stdout"
-    whose = summary.model_id if summary.tasks == ("embed",) else "tasks: " + (", ".join(summary.tasks) or "all")
+    tasks = "tasks: " + (", ".join(summary.tasks) or "all")
+    whose = summary.model_id if keeps_pre_task_layout(summary.tasks) else tasks
     err.print(f"exported {summary.documents} documents, {summary.chunks} chunks ({whose}) to {where}",
               highlight=False)
     return EXIT_OK

@@ -149,3 +149,22 @@ def test_a_resumed_run_counts_embed_under_the_jobs_model_and_other_tasks_under_a
     assert _resumed_result(store, "d2", ["classify"], "bge@1") is not None
     assert _resumed_result(store, "d3", ["embed"], "bge@1") is None
     store.close()
+
+
+def test_the_task_defaults_of_records_and_rows_are_the_pre_task_task() -> None:
+    """A record or row without a task field reads as the task of before tasks: every schema's ``task`` default and
+    the rows generated from them (the Avro default must stay a literal, so this test ties it to the rule)."""
+    import json
+    from dataclasses import MISSING, fields
+
+    from docstream.records import RECORD_TYPES
+    from docstream.store.base import ChunkRow
+
+    schemas = Path(__file__).resolve().parents[4] / "schemas"
+    defaults = {path.stem: field["default"] for path in schemas.glob("*.avsc")
+                for field in json.loads(path.read_text())["fields"] if field["name"] == "task"}
+    assert defaults == {"ChunkResult": PRE_TASK_TASK, "DocumentCompleted": None}
+    assert task_of(defaults["DocumentCompleted"]) == PRE_TASK_TASK
+    for record in [RECORD_TYPES["ChunkResult"], ChunkRow, DocumentResultRow]:
+        task = next(f for f in fields(record) if f.name == "task")  # type: ignore[arg-type]
+        assert task.default is not MISSING and task.default == PRE_TASK_TASK, record
