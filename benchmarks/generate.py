@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from docstream.logging import configure_logging
 from docstream.store import ResultStore
 from docstream.tasks.base import Prompt, TaskContext, TaskRequest
+from docstream.tasks.chat_protocol import chat_body, prompt_messages
 from docstream.tasks.generate import GenerateTask
-from docstream.tasks.generation import chat_body, prompt_messages
 
 STOP = ["\n\n", "\nUser:"]
 PARAGRAPHS = [  # prose a small model summarizes and stops on (random words make it run on to max_tokens)

@@ -23,9 +23,9 @@ from docstream.errors import PartialBatchError
 from docstream.models.endpoint import EndpointUnavailable
 from docstream.settings import Settings
 from docstream.tasks.base import ChunkOutput, FoldInput, Prompt, TaskContext, TaskRequest, failure_output
+from docstream.tasks.chat_protocol import chat_body, prompt_messages
 from docstream.tasks.fold_generate import GenerateFold
 from docstream.tasks.generate import GenerateTask
-from docstream.tasks.generation import chat_body, prompt_messages
 from docstream.tasks.registry import load_task
 from docstream_inference.isolation import Isolated, embed_isolating
 from tests.fixtures.contexts import task_context

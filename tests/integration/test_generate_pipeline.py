@@ -21,7 +21,7 @@ from docstream.records import DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import ResultStore
 from docstream.tasks.base import Prompt
-from docstream.tasks.generation import generate_model_id
+from docstream.tasks.chat_protocol import generate_model_id
 from tests.fixtures.documents import make_pdf_of_paragraphs
 from tests.fixtures.kafka import read_topic
 from tests.fixtures.llm import LlmServer

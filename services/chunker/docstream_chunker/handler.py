@@ -28,7 +28,7 @@ from docstream.records import (
     DocumentCompleted,
     DocumentSubmitted,
     JobOptions,
-    carry,
+    copy_fields,
     utc_now,
 )
 from docstream.settings import ChunkerSettings, KafkaSettings
@@ -42,7 +42,7 @@ from docstream.store.base import (
 )
 from docstream.store.sources import advance_source, delete_by_tombstone, fence
 from docstream.tasks.base import requested_tasks
-from docstream.tasks.generation import check_json_schema
+from docstream.tasks.chat_protocol import check_json_schema
 from docstream.tenants.tenancy import Refusal, Submission, refuse_submission, refuse_tombstone, tenant_of_topic
 from docstream.tenants.usage import STAGE_CHUNKER, Usage, apportion
 from docstream.topics import Topics
@@ -296,7 +296,7 @@ class ChunkerHandler:
             Output(
                 topic=self._topics.lane(submitted.priority),
                 key=submitted.doc_id,
-                value=carry(
+                value=copy_fields(
                     ChunkCreated, submitted, chunk, source,
                     chunk_id=chunk_id(submitted.content_sha256, result.chunker_settings, chunk.index),
                     model_id=self._chunker.model_id or submitted.model_id,
@@ -431,7 +431,7 @@ class ChunkerHandler:
         if ocr is not None:  # in OCR: the pages it started on so far, of the document's pages
             page_count, by_source = ocr.page_count, {"ocr": ocr.ocr_pages}
         self._store.upsert_document(
-            carry(  # the submitted record's own fields (ids, source, filename, the earlier version), then these
+            copy_fields(  # the submitted record's own fields (ids, source, filename, the earlier version), then these
                 DocumentRow, submitted,
                 status=status,
                 updated_at=now,

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from docstream.errors import InputError
-from docstream.records import ChunkCreated, ChunkResult, carry
+from docstream.records import ChunkCreated, ChunkResult, copy_fields
 from docstream.store.base import ChunkRow
 from docstream.tables import TablePart
 from docstream.tasks.base import (
@@ -184,7 +184,7 @@ def failed_result(chunk: ChunkCreated, model_id: str, error_code: str, error: st
 def chunk_row(result: ChunkOutcome) -> ChunkRow:
     """The chunks row of a result (a failed chunk keeps its text, its error_code, and as its output what its
     failed attempts cost when its task says: the generate task's tokens)."""
-    return carry(
+    return copy_fields(
         ChunkRow, result.chunk, model_id=result.model_id, embedding=result.embedding,
         status="ok" if result.ok else "failed", error_code=result.error_code, table_part=_table_part(result.chunk),
         task=result.task, label_scores=dict(result.label_scores), mentions=result.mentions, output=result.output,
@@ -204,7 +204,7 @@ def result_record(result: ChunkOutcome, embedded_at: datetime, inference_us: int
     """The ChunkResult record of an outcome (key: doc_id); ``inference_us``: its share of the batch's busy time here."""
     chunk = result.chunk
     stage_us = add_counts(chunk.stage_us, {STAGE_INFERENCE: inference_us}) if inference_us else chunk.stage_us
-    return carry(
+    return copy_fields(
         ChunkResult, chunk, result, model_id=result.model_id, status="ok" if result.ok else "failed",
         embedded_at=embedded_at, embedding=result.embedding, stage_us=stage_us, tasks=_task_names(chunk),
         mentions=[m.to_record() for m in result.mentions],

@@ -49,6 +49,7 @@ from docstream_inference.stages import (
     Assignments,
     BatchStage,
     BatchStats,
+    ConsumedChunk,
     FairInbox,
     ModelBatch,
     ModelStage,
@@ -56,7 +57,6 @@ from docstream_inference.stages import (
     StageHooks,
     StoredResults,
     ThroughputWriter,
-    Work,
     WriteStage,
 )
 
@@ -157,7 +157,7 @@ class InferencePipeline:
         self._q0 = FairInbox(max(fairness.read_ahead, inference.queue_batches * inference.max_batch_size),
                              batch_share=fairness.batch_share, quantum=fairness.quantum_tokens,
                              weights=fairness.weights())
-        self._held: dict[Lane, deque[Work]] = {lane: deque() for lane in LANES}
+        self._held: dict[Lane, deque[ConsumedChunk]] = {lane: deque() for lane in LANES}
         self._positions: dict[TopicPartitionKey, tuple[int, int]] = {}  # (generation, next offset) taken
         self._ledger = AckLedger()
         self._assignments = Assignments()
@@ -451,7 +451,8 @@ class InferencePipeline:
             return
         self._ledger.track(tp, offset)
         lane = self._lane_of.get(tp[0], BATCH)
-        work = Work(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock(), request, lane)
+        work = ConsumedChunk(tp, offset, generation, msg.key(), msg.value() or b"", outcome.value, self._clock(),
+                             request, lane)
         if self._held[lane]:
             self._held[lane].append(work)  # behind the lane's earlier ones
             return

@@ -60,15 +60,16 @@ __all__ = [
     "Assignments",
     "BatchStage",
     "BatchStats",
+    "ConsumedChunk",
     "FairInbox",
     "Halted",
     "ModelBatch",
     "ModelStage",
     "ResultBatch",
+    "ReusableOutputs",
     "StageHooks",
     "StoredResults",
     "ThroughputWriter",
-    "Work",
     "WriteStage",
     "put_until",
 ]
@@ -91,7 +92,7 @@ FLUSH = object()
 
 
 @dataclass(frozen=True, slots=True)
-class Work:
+class ConsumedChunk:
     """One consumed chunk and where it came from."""
 
     tp: TopicPartitionKey
@@ -121,11 +122,11 @@ class BatchStats:
 class ModelBatch:
     """A closed batch, tokenized, longest record first; ``unavailable`` ask for a model not loaded."""
 
-    works: tuple[Work, ...]
+    works: tuple[ConsumedChunk, ...]
     prepared: PreparedTexts
-    unavailable: tuple[Work, ...]
+    unavailable: tuple[ConsumedChunk, ...]
     stats: BatchStats
-    reused: tuple[tuple[Work, ChunkOutput], ...] = ()
+    reused: tuple[tuple[ConsumedChunk, ChunkOutput], ...] = ()
     busy_us: int = 0
     """Time spent on the batch so far: the store lookup of reusable results and tokenizing."""
     model_ids: tuple[str, ...] = ()
@@ -136,7 +137,7 @@ class ModelBatch:
 class ResultBatch:
     """A batch's results, one per work, same order."""
 
-    works: tuple[Work, ...]
+    works: tuple[ConsumedChunk, ...]
     results: tuple[ChunkOutcome, ...]
     busy_us: int = 0
     """Time spent on the batch before the write: the batch stage's and the forward pass."""
@@ -173,19 +174,20 @@ class Assignments:
         with self._lock:
             return self._current.get(tp)
 
-    def is_live(self, work: Work) -> bool:
+    def is_live(self, work: ConsumedChunk) -> bool:
         """The record belongs to the current assignment of its partition."""
         return self.generation(work.tp) == work.generation
 
-    def live(self, works: Iterable[Work]) -> list[Work]:
+    def live(self, works: Iterable[ConsumedChunk]) -> list[ConsumedChunk]:
         """The records of ``works`` that are still live."""
         with self._lock:
             return [w for w in works if self._current.get(w.tp) == w.generation]
 
 
 @dataclass(frozen=True, slots=True)
-class Found:
-    """What ``StoredResults.find`` found: chunk_id → stored output, and which of them came from an earlier version."""
+class ReusableOutputs:
+    """The stored outputs a batch's chunks reuse instead of running the model (``StoredResults.find``): chunk_id →
+    stored output, and which of them came from an earlier version of the chunk's source."""
 
     outputs: dict[str, ChunkOutput]
     by_version: frozenset[str] = frozenset()
@@ -212,7 +214,7 @@ class StoredResults:
         self._by_chunk_id = by_chunk_id
         self._previous: OrderedDict[tuple[str, str, str], dict[str, ChunkRow]] = OrderedDict()
 
-    def find(self, chunks: Sequence[ChunkCreated], model_ids: Sequence[str], task: str) -> Found:
+    def find(self, chunks: Sequence[ChunkCreated], model_ids: Sequence[str], task: str) -> ReusableOutputs:
         """The stored outputs of the chunks of ``chunks`` (each under its model id) that have one."""
         found: dict[str, ChunkOutput] = {}
         by_version: set[str] = set()
@@ -231,7 +233,7 @@ class StoredResults:
             if earlier is not None:
                 found[chunk.chunk_id] = output_of_row(earlier)
                 by_version.add(chunk.chunk_id)
-        return Found(found, frozenset(by_version))
+        return ReusableOutputs(found, frozenset(by_version))
 
     def _previous_rows(self, doc_id: str, model_id: str, task: str) -> dict[str, ChunkRow]:
         """Text → reusable stored row of an earlier version (read once, kept while among the last few)."""
@@ -282,7 +284,7 @@ class FairInbox:
         if capacity < 1:
             raise ValueError("a lane holds at least one chunk")
         self.capacity = capacity
-        self._fair: FairQueue[Work] = FairQueue(batch_share=batch_share, quantum=quantum, weights=weights)
+        self._fair: FairQueue[ConsumedChunk] = FairQueue(batch_share=batch_share, quantum=quantum, weights=weights)
         self._control: deque[object] = deque()
         self._lock = threading.Lock()
         self._added = threading.Condition(self._lock)
@@ -299,7 +301,7 @@ class FairInbox:
             return {(lane, tenant): tokens for lane in LANES
                     for tenant, tokens in self._fair.tenant_tokens(lane).items()}
 
-    def put_nowait(self, work: Work) -> None:
+    def put_nowait(self, work: ConsumedChunk) -> None:
         """Add a chunk behind its tenant's earlier ones in its lane.
 
         Raises:
@@ -317,7 +319,7 @@ class FairInbox:
             self._control.append(item)
             self._added.notify()
 
-    def _take(self) -> Work | object:
+    def _take(self) -> ConsumedChunk | object:
         waiting = self._fair.take()
         if waiting is not None:
             self._taken.notify_all()
@@ -326,7 +328,7 @@ class FairInbox:
             return self._control.popleft()
         raise queue.Empty
 
-    def get(self, timeout: float) -> Work | object:
+    def get(self, timeout: float) -> ConsumedChunk | object:
         """The next item, waiting up to ``timeout`` seconds for one.
 
         Raises:
@@ -337,7 +339,7 @@ class FairInbox:
                 raise queue.Empty
             return self._take()
 
-    def get_nowait(self) -> Work | object:
+    def get_nowait(self) -> ConsumedChunk | object:
         """The next item.
 
         Raises:
@@ -346,7 +348,7 @@ class FairInbox:
         with self._lock:
             return self._take()
 
-    def remove(self, unwanted: Callable[[Work], bool]) -> list[Work]:
+    def remove(self, unwanted: Callable[[ConsumedChunk], bool]) -> list[ConsumedChunk]:
         """Take out the waiting chunks ``unwanted`` names (a revoked partition's, or every one at a stop)."""
         with self._lock:
             removed = [waiting.item for waiting in self._fair.remove(lambda w: unwanted(w.item))]
@@ -409,7 +411,7 @@ class BatchStage(_StageThread):
         *,
         inbox: FairInbox,
         outbox: queue.Queue[ModelBatch],
-        batcher: Batcher[Work],
+        batcher: Batcher[ConsumedChunk],
         task: Task,
         assignments: Assignments,
         metrics: Metrics,
@@ -459,13 +461,13 @@ class BatchStage(_StageThread):
         if item is FLUSH:
             for batch in self._batcher.flush():
                 self._emit(batch)
-        elif isinstance(item, Work):
+        elif isinstance(item, ConsumedChunk):
             tokens = max(1, min(item.chunk.token_count, self._task.max_tokens))
             urgent = item.lane == INTERACTIVE
             for batch in self._batcher.add(item, tokens, arrived_at=item.received_at, urgent=urgent):
                 self._emit(batch)
 
-    def _emit(self, batch: Batch[Work] | None) -> None:
+    def _emit(self, batch: Batch[ConsumedChunk] | None) -> None:
         if batch is None:
             return
         stats = BatchStats(len(batch), batch.tokens, batch.reason, batch.oldest_wait_s)
@@ -481,7 +483,7 @@ class BatchStage(_StageThread):
         name, loaded = task.name, task.model_id
         runnable = [w for w in live if requested_model(w.chunk, name, loaded) == loaded]
         unavailable = tuple(w for w in live if requested_model(w.chunk, name, loaded) != loaded)
-        reused: tuple[tuple[Work, ChunkOutput], ...] = ()
+        reused: tuple[tuple[ConsumedChunk, ChunkOutput], ...] = ()
         started = time.perf_counter()
         if runnable:
             found = self._stored.find([w.chunk for w in runnable], [task.model_id_for(w.request) for w in runnable],
@@ -758,7 +760,7 @@ class WriteStage(_StageThread):
 
         return send
 
-    def _dead_letter(self, work: Work, result: ChunkOutcome) -> None:
+    def _dead_letter(self, work: ConsumedChunk, result: ChunkOutcome) -> None:
         code = result.error_code or MODEL_ERROR
         error = PoisonRecord(result.error or code, code=code)
         self._ledger.expect(work.tp, work.offset, DLQ)

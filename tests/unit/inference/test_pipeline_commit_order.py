@@ -24,7 +24,7 @@ from docstream.settings import RetrySettings
 from docstream.store.base import ChunkRow
 from docstream_inference.handler import MODEL_ERROR, failed_result, ok_result
 from docstream_inference.ledger import DLQ, PRODUCE, WRITE, AckLedger
-from docstream_inference.stages import Assignments, ResultBatch, Work, WriteStage
+from docstream_inference.stages import Assignments, ConsumedChunk, ResultBatch, WriteStage
 
 TOPIC = "t.chunks"
 TP = (TOPIC, 0)
@@ -100,7 +100,7 @@ def _chunk(i: int) -> ChunkCreated:
 
 
 def _setup(failures: int = 0, max_attempts: int = 5) -> tuple[WriteStage, FakeStore, FakeProducer, AckLedger,
-                                                               Assignments, list[Work]]:
+                                                               Assignments, list[ConsumedChunk]]:
     ledger = AckLedger()
     assignments = Assignments()
     assignments.assign([TP])
@@ -116,13 +116,13 @@ def _setup(failures: int = 0, max_attempts: int = 5) -> tuple[WriteStage, FakeSt
         metrics=Metrics(), service="inference", halt=threading.Event(),
         on_error=lambda exc: None,
     )
-    works = [Work(TP, i, generation, b"k", b"v%d" % i, _chunk(i), 0.0) for i in range(4)]
+    works = [ConsumedChunk(TP, i, generation, b"k", b"v%d" % i, _chunk(i), 0.0) for i in range(4)]
     for work in works:
         ledger.track(TP, work.offset)
     return stage, store, producer, ledger, assignments, works
 
 
-def _ok_batch(works: list[Work]) -> ResultBatch:
+def _ok_batch(works: list[ConsumedChunk]) -> ResultBatch:
     return ResultBatch(tuple(works), tuple(ok_result(w.chunk, "m", [0.1, 0.2]) for w in works))
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from docstream.lanes import Lane
 from docstream.records import ChunkCreated
-from docstream_inference.stages import FLUSH, FairInbox, Work
+from docstream_inference.stages import FLUSH, ConsumedChunk, FairInbox
 
 _AT = datetime(2026, 1, 1, tzinfo=UTC)
 _CHUNK = ChunkCreated(job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk_count=1, content_sha256="ab" * 32,
@@ -20,9 +20,9 @@ _CHUNK = ChunkCreated(job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk
                       chunker_settings="s", created_at=_AT)
 
 
-def _work(tenant: str, offset: int, lane: Lane = "batch", *, partition: int = 0, tokens: int = 100) -> Work:
+def _work(tenant: str, offset: int, lane: Lane = "batch", *, partition: int = 0, tokens: int = 100) -> ConsumedChunk:
     chunk = replace(_CHUNK, tenant=tenant, chunk_index=offset, token_count=tokens)
-    return Work(("t", partition), offset, 1, b"d", b"", chunk, 0.0, lane=lane)
+    return ConsumedChunk(("t", partition), offset, 1, b"d", b"", chunk, 0.0, lane=lane)
 
 
 def _fill(inbox: FairInbox, lane: Lane, tenant: str, count: int, *, start: int = 0, partition: int = 0) -> None:
@@ -47,7 +47,7 @@ def test_a_full_batch_lane_leaves_room_for_interactive_chunks_which_are_taken_fi
     inbox.put_nowait(_work("b", 0, "interactive"))
     assert (inbox.size("batch"), inbox.size("interactive"), inbox.size()) == (4, 1, 5)
     first = inbox.get(timeout=1)
-    assert isinstance(first, Work) and first.chunk.tenant == "b"
+    assert isinstance(first, ConsumedChunk) and first.chunk.tenant == "b"
 
 
 def test_tenants_of_a_lane_alternate_whatever_arrived_first_and_flush_comes_after_every_chunk() -> None:
@@ -58,9 +58,9 @@ def test_tenants_of_a_lane_alternate_whatever_arrived_first_and_flush_comes_afte
     assert inbox.waiting_tokens() == {("batch", "backfill"): 5000, ("batch", "small"): 300}
     taken = _drain(inbox)
     assert taken[-1] is FLUSH and len(taken) == 54
-    tenants = [w.chunk.tenant for w in taken[:-1] if isinstance(w, Work)]
+    tenants = [w.chunk.tenant for w in taken[:-1] if isinstance(w, ConsumedChunk)]
     assert tenants[:6] == ["backfill", "small"] * 3  # the small job does not wait for the backfill
-    offsets = [w.offset for w in taken[:-1] if isinstance(w, Work) and w.chunk.tenant == "backfill"]
+    offsets = [w.offset for w in taken[:-1] if isinstance(w, ConsumedChunk) and w.chunk.tenant == "backfill"]
     assert offsets == sorted(offsets)  # each tenant in its own order
 
 
@@ -70,7 +70,7 @@ def test_a_revoked_partitions_chunks_leave_and_the_rest_keep_their_order() -> No
     _fill(inbox, "batch", "a", 5, start=5, partition=1)
     removed = inbox.remove(lambda work: work.tp == ("t", 0))
     assert [w.offset for w in removed] == [0, 1, 2, 3, 4]
-    assert [w.offset for w in _drain(inbox) if isinstance(w, Work)] == [5, 6, 7, 8, 9]
+    assert [w.offset for w in _drain(inbox) if isinstance(w, ConsumedChunk)] == [5, 6, 7, 8, 9]
 
 
 def test_a_get_waits_for_a_put_and_times_out_when_nothing_comes() -> None:

@@ -24,7 +24,7 @@ from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
 from docstream_inference.handler import ok_result
 from docstream_inference.ledger import AckLedger
-from docstream_inference.stages import Assignments, ResultBatch, Work, WriteStage
+from docstream_inference.stages import Assignments, ConsumedChunk, ResultBatch, WriteStage
 from tests.unit.inference.test_pipeline_commit_order import FakeProducer, FakeStore
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
@@ -101,7 +101,7 @@ def test_each_chunk_embedded_carries_its_share_of_the_batch_and_the_model_time()
         retry=RetrySettings(max_attempts=3, base_delay_ms=1, max_delay_ms=2),
         metrics=Metrics(), service="inference", halt=threading.Event(), on_error=lambda exc: None,
     )
-    works = [Work(tp, i, generation, b"k", b"v", _chunk(i, n), 0.0) for i, n in enumerate([100, 300, 0])]
+    works = [ConsumedChunk(tp, i, generation, b"k", b"v", _chunk(i, n), 0.0) for i, n in enumerate([100, 300, 0])]
     for work in works:
         ledger.track(tp, work.offset)
     results = [ok_result(w.chunk, "m", [0.1], "torch/cpu/fp32/2t", model_us=us, device="cpu")

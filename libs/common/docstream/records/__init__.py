@@ -10,7 +10,7 @@ typed, ``docstream.records.options.JobOptions``.
 ChunkResult"): the same class, kept for one release.
 """
 
-from docstream.records.base import Record, carry, utc_now
+from docstream.records.base import Record, copy_fields, utc_now
 from docstream.records.generated import (
     RECORD_TYPES,
     AnyRecord,
@@ -61,7 +61,7 @@ __all__ = [
     "Range",
     "Record",
     "TextSource",
-    "carry",
+    "copy_fields",
     "output_too_large",
     "record_limit",
     "utc_now",

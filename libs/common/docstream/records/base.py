@@ -1,5 +1,5 @@
 """What every record shares: the base class of the generated records (``to_record()``/``from_record()``), the
-clock they are stamped with, and :func:`carry`, which copies fields by name between records and rows. Pure."""
+clock they are stamped with, and :func:`copy_fields`, which copies fields by name between records and rows. Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin, get_type_hints
 
-__all__ = ["Record", "carry", "utc_now"]
+__all__ = ["Record", "copy_fields", "utc_now"]
 
 _R = TypeVar("_R", bound="Record")
 R = TypeVar("R")
@@ -63,7 +63,7 @@ class Record:
         raise NotImplementedError
 
 
-# -- carry: a record or a row from other dataclasses, field by field name ----------------------------------
+# -- copy_fields: a record or a row from other dataclasses, field by field name ----------------------------
 
 
 def _converter(hint: Any) -> Callable[[Any], Any]:
@@ -88,11 +88,11 @@ def _converter(hint: Any) -> Callable[[Any], Any]:
     return lambda value: value
 
 
-_Carried = tuple[tuple[int, str, Callable[[Any], Any]], ...]
-_CARRIED: dict[tuple[type[Any], tuple[type[Any], ...], frozenset[str]], _Carried] = {}
+_FieldPlan = tuple[tuple[int, str, Callable[[Any], Any]], ...]
+_PLANS: dict[tuple[type[Any], tuple[type[Any], ...], frozenset[str]], _FieldPlan] = {}
 
 
-def _plan(target: type[Any], sources: tuple[type[Any], ...], given: frozenset[str]) -> _Carried:
+def _plan(target: type[Any], sources: tuple[type[Any], ...], given: frozenset[str]) -> _FieldPlan:
     hints = get_type_hints(target, include_extras=True)
     plan = []
     for f in fields(target):
@@ -107,7 +107,7 @@ def _plan(target: type[Any], sources: tuple[type[Any], ...], given: frozenset[st
     return tuple(plan)
 
 
-def carry(target: type[R], *sources: Any, **values: Any) -> R:
+def copy_fields(target: type[R], *sources: Any, **values: Any) -> R:
     """A ``target`` (a row or a record dataclass) holding every field of ``sources`` that it has a field of the
     same name for, as its type holds it (a list as a tuple, a tuple as a list), then ``values`` (what the sources
     do not say, or say otherwise).
@@ -119,8 +119,8 @@ def carry(target: type[R], *sources: Any, **values: Any) -> R:
         TypeError: two sources have a field ``target`` has and ``values`` does not give (say which one wins).
     """
     key = (target, tuple(type(s) for s in sources), frozenset(values))
-    plan = _CARRIED.get(key)
+    plan = _PLANS.get(key)
     if plan is None:
-        plan = _CARRIED[key] = _plan(target, key[1], key[2])
+        plan = _PLANS[key] = _plan(target, key[1], key[2])
     found = {name: convert(getattr(sources[at], name)) for at, name, convert in plan}
     return target(**found, **values)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from docstream.records import DocumentCompleted, carry
+from docstream.records import DocumentCompleted, copy_fields
 from docstream.store.base import DocumentResultRow, DocumentRow, JobDocumentRow, ResultsStore, ResultStore, TaskTally
 from docstream.store.sources import RETIRING, enforce, fence, versions_back
 from docstream.tasks.legacy import task_of, tasks_of
@@ -21,7 +21,7 @@ __all__ = ["latest_completed", "record_completion", "result_row", "retire_earlie
 def result_row(completed: DocumentCompleted) -> DocumentResultRow:
     """The document_results row of a task's DocumentCompleted."""
     assert completed.model_id is not None
-    return carry(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
+    return copy_fields(DocumentResultRow, completed, chunker_settings=completed.chunker_settings or "",
                  task=task_of(completed.task))
 
 

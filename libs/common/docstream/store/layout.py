@@ -4,8 +4,8 @@ the store's form, plus the store's own fields (docs/architecture.md "Adding a fi
 ``python -m tools.gen_records`` writes the rows' dataclasses (``docstream.store.generated``) from these declarations
 and the records' Avro schemas: each held field has its record field's name, type (an array as a tuple), default and
 doc unless its :class:`Stored` says otherwise. From the dataclasses ``docstream.store.rows`` derives the columns,
-``docstream.records.carry`` the record-to-row copy; ``docstream_ingest.export`` and the ingest API's response models
-read :func:`row_fields` for which record field each row field holds (its export column, its description).
+``docstream.records.copy_fields`` the record-to-row copy; ``docstream_ingest.export`` and the ingest API's response
+models read :func:`row_fields` for which record field each row field holds (its export column, its description).
 """
 
 from __future__ import annotations

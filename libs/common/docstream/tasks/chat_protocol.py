@@ -1,4 +1,4 @@
-"""Generation over an OpenAI-compatible chat-completions API, as docstream speaks it. Pure (docs/tasks.md "generate").
+"""The OpenAI-compatible chat-completions API, as the generate task speaks it. Pure (docs/tasks.md "generate").
 
 * ``prompt_messages`` and ``retry_messages``: what a chunk is asked, and asked again after an invalid answer;
 * ``chat_body`` and ``parse_chat``: the request, and the answer checked before it is trusted;

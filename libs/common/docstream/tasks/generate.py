@@ -19,6 +19,9 @@ inference service split the batch and ask the others again), and an endpoint tha
 invalid answers are asked again fails those chunks with their last answer's ``generation_invalid``. Every
 answer's ``usage``, retries and failures included, is in its chunk's output or its failure's ``FAILURE_OUTPUT``.
 
+The pure rules are beside it: what is sent and what an answer must be in ``docstream.tasks.chat_protocol``, the
+document-level reduction in ``docstream.tasks.reduction``, the fold in ``docstream.tasks.fold_generate``.
+
 Importing this module loads no model and sends nothing: the reducer imports it for ``GenerateTask.fold``.
 """
 
@@ -48,8 +51,7 @@ from docstream.tasks.base import (
     TaskRequest,
     failure_output,
 )
-from docstream.tasks.fold_generate import ANSWER_KEYS, GenerateFold
-from docstream.tasks.generation import (
+from docstream.tasks.chat_protocol import (
     GenerationInvalid,
     GenerationTooLong,
     answer_budget,
@@ -62,6 +64,7 @@ from docstream.tasks.generation import (
     prompt_messages,
     retry_messages,
 )
+from docstream.tasks.fold_generate import ANSWER_KEYS, GenerateFold
 from docstream.tasks.reduction import DOCUMENT_STEP, part_text, reduce_messages, reduce_tree
 
 __all__ = ["DEFAULT_PROMPT", "GenerateTask"]

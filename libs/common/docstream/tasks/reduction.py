@@ -25,7 +25,7 @@ from typing import Any
 
 from docstream.errors import PoisonRecord
 from docstream.tasks.base import Prompt
-from docstream.tasks.generation import GenerationTooLong, skeleton
+from docstream.tasks.chat_protocol import GenerationTooLong, skeleton
 
 __all__ = [
     "DOCUMENT_STEP",

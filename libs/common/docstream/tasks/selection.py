@@ -23,7 +23,7 @@ from docstream.tasks.base import (
     TaskRequest,
     requested_tasks,
 )
-from docstream.tasks.generation import check_json_schema
+from docstream.tasks.chat_protocol import check_json_schema
 from docstream.tenants.json_input import loads_bounded
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def check_job_tasks(tasks: Sequence[TaskRequest], *, default_labels: Sequence[st
             ``labels_without_classify`` (labels on another task), ``labels_missing`` (classify
             without labels, and no default), ``labels_invalid`` (a default label), ``prompt_without_generate``
             (a prompt on another task), ``prompt_invalid`` (an extract schema that is no JSON Schema, or one an
-            extract prompt may not carry: ``docstream.tasks.generation.check_json_schema``: a ``$ref`` out of the
+            extract prompt may not carry: ``docstream.tasks.chat_protocol.check_json_schema``: a ``$ref`` out of the
             schema, a pattern RE2 does not run, past its bounds).
     """
     if not tasks:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from docstream import records
-from docstream.records import RECORD_TYPES, ChunkCreated, ChunkResult, carry
+from docstream.records import RECORD_TYPES, ChunkCreated, ChunkResult, copy_fields
 from docstream.store.base import ChunkRow
 from docstream.store.layout import CHUNK_ROW, ROW_SPECS, RowSpec, Stored, row_docs, row_fields
 from docstream.store.rows import CHUNKS, RowMapping
@@ -158,7 +158,7 @@ def test_a_field_added_to_a_schema_reaches_the_record_the_row_the_columns_the_ap
     chunk = record_type(job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk_count=1, content_sha256="ab" * 32,
                         text="Ünïcode", page_start=1, page_end=1, char_start=0, char_end=7, token_count=3,
                         chunker_settings="s", created_at=T0, page_verdicts=["ok"], reviewer="ada")
-    row = carry(row_type, chunk, model_id="m", embedding=[0.5])
+    row = copy_fields(row_type, chunk, model_id="m", embedding=[0.5])
     assert row.reviewer == "ada"
     # its table has a column for it, and the migrations check names the column no migration adds yet
     mapping = RowMapping(row_type, "chunks", key=CHUNKS.key)

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from docstream.records import carry
+from docstream.records import copy_fields
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow
 from docstream.store.rows import MAPPINGS, RowMapping
 from docstream.store.sqlite import SqliteStore
@@ -97,11 +97,11 @@ def test_a_row_field_of_a_type_no_column_stores_is_refused_at_once() -> None:
         RowMapping(odd, "odd", key=("doc_id",))
 
 
-def test_carry_refuses_a_field_two_sources_have_unless_the_caller_gives_it() -> None:
+def test_copy_fields_refuses_a_field_two_sources_have_unless_the_caller_gives_it() -> None:
     left = make_dataclass("Left", [("doc_id", str), ("page_verdicts", "tuple[str, ...]")], frozen=True)
     right = make_dataclass("Right", [("doc_id", str)], frozen=True)
     target = make_dataclass("Target", [("doc_id", str), ("page_verdicts", "list[str]")], frozen=True,
                             namespace={"__module__": __name__})
     with pytest.raises(TypeError, match=r"Target\.doc_id: both Left, Right have it"):
-        carry(target, left("a", ("ok",)), right("b"))
-    assert carry(target, left("a", ("ok",)), right("b"), doc_id="b") == target("b", ["ok"])
+        copy_fields(target, left("a", ("ok",)), right("b"))
+    assert copy_fields(target, left("a", ("ok",)), right("b"), doc_id="b") == target("b", ["ok"])

@@ -1,4 +1,4 @@
-"""The chat protocol of the generate task, as pure functions (docstream.tasks.generation)."""
+"""The chat protocol of the generate task, as pure functions (docstream.tasks.chat_protocol)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from docstream.errors import InputError
 from docstream.models.endpoint_protocol import EndpointResponseError
 from docstream.tasks.base import Prompt
-from docstream.tasks.generation import (
+from docstream.tasks.chat_protocol import (
     EXTRACT_INSTRUCTION,
     SUMMARIZE_INSTRUCTION,
     ChatAnswer,

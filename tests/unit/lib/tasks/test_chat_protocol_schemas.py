@@ -19,7 +19,7 @@ import pytest
 
 from docstream.errors import InputError
 from docstream.tasks.base import Prompt, TaskRequest
-from docstream.tasks.generation import (
+from docstream.tasks.chat_protocol import (
     MAX_VALIDATION_STEPS,
     GenerationInvalid,
     check_json_schema,

@@ -13,8 +13,8 @@ from docstream.errors import PartialBatchError
 from docstream.models.endpoint import EndpointUnavailable
 from docstream.models.endpoint_protocol import EndpointRejected
 from docstream.tasks.base import FoldInput, Prompt, TaskOutputError, TaskRequest, failure_output
+from docstream.tasks.chat_protocol import GenerationTruncated
 from docstream.tasks.fold_generate import GenerateFold, merge_values
-from docstream.tasks.generation import GenerationTruncated
 from docstream_inference.isolation import Isolated, embed_isolating
 from tests.fixtures.chat import asked, chat_answer, scripted_task
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from docstream.tasks.base import Prompt
-from docstream.tasks.generation import GenerationTooLong, skeleton
+from docstream.tasks.chat_protocol import GenerationTooLong, skeleton
 from docstream.tasks.reduction import (
     GenerationTooDeep,
     conflicting_fields,
