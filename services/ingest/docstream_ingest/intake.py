@@ -40,7 +40,6 @@ from fsspec.core import url_to_fs
 
 from docstream import ids
 from docstream.errors import ConfigError, InputError
-from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
 from docstream.records import AnyRecord, DocumentSubmitted, utc_now
@@ -517,8 +516,9 @@ def _existing_job(
         asked = ", ".join(task.name for task in job_tasks(job))
         raise InputError(f"job {job_id} asks for tasks {asked} (with their labels): submit to it with the same "
                          "--task and --labels", code="job_tasks_mismatch")
-    if job_lane(job.options) != request.priority:
-        raise InputError(f"job {job_id} is a {job_lane(job.options)} job: submit to it with that priority",
+    lane = job.job_options.lane
+    if lane != request.priority:
+        raise InputError(f"job {job_id} is a {lane} job: submit to it with that priority",
                          code="job_priority_mismatch")
     return job, {row.doc_id: row.status for row in store.iter_job_documents(job_id)}
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from docstream.jobs.standing import QueueStanding, queue_standing
-from docstream.lanes import LANES, job_lane
+from docstream.lanes import LANES
 from docstream.settings import FairnessSettings, InferenceSettings, KafkaSettings
 from docstream.store.base import JobRow, JobsStore
 from docstream.tasks.selection import job_task_names
@@ -41,7 +41,7 @@ def standings(store: JobsStore, jobs: Sequence[JobRow], now: datetime, *, kafka:
         for group in groups - rates.keys():
             rates[group] = store.throughput(group, now)
         measured = [rates[group] for group in groups if rates[group] > 0]
-        lane = job_lane(job.options)
+        lane = job.job_options.lane
         other = next(name for name in LANES if name != lane)
         found[job.job_id] = queue_standing(job, queues[lane], queues[other], min(measured, default=0.0),
                                            fairness.batch_share, now)

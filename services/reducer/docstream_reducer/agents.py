@@ -21,18 +21,18 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol, TypeGuard, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar, get_args
 
 from docstream.avro import AvroSerde
 from docstream.errors import ConfigError, FatalError, InputError, PoisonRecord, SchemaError, StoreError
 from docstream.kafka.dlq import dlq_headers
-from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import (
     ChunkResult,
     DocumentChunked,
     DocumentCompleted,
+    DocumentStatus,
     output_too_large,
     record_limit,
     utc_now,
@@ -59,7 +59,6 @@ from docstream_reducer.aggregation import (
     JobProgress,
     StatusThrottle,
     StoredAnswers,
-    TerminalStatus,
     apply,
     collect_answers,
     count_document,
@@ -97,7 +96,7 @@ CHUNKED = "chunked"
 RECONCILE_AFTER_S = 30.0
 """A job whose counts did not move for this long is recounted from the store (then 2x, 4x, ... up to 10 min)."""
 _RECONCILE_MAX_S = 600.0
-_TERMINAL_STATUSES = ("completed", "partial", "failed")
+_TERMINAL_STATUSES: tuple[DocumentStatus, ...] = get_args(DocumentStatus)
 
 _log = get_logger(__name__)
 _T = TypeVar("_T")
@@ -358,7 +357,7 @@ class DocumentReducer:
                 del self._table[key]
 
 
-def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
+def _is_terminal(status: str) -> TypeGuard[DocumentStatus]:
     return status in _TERMINAL_STATUSES
 
 
@@ -580,7 +579,7 @@ class JobReducer:
                 self._queued.discard(job_id)
                 self._waiting.pop(job_id, None)
                 continue
-            lane = job_lane(row.options)
+            lane = row.job_options.lane
             queued = QueuedJobRow(lane=self._topics.lane(lane), job_id=job_id, tenant=row.tenant,
                                   created_at=row.created_at, waiting_tokens=progress.waiting_tokens,
                                   ended_documents=progress.terminal, updated_at=now)
@@ -722,7 +721,7 @@ class JobReducer:
         await self._publish(final, final=True)
         row = self._rows.get(progress.job_id)
         if row is not None:
-            await self._store(self._store.store.delete_queued_job, self._topics.lane(job_lane(row.options)),
+            await self._store(self._store.store.delete_queued_job, self._topics.lane(row.job_options.lane),
                               progress.job_id)
         self._queued.discard(progress.job_id)
         self._waiting.pop(progress.job_id, None)

@@ -31,10 +31,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeGuard
+from typing import Any, TypeGuard, get_args
 
 from docstream.errors import FatalError, PoisonRecord
-from docstream.records import ChunkResult, DocumentCompleted, JobStatus, output_too_large
+from docstream.records import ChunkResult, DocumentCompleted, DocumentStatus, JobStatus, output_too_large
 from docstream.tasks.base import EMBED, FoldInput, Mention, StoredAnswersFold, TaskFold, TaskOutputError
 from docstream.tasks.fold_embed import EmbeddingDimensionError, pack_floats, unpack_floats
 from docstream.tasks.legacy import pre_task_state, task_of, tasks_of
@@ -56,7 +56,6 @@ __all__ = [
     "JobProgress",
     "StatusThrottle",
     "StoredAnswers",
-    "TerminalStatus",
     "UsageRecordError",
     "apply",
     "collect_answers",
@@ -72,8 +71,6 @@ __all__ = [
     "with_answers",
 ]
 
-TerminalStatus = Literal["completed", "partial", "failed"]
-
 ALL_CHUNKS_FAILED = "all_chunks_failed"
 """error_code of a document none of whose chunks could be embedded."""
 
@@ -81,7 +78,7 @@ CHUNK_ANSWER_MISSING = "chunk_answer_missing"
 """error_code of an ok chunk whose answer was not in the store when its document completed (``collect_answers``)."""
 
 _STATE_VERSION = 1
-_TERMINAL: tuple[TerminalStatus, ...] = ("completed", "partial", "failed")
+_TERMINAL: tuple[DocumentStatus, ...] = get_args(DocumentStatus)
 
 
 class ChunkCountMismatchError(PoisonRecord):
@@ -323,7 +320,7 @@ class CompletionMarker:
         partition: the source partition, so expiry deletes the key through its own changelog partition.
     """
 
-    status: TerminalStatus
+    status: DocumentStatus
     chunk_count: int
     completed_ms: int
     partition: int
@@ -543,7 +540,7 @@ def with_answers(state: DocumentState, fold: StoredAnswersFold, found: StoredAns
 def _completed(state: DocumentState, fold: TaskFold, *,
                answers: Sequence[tuple[int, Any]] | None = None) -> DocumentCompleted:
     embedded = state.chunk_count - state.failed_chunks
-    status: TerminalStatus
+    status: DocumentStatus
     error_code: str | None = None
     error: str | None = None
     if state.failed_chunks == 0:
@@ -658,7 +655,7 @@ class JobProgress:
             raise CorruptStateError(f"corrupt job progress: {exc}") from exc
 
 
-def record_document(progress: JobProgress, previous: TerminalStatus | None, status: TerminalStatus) -> JobProgress:
+def record_document(progress: JobProgress, previous: DocumentStatus | None, status: DocumentStatus) -> JobProgress:
     """Count one document's terminal status.
 
     Args:
@@ -693,7 +690,7 @@ class DocumentTally:
         usage: the document's usage (``docstream.tenants.usage.document_usage`` of its DocumentCompleted).
     """
 
-    status: TerminalStatus
+    status: DocumentStatus
     usage: Usage = field(default_factory=Usage)
 
     def to_json(self) -> dict[str, Any]:
@@ -760,7 +757,7 @@ class DocumentTasks:
             return None
         tallies = [self.results[task][0] for task in self.required]
         statuses = {t.status for t in tallies}
-        status: TerminalStatus = statuses.pop() if len(statuses) == 1 else "partial"
+        status: DocumentStatus = statuses.pop() if len(statuses) == 1 else "partial"
         codes = [self.results[task][1] for task in self.required if self.results[task][1]]
         usage = across_tasks(t.usage for t in tallies) if len(tallies) > 1 else tallies[0].usage
         return DocumentTally(status, usage), (codes[0] if codes else None)
@@ -794,7 +791,7 @@ class DocumentTasks:
             raise CorruptStateError(f"corrupt document tasks: {exc}") from exc
 
 
-def _is_terminal(status: str) -> TypeGuard[TerminalStatus]:
+def _is_terminal(status: str) -> TypeGuard[DocumentStatus]:
     return status in _TERMINAL
 
 

@@ -13,13 +13,13 @@ import pytest
 from docstream.avro import AvroSerde
 from docstream.errors import PoisonRecord
 from docstream.kafka.loop import Envelope
-from docstream.records import DocumentCompleted
+from docstream.records import DocumentCompleted, JobOptions
 from docstream.settings import KafkaSettings
 from docstream.store.base import DocumentRow, JobRow
 from docstream.store.sqlite import SqliteStore
 from docstream.tasks.base import FoldInput, Prompt, TaskRequest
 from docstream.tasks.fold_generate import GenerateFold
-from docstream.tasks.selection import TASKS_OPTION, tasks_option
+from docstream.tasks.selection import tasks_option
 from docstream.topics import Topics
 from docstream_inference.document_stage import DocumentStage
 from tests.fixtures.chat import ScriptedClient, asked, chat_answer, scripted_task
@@ -32,7 +32,8 @@ SUMMARIZE = TaskRequest("generate", prompt=Prompt("summarize", "Résume en une p
 def _store(tmp_path: Path) -> SqliteStore:
     store = SqliteStore(tmp_path / "s.db")
     store.migrate()
-    store.upsert_job(JobRow("job-1", "acme", AT, "running", 1, options={TASKS_OPTION: tasks_option([SUMMARIZE]) or ""}))
+    options = JobOptions(tasks=tasks_option([SUMMARIZE])).to_mapping()
+    store.upsert_job(JobRow("job-1", "acme", AT, "running", 1, options=options))
     store.upsert_document(DocumentRow("doc-1", "job-1", "file:///a.pdf", "ab" * 32, "chunked", AT,
                                       filename="a.pdf", page_count=4))
     return store

@@ -182,3 +182,12 @@ def test_the_api_shows_a_chunks_kind_and_table(tmp_path: Path) -> None:
     assert shown.table.header == ["Name", "Город"] and shown.table.cells[2].row_span == 2
     plain = _chunk_out(chunk_row(ok_result(text, "m", [])))
     assert plain.kind == "text" and plain.table is None
+
+
+def test_the_api_shows_a_stored_text_source_or_kind_outside_its_enumeration_as_the_default(tmp_path: Path) -> None:
+    text, _ = _chunk_created(tmp_path)
+    row = chunk_row(ok_result(text, "m", []))
+    ocr = _chunk_out(replace(row, text_source="ocr", kind="table"))
+    assert (ocr.text_source, ocr.kind) == ("ocr", "table")
+    foreign = _chunk_out(replace(row, text_source="scanner", kind="figure"))
+    assert (foreign.text_source, foreign.kind) == ("text_layer", "text")

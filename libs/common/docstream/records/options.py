@@ -18,15 +18,18 @@ __all__ = ["JobOptions"]
 
 @dataclass(frozen=True, slots=True)
 class JobOptions:
-    """What a job's submission asked for; None: not asked (the service's default).
+    """What a job's submission asked for; None: not asked (the service's default). The options' keys in the stored
+    map are the fields' names; every reader of a job's options reads them here (``JobRow.job_options``).
 
     Attributes:
-        model_id: the model of the job's embeddings.
-        chunk_max_tokens: the job's chunk size.
-        chunk_overlap_tokens: the job's chunk overlap.
-        tasks: canonical JSON of the job's ``TaskRequest`` records (``docstream.tasks.selection.tasks_option``);
-            None: embed alone.
-        priority: the lane asked for (``interactive``; batch is not written), as given.
+        model_id: the model of the job's embeddings; None or empty: the service's (the API's and the export's
+            default model).
+        chunk_max_tokens: the job's chunk size; a value that is not an int as ``str(int)`` writes it stays in
+            ``other``.
+        chunk_overlap_tokens: the job's chunk overlap; read as ``chunk_max_tokens``.
+        tasks: canonical JSON of the job's ``TaskRequest`` records (``docstream.tasks.selection.tasks_option``,
+            read back by ``docstream.tasks.selection.job_tasks``); None or empty: embed alone.
+        priority: the lane asked for (``interactive``; batch is not written), as given; ``lane`` reads it.
         origin: ``external`` for a job the chunker made for an external producer's document.
         other: options this version does not know, or whose value it does not read, kept as they were.
     """
@@ -41,7 +44,8 @@ class JobOptions:
 
     @property
     def lane(self) -> Lane:
-        """The job's lane: batch unless it asked for interactive (``docstream.lanes.lane_of``)."""
+        """The job's lane: batch unless it asked for interactive (``docstream.lanes.lane_of``): no priority, an
+        empty one or any other value (a foreign writer's) is batch."""
         return lane_of(self.priority or BATCH)
 
     @classmethod

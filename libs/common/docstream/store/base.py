@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from docstream.records import DocumentStatus, JobState
+from docstream.records import DocumentStatus, JobOptions, JobState
 from docstream.store.generated import ChunkRow, DocumentResultRow, DocumentRow
 from docstream.store.layout import FLOAT32, DocState
 from docstream.tenants.admission import Slot, TenantLoad
@@ -68,6 +68,12 @@ class JobRow:
     updated_at: datetime | None = None
     usage: Usage | None = None
     """What the job's terminal documents cost (the reducer's totals); None: nothing counted yet."""
+
+    @property
+    def job_options(self) -> JobOptions:
+        """``options`` typed (``JobOptions.from_mapping``): what the job's readers read; ``options`` is the map
+        the store keeps and the API shows."""
+        return JobOptions.from_mapping(self.options)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TASKS",
-    "TASKS_OPTION",
     "check_job_tasks",
     "command_line_prompt",
     "command_line_tasks",
@@ -44,8 +43,6 @@ __all__ = [
 
 DEFAULT_TASKS: tuple[TaskRequest, ...] = (TaskRequest(EMBED),)
 """What a job asks for when it names no task."""
-TASKS_OPTION = "tasks"
-"""The ``JobRow.options`` key of the job's tasks (canonical JSON of their ``TaskRequest`` records)."""
 
 _MAX_LABELS_TEXT = 64 * 1024
 _MAX_OPTION_BYTES = 4 * 1024 * 1024  # MAX_TASKS requests, each with a prompt and a schema at their bounds
@@ -189,7 +186,8 @@ def task_records(tasks: Sequence[TaskRequest]) -> list[dict[str, Any]]:
 
 
 def tasks_option(tasks: Sequence[TaskRequest]) -> str | None:
-    """The ``tasks`` job option: canonical JSON of ``task_records``; None for ``DEFAULT_TASKS`` (no option)."""
+    """The ``tasks`` job option (``JobOptions.tasks``): canonical JSON of ``task_records``; None for
+    ``DEFAULT_TASKS`` (no option)."""
     records = task_records(tasks)
     if not records:
         return None
@@ -197,13 +195,14 @@ def tasks_option(tasks: Sequence[TaskRequest]) -> str | None:
 
 
 def job_tasks(row: JobRow) -> tuple[TaskRequest, ...]:
-    """The tasks a job asks for, from its row's ``tasks`` option; none (jobs from before tasks, jobs of embed alone,
-    external producers' jobs): embed alone (``requested_tasks`` of no record: ``legacy.tasks_of``).
+    """The tasks a job asks for, from its row's ``tasks`` option (``JobOptions.tasks``); none or empty (jobs from
+    before tasks, jobs of embed alone, external producers' jobs): embed alone (``requested_tasks`` of no record:
+    ``legacy.tasks_of``).
 
     Raises:
         InputError: the option is not a JSON list of valid ``TaskRequest`` records.
     """
-    text = row.options.get(TASKS_OPTION)
+    text = row.job_options.tasks
     if not text:
         return requested_tasks(())
     records = loads_bounded(text, what="the job's tasks option", code="task_invalid", max_bytes=_MAX_OPTION_BYTES)

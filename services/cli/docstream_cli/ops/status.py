@@ -15,7 +15,6 @@ from rich.table import Table
 from docstream.errors import DocstreamError
 from docstream.jobs.progress import format_duration, format_rate, job_progress
 from docstream.jobs.standing import QueueStanding
-from docstream.lanes import job_lane
 from docstream.logging import configure_logging
 from docstream.settings import Settings, load_settings
 from docstream.store import DocumentRow, JobRow, ResultStore, open_store
@@ -83,7 +82,7 @@ def _status_table(job: JobRow, ocr: Sequence[DocumentRow] = (), standing: QueueS
     rows: list[tuple[str, Any]] = [
         ("state", job.status),
         ("tenant", job.tenant),
-        ("lane", job_lane(job.options)),
+        ("lane", job.job_options.lane),
         ("tasks", ", ".join(job_task_names(job))),
         ("documents", job.document_count),
         ("terminal", f"{done}{share}"),

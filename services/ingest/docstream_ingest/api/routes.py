@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields, replace
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from confluent_kafka import KafkaException
 from fastapi import APIRouter, Depends, Path, Query, Request, Security
@@ -21,7 +21,6 @@ from docstream.errors import DocstreamError, InputError
 from docstream.ids import MAX_SOURCE_KEY_BYTES, check_source_key
 from docstream.jobs.progress import aware, job_progress
 from docstream.jobs.standing import QueueStanding, tenant_standing
-from docstream.lanes import job_lane
 from docstream.logging import get_logger
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, JobsStore, ResultsStore
 from docstream.store.sources import delete_source
@@ -36,6 +35,7 @@ from docstream_ingest.api.delivery import RequestDeliveries
 from docstream_ingest.api.errors import ApiError, status_of_input_error
 from docstream_ingest.api.results import iter_result_lines
 from docstream_ingest.api.schemas import (
+    CHUNK_NARROWED,
     ID_PATTERN,
     MULTIPART_SCHEMA,
     AcceptedDocument,
@@ -199,7 +199,7 @@ def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = Non
         eta_s=None if progress.eta_s is None else round(progress.eta_s, 1),
         options=dict(job.options),
         tasks=[task_spec(task) for task in job_tasks(job)],
-        priority=job_lane(job.options),
+        priority=job.job_options.lane,
         webhook_url=job.webhook_url,
         usage=None if job.usage is None else usage_out(job.usage),
         queue=queue_out(standing),
@@ -222,7 +222,7 @@ def _standings(ctx: ApiContext, jobs: Sequence[JobRow], now: datetime) -> dict[s
 
 def _job_model(ctx: ApiContext, job: JobRow) -> str:
     """Whose results a job shows by default: its model_id option, else the service's."""
-    return job.options.get("model_id") or ctx.sections.inference.embed_model_id
+    return job.job_options.model_id or ctx.sections.inference.embed_model_id
 
 
 def _document_out(
@@ -252,11 +252,18 @@ def _row_fields(model: type[BaseModel], row: Any) -> dict[str, Any]:
     return {name: getattr(row, name) for name in model.model_fields if name in names}
 
 
+_CHUNK_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ChunkRow) if f.name in CHUNK_NARROWED}
+
+
+def _narrowed(chunk: ChunkRow) -> dict[str, Any]:
+    """The row's ``CHUNK_NARROWED`` fields: a value of the enumeration as it is, any other as the row's default."""
+    shown = {name: (getattr(chunk, name), get_args(values)) for name, values in CHUNK_NARROWED.items()}
+    return {name: value if value in values else _CHUNK_DEFAULTS[name] for name, (value, values) in shown.items()}
+
+
 def _chunk_out(chunk: ChunkRow) -> ChunkOut:
     """A chunk as the API shows it: its row's fields of ``ChunkOut``'s names, then what the API says its own way."""
-    return ChunkOut(**(_row_fields(ChunkOut, chunk) | {
-        "text_source": "ocr" if chunk.text_source == "ocr" else "text_layer",
-        "kind": "table" if chunk.kind == "table" else "text",
+    return ChunkOut(**(_row_fields(ChunkOut, chunk) | _narrowed(chunk) | {
         "table": ChunkTableOut.model_validate(chunk.table_part.to_record()) if chunk.table_part is not None else None,
         "text_start": chunk.text[:_TEXT_START_CHARS],
         "text_chars": len(chunk.text),

@@ -17,6 +17,7 @@ from docstream_ingest.api.row_models import avro_schemas, with_row_fields
 
 __all__ = [
     "CHUNK_HIDDEN",
+    "CHUNK_NARROWED",
     "ID_PATTERN",
     "MAX_FORM_FIELD_BYTES",
     "MULTIPART_SCHEMA",
@@ -417,13 +418,16 @@ CHUNK_HIDDEN: dict[str, str] = {
 }
 """The ``ChunkRow`` fields a chunk of the API does not show, and why; it shows every other one."""
 
+CHUNK_NARROWED: dict[str, Any] = {"text_source": TextSource, "kind": ChunkKind}
+"""The ``ChunkRow`` fields a chunk of the API shows as a value of an enumeration (``docstream.records.limits``):
+a stored value outside it shows as the row's default (``routes._chunk_out``)."""
+
 
 def chunk_fields(row: type[Any], docs: Mapping[str, str]) -> Callable[[type[M]], type[M]]:
     """The decorator that gives ``ChunkOut`` the fields of the chunk row ``row`` (``docstream.store.layout.CHUNK_ROW``),
     described by ``docs``: every one but ``CHUNK_HIDDEN``, ``table_part`` as the API's ``table``, ``text_source`` and
-    ``kind`` as the values the API shows (``_chunk_out`` maps others to the default)."""
-    return with_row_fields(row, docs, hidden=CHUNK_HIDDEN, shown_as={"table_part": "table"},
-                           narrowed={"text_source": TextSource, "kind": ChunkKind})
+    ``kind`` as the values the API shows (``CHUNK_NARROWED``)."""
+    return with_row_fields(row, docs, hidden=CHUNK_HIDDEN, shown_as={"table_part": "table"}, narrowed=CHUNK_NARROWED)
 
 
 @chunk_fields(ChunkRow, row_docs(CHUNK_ROW, avro_schemas()))
