@@ -1,7 +1,8 @@
 """The start-up and shut-down every service process shares, written once: ``run_service()``.
 
-A service's ``main(settings)`` hands ``run_service`` the sections it reads (a ``ServiceContext``), its name and
-a body that wires its parts (``docs/operations.md`` "Start-up and shut-down"). ``run_service`` owns, in this order:
+A service's ``main(settings)`` hands ``run_service`` its settings (read through ``ServiceContext``: the sections it
+uses), its name and a body that wires its parts (``docs/operations.md`` "Start-up and shut-down").
+``run_service`` owns, in this order:
 
 1. logging: ``configure_logging`` with the service's name bound into every line;
 2. the metrics endpoint (``/metrics``, ``/healthz``, ``/readyz`` on ``metrics.port`` when > 0),
@@ -23,9 +24,8 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from docstream.errors import DocstreamError
 from docstream.logging import configure_logging, get_logger
@@ -51,9 +51,9 @@ def _always_ready() -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceContext:
-    """What ``run_service`` reads of the settings: the sections of the same names.
+class ServiceContext(Protocol):
+    """What ``run_service`` reads of the settings: the sections of the same names (a service's ``main`` passes its
+    ``Settings``, which has them).
 
     Attributes:
         log: the level and format of the process's logs.
@@ -62,10 +62,17 @@ class ServiceContext:
         cassandra: the connection of the cassandra store.
     """
 
-    log: LogSettings
-    metrics: MetricsSettings
-    store: StoreSettings
-    cassandra: CassandraSettings
+    @property
+    def log(self) -> LogSettings: ...
+
+    @property
+    def metrics(self) -> MetricsSettings: ...
+
+    @property
+    def store(self) -> StoreSettings: ...
+
+    @property
+    def cassandra(self) -> CassandraSettings: ...
 
 
 class ServiceHost:

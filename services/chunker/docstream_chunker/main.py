@@ -8,7 +8,7 @@ from docstream.avro.serde import AvroSerde
 from docstream.kafka.clients import ReliableProducer
 from docstream.kafka.loop import ConsumeLoop
 from docstream.metrics import Metrics
-from docstream.service import ServiceContext, ServiceHost, run_service
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream.tenants.tenancy import tenant_intakes_pattern
@@ -89,5 +89,4 @@ def main(settings: Settings) -> int:
         host.on_exit(service.close)
         host.serve(service.run, stop=service.stop, ready=lambda: service.ready)
 
-    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
-    return run_service(context, "chunker", serve, stopped_event="chunker_stopped")
+    return run_service(settings, "chunker", serve, stopped_event="chunker_stopped")

@@ -478,7 +478,8 @@ def run_job(
         FatalError: a service or the model load failed, or the run timed out.
     """
     from docstream_ingest.export import export_results
-    from docstream_ingest.intake import IntakeClients, IntakeContext, submit_paths
+    from docstream_ingest.intake import IntakeClients, submit_paths
+    from docstream_ingest.main import intake_context
     from docstream_ingest.request import JobRequest
 
     started = time.monotonic()
@@ -523,9 +524,7 @@ def run_job(
             )
             write_run_record(state_dir, record)
             serde = AvroSerde(settings.kafka)
-            intake = IntakeContext(kafka=settings.kafka, ingest=settings.ingest, chunker=settings.chunker,
-                                   tasks=settings.tasks, fairness=settings.fairness, reducer=settings.reducer,
-                                   object_store=settings.object_store)
+            intake = intake_context(settings)
 
             def _not_done(doc_id: str, _status: str) -> bool:
                 return _resumed_result(store, doc_id, names, model_id) is None

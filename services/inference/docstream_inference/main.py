@@ -10,7 +10,7 @@ from docstream.kafka.loop import ConsumeLoop
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
 from docstream.records import DocumentCompleted
-from docstream.service import ServiceContext, ServiceHost, run_service
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import ResultStore
 from docstream.tasks.base import DocumentStepTask, Task, TaskContext, bind_task_metrics, close_task
@@ -60,8 +60,7 @@ def main(settings: Settings) -> int:
         finally:
             close_task(pipeline.task)  # an endpoint's connections
 
-    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
-    return run_service(context, SERVICE, serve)
+    return run_service(settings, SERVICE, serve)
 
 
 def build_document_stage(
@@ -99,5 +98,4 @@ def document_stage_main(settings: Settings) -> int:
         finally:
             task.close()
 
-    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
-    return run_service(context, document_stage.SERVICE, serve)
+    return run_service(settings, document_stage.SERVICE, serve)

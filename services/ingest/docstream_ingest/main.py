@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING
 
 from docstream.kafka.admin import ensure_topics
 from docstream.logging import get_logger
-from docstream.service import EXIT_OK, ServiceContext, ServiceHost, run_service
+from docstream.service import EXIT_OK, ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.store import open_store
 from docstream.topics import Topics
+from docstream_ingest.intake import IntakeContext
 
 if TYPE_CHECKING:
     from docstream_ingest.api.context import ApiSections
 
-__all__ = ["api_command", "api_sections", "dump_openapi", "main", "prepare_intake", "serve"]
+__all__ = ["api_command", "api_sections", "dump_openapi", "intake_context", "main", "prepare_intake", "serve"]
 
 _log = get_logger(__name__)
 
@@ -46,8 +47,13 @@ def main(settings: Settings) -> int:
                                   object_store=settings.object_store.url)
 
     # one-shot: no metrics endpoint, and prepare_intake opens (and closes) the store itself
-    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
-    return run_service(context, "ingest", prepare, metrics_endpoint=False, failed_event="ingest_prepare_failed")
+    return run_service(settings, "ingest", prepare, metrics_endpoint=False, failed_event="ingest_prepare_failed")
+
+
+def intake_context(settings: Settings) -> IntakeContext:
+    """The sections of ``settings`` a submission reads (``IntakeClients``)."""
+    return IntakeContext(kafka=settings.kafka, ingest=settings.ingest, chunker=settings.chunker, tasks=settings.tasks,
+                         fairness=settings.fairness, reducer=settings.reducer, object_store=settings.object_store)
 
 
 def api_sections(settings: Settings) -> ApiSections:
@@ -85,8 +91,7 @@ def serve(settings: Settings) -> int:
         uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None, access_log=False)
 
     # the app serves its own /metrics, /healthz and /readyz on the API port
-    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
-    return run_service(context, "api", body, metrics_endpoint=False, failed_event="api_start_failed",
+    return run_service(settings, "api", body, metrics_endpoint=False, failed_event="api_start_failed",
                        stopped_event="api_stopped")
 
 

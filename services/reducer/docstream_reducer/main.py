@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from docstream.avro import AvroSerde
 from docstream.kafka.admin import create_topics, ensure_topics
 from docstream.logging import get_logger
-from docstream.service import ServiceContext, ServiceHost, run_service
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings
 from docstream.topics import Topics
 from docstream_reducer.agents import SERVICE, StoreCalls
@@ -60,8 +60,7 @@ def main(settings: Settings) -> int:
                                   settings.faults.reducer_stall_partition, settings.reducer.stall_timeout_s / 4)
         host.serve(lambda: _run_worker(settings, reducer, restarts), ready=reducer.ready)
 
-    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
-    return run_service(context, SERVICE, serve)
+    return run_service(settings, SERVICE, serve)
 
 
 def _run_worker(settings: Settings, reducer: Reducer, restarts: int) -> int:

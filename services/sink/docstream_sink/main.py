@@ -6,7 +6,7 @@ from docstream.avro.serde import AvroSerde
 from docstream.errors import ConfigError
 from docstream.kafka.loop import ConsumeLoop
 from docstream.metrics import Metrics
-from docstream.service import ServiceContext, ServiceHost, run_service
+from docstream.service import ServiceHost, run_service
 from docstream.settings import Settings, SinkSettings
 from docstream.store import ResultStore
 from docstream.tenants.tenancy import tenant_intakes_pattern
@@ -71,5 +71,4 @@ def main(settings: Settings, name: str) -> int:
         loop = build_sink(settings, name, store=host.open_store(), engine=engine, metrics=host.metrics)
         host.serve(loop.run, stop=loop.stop, ready=lambda: loop.ready)
 
-    context = ServiceContext(settings.log, settings.metrics, settings.store, settings.cassandra)
-    return run_service(context, "sink", serve, stopped_event="sink_stopped")
+    return run_service(settings, "sink", serve, stopped_event="sink_stopped")

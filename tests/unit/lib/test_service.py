@@ -16,7 +16,6 @@ from docstream.errors import ConfigError, FatalError
 from docstream.service import EXIT_FAILED, EXIT_OK, ServiceHost, run_service
 from docstream.settings import CassandraSettings, Settings, StoreSettings
 from docstream.store import ResultStore
-from tests.fixtures.contexts import service_context
 from tests.fixtures.services import free_port, http_status
 
 
@@ -83,7 +82,7 @@ def test_a_clean_stop_exits_0_and_closes_what_was_opened_last_first(
         host.on_exit(lambda: calls.append("service.close"))
         host.serve(lambda: calls.append("run") and None)
 
-    assert run_service(service_context(settings), "svc", body, stopped_event="svc_stopped",
+    assert run_service(settings, "svc", body, stopped_event="svc_stopped",
                        store_factory=_factory(calls)) == EXIT_OK
     assert calls == ["store.open", "run", "service.close", "store.close"]
     events = _events(capsys)
@@ -92,16 +91,16 @@ def test_a_clean_stop_exits_0_and_closes_what_was_opened_last_first(
 
 
 def test_what_run_returns_is_the_exit_code(settings: Settings) -> None:
-    assert run_service(service_context(settings), "svc", lambda host: host.serve(lambda: 3)) == 3
+    assert run_service(settings, "svc", lambda host: host.serve(lambda: 3)) == 3
 
 
 def test_a_body_without_serve_exits_0(settings: Settings) -> None:
-    assert run_service(service_context(settings), "svc", lambda host: None) == EXIT_OK
+    assert run_service(settings, "svc", lambda host: None) == EXIT_OK
 
 
 def test_open_store_migrates_when_asked(settings: Settings) -> None:
     calls: list[str] = []
-    assert run_service(service_context(settings), "svc", lambda host: host.open_store(migrate=True) and None,
+    assert run_service(settings, "svc", lambda host: host.open_store(migrate=True) and None,
                        store_factory=_factory(calls)) == EXIT_OK
     assert calls == ["store.open", "store.migrate", "store.close"]
 
@@ -115,7 +114,7 @@ def test_a_docstream_error_exits_1_logged_once_and_the_store_is_closed(
         host.open_store()
         raise FatalError("the broker is gone", code="broker_unavailable")
 
-    code = run_service(service_context(settings), "svc", body, stopped_event="svc_stopped",
+    code = run_service(settings, "svc", body, stopped_event="svc_stopped",
                        store_factory=_factory(calls))
     assert code == EXIT_FAILED
     assert calls == ["store.open", "store.close"]
@@ -128,7 +127,7 @@ def test_the_failed_event_can_be_named(settings: Settings, capsys: pytest.Captur
     def body(_: ServiceHost) -> None:
         raise ConfigError("no topics", code="topics_missing")
 
-    assert run_service(service_context(settings), "ingest", body, failed_event="ingest_prepare_failed") == EXIT_FAILED
+    assert run_service(settings, "ingest", body, failed_event="ingest_prepare_failed") == EXIT_FAILED
     assert [e["event"] for e in _events(capsys)] == ["ingest_prepare_failed"]
 
 
@@ -141,7 +140,7 @@ def test_any_other_error_exits_1_as_a_crash_with_its_traceback(
         host.open_store()
         host.serve(lambda: 1 // 0)
 
-    assert run_service(service_context(settings), "svc", body, store_factory=_factory(calls)) == EXIT_FAILED
+    assert run_service(settings, "svc", body, store_factory=_factory(calls)) == EXIT_FAILED
     assert calls == ["store.open", "store.close"]
     [event] = _events(capsys)
     assert event["event"] == "svc_crashed" and event["error"] == "integer division or modulo by zero"
@@ -156,7 +155,7 @@ def test_keyboard_interrupt_is_not_an_error_of_the_service_it_propagates_after_c
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_service(service_context(settings), "svc", body, store_factory=_factory(calls))
+        run_service(settings, "svc", body, store_factory=_factory(calls))
     assert calls == ["store.open", "store.close"]
 
 
@@ -167,7 +166,7 @@ def test_sigterm_and_sigint_call_the_stop_callback_and_the_handlers_are_restored
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     service = StoppableRun(on_start=lambda: signal.raise_signal(signum))
 
-    service_run = run_service(service_context(settings), "svc", lambda host: host.serve(service.run, stop=service.stop))
+    service_run = run_service(settings, "svc", lambda host: host.serve(service.run, stop=service.stop))
     assert service_run == EXIT_OK
     assert service.stops == 1
     assert {s: signal.getsignal(s) for s in before} == before
@@ -180,7 +179,7 @@ def test_without_a_stop_callback_the_signals_are_left_alone(settings: Settings) 
         host.serve(lambda: seen.append(signal.getsignal(signal.SIGTERM)) and None)
 
     before = signal.getsignal(signal.SIGTERM)
-    assert run_service(service_context(settings), "svc", body) == EXIT_OK
+    assert run_service(settings, "svc", body) == EXIT_OK
     assert seen == [before]
 
 
@@ -201,7 +200,7 @@ def test_readiness_is_the_services_own_and_only_while_it_runs(settings: Settings
         host.serve(lambda: run(host), ready=lambda: says["ready"])
         seen.append(("after", host.ready()))
 
-    assert run_service(service_context(settings), "svc", body) == EXIT_OK
+    assert run_service(settings, "svc", body) == EXIT_OK
     assert seen == [("before", False), ("starting", False), ("subscribed", True), ("stopping", False),
                     ("after", False)]
 
@@ -213,7 +212,7 @@ def test_a_service_without_a_ready_callable_is_ready_while_it_runs(settings: Set
         host.serve(lambda: seen.append(host.ready()) and None)
         seen.append(host.ready())
 
-    run_service(service_context(settings), "svc", body)
+    run_service(settings, "svc", body)
     assert seen == [True, False]
 
 
@@ -232,7 +231,7 @@ def test_the_metrics_endpoint_serves_readiness_during_the_run_and_closes_last(se
         host.serve(lambda: probe("running"))
         probe("after")
 
-    assert run_service(service_context(settings), "svc", body) == EXIT_OK
+    assert run_service(settings, "svc", body) == EXIT_OK
     assert seen == {"before": (200, 503), "running": (200, 200), "after": (200, 503), "closing": (200, 503)}
     assert http_status(f"{base}/healthz") == 0, "the endpoint is closed when the process ends"
 
@@ -241,7 +240,7 @@ def test_a_one_shot_command_serves_no_endpoint(settings: Settings) -> None:
     port = free_port()
     settings = settings.with_overrides(metrics={"port": port, "host": "127.0.0.1"})
     seen: list[int] = []
-    assert run_service(service_context(settings), "svc",
+    assert run_service(settings, "svc",
                        lambda host: seen.append(http_status(f"http://127.0.0.1:{port}/healthz")),
                        metrics_endpoint=False) == EXIT_OK
     assert seen == [0]

@@ -38,7 +38,8 @@ from docstream.tasks.selection import command_line_prompt, command_line_tasks, p
 from docstream.tenants.admission import Capacity
 from docstream.topics import Topics
 from docstream_cli.ops.submit_outcome import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, wait_outcome
-from docstream_ingest.intake import Gradually, IntakeClients, IntakeContext, SubmitResult, submit_paths
+from docstream_ingest.intake import Gradually, IntakeClients, SubmitResult, submit_paths
+from docstream_ingest.main import intake_context
 from docstream_ingest.request import JobRequest
 
 __all__ = ["PromptFlags", "cli_tasks", "intake_clients", "submit_command", "wait_for_job"]
@@ -113,10 +114,7 @@ def intake_clients(settings: Settings, *, client_id: str = "docstream-submit") -
         store.migrate()
         ensure_topics(settings.kafka, Topics(settings.kafka.topic_prefix))
         producer = ReliableProducer(settings.kafka, client_id=client_id)
-        context = IntakeContext(kafka=settings.kafka, ingest=settings.ingest, chunker=settings.chunker,
-                                tasks=settings.tasks, fairness=settings.fairness, reducer=settings.reducer,
-                                object_store=settings.object_store)
-        yield IntakeClients(context, store, producer, AvroSerde(settings.kafka), objects)
+        yield IntakeClients(intake_context(settings), store, producer, AvroSerde(settings.kafka), objects)
     finally:
         store.close()
 
