@@ -21,6 +21,14 @@ Verdicts, checked in this order:
 * ``ok``: everything else, including nearly empty pages (fewer than ``MIN_TEXT_CHARS``
   characters and no page-sized image: nothing to OCR) and a figure with its caption.
 
+A layer that is a known mis-decoding is ``mojibake`` whatever its quality: one with at least
+``REDECODE_MIN_LETTERS`` (6) letters of script-mismatch words (below) in its sample, which
+``docstream_chunker.redecoding.redecode`` reads back in its real encoding (Windows-1251, KOI8-R,
+Windows-1253, UTF-8, ... read as Latin-1) into a text that claims a script and reads at least
+``MOJIBAKE_QUALITY_NO_UNICODE`` (0.7) in it, better than the layer. A page of English names
+beside cp1251 Russian reads 0.5-0.7 as a Latin layer and would otherwise pass as ``ok``. The
+verdict carries the re-decoded text (``PageVerdict.redecoded``) and its script's language.
+
 ``text_quality`` is the share of a page's letter-bearing text that reads as words of the
 expected scripts, from 0 (garbage) to 1. The expected scripts come from the languages
 (Tesseract codes, ``LANGUAGE_SCRIPTS``); ASCII words always count, since names, terms and
@@ -49,6 +57,7 @@ from functools import lru_cache
 from itertools import filterfalse, repeat
 from typing import Literal
 
+from docstream_chunker.redecoding import Redecoding, redecode
 from docstream_chunker.scripts import (
     LANGUAGE_SCRIPTS,
     claimed_language,
@@ -66,6 +75,7 @@ __all__ = [
     "MOJIBAKE_QUALITY_NO_UNICODE",
     "OCR_LAYER_SHARE",
     "QUALITY_SAMPLE_CHARS",
+    "REDECODE_MIN_LETTERS",
     "SCAN_IMAGE_AREA",
     "UNEXPECTED_SCRIPT_WEIGHT",
     "UNMAPPED_SHARE",
@@ -102,6 +112,9 @@ UNEXPECTED_SCRIPT_WEIGHT = 0.75
 """What a word of a real but unexpected script counts, against 1 for an expected one."""
 MISMATCH_MIN_LETTERS = 3
 """Letters from which an all-non-ASCII-Latin token is a script mismatch when Latin is expected."""
+REDECODE_MIN_LETTERS = 6
+"""Letters of all-non-ASCII-Latin words (of ``MISMATCH_MIN_LETTERS`` or more) in the sample from which a layer is
+tried as a mis-decoding (``docstream_chunker.redecoding``): ``âñå îøèáêè`` is ``все ошибки`` in Windows-1251."""
 QUALITY_SAMPLE_CHARS = 400
 """``text_quality`` reads at most this many characters: a longer text is sampled in evenly spaced windows."""
 _SAMPLE_WINDOWS = 4
@@ -165,13 +178,17 @@ class PageVerdict:
         quality: ``text_quality`` of the text in the document's languages and the script it claims.
         reason: why, in words.
         language: the Tesseract language of the script the text claims (``docstream_chunker.scripts.
-            claimed_language``), None when it claims none (no text, garbage).
+            claimed_language``), None when it claims none (no text, garbage); for a layer that is a
+            known mis-decoding, the language its re-decoded text claims.
+        redecoded: the layer read in the encoding it was written in, when it is a known
+            mis-decoding (verdict ``mojibake``); None otherwise.
     """
 
     verdict: Verdict
     quality: float
     reason: str
     language: str | None = None
+    redecoded: Redecoding | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +356,28 @@ def assess_page(facts: PageFacts, *, languages: Sequence[str] = ("eng",)) -> Pag
     if measure.language is not None:
         scripts = scripts | expected_scripts((measure.language,))
     verdict = _verdict(facts, measure, round(measure.quality(scripts), 4))
+    if measure.mismatch >= REDECODE_MIN_LETTERS and verdict.verdict in ("ok", "mojibake"):
+        misdecoded = _misdecoded(facts.text, verdict.quality)
+        if misdecoded is not None:
+            return misdecoded
     return PageVerdict(verdict.verdict, verdict.quality, verdict.reason, measure.language)
+
+
+def _misdecoded(text: str, quality: float) -> PageVerdict | None:
+    """The ``mojibake`` verdict of a layer that is a known mis-decoding whose re-decoded text reads as words of the
+    script it claims, better than the layer did; None when it is not one."""
+    found = redecode(text)
+    if found is None:
+        return None
+    measure = _measure(found.text)
+    if measure.language is None:
+        return None
+    redecoded = round(measure.quality(expected_scripts((measure.language,))), 4)
+    if redecoded < MOJIBAKE_QUALITY_NO_UNICODE or redecoded <= quality:
+        return None
+    reason = (f"the layer is {found.encoding} read as Latin-1 (quality {quality}); re-decoded, it reads "
+              f"{redecoded} in {measure.language}")
+    return PageVerdict("mojibake", quality, reason, measure.language, found)
 
 
 def _verdict(facts: PageFacts, measure: _Measure, quality: float) -> PageVerdict:

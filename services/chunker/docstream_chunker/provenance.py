@@ -11,7 +11,10 @@ Per page, the extraction edge (``docstream_chunker.extraction``) reads the text 
   ``REASONS``). ``force`` keeps the OCR text; ``auto`` keeps it only when it wins in the page's
   own script (``ocr_wins``: ``page_quality.script_quality`` in the language OCR read it in,
   where Latin-looking noise from an Arabic page scores 0), else the text layer stays. A page
-  whose kept text is not usable contributes no text (garbage is never embedded).
+  whose kept text is not usable contributes no text (garbage is never embedded). A layer that
+  is a known mis-decoding (``PageVerdict.redecoded``) keeps its re-decoded text, the document's
+  own characters, where OCR agrees with it (``agrees``: most of its words are in the reading) or
+  OCR did not run; reason ``layer_redecoded``.
 
 A page's ``verdict`` is always its text layer's; ``text_source`` and ``reason`` say which text it
 kept. Then per chunk (``chunk_source``): ``text_source`` is ``ocr`` when any of its pages' text
@@ -24,6 +27,7 @@ when some page held text that its verdict calls garbage, else ``no_text``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +46,7 @@ from docstream_chunker.page_quality import (
 from docstream_chunker.scripts import script_of_language
 
 __all__ = [
+    "AGREEMENT",
     "GARBAGE_VERDICTS",
     "OCR",
     "REASONS",
@@ -54,6 +59,7 @@ __all__ = [
     "Reason",
     "SettledPage",
     "TextSource",
+    "agrees",
     "chunk_source",
     "document_failure",
     "ocr_wins",
@@ -68,11 +74,13 @@ OCR: TextSource = "ocr"
 GARBAGE_VERDICTS: frozenset[str] = frozenset({"unmapped", "mojibake"})
 """Verdicts of a page that holds text, but text that does not read: ``unreadable_text``."""
 Reason = Literal[
-    "text_layer", "ocr_reads_better", "ocr_forced", "ocr_not_better", "ocr_unavailable_for_script",
+    "text_layer", "layer_redecoded", "ocr_reads_better", "ocr_forced", "ocr_not_better", "ocr_unavailable_for_script",
     "ocr_unavailable", "ocr_failed", "ocr_off",
 ]
 REASONS: dict[str, str] = {
     "text_layer": "the text layer is usable: kept, no OCR",
+    "layer_redecoded": "the text layer is a known mis-decoding (Windows-1251 read as Latin-1, ...): kept, read in "
+                       "its real encoding, where OCR agrees with it or did not run",
     "ocr_reads_better": "the text layer is unusable and OCR in the page's script reads better: OCR text kept",
     "ocr_forced": "chunker.ocr.mode = force: OCR text kept",
     "ocr_not_better": "OCR ran but did not read better in the page's script: the text layer kept",
@@ -181,6 +189,21 @@ def ocr_wins(layer_text: str, layer: PageVerdict, reading: OcrReading) -> bool:
     return ours >= MOJIBAKE_QUALITY and ours > script_quality(layer_text, script)
 
 
+_WORD = re.compile(r"[^\W\d_]{3,}")
+AGREEMENT = 0.5
+"""Share of a re-decoded layer's words (of 3 letters or more) found in an OCR reading of the page from which the two
+agree (measured: 0.9 and more for the right encoding, 0 for a wrong code page of the same script)."""
+
+
+def agrees(redecoded: str, reading: str) -> bool:
+    """Whether an OCR reading agrees with a re-decoded layer: ``AGREEMENT`` of the layer's words are in it."""
+    words = set(_WORD.findall(redecoded.casefold()))
+    if not words:
+        return False
+    read = set(_WORD.findall(reading.casefold()))
+    return len(words & read) >= AGREEMENT * len(words)
+
+
 def settle_page(
     number: int,
     mode: OcrMode,
@@ -204,6 +227,10 @@ def settle_page(
         wanted: the language OCR was to read the page in, when it was skipped.
     """
     languages = "+".join(reading.languages) if reading is not None else wanted
+    redecoded = layer.redecoded
+    if redecoded is not None and mode != "force" and (reading is None or agrees(redecoded.text, reading.text)):
+        source = PageSource(number, layer.verdict, TEXT_LAYER, None, reading is not None, "layer_redecoded", languages)
+        return SettledPage(redecoded.text, source)
     if reading is not None and (mode == "force" or ocr_wins(layer_text, layer, reading)):
         kept = reading.text if reading.verdict.verdict in USABLE else ""
         reason: Reason = "ocr_forced" if mode == "force" else "ocr_reads_better"

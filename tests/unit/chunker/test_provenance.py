@@ -14,6 +14,7 @@ from docstream_chunker.provenance import (
     OcrReading,
     PageSource,
     Reason,
+    agrees,
     chunk_source,
     document_failure,
     ocr_wins,
@@ -21,11 +22,14 @@ from docstream_chunker.provenance import (
     time_limit,
     wants_ocr,
 )
+from docstream_chunker.redecoding import Redecoding
 
 OK = PageVerdict("ok", 0.9, "a text layer")
 SCAN = PageVerdict("no_text_layer", 0.0, "no text, images cover the page")
 MOJIBAKE = PageVerdict("mojibake", 0.2, "latin-1 where cyrillic is expected")
 OCR_LAYER = PageVerdict("ok_with_ocr_layer", 0.8, "invisible text over an image")
+RUSSIAN = "Кто нет дом лето ответ перед. Друг а лучше книга сидеть и! Потому мы работать вот можно"
+MISDECODED = PageVerdict("mojibake", 0.3, "cp1251 read as Latin-1", "rus", Redecoding(RUSSIAN, "cp1251"))
 
 
 @pytest.mark.parametrize(
@@ -180,3 +184,38 @@ def test_the_time_limit_grows_per_ocr_page_up_to_its_ceiling() -> None:
     assert time_limit(300.0, 150, 60.0, 3600.0) == 3600.0
     assert time_limit(300.0, 5, 60.0, None) == 600.0
     assert time_limit(300.0, 5, 60.0, 100.0) == 300.0, "a ceiling below the base never shrinks it"
+
+
+def _read(text: str) -> OcrReading:
+    return OcrReading(text, "tesseract", ("rus",), PageVerdict("ok", 1.0, "a text layer", "rus"), "rus", 0.95)
+
+
+def test_a_misdecoded_layer_keeps_its_redecoded_text_where_ocr_agrees() -> None:
+    ocr_text = RUSSIAN.replace("лучше", "лучшe")  # one letter misread
+    settled = settle_page(3, "auto", "Êòî íåò", MISDECODED, _read(ocr_text))
+    assert settled.text == RUSSIAN
+    assert settled.source.reason == "layer_redecoded" and settled.source.text_source == "text_layer"
+    assert settled.source.ocred and settled.source.verdict == "mojibake"
+
+
+def test_a_misdecoded_layer_ocr_disagrees_with_keeps_the_ocr_text() -> None:
+    other = "Зима год старый река эти были? Же писать чтобы потому между так после жизнь"
+    settled = settle_page(3, "auto", "Êòî íåò", MISDECODED, _read(other))
+    assert settled.text == other and settled.source.reason == "ocr_reads_better"
+
+
+@pytest.mark.parametrize("skipped", ["ocr_unavailable_for_script", "ocr_unavailable", "ocr_failed", None])
+def test_a_misdecoded_layer_ocr_could_not_read_keeps_its_redecoded_text(skipped: Reason | None) -> None:
+    settled = settle_page(3, "auto" if skipped else "off", "Êòî íåò", MISDECODED, None, skipped=skipped)
+    assert settled.text == RUSSIAN and settled.source.reason == "layer_redecoded" and not settled.source.ocred
+
+
+def test_force_keeps_the_ocr_text_over_a_redecoded_layer() -> None:
+    settled = settle_page(3, "force", "Êòî íåò", MISDECODED, _read(RUSSIAN))
+    assert settled.source.reason == "ocr_forced"
+
+
+def test_agreement_counts_the_layers_words_found_in_the_reading() -> None:
+    assert agrees("один два три четыре", "Один, два; три пять")
+    assert not agrees("один два три четыре", "один пять шесть семь")
+    assert not agrees("", "один"), "no words: no agreement"

@@ -78,10 +78,13 @@ def test_the_claim_follows_the_letters() -> None:
     assert claimed_language({}, 0) is None
 
 
-def test_garbage_claims_no_script() -> None:
+def test_garbage_claims_no_script_and_a_misdecoding_the_script_it_reads_back_to() -> None:
+    glyph_ids = "ŚƊƉƏƞ ƌƐƒƐƔƌƁ ƊƓƌƕƓƓƔƃƐ ƃƆƙƏƐ ťƃƐƂƐƅƁ ƓƍƐƃƁ Ɗ ƑƆƕƁƔƊ"
+    verdict = assess_page(_layer(glyph_ids), languages=["eng"])
+    assert verdict.verdict == "mojibake" and verdict.language is None
     cp1251 = "Жизнь коротка, искусство вечно. Свобода слова и печати есть основа".encode("cp1251").decode("cp1252")
     verdict = assess_page(_layer(cp1251), languages=["eng"])
-    assert verdict.verdict == "mojibake" and verdict.language is None
+    assert verdict.verdict == "mojibake" and verdict.language == "rus"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,115 @@
+"""OCR in each page's real script, whatever its text layer claims: real Tesseract on layers that lie.
+
+A manual made by an old producer opens with Latin pages, then sets Cyrillic or Greek in fonts
+whose layer says nothing true of the script: glyph ids without a ToUnicode map, or each glyph's
+legacy 8-bit byte (Windows-1251, KOI8-R, Windows-1253) read as Latin-1. Read once per document
+in the script of its first pages, such a document completed as Latin look-alikes of its text
+(``KTO HeT QOM`` for ``Кто нет дом``). Here every page is held as ``tests.fixtures.scripts.
+make_misread_pdf`` makes it, with the text it shows as ground truth, and goes through the
+chunker's real extraction (``extract_pages``, default OCR settings: mode auto, languages
+``eng``; Debian's Tesseract and its language data, ``deploy/install-ocr.sh``).
+
+Measured at 200 dpi (seed below): the re-decoded layers give their source back exactly (CER
+0.0 %); OCR of the pages without a usable layer reads Cyrillic at 0.0 % CER and Greek at 4.5 %
+(FreeSerif's accents). ``CER_BOUNDS``: the fidelity suite's bounds (tests/integration/test_fidelity.py), Greek's
+twice what was measured here.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pymupdf
+import pytest
+
+from docstream.settings import OcrSettings
+from docstream_chunker.extraction import PageOcr, detect_format, extract_pages, open_document
+from docstream_chunker.provenance import PageSource
+from docstream_chunker.text_layout import character_error_rate
+from tests.fixtures.scripts import MisreadPdf, make_misread_pdf, normalise_text, script_paragraphs, script_share
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CER_BOUNDS = {"latin": 0.05, "cyrillic": 0.05, "greek": 0.1}
+"""Worst CER of a page's kept text against the text it shows, per script."""
+
+
+@functools.cache
+def _texts() -> dict[str, str]:
+    return {script: "\n\n".join(script_paragraphs(script, 11, 3)) for script in ("latin", "cyrillic", "greek")}
+
+
+@functools.cache
+def _manual() -> tuple[MisreadPdf, tuple[str, ...]]:
+    """Two Latin pages, then every way a layer lies about Cyrillic and Greek, and a mixed page; each page's script."""
+    t = _texts()
+    mixed = t["latin"][:400] + "\n\n" + t["cyrillic"]
+    pages = [
+        ("layer", t["latin"], "latin"), ("layer", t["latin"], "latin"),
+        ("cp1251", t["cyrillic"], "cyrillic"), ("koi8_r", t["cyrillic"], "cyrillic"),
+        ("cp1253", t["greek"], "greek"), ("unmapped", t["cyrillic"], "cyrillic"),
+        ("scan", t["cyrillic"], "cyrillic"), ("unmapped", t["greek"], "greek"),
+        ("cp1251", mixed, "mixed"), ("layer", t["latin"], "latin"), ("scan", t["greek"], "greek"),
+    ]
+    return make_misread_pdf([(kind, text) for kind, text, _ in pages]), tuple(script for _, _, script in pages)
+
+
+def _extract(data: bytes, settings: OcrSettings) -> tuple[dict[int, str], list[PageSource]]:
+    doc = open_document(data, detect_format(data), max_pages=100)
+    sources: list[PageSource] = []
+    try:
+        texts = {page.number: page.text for page in extract_pages(doc, ocr=PageOcr(settings), sources=sources)}
+    finally:
+        doc.close()
+    return texts, sources
+
+
+@functools.cache
+def _manual_read() -> tuple[dict[int, str], list[PageSource]]:
+    return _extract(_manual()[0].data, OcrSettings())
+
+
+def test_every_page_is_read_in_its_own_script_with_the_cer_per_script_in_bounds() -> None:
+    pdf, scripts = _manual()
+    texts, sources = _manual_read()
+    report = []
+    for source, script, shown in zip(sources, scripts, pdf.page_texts, strict=True):
+        kept = texts.get(source.number, "")
+        cer = character_error_rate(normalise_text(kept), normalise_text(shown))
+        report.append((source.number, script, source.verdict, source.reason, source.ocr_languages, round(cer, 4)))
+        if script == "mixed":
+            assert source.reason == "layer_redecoded" and cer == 0.0, report[-1]
+            continue
+        assert script_share(kept, script) >= 0.98, f"page {source.number} kept another script's letters: {report[-1]}"
+        assert cer <= CER_BOUNDS[script], report[-1]
+    print("\n".join(map(str, report)))
+    reasons = [s.reason for s in sources]
+    assert reasons[2:5] == ["layer_redecoded"] * 3, "a known mis-decoding keeps the document's own characters"
+    assert [s.verdict for s in sources][2:5] == ["mojibake"] * 3
+    assert all(reasons[i] == "ocr_reads_better" for i in (5, 6, 7, 10))
+    assert [s.ocr_languages for s in sources][5:8] == ["rus", "rus", "ell"]
+
+
+def test_a_document_whose_layer_is_mojibake_never_completes_as_latin_noise() -> None:
+    # the whole-corpus check: no page showing Cyrillic or Greek keeps Latin letters in their place
+    _, scripts = _manual()
+    texts, sources = _manual_read()
+    for source, script in zip(sources, scripts, strict=True):
+        kept = texts.get(source.number, "")
+        if script in ("cyrillic", "greek"):
+            assert kept and script_share(kept, "latin") < 0.02, (source, kept[:80])
+
+
+def test_a_page_whose_script_has_no_language_data_is_flagged_not_read_in_latin(tmp_path: Path) -> None:
+    # Tesseract with English and script detection only: the Cyrillic pages cannot be read in their script
+    tessdata = Path(pymupdf.get_tessdata())
+    for name in ("eng.traineddata", "osd.traineddata", "configs", "tessconfigs"):
+        (tmp_path / name).symlink_to(tessdata / name)
+    t = _texts()
+    pdf = make_misread_pdf([("layer", t["latin"]), ("unmapped", t["cyrillic"]), ("scan", t["cyrillic"])])
+    texts, sources = _extract(pdf.data, OcrSettings(tessdata=str(tmp_path)))
+    assert [s.reason for s in sources] == ["text_layer", "ocr_unavailable_for_script", "ocr_unavailable_for_script"]
+    assert [s.ocr_languages for s in sources][1:] == ["rus", "rus"]
+    assert texts[1] and not texts.get(2, "").strip() and not texts.get(3, "").strip(), (
+        "no Latin look-alikes of the Cyrillic pages are kept")
