@@ -92,9 +92,9 @@ class ChunkCreated(Record):
     """Offsets in the document's extracted text where the chunk's pages after page_start begin (page_start + 1, ...:
     one per page break inside the chunk); empty for a one-page chunk and in records written before v4."""
     page_reasons: list[str] = field(default_factory=list)
-    """Why each of the chunk's pages kept the text it kept, page_start to page_end (text_layer, ocr_reads_better,
-    ocr_forced, ocr_not_better, ocr_unavailable_for_script, ocr_unavailable, ocr_failed, ocr_off: docs/chunking.md
-    "Provenance"); empty in records written before v5."""
+    """Why each of the chunk's pages kept the text it kept, page_start to page_end (text_layer, layer_redecoded,
+    ocr_reads_better, ocr_forced, ocr_not_better, ocr_unavailable_for_script, ocr_unavailable, ocr_failed,
+    ocr_off: docs/chunking.md "Provenance"); empty in records written before v5."""
     kind: str = "text"
     """What the chunk holds: text, or table (one part of a table found on a born-digital page, its text the part's
     Markdown: docs/chunking.md "Tables"); text in records written before v6."""

@@ -162,9 +162,9 @@ class ChunkRow:
     """Quality verdict of each of the chunk's pages, page_start to page_end (ok, no_text_layer, unmapped, mojibake,
     ok_with_ocr_layer: docs/chunking.md); empty in records written before v3."""
     page_reasons: tuple[str, ...] = ()
-    """Why each of the chunk's pages kept the text it kept, page_start to page_end (text_layer, ocr_reads_better,
-    ocr_forced, ocr_not_better, ocr_unavailable_for_script, ocr_unavailable, ocr_failed, ocr_off: docs/chunking.md
-    "Provenance"); empty in records written before v5."""
+    """Why each of the chunk's pages kept the text it kept, page_start to page_end (text_layer, layer_redecoded,
+    ocr_reads_better, ocr_forced, ocr_not_better, ocr_unavailable_for_script, ocr_unavailable, ocr_failed,
+    ocr_off: docs/chunking.md "Provenance"); empty in records written before v5."""
     kind: str = "text"
     """What the chunk holds: text, or table (one part of a table found on a born-digital page, its text the part's
     Markdown: docs/chunking.md "Tables"); text in records written before v6."""
