@@ -166,7 +166,7 @@ def _default(field: Mapping[str, Any], type_text: str) -> str | None:
     if value is None or isinstance(value, bool):
         return repr(value)
     if value == []:
-        return "()" if type_text.startswith("tuple[") else "field(default_factory=list)"
+        return "()" if type_text.startswith(("tuple[", "Annotated[tuple[")) else "field(default_factory=list)"
     if value == {}:
         return "field(default_factory=dict)"
     if isinstance(value, str):

@@ -296,6 +296,10 @@ class ChunkerSettings(BaseModel):
         "auto", description="auto: ruled tables on PDF pages that keep their text layer become table chunks "
         "(Markdown text, cells in the record, the header repeated on each part; docs/chunking.md \"Tables\"), "
         "looked for only where two cheap checks see a ruled grid; off: never looked for, tables stay in the text.")
+    furniture: Literal["auto", "off"] = Field(
+        "auto", description="auto: running heads, page numbers and footers (short text repeated at the same place "
+        "on the pages around it) leave the chunk text and are kept in each chunk's page_furniture "
+        "(docs/chunking.md \"Page furniture\"); off: they stay in the text.")
     model_id: str | None = Field(
         None, max_length=200,
         description="The model_id every chunk asks for instead of its submission's (docstream replay --service "

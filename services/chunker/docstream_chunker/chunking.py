@@ -41,10 +41,12 @@ from docstream.tables import TABLES_VERSION, PageTable, TablePart, split_table
 
 __all__ = [
     "CHUNKER_VERSION",
+    "FURNITURE_VERSION",
     "PAGE_SEPARATOR",
     "Chunk",
     "ChunkKind",
     "ChunkingConfig",
+    "Edge",
     "Heading",
     "PageText",
     "TokenCounter",
@@ -54,6 +56,8 @@ __all__ = [
 ]
 
 CHUNKER_VERSION = "1"
+FURNITURE_VERSION = "1"
+"""The rule of ``docstream_chunker.furniture``: changes whenever what it takes out changes."""
 PAGE_SEPARATOR = "\n\n"
 
 # Characters Python's str.split() treats as whitespace but BERT's normalizer does not; they
@@ -82,6 +86,22 @@ class Heading:
 
 
 @dataclass(frozen=True, slots=True)
+class Edge:
+    """A short paragraph in a page's top or bottom band: a running head, a page number or a footer, where it repeats
+    (``docstream_chunker.furniture``).
+
+    Attributes:
+        text: the paragraph as it stands in the page's text.
+        top: in the top band (else the bottom one).
+        y: its top, in points from the top of the page.
+    """
+
+    text: str
+    top: bool
+    y: float
+
+
+@dataclass(frozen=True, slots=True)
 class PageText:
     """One page's extracted text, paragraphs separated by blank lines.
 
@@ -90,12 +110,16 @@ class PageText:
         text: the page's text (its tables' text left out).
         headings: headings that start on this page, by offset.
         tables: the page's tables, each placed by its ``offset`` into ``text``.
+        edges: the text layer's short paragraphs in the page's top and bottom bands, which may be page furniture.
+        furniture: the paragraphs taken out of ``text`` as page furniture (``docstream_chunker.furniture``).
     """
 
     number: int
     text: str
     headings: tuple[Heading, ...] = ()
     tables: tuple[PageTable, ...] = ()
+    edges: tuple[Edge, ...] = ()
+    furniture: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +190,9 @@ def effective_budget(config: ChunkingConfig, counter: TokenCounter) -> int:
     return config.max_tokens if cap is None else max(1, min(config.max_tokens, cap))
 
 
-def chunker_settings(config: ChunkingConfig, counter: TokenCounter, *, tables: bool = False) -> str:
+def chunker_settings(
+    config: ChunkingConfig, counter: TokenCounter, *, tables: bool = False, furniture: bool = False
+) -> str:
     """The canonical settings string that goes into every chunk_id.
 
     Args:
@@ -174,8 +200,12 @@ def chunker_settings(config: ChunkingConfig, counter: TokenCounter, *, tables: b
         counter: the model tokenizer's counter.
         tables: the document has table chunks: ``;tables=v<TABLES_VERSION>`` is added, so its chunk
             ids differ from those its text alone had (documents without tables keep theirs).
+        furniture: page furniture left the document's text: ``;furniture=v<FURNITURE_VERSION>`` is
+            added, for the same reason (documents without furniture keep their ids).
     """
     marker = f";tables=v{TABLES_VERSION}" if tables else ""
+    if furniture:
+        marker += f";furniture=v{FURNITURE_VERSION}"
     return (
         f"chunker=v{CHUNKER_VERSION};max_tokens={config.max_tokens};overlap={config.overlap_tokens};"
         f"budget={effective_budget(config, counter)};tokenizer={counter.name}{marker}"

@@ -45,12 +45,14 @@ from docstream.tables import Box, PageTable
 from docstream_chunker.chunking import (
     Chunk,
     ChunkingConfig,
+    Edge,
     Heading,
     PageText,
     TokenCounter,
     chunk_document,
     chunker_settings,
 )
+from docstream_chunker.furniture import edge_of, strip_furniture
 from docstream_chunker.ocr import OcrEngine, open_engine
 from docstream_chunker.page_quality import (
     MIN_GLYPHS,
@@ -97,6 +99,7 @@ __all__ = [
     "ChunkedDocument",
     "DocumentFormat",
     "FoundTable",
+    "FurnitureMode",
     "OcrPageStarted",
     "PageOcr",
     "TableMode",
@@ -112,6 +115,7 @@ __all__ = [
 _log = get_logger(__name__)
 
 TableMode = Literal["auto", "off"]
+FurnitureMode = Literal["auto", "off"]
 """``chunker.tables``: ``auto`` finds ruled tables on pages that keep their text layer; ``off`` never looks."""
 
 _HEADING_RATIO = 1.25
@@ -606,7 +610,7 @@ def extract_pages(
             continue
         titles = outline.get(number)
         learnt = body.value
-        layer = _page_text(number, blocks, rect.width, titles, body)
+        layer = _page_text(number, blocks, rect, titles, body)
         settled, source = _settle(page, blocks, layer, titles, ocr, check)
         if sources is not None:
             sources.append(source)
@@ -628,7 +632,7 @@ def _with_tables(
     if not found:
         return layer
     body.value = learnt
-    return _page_text(layer.number, blocks, rect.width, titles, body, found)
+    return _page_text(layer.number, blocks, rect, titles, body, found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -969,16 +973,19 @@ def _font_has_unicode(doc: pymupdf.Document, font: tuple[Any, ...]) -> bool:
 def _page_text(
     number: int,
     blocks: Sequence[tuple[Any, ...]],
-    width: float,
+    rect: pymupdf.Rect,
     titles: list[str] | None,
     body: _BodyLineHeight,
     tables: Sequence[FoundTable] = (),
 ) -> PageText:
-    """The page's paragraphs and headings; with ``tables``, their blocks left out and each table placed.
+    """The page's paragraphs, headings and furniture candidates (``furniture.edge_of``); with ``tables``, their
+    blocks left out and each table placed.
 
     A table sits where its first block comes in reading order (the start of the next paragraph).
     """
-    ordered = reading_order([b for b in blocks if b[6] == 0], width)
+    height = rect.height
+    ordered = reading_order([b for b in blocks if b[6] == 0], rect.width)
+    edges: list[Edge] = []
     use_geometry = titles is None
     owners = {block: i for i, table in enumerate(tables) for block in table.blocks}
     if use_geometry:
@@ -997,13 +1004,16 @@ def _page_text(
             continue
         if use_geometry and body.is_heading(block, text):
             headings.append(Heading(offset, " ".join(text.split())))
+        edge = edge_of(text, lines=max(1, block[4].count("\n")), y0=block[1], y1=block[3], height=height)
+        if edge is not None:
+            edges.append(edge)
         paragraphs.append(text)
         offset += len(text) + 2
     page = "\n\n".join(paragraphs)
     for title in titles or ():
         headings.append(Heading(_find(page, title), title))
     found = tuple(replace(t.table, offset=min(placed.get(i, len(page)), len(page))) for i, t in enumerate(tables))
-    return PageText(number, page, tuple(headings), found)
+    return PageText(number, page, tuple(headings), found, tuple(edges))
 
 
 def _find(page: str, title: str) -> int:
@@ -1029,6 +1039,7 @@ def chunk_bytes(
     max_timeout_s: float | None = None,
     on_ocr_page: Callable[[OcrPageStarted], None] | None = None,
     tables: TableMode = "auto",
+    furniture: FurnitureMode = "auto",
 ) -> ChunkedDocument:
     """Open, extract and chunk one document.
 
@@ -1048,6 +1059,9 @@ def chunk_bytes(
         on_ocr_page: told when OCR starts on a page (``OcrPageStarted``; the extraction child tells its parent).
         tables: ``chunker.tables``: ``auto`` makes the ruled tables of pages that keep their text
             layer chunks of their own (docs/chunking.md "Tables"); ``off`` leaves them in the text.
+        furniture: ``chunker.furniture``: ``auto`` takes running heads, page numbers and footers out
+            of the text (``docstream_chunker.furniture``) and records them on the chunks of their
+            pages; ``off`` leaves them in.
 
     Raises:
         DocumentError: see the module docstring; ``no_text`` when no page holds a word,
@@ -1069,8 +1083,18 @@ def chunk_bytes(
             raise DocumentError(f"extraction took longer than {limit:g} s ({ocred} pages OCRed)", code="timeout")
 
     pages: list[PageSource] = []
+    taken: dict[int, tuple[str, ...]] = {}
+
+    def noted(stream: Iterable[PageText]) -> Iterator[PageText]:
+        for page in stream:
+            if page.furniture:
+                taken[page.number] = page.furniture
+            yield page
+
     try:
         extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page, tables=tables)
+        if furniture == "auto":
+            extracted = noted(strip_furniture(extracted))
         chunks = chunk_document(extracted, config, counter)
         page_count = doc.page_count
     finally:
@@ -1085,8 +1109,9 @@ def chunk_bytes(
     return ChunkedDocument(
         page_count=page_count,
         media_type=fmt.media_type,
-        chunker_settings=chunker_settings(config, counter, tables=any(c.kind == "table" for c in chunks)),
+        chunker_settings=chunker_settings(config, counter, tables=any(c.kind == "table" for c in chunks),
+                                          furniture=bool(taken)),
         chunks=tuple(chunks),
-        chunk_sources=tuple(chunk_source(c.page_start, c.page_end, by_number) for c in chunks),
+        chunk_sources=tuple(chunk_source(c.page_start, c.page_end, by_number, taken) for c in chunks),
         sources=DocumentSources.of(pages),
     )

@@ -165,6 +165,7 @@ class ChunkSource:
     ocr_engine: str | None
     page_verdicts: tuple[Verdict, ...]
     page_reasons: tuple[Reason, ...] = ()
+    page_furniture: tuple[str, ...] = ()
 
 
 def wants_ocr(mode: OcrMode, verdict: PageVerdict) -> bool:
@@ -247,8 +248,12 @@ def settle_page(
     return SettledPage(kept, source)
 
 
-def chunk_source(page_start: int, page_end: int, pages: Mapping[int, PageSource]) -> ChunkSource:
-    """The provenance of a chunk spanning pages ``page_start``..``page_end`` (1-based, inclusive)."""
+def chunk_source(
+    page_start: int, page_end: int, pages: Mapping[int, PageSource],
+    furniture: Mapping[int, Sequence[str]] | None = None,
+) -> ChunkSource:
+    """The provenance of a chunk spanning pages ``page_start``..``page_end`` (1-based, inclusive); with
+    ``furniture`` (per page, what left its text as page furniture), the furniture of its pages, each once, in order."""
     spanned = [pages[n] for n in range(page_start, page_end + 1) if n in pages]
     ocred = [p for p in spanned if p.text_source == OCR]
     return ChunkSource(
@@ -256,6 +261,9 @@ def chunk_source(page_start: int, page_end: int, pages: Mapping[int, PageSource]
         ocr_engine=ocred[0].ocr_engine if ocred else None,
         page_verdicts=tuple(p.verdict for p in spanned),
         page_reasons=tuple(p.reason for p in spanned),
+        page_furniture=tuple(dict.fromkeys(
+            text for n in range(page_start, page_end + 1) for text in (furniture or {}).get(n, ())
+        )),
     )
 
 

@@ -156,6 +156,7 @@ class DocumentProcessor:
             max_timeout_s=max(0.0, self._chunker.max_timeout_s - fetched),
             on_ocr_page=on_ocr_page,
             tables=self._chunker.tables,
+            furniture=self._chunker.furniture,
         )
 
     def _fetch(self, source_uri: str) -> bytes:

@@ -24,8 +24,8 @@ class _Extractor:
         return ChunkedDocument(
             page_count=3, media_type="application/pdf", chunker_settings="cs",
             chunks=(Chunk(0, "first", 1, 2, 0, 5, 1), Chunk(1, "second", 3, 3, 7, 13, 1)),
-            chunk_sources=(ChunkSource("text_layer", None, ("ok", "ok")), ChunkSource("ocr", "tesseract",
-                                                                                      ("ok",))),
+            chunk_sources=(ChunkSource("text_layer", None, ("ok", "ok"), page_furniture=("Chapter 1, page 1", "2")),
+                           ChunkSource("ocr", "tesseract", ("ok",))),
             sources=DocumentSources({"ok": 3}, {"ocr": 1, "text_layer": 2}, ocr_pages=1),
         )
 
@@ -46,6 +46,7 @@ def test_chunks_and_the_document_record_where_their_text_came_from(tmp_path: Pat
     assert all(isinstance(c, ChunkCreated) for c in chunks)
     assert [(c.text_source, c.ocr_engine, c.page_verdicts) for c in chunks] == [  # type: ignore[union-attr]
         ("text_layer", None, ["ok", "ok"]), ("ocr", "tesseract", ["ok"])]
+    assert [c.page_furniture for c in chunks] == [["Chapter 1, page 1", "2"], []]  # type: ignore[union-attr]
     row = store.get_document("doc-1")
     assert row is not None and row.pages_by_verdict == {"ok": 3}
     assert row.pages_by_source == {"ocr": 1, "text_layer": 2}

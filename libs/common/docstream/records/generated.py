@@ -110,6 +110,10 @@ class ChunkCreated(Record):
     priority: str = "batch"
     """From DocumentSubmitted: the job's lane (interactive or batch); the chunk travels on that lane's topic. batch
     in records written before v9."""
+    page_furniture: list[str] = field(default_factory=list)
+    """Running heads, page numbers and footers of the chunk's pages that left its text (chunker.furniture auto: short
+    text repeated at the same place on the pages around; docs/chunking.md "Page furniture"), each once, in page
+    order; empty with furniture off and in records written before v10."""
 
     @property
     def key(self) -> str:

@@ -16,12 +16,13 @@ from typing import Protocol, runtime_checkable
 
 from docstream.records import DocumentStatus, JobOptions, JobState
 from docstream.store.generated import ChunkRow, DocumentResultRow, DocumentRow
-from docstream.store.layout import FLOAT32, DocState
+from docstream.store.layout import FLOAT32, TEXTS, DocState
 from docstream.tenants.admission import Slot, TenantLoad
 from docstream.tenants.usage import Usage
 
 __all__ = [
     "FLOAT32",
+    "TEXTS",
     "ApiKeyRow",
     "ApiKeysStore",
     "ChunkRow",

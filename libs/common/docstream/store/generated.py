@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Annotated
 
 from docstream.records import ChunkStatus, DocumentStatus
-from docstream.store.layout import FLOAT32, DocState
+from docstream.store.layout import FLOAT32, TEXTS, DocState
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 
@@ -171,6 +171,10 @@ class ChunkRow:
     table_part: TablePart | None = None
     """The table part of a ``table`` chunk (``ChunkCreated.table``, typed): page, bbox, caption, header, cells; None
     for a text chunk."""
+    page_furniture: Annotated[tuple[str, ...], TEXTS] = ()
+    """Running heads, page numbers and footers of the chunk's pages that left its text (chunker.furniture auto: short
+    text repeated at the same place on the pages around; docs/chunking.md "Page furniture"), each once, in page
+    order; empty with furniture off and in records written before v10."""
     task: str = "embed"
     """The task that made the result: embed, classify, entities or a user task; embed in records written before v5."""
     label_scores: Annotated[dict[str, float], FLOAT32] = field(default_factory=dict)

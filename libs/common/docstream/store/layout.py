@@ -22,6 +22,7 @@ __all__ = [
     "FLOAT32",
     "REQUIRED",
     "ROW_SPECS",
+    "TEXTS",
     "TYPE_IMPORTS",
     "DocState",
     "RowField",
@@ -34,6 +35,11 @@ __all__ = [
 FLOAT32: Final = "float32"
 """Marks a row field whose numbers every backend keeps as float32 (``Annotated[dict[str, float], FLOAT32]``:
 what a Cassandra ``float`` holds), so both backends read back the same values (``docstream.store.rows``)."""
+
+TEXTS: Final = "texts"
+"""Marks a row field that is a list of free texts (``Annotated[tuple[str, ...], TEXTS]``), which may hold commas:
+stored as a list (Cassandra ``list<text>``, SQLite JSON), not comma-separated like the lists of words
+(``docstream.store.rows``)."""
 
 DocState = Literal["submitted", "chunking", "chunked", "completed", "partial", "failed", "skipped"]
 """Where a document is (documents and job_documents rows)."""
@@ -245,6 +251,7 @@ CHUNK_ROW = RowSpec(
         Stored("label_scores", type="Annotated[dict[str, float], FLOAT32]"),
         Stored("mentions", type="tuple[Mention, ...]",
                doc="entities: the chunk's mentions, in document offsets (a mention's ``cut`` is not stored)."),
+        Stored("page_furniture", type="Annotated[tuple[str, ...], TEXTS]"),
     ),
     order=("doc_id", "model_id", "chunk_index", "chunk_id", "job_id", "text", "page_start", "page_end", "char_start",
            "char_end", "token_count", "embedding", "status", "error_code"),
@@ -328,7 +335,7 @@ ROW_SPECS: tuple[RowSpec, ...] = (DOCUMENT_ROW, DOCUMENT_RESULT_ROW, CHUNK_ROW)
 
 TYPE_IMPORTS: Mapping[str, tuple[str, ...]] = {
     "docstream.records": ("ChunkStatus", "DocumentStatus", "JobState"),
-    "docstream.store.layout": ("FLOAT32", "DocState"),
+    "docstream.store.layout": ("FLOAT32", "TEXTS", "DocState"),
     "docstream.tables": ("TablePart",),
     "docstream.tasks.base": ("EntitySummary", "Mention"),
 }

@@ -52,6 +52,7 @@ from docstream.store.base import (
     TaskTally,
 )
 from docstream.store.codec import decode_embedding, encode_embedding, float32_values
+from docstream.store.layout import TEXTS
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.tenants.usage import Usage
@@ -239,6 +240,10 @@ def _mention_values(mentions: Sequence[Mention]) -> list[tuple[Any, ...]]:
     return [(m.text, m.label, m.start, m.end, m.page, score) for m, score in zip(listed, scores, strict=True)]
 
 
+def _texts(value: Any) -> tuple[str, ...]:
+    return tuple(str(text) for text in value) if isinstance(value, list) else ()
+
+
 def _mentions(value: Any) -> tuple[Mention, ...]:
     return tuple(Mention(str(v[0]), str(v[1]), int(v[2]), int(v[3]), int(v[4]), float(v[5])) for v in value or ())
 
@@ -315,6 +320,8 @@ _COUNTS = ColumnType("count map", lambda value, encoding: encoding.counts(value)
                      lambda value, encoding: encoding.read_counts(value))
 _WORDS = ColumnType("comma-separated words", lambda value, encoding: ",".join(value),
                     lambda value, encoding: tuple(value.split(",")) if value else ())
+_TEXTS = ColumnType("list of texts", lambda value, encoding: encoding.structure(list(value)),
+                    lambda value, encoding: _texts(encoding.read_structure(value)))
 _EMBEDDING = ColumnType("float32 blob", lambda value, encoding: encode_embedding(value),
                         lambda value, encoding: decode_embedding(value), reads_null=True)
 _SCORES = ColumnType("score map", lambda value, encoding: encoding.structure(dict(value)),
@@ -345,6 +352,7 @@ _TYPES: dict[Any, ColumnType] = {
     Annotated[dict[str, float], FLOAT32]: _FLOAT32_SCORES,
     list[float]: _EMBEDDING,
     tuple[str, ...]: _WORDS,
+    Annotated[tuple[str, ...], TEXTS]: _TEXTS,
     tuple[int, ...]: _INTS,
     tuple[Mention, ...]: _MENTIONS,
     tuple[EntitySummary, ...]: _ENTITIES,

@@ -101,6 +101,7 @@ CHUNK = ChunkRow(
     heading="Introduction", status="failed", error_code="model_error", text_source="ocr", ocr_engine="tesseract",
     page_verdicts=("no_text_layer", "ok"),
     page_reasons=("ocr_reads_better", "text_layer"),
+    page_furniture=("Chapter 2: Fields, rows and columns 3", "17"),
 )
 TABLE_CHUNK = replace(
     CHUNK, kind="table", text="| Name | Город |\n|---|---|\n| a | b |",
@@ -187,6 +188,8 @@ def test_values_land_in_their_named_columns_and_read_back(mapper: Mapper, encodi
             assert value == encoding.counts(expected)
         elif name in ("page_verdicts", "page_reasons"):
             assert value == ",".join(expected)
+        elif name == "page_furniture":  # free texts, commas and all: a JSON list
+            assert value == encoding.structure(list(expected))
         elif name in ("label_scores", "top_chunks", "mentions", "entities", "tasks"):
             continue  # a task's structures: their round trip is below
         elif name in ("top_label", "output"):

@@ -16,7 +16,7 @@ from docstream.store import ResultStore, SqliteStore, open_store
 
 _VERSIONS = ["001_init", "003_api_keys", "004_result_runtime", "005_usage", "006_provenance", "007_task_results",
              "008_page_reasons", "009_chunk_tables", "010_chat_tokens", "011_sources", "012_admission",
-             "013_queue_throughput", "014_generations"]
+             "013_queue_throughput", "014_generations", "015_page_furniture"]
 
 
 def test_migrations_are_applied_once(tmp_path: Path) -> None:
