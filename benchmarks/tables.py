@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     banner = cpu_banner()
     print(banner.splitlines()[0], flush=True)
-    variants: dict[str, dict[str, bool]] = {"shipped (both checks, then the lines finder)": {},
+    variants: dict[str, dict[str, bool]] = {"shipped (both checks, then the lines finder or the layout model)": {},
                                             "ungated (the lines finder on every page)": {"gated": False}}
     if args.layout:
         variants["layout model (pymupdf_layout gates the finder)"] = {"gated": False, "layout": True}

@@ -2,7 +2,8 @@
 
 The documents (tests.fixtures.tables, drawn by PyMuPDF, cells known) run through the whole pipeline
 on the embedded stack with the default settings (``chunker.tables`` ``auto``): a short table with
-a caption between two paragraphs, a long one split into several chunks, a Cyrillic one. The
+a caption between two paragraphs, a long one split into several chunks, a Cyrillic one, and two
+without a vertical rule: booktabs (three horizontal rules) and shaded rows. The
 results file (``--out ... --chunks``, what ``docstream results --chunks`` writes) holds each table
 chunk's ``kind``, its Markdown text with the header row, and its cells with spans, page and bbox;
 ``docstream results <job> --chunks`` shows the same.
@@ -47,7 +48,10 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     longer = make_table_pdf([long_table(rows=41)])
     cyrillic = TableSpec(table_rows(3, 5, 3, script="cyrillic"), caption="Таблица 2: Города", script="cyrillic")
     russian = make_table_pdf([cyrillic], seed=3)
-    for name, pdf in (("mixed.pdf", mixed), ("long.pdf", longer), ("cyrillic.pdf", russian)):
+    booktabs = make_table_pdf([TableSpec(table_rows(5, 6, 4), caption="Table 3: Booktabs", style="rules")], seed=5)
+    shaded = make_table_pdf([TableSpec(table_rows(6, 5, 3), caption="Table 4: Shaded rows", style="shaded")], seed=6)
+    for name, pdf in (("mixed.pdf", mixed), ("long.pdf", longer), ("cyrillic.pdf", russian),
+                      ("booktabs.pdf", booktabs), ("shaded.pdf", shaded)):
         (inputs / name).write_bytes(pdf.data)
     out = tmp_path / "results.jsonl"
 
@@ -89,6 +93,14 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     assert russian_table["text"].startswith("Таблица 2: Города\n\n| Название | Город | Число |\n")
     assert _cells(russian_table["table"]) == {(c.row, c.col, c.row_span, c.col_span, c.text)
                                               for c in russian.tables[0].cells}
+
+    for name, pdf in (("booktabs.pdf", booktabs), ("shaded.pdf", shaded)):
+        (unruled,) = [c for c in _chunks(records, name) if c["kind"] == "table"]
+        header = pdf.tables[0].spec.rows[0]
+        assert unruled["text"].startswith(f"{pdf.tables[0].caption}\n\n| {' | '.join(header)} |\n|---|"), name
+        assert unruled["table"]["header"] == list(header)
+        assert unruled["table"]["caption"] == pdf.tables[0].caption
+        assert _cells(unruled["table"]) == {(c.row, c.col, c.row_span, c.col_span, c.text) for c in pdf.tables[0].cells}
 
     exported = subprocess.run(
         [DOCSTREAM, "results", table["job_id"], "--chunks", "--state-dir", str(tmp_path / "state")],

@@ -293,9 +293,10 @@ class ChunkerSettings(BaseModel):
         "librdkafka allows at most 24 h.")
     ocr: OcrSettings = Field(default_factory=OcrSettings, description="OCR.")  # type: ignore[arg-type]
     tables: Literal["auto", "off"] = Field(
-        "auto", description="auto: ruled tables on PDF pages that keep their text layer become table chunks "
-        "(Markdown text, cells in the record, the header repeated on each part; docs/chunking.md \"Tables\"), "
-        "looked for only where two cheap checks see a ruled grid; off: never looked for, tables stay in the text.")
+        "auto", description="auto: tables on PDF pages that keep their text layer (a ruled grid, booktabs' three "
+        "rules, or shaded rows) become table chunks (Markdown text, cells in the record, the header repeated on "
+        "each part; docs/chunking.md \"Tables\"), looked for only where two cheap checks see rules; off: never "
+        "looked for, tables stay in the text.")
     furniture: Literal["auto", "off"] = Field(
         "auto", description="auto: running heads, page numbers and footers (short text repeated at the same place "
         "on the pages around it) leave the chunk text and are kept in each chunk's page_furniture "

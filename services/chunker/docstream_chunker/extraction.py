@@ -87,6 +87,7 @@ from docstream_chunker.table_detection import (
     inside,
     looks_tabular,
     ruled_grid,
+    ruled_rows,
 )
 from docstream_chunker.text_layout import reading_order, without_nul
 
@@ -657,15 +658,17 @@ def find_page_tables(
     gated: bool = True,
     layout: bool = False,
 ) -> list[FoundTable]:
-    """Ruled tables on a PDF page, with their cells, spans and caption (``docstream.tables``).
+    """Tables on a PDF page, with their cells, spans and caption (``docstream.tables``).
 
     Three steps, each only when the one before says a table may be there: ``tables.looks_tabular``
-    on the text blocks extraction already has (free); ``tables.ruled_grid`` on the lines and
-    rectangles its content streams draw (a scan of the streams, ~0.1 ms); then PyMuPDF's finder,
-    ``page.find_tables()`` with its ``lines`` strategy (20-190 ms a page), without the layout model
-    PyMuPDF 2 consults first when ``pymupdf_layout`` is installed (ten times that; it finds unruled
-    tables too, but a page needs it run to know: docs/chunking.md "Tables"). A table keeps at least
-    two rows, two columns and two cells with text. Other formats than PDF are not looked at.
+    on the text blocks extraction already has (free); then the lines and rectangles its content
+    streams draw (a scan of the streams, ~0.1 ms): where ``tables.ruled_grid`` sees rules both ways,
+    PyMuPDF's finder, ``page.find_tables()`` with its ``lines`` strategy (20-190 ms a page), without
+    the layout model PyMuPDF 2 consults first when ``pymupdf_layout`` is installed; where only
+    ``tables.ruled_rows`` sees rules of one width at three heights (booktabs) or row-high bands
+    (shaded rows), the finder with that layout model (~0.2-0.5 s a page: docs/chunking.md "Tables"),
+    since the ``lines`` strategy needs rules both ways. A table keeps at least two rows, two columns
+    and two cells with text. Other formats than PDF are not looked at.
 
     Args:
         page: a loaded page.
@@ -673,7 +676,8 @@ def find_page_tables(
         blocks: its ``get_text("blocks")``.
         height: its height (None: read from the page).
         gated: False: run the finder whatever the two checks say (the benchmark measures what they miss).
-        layout: let PyMuPDF's layout model gate and complete the finder (the benchmark's comparison).
+        layout: let PyMuPDF's layout model gate and complete the finder on every page the first check
+            passes (the benchmark's comparison).
 
     Returns:
         The tables, in the finder's order; empty when there are none or the page is damaged (logged).
@@ -684,8 +688,12 @@ def find_page_tables(
     if not page.parent.is_pdf:
         return []
     try:
-        if gated and not ruled_grid(_drawn_paths(page)):
-            return []
+        if gated and not layout:
+            paths = list(_drawn_paths(page))
+            if not ruled_grid(paths):
+                if not ruled_rows(paths):
+                    return []
+                layout = True
         finder = page.find_tables(**_finder_options(layout))
         if finder is None or not finder.tables:
             return []

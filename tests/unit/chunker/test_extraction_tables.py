@@ -13,6 +13,7 @@ from docstream.settings import OcrSettings
 from docstream.tables import TableCell
 from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes, extract_pages, find_page_tables
+from docstream_chunker.table_detection import ruled_rows
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.tables import KnownTable, TableSpec, long_table, make_mixed_pdf, make_table_pdf, table_rows
 from tests.unit.chunker.test_extraction_ocr import FakeEngine, Opener
@@ -104,9 +105,26 @@ def test_a_long_table_is_split_by_whole_rows_each_part_with_the_header(counter: 
     assert _found_cells(result, 1) == _cells(pdf.tables[0])
 
 
-@pytest.mark.parametrize("style", ["rules", "shaded", "plain"])
-def test_tables_without_a_ruled_grid_stay_in_the_text(style: str, counter: ModelTokenCounter) -> None:
-    spec = TableSpec(table_rows(5, 5, 3), caption="Table 4: Unruled", style=style)
+@pytest.mark.parametrize(("style", "script"), [("rules", "latin"), ("rules", "cyrillic"), ("shaded", "latin"),
+                                              ("shaded", "japanese")])
+def test_booktabs_and_shaded_tables_are_tables_with_their_header_caption_and_known_cells(
+    style: str, script: str, counter: ModelTokenCounter,
+) -> None:
+    # no vertical rule: booktabs' three horizontal rules, or row-high shading; PyMuPDF's layout model reads them
+    caption = {"latin": "Table 4: Unruled", "cyrillic": "Таблица 4: Без линий", "japanese": "表4: 罫線なし"}[script]
+    spec = TableSpec(table_rows(5, 5, 3, script=script), caption=caption, style=style, script=script)
+    pdf = make_table_pdf([spec])
+    result = _chunk(pdf.data, counter)
+    (chunk,) = [c for c in result.chunks if c.kind == "table"]
+    assert chunk.table is not None and chunk.table.caption == caption
+    assert chunk.table.header == spec.rows[0]
+    assert set(chunk.table.cells) == _cells(pdf.tables[0])
+    assert chunk.text.split("\n")[2] == "| " + " | ".join(spec.rows[0]) + " |"
+    assert spec.rows[2][1] not in " ".join(c.text for c in result.chunks if c.kind == "text"), "it left the text"
+
+
+def test_columns_with_nothing_drawn_stay_in_the_text(counter: ModelTokenCounter) -> None:
+    spec = TableSpec(table_rows(5, 5, 3), caption="Table 5: Plain columns", style="plain")
     result = _chunk(make_table_pdf([spec]).data, counter)
     assert {c.kind for c in result.chunks} == {"text"}
     assert spec.rows[2][1] in " ".join(c.text for c in result.chunks)
@@ -145,6 +163,17 @@ def test_the_page_text_leaves_the_table_out_and_places_it(counter: ModelTokenCou
     (table,) = page.tables
     assert table.offset == page.text.index("\n\n") + 2, "between the paragraph above and the one below"
     assert (table.rows, table.columns, table.caption) == (4, 3, "Table 5: Placed")
+
+
+def test_rules_of_one_width_at_three_heights_or_two_bands_ask_for_the_layout_model() -> None:
+    rule = lambda y, x0=72.0, x1=400.0: ("l", (x0, y, x1, y))  # noqa: E731
+    assert ruled_rows([rule(100), rule(120), rule(300)]), "booktabs: top, middle and bottom rules"
+    assert not ruled_rows([rule(100), rule(300)]), "two rules frame a listing, not a table"
+    assert not ruled_rows([rule(100), rule(120, 72, 300), rule(300, 100, 400)]), "three rules of three widths"
+    assert not ruled_rows([rule(100, 72, 120), rule(120, 72, 120), rule(140, 72, 120)]), "underlines"
+    assert ruled_rows([("re", (72, 100, 400, 114)), ("re", (72, 128, 400, 142))]), "shaded rows"
+    assert not ruled_rows([("re", (72, 100, 400, 114))]), "one band: a highlighted line"
+    assert not ruled_rows([("re", (72, 100, 400, 300)), ("re", (72, 400, 400, 600))]), "boxes, not rows"
 
 
 def test_the_finder_runs_only_where_both_checks_see_a_grid() -> None:
