@@ -294,9 +294,10 @@ class ChunkerSettings(BaseModel):
     ocr: OcrSettings = Field(default_factory=OcrSettings, description="OCR.")  # type: ignore[arg-type]
     tables: Literal["auto", "off"] = Field(
         "auto", description="auto: tables on PDF pages that keep their text layer (a ruled grid, booktabs' three "
-        "rules, or shaded rows) become table chunks (Markdown text, cells in the record, the header repeated on "
-        "each part; docs/chunking.md \"Tables\"), looked for only where two cheap checks see rules; off: never "
-        "looked for, tables stay in the text.")
+        "rules, or shaded rows), looked for only where two cheap checks see rules, and the tables of HTML and "
+        "EPUB documents, read from their markup, become table chunks (Markdown text, cells in the record, the "
+        "header repeated on each part; docs/chunking.md \"Tables\"); off: never looked for, tables stay in the "
+        "text.")
     furniture: Literal["auto", "off"] = Field(
         "auto", description="auto: running heads, page numbers and footers (short text repeated at the same place "
         "on the pages around it) leave the chunk text and are kept in each chunk's page_furniture "

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import io
 import statistics
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
@@ -53,6 +55,7 @@ from docstream_chunker.chunking import (
     chunker_settings,
 )
 from docstream_chunker.furniture import edge_of, strip_furniture
+from docstream_chunker.markup_tables import MarkupTable, marker_index, take_tables
 from docstream_chunker.ocr import OcrEngine, open_engine
 from docstream_chunker.page_quality import (
     MIN_GLYPHS,
@@ -116,6 +119,13 @@ __all__ = [
 _log = get_logger(__name__)
 
 TableMode = Literal["auto", "off"]
+_MARKUP_TYPES = frozenset({"html", "xhtml"})
+"""Formats whose tables are read from their markup (``docstream_chunker.markup_tables``), with EPUB's files."""
+_MAX_INFLATED = 256 << 20
+"""Most bytes an EPUB's files may hold for its tables to be read from them (it is read whole, in memory)."""
+_MAX_INFLATION = 40
+"""Most times its own size an EPUB's files may hold for its tables to be read (a zip bomb is left to MuPDF's own
+bounds)."""
 FurnitureMode = Literal["auto", "off"]
 """``chunker.tables``: ``auto`` finds ruled tables on pages that keep their text layer; ``off`` never looks."""
 
@@ -566,6 +576,7 @@ def extract_pages(
     sources: list[PageSource] | None = None,
     on_ocr_page: Callable[[OcrPageStarted], None] | None = None,
     tables: TableMode = "auto",
+    markup_tables: Sequence[MarkupTable] = (),
 ) -> Iterator[PageText]:
     """Pages of text in reading order, with headings, one page in memory at a time.
 
@@ -583,6 +594,8 @@ def extract_pages(
         sources: when given, each page's provenance is appended to it.
         on_ocr_page: told when OCR starts on a page (``OcrPageStarted``).
         tables: ``chunker.tables``.
+        markup_tables: an HTML document's tables read from its markup (``markup_tables.take_tables``),
+            each placed where its marker paragraph comes.
 
     Raises:
         DocumentError: whatever ``check`` raises (``timeout``).
@@ -611,7 +624,7 @@ def extract_pages(
             continue
         titles = outline.get(number)
         learnt = body.value
-        layer = _page_text(number, blocks, rect, titles, body)
+        layer = _page_text(number, blocks, rect, titles, body, markup=markup_tables)
         settled, source = _settle(page, blocks, layer, titles, ocr, check)
         if sources is not None:
             sources.append(source)
@@ -985,6 +998,8 @@ def _page_text(
     titles: list[str] | None,
     body: _BodyLineHeight,
     tables: Sequence[FoundTable] = (),
+    *,
+    markup: Sequence[MarkupTable] = (),
 ) -> PageText:
     """The page's paragraphs, headings and furniture candidates (``furniture.edge_of``); with ``tables``, their
     blocks left out and each table placed.
@@ -1001,6 +1016,7 @@ def _page_text(
     placed: dict[int, int] = {}
     paragraphs: list[str] = []
     headings: list[Heading] = []
+    from_markup: list[PageTable] = []
     offset = 0
     for block in ordered:
         owner = owners.get(block[5])
@@ -1009,6 +1025,12 @@ def _page_text(
             continue
         text = block[4].replace("\n", " ").strip()
         if not text:
+            continue
+        index = marker_index(text) if markup else None
+        if index is not None and index < len(markup):
+            table = markup[index]
+            from_markup.append(PageTable(number, tuple(block[:4]), table.rows, table.columns, table.cells,
+                                         table.caption, offset))
             continue
         if use_geometry and body.is_heading(block, text):
             headings.append(Heading(offset, " ".join(text.split())))
@@ -1021,6 +1043,7 @@ def _page_text(
     for title in titles or ():
         headings.append(Heading(_find(page, title), title))
     found = tuple(replace(t.table, offset=min(placed.get(i, len(page)), len(page))) for i, t in enumerate(tables))
+    found += tuple(replace(t, offset=min(t.offset, len(page))) for t in from_markup)
     return PageText(number, page, tuple(headings), found, tuple(edges))
 
 
@@ -1029,6 +1052,38 @@ def _find(page: str, title: str) -> int:
     if found < 0:
         found = page.lower().find(title.lower())
     return max(found, 0)
+
+
+def _markup_tables(data: bytes, fmt: DocumentFormat) -> tuple[bytes, list[MarkupTable]]:
+    """An HTML or EPUB document with its tables taken out of its markup (``markup_tables.take_tables``), and the
+    tables; other formats, and an EPUB that is no readable zip or would inflate past ``_MAX_INFLATED``, as they are.
+
+    Bytes outside the tables are kept as they were (decoded as UTF-8 with ``surrogateescape``, whatever the
+    document's own charset), so MuPDF lays out the same document less its tables.
+    """
+    if fmt.filetype in _MARKUP_TYPES:
+        html, taken = take_tables(data.decode("utf-8", "surrogateescape"))
+        return (html.encode("utf-8", "surrogateescape"), taken) if taken else (data, [])
+    if fmt.filetype != "epub":
+        return data, []
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as package:
+            members = package.infolist()
+            if sum(m.file_size for m in members) > min(_MAX_INFLATED, _MAX_INFLATION * len(data)):
+                return data, []
+            found: list[MarkupTable] = []
+            out = io.BytesIO()
+            with zipfile.ZipFile(out, "w") as rewritten:
+                for member in members:
+                    content = package.read(member)
+                    if member.filename.lower().endswith((".xhtml", ".html", ".htm")) and b"<table" in content:
+                        html, tables = take_tables(content.decode("utf-8", "surrogateescape"), first=len(found))
+                        content = html.encode("utf-8", "surrogateescape")
+                        found.extend(tables)
+                    rewritten.writestr(member, content, compress_type=member.compress_type)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, NotImplementedError, EOFError):
+        return data, []  # MuPDF says what is wrong with it
+    return (out.getvalue(), found) if found else (data, [])
 
 
 def chunk_bytes(
@@ -1080,6 +1135,9 @@ def chunk_bytes(
     if len(data) > max_bytes:
         raise DocumentError(f"the document is larger than {max_bytes} bytes", code="too_large")
     fmt = detect_format(data, filename=filename, media_type=media_type)
+    markup: list[MarkupTable] = []
+    if tables == "auto":
+        data, markup = _markup_tables(data, fmt)
     doc = open_document(data, fmt, max_pages=max_pages)
 
     def check() -> None:
@@ -1100,7 +1158,8 @@ def chunk_bytes(
             yield page
 
     try:
-        extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page, tables=tables)
+        extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page, tables=tables,
+                                  markup_tables=markup)
         if furniture == "auto":
             extracted = noted(strip_furniture(extracted))
         chunks = chunk_document(extracted, config, counter)

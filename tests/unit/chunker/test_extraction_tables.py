@@ -14,7 +14,7 @@ from docstream.tables import TableCell
 from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes, extract_pages, find_page_tables
 from docstream_chunker.table_detection import ruled_rows
-from tests.fixtures.documents import make_pdf
+from tests.fixtures.documents import make_epub, make_pdf
 from tests.fixtures.tables import KnownTable, TableSpec, long_table, make_mixed_pdf, make_table_pdf, table_rows
 from tests.unit.chunker.test_extraction_ocr import FakeEngine, Opener
 
@@ -189,3 +189,43 @@ def test_the_finder_runs_only_where_both_checks_see_a_grid() -> None:
         page = doc[0]
         found = find_page_tables(page, 1, page.get_text("blocks", sort=True, flags=flags))
         assert [(t.table.rows, t.table.columns) for t in found] == [(4, 3)]
+
+
+MARKUP_TABLE = (
+    "<table><caption>Table 6: Regions</caption>"
+    "<tr><th>Name</th><th colspan='2'>Region</th><th>Share</th></tr>"
+    "<tr><td>river</td><td>north</td><td>south</td><td>12</td></tr>"
+    "<tr><td rowspan='2'>forest</td><td>east</td><td>west &amp; more</td><td>7</td></tr>"
+    "<tr><td>up</td><td>down</td><td>9</td></tr></table>"
+)
+MARKUP_CELLS = {
+    TableCell(0, 0, 1, 1, "Name"), TableCell(0, 1, 1, 2, "Region"), TableCell(0, 3, 1, 1, "Share"),
+    TableCell(1, 0, 1, 1, "river"), TableCell(1, 1, 1, 1, "north"), TableCell(1, 2, 1, 1, "south"),
+    TableCell(1, 3, 1, 1, "12"), TableCell(2, 0, 2, 1, "forest"), TableCell(2, 1, 1, 1, "east"),
+    TableCell(2, 2, 1, 1, "west & more"), TableCell(2, 3, 1, 1, "7"), TableCell(3, 1, 1, 1, "up"),
+    TableCell(3, 2, 1, 1, "down"), TableCell(3, 3, 1, 1, "9"),
+}
+
+
+def test_an_html_documents_table_comes_from_its_markup_with_spans_and_caption(counter: ModelTokenCounter) -> None:
+    html = (f"<html><head><meta charset='utf-8'></head><body><p>Vor der Tabelle: Größe und Maß.</p>{MARKUP_TABLE}"
+            "<p>After the table.</p></body></html>").encode()
+    result = _chunk(html, counter, filename="report.html")
+    assert [c.kind for c in result.chunks] == ["text", "table", "text"]
+    table = result.chunks[1]
+    assert table.table is not None and table.table.caption == "Table 6: Regions"
+    assert set(table.table.cells) == MARKUP_CELLS and table.table.header == ("Name", "Region", "", "Share")
+    assert table.text.startswith("Table 6: Regions\n\n| Name | Region |  | Share |\n|---|---|---|---|\n| river |")
+    assert result.chunks[0].text == "Vor der Tabelle: Größe und Maß.", "the rest of the document as it was"
+    assert "forest" not in result.chunks[2].text and result.chunker_settings.endswith(";tables=v1")
+    off = _chunk(html, counter, filename="report.html", tables="off")
+    assert {c.kind for c in off.chunks} == {"text"} and "west & more" in off.chunks[0].text
+
+
+def test_an_epubs_tables_come_from_its_files_markup(counter: ModelTokenCounter) -> None:
+    epub = make_epub(seed=2, chapters=2, paragraph_count=2, extra_html=MARKUP_TABLE.replace("'", '"'))
+    result = _chunk(epub, counter)
+    tables = [c for c in result.chunks if c.kind == "table"]
+    assert len(tables) == 2, "one in each chapter"
+    assert all(c.table is not None and set(c.table.cells) == MARKUP_CELLS for c in tables)
+    assert [c.page_start for c in tables] == sorted(c.page_start for c in tables)
