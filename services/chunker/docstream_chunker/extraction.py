@@ -33,9 +33,11 @@ from __future__ import annotations
 import functools
 import inspect
 import io
+import lzma
 import statistics
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
@@ -121,6 +123,11 @@ _log = get_logger(__name__)
 TableMode = Literal["auto", "off"]
 _MARKUP_TYPES = frozenset({"html", "xhtml"})
 """Formats whose tables are read from their markup (``docstream_chunker.markup_tables``), with EPUB's files."""
+_DAMAGED_ZIP: tuple[type[Exception], ...] = (
+    zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, lzma.LZMAError, OSError, ValueError, NotImplementedError,
+    EOFError, RuntimeError,
+)
+"""What reading a damaged or hostile zip raises (a bad header, a broken deflate stream, an encrypted member)."""
 _MAX_INFLATED = 256 << 20
 """Most bytes an EPUB's files may hold for its tables to be read from them (it is read whole, in memory)."""
 _MAX_INFLATION = 40
@@ -1081,8 +1088,8 @@ def _markup_tables(data: bytes, fmt: DocumentFormat) -> tuple[bytes, list[Markup
                         content = html.encode("utf-8", "surrogateescape")
                         found.extend(tables)
                     rewritten.writestr(member, content, compress_type=member.compress_type)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, NotImplementedError, EOFError):
-        return data, []  # MuPDF says what is wrong with it
+    except _DAMAGED_ZIP:
+        return data, []  # damaged: MuPDF says what is wrong with it
     return (out.getvalue(), found) if found else (data, [])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pymupdf
 import pytest
 
+from docstream.errors import DocumentError
 from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.settings import OcrSettings
 from docstream.tables import TableCell
@@ -229,3 +230,17 @@ def test_an_epubs_tables_come_from_its_files_markup(counter: ModelTokenCounter) 
     assert len(tables) == 2, "one in each chapter"
     assert all(c.table is not None and set(c.table.cells) == MARKUP_CELLS for c in tables)
     assert [c.page_start for c in tables] == sorted(c.page_start for c in tables)
+
+
+def test_a_damaged_epub_is_laid_out_as_it_is_never_an_untyped_error(counter: ModelTokenCounter) -> None:
+    # the chaos fuzz found these: a member whose deflate stream is broken made the markup read raise zlib.error
+    epub = bytearray(make_epub(seed=3, chapters=2, paragraph_count=2, extra_html=MARKUP_TABLE.replace("'", '"')))
+    member = epub.index(b"OEBPS/c0.xhtml") + len(b"OEBPS/c0.xhtml")
+    for at in range(member + 20, member + 60, 7):
+        epub[at] ^= 0x5A
+    try:
+        result = _chunk(bytes(epub), counter)
+    except DocumentError as exc:
+        assert exc.code in ("corrupt", "no_text", "zero_pages")
+    else:
+        assert result.chunks
