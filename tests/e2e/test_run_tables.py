@@ -2,8 +2,9 @@
 
 The documents (tests.fixtures.tables, drawn by PyMuPDF, cells known) run through the whole pipeline
 on the embedded stack with the default settings (``chunker.tables`` ``auto``): a short table with
-a caption between two paragraphs, a long one split into several chunks, a Cyrillic one, and two
-without a vertical rule: booktabs (three horizontal rules) and shaded rows. The
+a caption between two paragraphs, a long one split into several chunks, a Cyrillic one, two
+without a vertical rule: booktabs (three horizontal rules) and shaded rows, and one continued on
+the next page under its header drawn again. The
 results file (``--out ... --chunks``, what ``docstream results --chunks`` writes) holds each table
 chunk's ``kind``, its Markdown text with the header row, and its cells with spans, page and bbox;
 ``docstream results <job> --chunks`` shows the same.
@@ -22,7 +23,14 @@ from typing import Any
 import pytest
 
 from tests.fixtures.services import DOCSTREAM, bare_env
-from tests.fixtures.tables import TableSpec, long_table, make_mixed_pdf, make_table_pdf, table_rows
+from tests.fixtures.tables import (
+    TableSpec,
+    long_table,
+    make_continued_table_pdf,
+    make_mixed_pdf,
+    make_table_pdf,
+    table_rows,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -50,8 +58,9 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     russian = make_table_pdf([cyrillic], seed=3)
     booktabs = make_table_pdf([TableSpec(table_rows(5, 6, 4), caption="Table 3: Booktabs", style="rules")], seed=5)
     shaded = make_table_pdf([TableSpec(table_rows(6, 5, 3), caption="Table 4: Shaded rows", style="shaded")], seed=6)
+    continued = make_continued_table_pdf(TableSpec(table_rows(8, 14, 4), caption="Table 5: Continued"), 8, seed=8)
     for name, pdf in (("mixed.pdf", mixed), ("long.pdf", longer), ("cyrillic.pdf", russian),
-                      ("booktabs.pdf", booktabs), ("shaded.pdf", shaded)):
+                      ("booktabs.pdf", booktabs), ("shaded.pdf", shaded), ("continued.pdf", continued)):
         (inputs / name).write_bytes(pdf.data)
     out = tmp_path / "results.jsonl"
 
@@ -101,6 +110,12 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
         assert unruled["table"]["header"] == list(header)
         assert unruled["table"]["caption"] == pdf.tables[0].caption
         assert _cells(unruled["table"]) == {(c.row, c.col, c.row_span, c.col_span, c.text) for c in pdf.tables[0].cells}
+
+    joined = [c for c in _chunks(records, "continued.pdf") if c["kind"] == "table"]
+    assert {c["table"]["rows"] for c in joined} == {14}, "one table over two pages"
+    assert (joined[0]["page_start"], joined[-1]["page_end"]) == (1, 2)
+    assert set().union(*(_cells(c["table"]) for c in joined)) == {
+        (c.row, c.col, c.row_span, c.col_span, c.text) for c in continued.tables[0].cells}, "its header once"
 
     exported = subprocess.run(
         [DOCSTREAM, "results", table["job_id"], "--chunks", "--state-dir", str(tmp_path / "state")],

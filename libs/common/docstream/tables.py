@@ -83,6 +83,8 @@ class PageTable:
         caption: the caption's text, when a block next to the table reads as one ("Table 3: ...").
         offset: where the table sits in the page's text (``PageText.text``): the start of the
             paragraph it comes before, or the text's length when it comes last.
+        row_pages: the page of each row, for a table continued on the pages after ``page``; empty
+            when every row is on ``page``.
     """
 
     page: int
@@ -92,6 +94,7 @@ class PageTable:
     cells: tuple[TableCell, ...]
     caption: str | None = None
     offset: int = 0
+    row_pages: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

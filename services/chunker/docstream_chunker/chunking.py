@@ -191,7 +191,8 @@ def effective_budget(config: ChunkingConfig, counter: TokenCounter) -> int:
 
 
 def chunker_settings(
-    config: ChunkingConfig, counter: TokenCounter, *, tables: bool = False, furniture: bool = False
+    config: ChunkingConfig, counter: TokenCounter, *, tables: bool = False, furniture: bool = False,
+    continued: bool = False,
 ) -> str:
     """The canonical settings string that goes into every chunk_id.
 
@@ -202,8 +203,12 @@ def chunker_settings(
             ids differ from those its text alone had (documents without tables keep theirs).
         furniture: page furniture left the document's text: ``;furniture=v<FURNITURE_VERSION>`` is
             added, for the same reason (documents without furniture keep their ids).
+        continued: a table continued on the next page was joined into one (``continuation``):
+            ``;continued=v1`` is added, for the same reason.
     """
     marker = f";tables=v{TABLES_VERSION}" if tables else ""
+    if continued:
+        marker += ";continued=v1"
     if furniture:
         marker += f";furniture=v{FURNITURE_VERSION}"
     return (
@@ -221,6 +226,8 @@ class _TableSpan:
     tokens: int
     part: TablePart
     word: int
+    pages: tuple[int, int] | None = None
+    """The first and last page of the part's rows, for a table continued across pages (None: the table's page)."""
 
 
 _Segment = tuple[int, int, str] | _TableSpan
@@ -301,7 +308,9 @@ class _Index:
             self._append_text(segments, text, pos, cut, base)
             for markdown, tokens, part in split_table(table, budget, counter.count):
                 start = self._append(markdown, base)
-                segments.append(_TableSpan(start, self.length, tokens, part, 0))
+                rows = table.row_pages[part.row_start : part.row_end]
+                pages = (min(rows), max(rows)) if rows else None
+                segments.append(_TableSpan(start, self.length, tokens, part, 0, pages))
             pos = cut
         self._append_text(segments, text, pos, len(text), base)
         return segments
@@ -533,26 +542,30 @@ def _page_breaks(index: _Index, first: int, last: int) -> tuple[int, ...]:
 
 def _chunks(index: _Index, spans: list[tuple[int, int, int]]) -> list[Chunk]:
     """The chunks of the text spans and the table parts, in document order."""
-    placed: list[tuple[int, int, int, TablePart | None]] = [(a, b, n, None) for a, b, n in spans]
+    placed: list[tuple[int, int, int, TablePart | None, tuple[int, int] | None]] = [
+        (a, b, n, None, None) for a, b, n in spans]
     if index.tables:
-        placed.extend((t.start, t.end, t.tokens, t.part) for t in index.tables)
+        placed.extend((t.start, t.end, t.tokens, t.part, t.pages) for t in index.tables)
         placed.sort(key=lambda span: span[0])
     chunks = []
     offsets = index.page_offsets
-    for i, (start, end, tokens, part) in enumerate(placed):
+    for i, (start, end, tokens, part, pages) in enumerate(placed):
         h = bisect_right(index.heading_offsets, start) - 1
         first, last = bisect_right(offsets, start) - 1, bisect_right(offsets, end - 1) - 1
+        page_start, page_end = index.page_numbers[first], index.page_numbers[last]
+        if pages is not None:  # a continued table's part: the pages its rows are on
+            page_start, page_end = pages
         chunks.append(
             Chunk(
                 index=i,
                 text=index.text[start:end],
-                page_start=index.page_numbers[first],
-                page_end=index.page_numbers[last],
+                page_start=page_start,
+                page_end=page_end,
                 char_start=start,
                 char_end=end,
                 token_count=tokens,
                 heading=index.heading_titles[h] if h >= 0 else None,
-                page_breaks=_page_breaks(index, first, last),
+                page_breaks=_page_breaks(index, first, last) if pages is None else (),
                 kind="text" if part is None else "table",
                 table=part,
             )

@@ -56,6 +56,7 @@ from docstream_chunker.chunking import (
     chunk_document,
     chunker_settings,
 )
+from docstream_chunker.continuation import join_continued
 from docstream_chunker.furniture import edge_of, strip_furniture
 from docstream_chunker.markup_tables import MarkupTable, marker_index, take_tables
 from docstream_chunker.ocr import OcrEngine, open_engine
@@ -1157,19 +1158,24 @@ def chunk_bytes(
 
     pages: list[PageSource] = []
     taken: dict[int, tuple[str, ...]] = {}
+    joins: list[int] = []
 
     def noted(stream: Iterable[PageText]) -> Iterator[PageText]:
         for page in stream:
             if page.furniture:
                 taken[page.number] = page.furniture
+            if any(t.row_pages for t in page.tables):
+                joins.append(page.number)
             yield page
 
     try:
         extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page, tables=tables,
                                   markup_tables=markup)
-        if furniture == "auto":
-            extracted = noted(strip_furniture(extracted))
-        chunks = chunk_document(extracted, config, counter)
+        if furniture == "auto":  # first: a running head above a continued table would part it from its rows
+            extracted = strip_furniture(extracted)
+        if tables == "auto" and fmt.filetype == "pdf":  # a markup table is never laid out over two pages
+            extracted = join_continued(extracted)
+        chunks = chunk_document(noted(extracted), config, counter)
         page_count = doc.page_count
     finally:
         doc.close()
@@ -1184,7 +1190,7 @@ def chunk_bytes(
         page_count=page_count,
         media_type=fmt.media_type,
         chunker_settings=chunker_settings(config, counter, tables=any(c.kind == "table" for c in chunks),
-                                          furniture=bool(taken)),
+                                          furniture=bool(taken), continued=bool(joins)),
         chunks=tuple(chunks),
         chunk_sources=tuple(chunk_source(c.page_start, c.page_end, by_number, taken) for c in chunks),
         sources=DocumentSources.of(pages),

@@ -16,7 +16,15 @@ from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes, extract_pages, find_page_tables
 from docstream_chunker.table_detection import ruled_rows
 from tests.fixtures.documents import make_epub, make_pdf
-from tests.fixtures.tables import KnownTable, TableSpec, long_table, make_mixed_pdf, make_table_pdf, table_rows
+from tests.fixtures.tables import (
+    KnownTable,
+    TableSpec,
+    long_table,
+    make_continued_table_pdf,
+    make_mixed_pdf,
+    make_table_pdf,
+    table_rows,
+)
 from tests.unit.chunker.test_extraction_ocr import FakeEngine, Opener
 
 CONFIG = ChunkingConfig(256, 32)
@@ -230,6 +238,22 @@ def test_an_epubs_tables_come_from_its_files_markup(counter: ModelTokenCounter) 
     assert len(tables) == 2, "one in each chapter"
     assert all(c.table is not None and set(c.table.cells) == MARKUP_CELLS for c in tables)
     assert [c.page_start for c in tables] == sorted(c.page_start for c in tables)
+
+
+@pytest.mark.parametrize("repeat_header", [True, False])
+def test_a_table_continued_on_the_next_page_is_one_table_its_header_once(
+    repeat_header: bool, counter: ModelTokenCounter,
+) -> None:
+    spec = TableSpec(table_rows(3, 14, 4), caption="Table 7: Continued")
+    pdf = make_continued_table_pdf(spec, 8, repeat_header=repeat_header)
+    result = _chunk(pdf.data, counter)
+    parts = [c for c in result.chunks if c.kind == "table"]
+    assert {c.table.rows for c in parts if c.table is not None} == {14}, "one table of all its rows"
+    assert _found_cells(result, 1) == _cells(pdf.tables[0]), "the repeated header is not a body row"
+    assert (parts[0].page_start, parts[-1].page_end) == (1, 2)
+    assert result.chunker_settings.endswith(";tables=v1;continued=v1")
+    texts = [c.text for c in result.chunks if c.kind == "text"]
+    assert texts == list(pdf.page_texts), "the paragraphs before and after, as written"
 
 
 def test_a_damaged_epub_is_laid_out_as_it_is_never_an_untyped_error(counter: ModelTokenCounter) -> None:
