@@ -455,6 +455,9 @@ def test_reducer_restarts_itself_when_a_partition_stays_stuck(
     reducer.start()
     wait_until(lambda: '"reducer_state_recovered"' in reducer.tail(200) or not reducer.alive(), 120,
                "the reducer to recover its tables")
+    # the records go out once the fault holds the partition: before, a loaded reducer could read them all first
+    wait_until(lambda: '"fault_partition_paused"' in reducer.log_text() or not reducer.alive(), 120,
+               "the fault to hold partition 0")
     config.write_text("")
     records = [r for d in docs for r in d.records(job_id)]
     pid = reducer.proc.pid if reducer.proc is not None else None

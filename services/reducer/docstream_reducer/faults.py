@@ -12,6 +12,7 @@ from typing import Any
 
 from faust.types import TP
 
+from docstream.logging import get_logger
 from docstream_reducer.app import Reducer
 
 __all__ = ["keep_partition_paused"]
@@ -22,7 +23,9 @@ def keep_partition_paused(reducer: Reducer, topic: str, partition: int, every_s:
     and from then on ignore every resume of it, the watch's re-fetch included: the partition stays stuck whatever
     the timing (a resume that slipped in between two pauses let it catch up on a quiet machine).
 
-    Registers a timer: call it before the worker starts.
+    Registers a timer: call it before the worker starts. Logs ``fault_partition_paused`` at the first pause, so a
+    test produces the partition's records only once it is held (produced before, a loaded machine's reducer
+    could read them all before the timer's first tick).
     """
     app = reducer.app
     stuck = TP(topic, partition)
@@ -39,6 +42,9 @@ def keep_partition_paused(reducer: Reducer, topic: str, partition: int, every_s:
 
             consumer.resume_partitions = resume_all_but_the_stuck_one
             consumer._docstream_stall_fault = True
+            consumer.pause_partitions({stuck})
+            get_logger(__name__).info("fault_partition_paused", topic=topic, partition=partition)
+            return
         consumer.pause_partitions({stuck})
 
     app.timer(every_s, name="fault-stall-partition")(_pause)
