@@ -114,16 +114,17 @@ def furniture_of(pages: Sequence[Sequence[tuple[str, Edge]]], index: int) -> tup
 
 
 def without_furniture(page: PageText, furniture: Sequence[Edge]) -> PageText:
-    """``page`` without the paragraphs of ``furniture`` (each the first paragraph equal to it), its headings and
-    tables moved to their new offsets; a heading that was such a paragraph goes. The page's ``furniture`` lists what
-    was taken."""
+    """``page`` without the paragraphs of ``furniture`` (a head the first paragraph equal to it, a foot the last),
+    its headings and tables moved to their new offsets; a heading that was such a paragraph goes. The page's
+    ``furniture`` lists what was taken."""
     paragraphs = page.text.split("\n\n")
     starts = [0]
     for paragraph in paragraphs[:-1]:
         starts.append(starts[-1] + len(paragraph) + 2)
     gone: set[int] = set()
-    for edge in furniture:
-        i = next((i for i, p in enumerate(paragraphs) if p == edge.text and i not in gone), None)
+    for edge in furniture:  # a head is the first such paragraph, a foot the last: a body paragraph "3" stays
+        order = range(len(paragraphs)) if edge.top else range(len(paragraphs) - 1, -1, -1)
+        i = next((i for i in order if paragraphs[i] == edge.text and i not in gone), None)
         if i is not None:
             gone.add(i)
     if not gone:

@@ -117,3 +117,8 @@ def test_pages_are_decided_with_a_bounded_look_ahead() -> None:
     assert first.number == 1 and len(read) == WINDOW + 1, "the first page waits for the WINDOW pages after it only"
     rest = list(stream)
     assert [p.number for p in rest] == list(range(2, 40)) and all(p.text == BODY for p in rest)
+
+
+def test_a_foot_is_taken_from_the_end_of_the_page_and_a_body_paragraph_like_it_stays() -> None:
+    page = PageText(4, "Head\n\n3\n\nbody\n\n3", edges=(Edge("Head", True, 28.0), Edge("3", False, 760.0)))
+    assert without_furniture(page, page.edges).text == "3\n\nbody", "the list item 3 before the body stays"
