@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,12 +57,10 @@ def main() -> None:
     for path in pdfs:
         data = path.read_bytes()
         auto, off = run(data, "auto"), run(data, "off")
-        taken: Counter[str] = Counter()
         by_key: dict[str, set[str]] = {}
         for source in auto.chunk_sources:
             for text in source.page_furniture:
                 by_key.setdefault(edge_key(text), set()).add(text)
-                taken[edge_key(text)] += 1
         texts = {text for group in by_key.values() for text in group}
         heads = {text for text in texts if sum(c.isalpha() for c in text) >= 4}  # a bare page number is in any text
         before = sum(any(t in c.text for t in heads) for c in off.chunks)

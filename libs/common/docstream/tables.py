@@ -26,6 +26,7 @@ __all__ = [
     "PageTable",
     "TableCell",
     "TablePart",
+    "header_texts",
     "row_lines",
     "split_table",
     "table_markdown",
@@ -172,7 +173,8 @@ def _slots(table: PageTable, cells: Iterable[TableCell]) -> list[str]:
     return texts
 
 
-def _header(table: PageTable) -> tuple[str, ...]:
+def header_texts(table: PageTable) -> tuple[str, ...]:
+    """The header row's text, one per column (a spanning cell's in its first column, "" where none)."""
     return tuple(" ".join(t.split()) for t in _slots(table, (c for c in table.cells if c.row == 0)))
 
 
@@ -181,7 +183,7 @@ def row_lines(table: PageTable) -> tuple[str, str, list[str]]:
     by_row: dict[int, list[TableCell]] = {}
     for cell in table.cells:
         by_row.setdefault(cell.row, []).append(cell)
-    header = _row(_header(table))
+    header = _row(header_texts(table))
     delimiter = "|" + "---|" * table.columns
     return header, delimiter, [_row(_slots(table, by_row.get(r, ()))) for r in range(1, table.rows)]
 
@@ -287,7 +289,7 @@ def split_table(
         if over <= 0:
             break
         limit = max(1, limit - over)
-    titles = _header(table)
+    titles = header_texts(table)
     return [
         (text, tokens, TablePart(table.page, table.bbox, caption if i == 0 else None, titles, table.rows,
                                  table.columns, a, b, i, len(ranges), _part_cells(table, a, b)))

@@ -18,21 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from docstream.tables import PageTable, TableCell
+from docstream.tables import PageTable, TableCell, header_texts
 from docstream_chunker.chunking import PageText
 
 __all__ = ["X_TOLERANCE", "continues", "join_continued", "joined"]
 
 X_TOLERANCE = 4.0
 """Points by which the left and right edges of a table and its continuation may differ."""
-
-
-def _header(table: PageTable) -> tuple[str, ...]:
-    texts = [""] * table.columns
-    for cell in table.cells:
-        if cell.row == 0 and cell.col < table.columns:
-            texts[cell.col] = " ".join(cell.text.split())
-    return tuple(texts)
 
 
 def _ends_page(page: PageText) -> PageTable | None:
@@ -65,7 +57,7 @@ def continues(table: PageTable, after: PageTable) -> bool:
 
 def joined(table: PageTable, after: PageTable) -> PageTable:
     """``table`` with ``after``'s rows below its own, ``after``'s first row dropped when it repeats the header."""
-    drop = 1 if _header(after) == _header(table) else 0
+    drop = 1 if header_texts(after) == header_texts(table) else 0
     base = table.rows - drop
     moved = tuple(
         TableCell(c.row + base, c.col, c.row_span, c.col_span, c.text) for c in after.cells if c.row >= drop

@@ -122,6 +122,10 @@ __all__ = [
 _log = get_logger(__name__)
 
 TableMode = Literal["auto", "off"]
+"""``chunker.tables``: ``auto`` finds ruled tables on pages that keep their text layer; ``off`` never looks."""
+FurnitureMode = Literal["auto", "off"]
+"""``chunker.furniture``: ``auto`` takes page furniture out of the text (``docstream_chunker.furniture``); ``off``
+leaves it in."""
 _MARKUP_TYPES = frozenset({"html", "xhtml"})
 """Formats whose tables are read from their markup (``docstream_chunker.markup_tables``), with EPUB's files."""
 _DAMAGED_ZIP: tuple[type[Exception], ...] = (
@@ -134,8 +138,6 @@ _MAX_INFLATED = 256 << 20
 _MAX_INFLATION = 40
 """Most times its own size an EPUB's files may hold for its tables to be read (a zip bomb is left to MuPDF's own
 bounds)."""
-FurnitureMode = Literal["auto", "off"]
-"""``chunker.tables``: ``auto`` finds ruled tables on pages that keep their text layer; ``off`` never looks."""
 
 _HEADING_RATIO = 1.25
 _HEADING_MAX_CHARS = 150

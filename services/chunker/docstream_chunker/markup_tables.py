@@ -122,12 +122,13 @@ class _Reader(HTMLParser):
                 self._table = _Table(self._offset())
             return
         table = self._table
-        if table is None or self._depth != 1:
+        if table is None or self._depth != 1 or table.too_big:  # past the bounds: it stays as MuPDF lays it out
             return
         if tag == "tr":
             self._cell = None
             if len(table.rows) >= MAX_ROWS:
                 table.too_big = True
+                return
             table.rows.append([])
         elif tag in ("td", "th"):
             if not table.rows:
