@@ -427,6 +427,52 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     two.stop_cleanly(_STOP_S)
 
 
+def test_a_rebalance_under_exactly_once_commits_the_documents_completed_in_open_transactions_first(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
+) -> None:
+    """Instance one completes every document in transactions it has not committed yet (a 60 s commit interval),
+    then a second instance joins. One commits what it handled before it gives its partitions up: before,
+    the transaction was aborted by the producer that replaced its own, while one's table in memory kept the
+    completion markers, so the documents of the partitions it kept were never completed."""
+    prefix = unique_name("rdt")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    docs = [_Doc(f"{job_id}-d{i:02d}", 2) for i in range(12)]  # every partition gets some: p = 3 (2/3)^12
+    _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
+    env = {**_env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True),
+           "DOCSTREAM_REDUCER__COMMIT_INTERVAL_S": "60"}
+    one = ServiceProcess("one", env, tmp_path, command="reducer")
+    reducers.append(one)
+    one.start()
+    wait_until(lambda: '"reducer_state_recovered"' in one.tail(200) or not one.alive(), 120,
+               "instance one to recover its tables")
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, [r for d in docs
+                                                                              for r in d.records(job_id)]))
+    wait_until(lambda: one.log_text().count('"document_completed"') >= len(docs) or not one.alive(), 60,
+               "instance one to complete every document")
+    two = ServiceProcess("two", {**env, "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "two-data")}, tmp_path,
+                         command="reducer")
+    reducers.append(two)
+    two.start()
+    wait_until(lambda: '"reducer_state_recovered"' in two.tail(400) or not two.alive(), 120,
+               "instance two to get partitions")
+    jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=150,
+                      what="the final JobStatus after the rebalance", describe=one.tail)
+    completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs), timeout_s=30,
+                           linger_s=2.0, what="every document", describe=one.tail)
+
+    by_doc = Counter(r.doc_id for r in completed.records if isinstance(r, DocumentCompleted))
+    assert by_doc == {d.doc_id: 1 for d in docs}
+    final = next(r for r in jobs.records if isinstance(r, JobStatus) and r.final)
+    assert (final.completed, final.document_count) == (12, 12)
+    assert one.log_text().count('"document_completed"') == len(docs), one.tail()  # none completed again
+    assert '"document_completed"' not in two.log_text(), two.tail()
+    one.stop_cleanly(_STOP_S)
+    two.stop_cleanly(_STOP_S)
+
+
 def _events(process: ServiceProcess) -> list[dict[str, Any]]:
     return [json.loads(line) for line in process.log_text().splitlines() if line.startswith("{")]
 

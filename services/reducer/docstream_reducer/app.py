@@ -357,4 +357,13 @@ def build_reducer(
             consumer.resume_partitions({tp})
 
     app.timer(stall_s / 4, name="partition-watch")(_watch_partitions)
+
+    async def _log_assignment(_app: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        assigned: set[TP] = args[0] if args else set()
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(tp for tp in assigned if tp.topic in sources):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        _log.info("partitions_assigned", partitions=by_topic)
+
+    app.on_partitions_assigned.connect(_log_assignment)  # every rebalance leaves its line in the log
     return Reducer(app=app, documents=documents, jobs=jobs, ready=lambda: started["ready"])

@@ -12,7 +12,9 @@ transport of its own, whose subclasses carry the fixes:
 * ``_Consumer`` / ``_ConsumerThread``: changelog ends read from the broker under exactly-once
   (``AIOKafkaConsumerThread._highwaters``), and a read offset of 0 that counts as read, so a
   gap right after offset 0 is recorded and the partition keeps committing (``Consumer._read_offset``,
-  read by ``Consumer._drain_messages``: the partition stall, docs/reducer.md);
+  read by ``Consumer._drain_messages``: the partition stall, docs/reducer.md); handled records
+  committed before a rebalance takes their partitions (``Consumer.on_partitions_revoked``,
+  ``Consumer.wait_empty``);
 * ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
   the value of this app's transport, and are ``_TransactionalProducer``s; ``flush()``, awaited before
   every at-least-once commit, returns only when every table change was acknowledged
@@ -110,6 +112,11 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
         ("faust-streaming", transport_base.Transport.__init__,
          "(self, url: List[yarl.URL], app: faust.types.app.AppT,"
          " loop: Optional[asyncio.events.AbstractEventLoop] = None) -> None"),
+    "faust.transport.consumer.Consumer.on_partitions_revoked":
+        ("faust-streaming", transport_consumer.Consumer.on_partitions_revoked,
+         "(self, revoked: Set[faust.types.tuples.TP]) -> None"),
+    "faust.transport.consumer.Consumer.wait_empty":
+        ("faust-streaming", transport_consumer.Consumer.wait_empty, "(self) -> None"),
     "faust.transport.consumer.Consumer._drain_messages":
         ("faust-streaming", transport_consumer.Consumer._drain_messages,
          "(self, fetcher: mode.types.services.ServiceT) -> None"),
@@ -317,9 +324,37 @@ class _ReadOffsets(defaultdict[TP, int | None]):
 
 
 class _Consumer(faust_aiokafka.Consumer):
+    """Faust's consumer with offset 0 counted as read (``_ReadOffsets``) and the handled records committed before
+    their partitions are given up in a rebalance (``on_partitions_revoked``)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._read_offset = _ReadOffsets(self._read_offset)
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        """Commit what the agents handled, then let Faust forget the revoked partitions.
+
+        faust-streaming 0.15.3 drops the acknowledged offsets of the revoked partitions first
+        (``Consumer.on_partitions_revoked``) and waits for the agents and commits only after
+        (``App._on_partitions_revoked``): that commit finds nothing to commit. Under exactly-once
+        the open transaction then holds table changes and outputs of records already handled, and
+        the producer that replaces its own after the rebalance aborts it; the tables in memory keep
+        those changes all the same. A completion marker aborted that way made the record, read
+        again, look like a duplicate: the document was never completed (docs/reliability.md,
+        "Found and fixed"). At-least-once redelivered every record handled since the last
+        commit. Committing here, the way Kafka Streams commits its tasks before it suspends them,
+        leaves no handled record in an open transaction. Faust's own steps that follow do the same
+        again and find nothing left.
+        """
+        app = self.app
+        assignment = self.assignment()
+        if revoked and assignment and not app.should_stop:
+            self.stop_flow()
+            app.flow_control.suspend()
+            self.pause_partitions(assignment)
+            app.flow_control.clear()
+            await self.wait_empty()  # every delivered record handled and acknowledged, then committed
+        await super().on_partitions_revoked(revoked)
 
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)

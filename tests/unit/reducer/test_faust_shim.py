@@ -157,6 +157,46 @@ def test_changelog_ends_come_from_the_broker_also_in_a_transaction(shimmed: Call
     assert asyncio.run(faust_aiokafka.AIOKafkaConsumerThread._highwaters(thread, [tp])) == {tp: None}
 
 
+def test_a_rebalance_commits_the_handled_offsets_before_faust_forgets_them(
+    shimmed: Callable[..., faust.App],
+) -> None:
+    """The consumer's revoke commits the acknowledged offsets, then Faust's own revoke drops them; Faust alone
+    dropped them first and its commit found nothing (the rebalance then aborted the open transaction)."""
+    app = shimmed("shim-revoke", exactly_once=True)
+    tp = TP("t", 0)
+    seen: list[str] = []
+
+    async def _revoke() -> tuple[list[dict[TP, int]], bool]:
+        async def _noop(*_: Any) -> None:
+            return None
+
+        async def _faust_revoke(revoked: set[TP]) -> None:
+            seen.append(f"faust revoke, acked {list(consumer._acked.get(tp, []))}")
+
+        consumer = app.transport.create_consumer(callback=_noop, on_partitions_revoked=_faust_revoke,
+                                                 on_partitions_assigned=_noop)
+        consumer._thread.thread_loop.close()
+        committed: list[dict[TP, int]] = []
+
+        async def _commit_offsets(offsets: dict[TP, int], start_new_transaction: bool = True) -> bool:
+            committed.append(dict(offsets))
+            return True
+
+        consumer._commit_offsets = _commit_offsets
+        consumer.assignment = lambda: {tp}
+        consumer.pause_partitions = lambda tps: seen.append(f"paused {sorted(tps)}")
+        for offset in (0, 1, 2):
+            consumer._acked[tp].append(offset)
+            consumer._acked_index[tp].add(offset)
+        await consumer.on_partitions_revoked({tp})
+        return committed, consumer.flow_active
+
+    committed, flowing = asyncio.run(_revoke())
+    assert committed == [{tp: 3}]  # the next offset to read after the handled 0, 1, 2
+    assert seen == [f"paused {[tp]}", "faust revoke, acked []"]
+    assert not flowing  # nothing more reaches the agents until the assignment resumes the flow
+
+
 def test_the_apps_consumer_counts_a_read_offset_of_0_as_read(shimmed: Callable[..., faust.App]) -> None:
     app = shimmed("shim-read-offsets")
 
