@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from docstream.errors import ConfigError, DocumentError
 from docstream.logging import get_logger
@@ -87,11 +87,13 @@ from docstream_chunker.provenance import (
 )
 from docstream_chunker.scripts import CJK_LANGUAGES, ocr_languages, osd_language, script_of_language
 from docstream_chunker.table_detection import (
+    Matrix,
     caption_index,
     content_paths,
     grid_cells,
     inside,
     looks_tabular,
+    overlapping,
     ruled_grid,
     ruled_rows,
 )
@@ -711,46 +713,79 @@ def find_page_tables(
     if not page.parent.is_pdf:
         return []
     try:
+        paths: list[tuple[str, Box]] = []
         if gated and not layout:
             paths = list(_drawn_paths(page))
             if not ruled_grid(paths):
                 if not ruled_rows(paths):
                     return []
                 layout = True
-        finder = page.find_tables(**_finder_options(layout))
-        if finder is None or not finder.tables:
-            return []
-        found = [_laid_out(number, tuple(tab.bbox), [c for c in tab.cells if c is not None], _chars(page, tab.bbox))
-                 for tab in finder]
+        found = _finder_tables(page, number, layout)
+        if paths and not layout and ruled_rows([p for p in paths if not any(inside(p[1], t.bbox) for t in found)]):
+            # rules no ruled grid found explains: a table ruled by rows only (booktabs, \hline) beside the grids
+            by_layout = _finder_tables(page, number, True)
+            found = by_layout + [t for t in found if not any(overlapping(t.bbox, o.bbox) for o in by_layout)]
     except mupdf_errors() as exc:  # a damaged page: its text stays as it is
         _log.warning("page_tables_failed", page=number, error=str(exc)[:300])
         return []
-    return _claim_blocks([t for t in found if t is not None], text_blocks)
+    return _claim_blocks(found, text_blocks)
+
+
+def _finder_tables(page: pymupdf.Page, number: int, layout: bool) -> list[PageTable]:
+    """PyMuPDF's finder's tables of ``page`` (with its layout model or not), laid out."""
+    finder = page.find_tables(**_finder_options(layout))
+    if finder is None or not finder.tables:
+        return []
+    found = [_laid_out(number, tuple(tab.bbox), [c for c in tab.cells if c is not None], _chars(page, tab.bbox))
+             for tab in finder]
+    return [t for t in found if t is not None]
 
 
 @functools.cache
 def _finder_options(layout: bool) -> dict[str, Any]:
-    """``find_tables`` keywords: ``use_layout`` where this PyMuPDF has it (2.0 and later)."""
+    """``find_tables`` keywords: ``use_layout`` where this PyMuPDF has it (2.0 and later), and with the layout
+    model ``union`` and ``refine`` where it has them: the model's table grids fused with the ruled candidates,
+    then each grid's rows and columns split where text and shading say the lines merged them. Union found
+    more of pdf-parse-bench's LaTeX tables (benchmarks/tables_external.py); refine keeps shaded rows apart,
+    which union alone merged."""
     import pymupdf.table
 
-    return {"use_layout": layout} if "use_layout" in inspect.signature(pymupdf.table.find_tables).parameters else {}
+    parameters = inspect.signature(pymupdf.table.find_tables).parameters
+    options: dict[str, Any] = {"use_layout": layout} if "use_layout" in parameters else {}
+    if layout and "union" in parameters and "refine" in parameters:
+        options.update(union=True, refine=True)
+    return options
 
 
 def _drawn_paths(page: pymupdf.Page) -> Iterator[tuple[str, Box]]:
-    """The lines and rectangles of a PDF page's content streams and of the form XObjects they show.
+    """The lines and rectangles of a PDF page's content streams and of the form XObjects they show, where they
+    are shown, in the page's coordinates (those of its words and of the finder's tables).
 
     Read from the streams (``tables.content_paths``): a third or less of what ``get_cdrawings()``
     costs, which runs the page's text through MuPDF again.
     """
     doc = page.parent
-    shows_forms = False
+    matrix = cast(Matrix, tuple(page.transformation_matrix))
+    names = {item[1]: item[0] for item in page.get_xobjects()}
+
+    def form(name: str) -> tuple[bytes, Matrix] | None:
+        xref = names.get(name)
+        if xref is None:
+            return None
+        return doc.xref_stream(xref) or b"", _form_matrix(doc.xref_get_key(xref, "Matrix"))
+
     for xref in page.get_contents():
-        stream = doc.xref_stream(xref) or b""
-        shows_forms = shows_forms or b"Do" in stream
-        yield from content_paths(stream)
-    if shows_forms:
-        for xobject in page.get_xobjects():
-            yield from content_paths(doc.xref_stream(xobject[0]) or b"")
+        yield from content_paths(doc.xref_stream(xref) or b"", matrix, form)
+
+
+def _form_matrix(key: tuple[str, str]) -> Matrix:
+    """A form's ``/Matrix`` (``xref_get_key``'s answer); the identity when it has none or it is malformed."""
+    kind, value = key
+    try:
+        numbers = [float(word) for word in value.strip("[]").split()] if kind == "array" else []
+    except ValueError:
+        numbers = []
+    return cast(Matrix, tuple(numbers)) if len(numbers) == 6 else (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
 def _chars(page: pymupdf.Page, bbox: Box) -> Iterator[tuple[float, float, float, float, str]]:

@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from docstream.tables import Box, TableCell
 
-__all__ = ["caption_index", "content_paths", "grid_cells", "inside", "looks_tabular", "ruled_grid", "ruled_rows"]
+__all__ = [
+    "Forms",
+    "Matrix",
+    "caption_index",
+    "content_paths",
+    "grid_cells",
+    "inside",
+    "looks_tabular",
+    "overlapping",
+    "ruled_grid",
+    "ruled_rows",
+]
 
 _SNAP = 2.0
 """Cell edges nearer than this (points) are one grid line."""
@@ -136,9 +147,13 @@ def ruled_rows(paths: Iterable[tuple[str, Box]]) -> bool:
             or any(len(_snap(ys)) >= _MIN_BANDS for ys in bands.values()))
 
 
-_PATH_OPERATOR = re.compile(rb"\s(re|m|l)(?=[\s\[\]<>(){}/%]|$)")
-_OPERANDS_SPAN = 96
-"""Bytes before an operator its operands are looked for in (four numbers of up to 20 characters)."""
+_PATH_OPERATOR = re.compile(rb"(?:^|(?<=\s))(re|m|l|cm|q|Q|Do)(?=[\s\[\]<>(){}/%]|$)")
+_MAX_FORM_DEPTH = 4
+"""Forms shown inside forms are followed this deep."""
+_OPERANDS_SPAN = 144
+"""Bytes before an operator its operands are looked for in (six numbers of up to 20 characters)."""
+Matrix = tuple[float, float, float, float, float, float]
+_IDENTITY: Matrix = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
 def _operands(stream: bytes, end: int, count: int) -> list[float] | None:
@@ -152,32 +167,82 @@ def _operands(stream: bytes, end: int, count: int) -> list[float] | None:
         return None
 
 
-def content_paths(stream: bytes) -> Iterator[tuple[str, Box]]:
-    """Lines (``l``) and rectangles (``re``) a PDF content stream draws, with their boxes in its own space.
+def _concat(m: Sequence[float], n: Matrix) -> Matrix:
+    """``m`` then ``n``: the matrix ``cm`` makes of operand ``m`` and the current one ``n`` (PDF 8.3.4)."""
+    return (m[0] * n[0] + m[1] * n[2], m[0] * n[1] + m[1] * n[3],
+            m[2] * n[0] + m[3] * n[2], m[2] * n[1] + m[3] * n[3],
+            m[4] * n[0] + m[5] * n[2] + n[4], m[4] * n[1] + m[5] * n[3] + n[5])
+
+
+def _point(ctm: Matrix, x: float, y: float) -> tuple[float, float]:
+    return ctm[0] * x + ctm[2] * y + ctm[4], ctm[1] * x + ctm[3] * y + ctm[5]
+
+
+Forms = Callable[[str], "tuple[bytes, Matrix] | None"]
+"""A form XObject's content stream and its ``/Matrix`` by the name a stream shows it by; None: not a form."""
+
+
+def content_paths(stream: bytes, matrix: Matrix = _IDENTITY, forms: Forms | None = None, *,
+                  depth: int = 0) -> Iterator[tuple[str, Box]]:
+    """Lines (``l``) and rectangles (``re``) a PDF content stream draws, with their boxes in ``matrix``'s space.
 
     A scan, not a parse: the numbers before ``m``, ``l`` and ``re`` operators, the current point
-    kept from one to the next (a closing ``h`` is not followed). The coordinates are the stream's
-    user space (no ``cm`` applied), which keeps rules at distinct places distinct: what
-    ``ruled_grid`` counts. Words inside a text string that read as a path are taken too: a page
-    that may hold a table more, never one less.
+    kept from one to the next (a closing ``h`` is not followed), placed by the transformation
+    matrix that ``cm`` operators set and ``q``/``Q`` save and restore. pdfTeX draws each rule of a
+    table at 0 0 and moves it into place with a ``cm`` of its own: without the matrix every rule of
+    a LaTeX table was at one place, and no LaTeX table was found. Words inside a text string that
+    read as a path are taken too: a page that may hold a table more, never one less.
 
     Args:
         stream: a decompressed content stream (a page's or a form XObject's).
+        matrix: the one the stream starts with: a page's ``transformation_matrix`` gives boxes in the
+            page's coordinates, where its words and tables are.
+        forms: looks up the forms the stream shows (``/Name Do``); each is read where it is placed (its
+            matrix, then the one at its ``Do``), to ``_MAX_FORM_DEPTH`` forms deep. None: forms are skipped.
+        depth: how many forms deep this stream is.
     """
+    ctm, saved = matrix, []
     current: tuple[float, float] | None = None
     for match in _PATH_OPERATOR.finditer(stream):
         operator = match[1]
-        numbers = _operands(stream, match.start(), 4 if operator == b"re" else 2)
+        if operator == b"q":
+            saved.append(ctm)
+            continue
+        if operator == b"Q":
+            ctm = saved.pop() if saved else matrix  # an unbalanced Q (a word of a string) starts over
+            continue
+        if operator == b"Do":
+            shown = _form(stream, match.start(), forms) if depth < _MAX_FORM_DEPTH else None
+            if shown is not None:
+                yield from content_paths(shown[0], _concat(shown[1], ctm), forms, depth=depth + 1)
+            continue
+        numbers = _operands(stream, match.start(), 6 if operator == b"cm" else 4 if operator == b"re" else 2)
         if numbers is None:
+            continue
+        if operator == b"cm":
+            ctm = _concat(numbers, ctm)
             continue
         if operator == b"re":
             x, y, width, height = numbers
-            yield "re", (min(x, x + width), min(y, y + height), max(x, x + width), max(y, y + height))
-            current = (x, y)
+            corners = [_point(ctm, cx, cy) for cx in (x, x + width) for cy in (y, y + height)]
+            xs, ys = [c[0] for c in corners], [c[1] for c in corners]
+            yield "re", (min(xs), min(ys), max(xs), max(ys))
+            current = _point(ctm, x, y)
             continue
+        point = _point(ctm, numbers[0], numbers[1])
         if operator == b"l" and current is not None:
-            yield "l", (current[0], current[1], numbers[0], numbers[1])
-        current = (numbers[0], numbers[1])
+            yield "l", (*current, *point)
+        current = point
+
+
+def _form(stream: bytes, end: int, forms: Forms | None) -> tuple[bytes, Matrix] | None:
+    """The form shown by the ``Do`` at ``end`` (its name is the word before), if ``forms`` knows it."""
+    if forms is None:
+        return None
+    words = stream[max(0, end - _OPERANDS_SPAN) : end].split()
+    if not words or not words[-1].startswith(b"/"):
+        return None
+    return forms(words[-1][1:].decode("latin-1"))
 
 
 def _snap(values: Iterable[float]) -> list[float]:
@@ -202,6 +267,16 @@ def inside(box: Box, outer: Box, tolerance: float = 1.0) -> bool:
     cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
     return outer[0] - tolerance <= cx <= outer[2] + tolerance and outer[1] - tolerance <= cy <= outer[3] + tolerance
 
+
+
+def overlapping(a: Box, b: Box) -> bool:
+    """Whether two boxes share more than half of the smaller one's area (one table found twice)."""
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    if width <= 0 or height <= 0:
+        return False
+    smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
+    return width * height > smaller / 2
 
 def grid_cells(
     boxes: Sequence[Box], chars: Iterable[tuple[float, float, float, float, str]]

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from docstream.tables import PageTable, TableCell, TablePart, row_lines, split_table, table_markdown
-from docstream_chunker.table_detection import caption_index, content_paths, grid_cells, looks_tabular, ruled_grid
+from docstream_chunker.table_detection import (
+    caption_index,
+    content_paths,
+    grid_cells,
+    looks_tabular,
+    ruled_grid,
+    ruled_rows,
+)
 from tests.unit.chunker.test_chunking import FakeCounter, JoinTaxCounter
 
 COUNT = FakeCounter().count
@@ -94,6 +101,31 @@ def test_content_paths_reads_lines_and_rectangles_of_a_stream() -> None:
         ("l", (5.0, 5.0, 1.0, 2.0)),
     ]
     assert list(content_paths(b"/Tf l\n(word) re\n")) == []  # operands that are not numbers
+
+
+def test_content_paths_place_each_rule_by_its_cm_as_pdftex_draws_booktabs_and_hline_tables() -> None:
+    # pdfTeX: every rule drawn at 0 0 inside q ... Q, moved into place by its own cm
+    rule = "q\n1 0 0 1 60.34 {y} cm\n[]0 d 0 J 0.61 w 0 0 m 224.28 0 l S\nQ\nBT /F1 9 Tf (Q) Tj ET\n"
+    stream = "".join(rule.format(y=y) for y in (786.79, 766.251, 725.782)).encode()
+    paths = list(content_paths(stream))
+    assert paths == [("l", (60.34, y, 284.62, y)) for y in (786.79, 766.251, 725.782)]
+    assert ruled_rows(paths)
+    # a scale and a nested q: 0.1 units drawn under a 10x matrix are points
+    scaled = b"q 10 0 0 10 0 0 cm q 1 0 0 1 2 3 cm 0 0 m 9 0 l S Q 0 0 5 1 re f Q 1 1 m 2 2 l S"
+    assert list(content_paths(scaled)) == [
+        ("l", (20.0, 30.0, 110.0, 30.0)), ("re", (0.0, 0.0, 50.0, 10.0)), ("l", (1.0, 1.0, 2.0, 2.0)),
+    ]
+
+
+def test_content_paths_follow_the_forms_a_stream_shows_where_it_places_them() -> None:
+    forms = {"Fm0": (b"0 0 m 50 0 l S /Fm1 Do", (2.0, 0.0, 0.0, 2.0, 0.0, 0.0)),
+             "Fm1": (b"0 0 10 10 re f /Fm1 Do", (1.0, 0.0, 0.0, 1.0, 5.0, 5.0))}  # Fm1 shows itself: bounded
+    stream = b"q 1 0 0 1 100 200 cm /Fm0 Do Q /Im9 Do 0 0 m 1 0 l S"
+    paths = list(content_paths(stream, forms=forms.get))
+    assert paths[0] == ("l", (100.0, 200.0, 200.0, 200.0))  # the form's matrix, then the cm at its Do
+    assert paths[1] == ("re", (110.0, 210.0, 130.0, 230.0))
+    assert len(paths) == 2 + 3 and paths[-1] == ("l", (0.0, 0.0, 1.0, 0.0))  # 4 forms deep at most; an image: none
+    assert list(content_paths(stream)) == [("l", (0.0, 0.0, 1.0, 0.0))]  # no lookup: forms skipped
 
 
 def test_caption_is_the_nearest_caption_like_block_above_else_below() -> None:
