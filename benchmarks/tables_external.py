@@ -6,7 +6,7 @@ The ground truth is the LaTeX source each table was typeset from (pdf-parse-benc
 ``2026-q1-tables-only`` set: 100 PDFs, 451 tables of three complexities, with booktabs rules, ``\\hline``
 grids, no rules, merged cells and shaded rows), so no one here wrote it. The set comes from its wheel on
 PyPI, fetched once with ``pip download`` into ``~/.cache/docstream/bench`` (``--data`` to point
-elsewhere). Needs the bench extra (``make bench`` installs it: apted, pylatexenc, rapidfuzz).
+elsewhere). Needs apted, pylatexenc and rapidfuzz, of the dev extra (``make setup`` installs them).
 
 Four readers, page by page:
 
