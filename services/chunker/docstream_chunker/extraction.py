@@ -90,6 +90,7 @@ from docstream_chunker.table_detection import (
     Matrix,
     caption_index,
     content_paths,
+    form_matrix,
     grid_cells,
     inside,
     looks_tabular,
@@ -692,8 +693,10 @@ def find_page_tables(
     the layout model PyMuPDF 2 consults first when ``pymupdf_layout`` is installed; where only
     ``tables.ruled_rows`` sees rules of one width at three heights (booktabs) or row-high bands
     (shaded rows), the finder with that layout model (~0.2-0.5 s a page: docs/chunking.md "Tables"),
-    since the ``lines`` strategy needs rules both ways. A table keeps at least two rows, two columns
-    and two cells with text. Other formats than PDF are not looked at.
+    since the ``lines`` strategy needs rules both ways. On a ruled grid's page, row rules left
+    outside the grids found bring in the layout model's finder too, whose tables replace those they
+    overlap. A table keeps at least two rows, two columns and two cells with text. Other formats
+    than PDF are not looked at.
 
     Args:
         page: a loaded page.
@@ -766,26 +769,19 @@ def _drawn_paths(page: pymupdf.Page) -> Iterator[tuple[str, Box]]:
     """
     doc = page.parent
     matrix = cast(Matrix, tuple(page.transformation_matrix))
-    names = {item[1]: item[0] for item in page.get_xobjects()}
+
+    @functools.cache
+    def names() -> dict[str, int]:  # read only when a stream shows a form, as before forms were placed
+        return {item[1]: item[0] for item in page.get_xobjects()}
 
     def form(name: str) -> tuple[bytes, Matrix] | None:
-        xref = names.get(name)
+        xref = names().get(name)
         if xref is None:
             return None
-        return doc.xref_stream(xref) or b"", _form_matrix(doc.xref_get_key(xref, "Matrix"))
+        return doc.xref_stream(xref) or b"", form_matrix(doc.xref_get_key(xref, "Matrix"))
 
     for xref in page.get_contents():
         yield from content_paths(doc.xref_stream(xref) or b"", matrix, form)
-
-
-def _form_matrix(key: tuple[str, str]) -> Matrix:
-    """A form's ``/Matrix`` (``xref_get_key``'s answer); the identity when it has none or it is malformed."""
-    kind, value = key
-    try:
-        numbers = [float(word) for word in value.strip("[]").split()] if kind == "array" else []
-    except ValueError:
-        numbers = []
-    return cast(Matrix, tuple(numbers)) if len(numbers) == 6 else (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
 def _chars(page: pymupdf.Page, bbox: Box) -> Iterator[tuple[float, float, float, float, str]]:

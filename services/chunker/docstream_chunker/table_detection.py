@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import cast
 
 from docstream.tables import Box, TableCell
 
@@ -21,6 +22,7 @@ __all__ = [
     "Matrix",
     "caption_index",
     "content_paths",
+    "form_matrix",
     "grid_cells",
     "inside",
     "looks_tabular",
@@ -235,6 +237,16 @@ def content_paths(stream: bytes, matrix: Matrix = _IDENTITY, forms: Forms | None
         current = point
 
 
+def form_matrix(key: tuple[str, str]) -> Matrix:
+    """A form's ``/Matrix`` from PyMuPDF's ``xref_get_key`` answer; the identity when it has none or it is malformed."""
+    kind, value = key
+    try:
+        numbers = [float(word) for word in value.strip("[]").split()] if kind == "array" else []
+    except ValueError:
+        numbers = []
+    return cast(Matrix, tuple(numbers)) if len(numbers) == 6 else _IDENTITY
+
+
 def _form(stream: bytes, end: int, forms: Forms | None) -> tuple[bytes, Matrix] | None:
     """The form shown by the ``Do`` at ``end`` (its name is the word before), if ``forms`` knows it."""
     if forms is None:
@@ -268,7 +280,6 @@ def inside(box: Box, outer: Box, tolerance: float = 1.0) -> bool:
     return outer[0] - tolerance <= cx <= outer[2] + tolerance and outer[1] - tolerance <= cy <= outer[3] + tolerance
 
 
-
 def overlapping(a: Box, b: Box) -> bool:
     """Whether two boxes share more than half of the smaller one's area (one table found twice)."""
     width = min(a[2], b[2]) - max(a[0], b[0])
@@ -277,6 +288,7 @@ def overlapping(a: Box, b: Box) -> bool:
         return False
     smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
     return width * height > smaller / 2
+
 
 def grid_cells(
     boxes: Sequence[Box], chars: Iterable[tuple[float, float, float, float, str]]

@@ -8,6 +8,7 @@ from docstream.tables import PageTable, TableCell, TablePart, row_lines, split_t
 from docstream_chunker.table_detection import (
     caption_index,
     content_paths,
+    form_matrix,
     grid_cells,
     looks_tabular,
     ruled_grid,
@@ -126,6 +127,12 @@ def test_content_paths_follow_the_forms_a_stream_shows_where_it_places_them() ->
     assert paths[1] == ("re", (110.0, 210.0, 130.0, 230.0))
     assert len(paths) == 2 + 3 and paths[-1] == ("l", (0.0, 0.0, 1.0, 0.0))  # 4 forms deep at most; an image: none
     assert list(content_paths(stream)) == [("l", (0.0, 0.0, 1.0, 0.0))]  # no lookup: forms skipped
+
+
+def test_a_forms_matrix_is_read_from_its_array_else_the_identity() -> None:
+    assert form_matrix(("array", "[2 0 0 2 5 -1.5]")) == (2.0, 0.0, 0.0, 2.0, 5.0, -1.5)
+    for key in (("null", "null"), ("array", "[1 0 0 1]"), ("array", "[1 0 0 1 x 0]")):
+        assert form_matrix(key) == (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
 def test_caption_is_the_nearest_caption_like_block_above_else_below() -> None:
