@@ -270,6 +270,26 @@ def test_a_jobs_documents_are_listed_in_pages_with_pages_chunks_and_errors(api: 
     assert (seen[2]["page_count"], seen[2]["chunk_count"]) == (2, None)  # chunked, no result yet
 
 
+def test_a_document_in_its_job_before_its_row_is_written_shows_the_rows_defaults(api: Api) -> None:
+    _job(api.store, "j1", document_count=1)
+    api.store.upsert_job_document(JobDocumentRow("j1", "d9", "submitted", AT, filename="late.pdf"))
+    (item,) = api.client.get("/v1/jobs/j1/documents", headers=api.as_("acme")).json()["items"]
+    assert (item["doc_id"], item["status"], item["filename"]) == ("d9", "submitted", "late.pdf")
+    shown = (item["page_count"], item["pages_by_verdict"], item["pages_by_source"], item["error"])
+    assert shown == (None, {}, {}, None)
+    assert (item["chunk_count"], item["failed_chunks"], item["token_count"]) == (None, None, None)
+    assert "source_uri" not in item and "job_id" not in item
+
+
+def test_a_document_on_its_own_shows_its_source_key_and_versions_but_not_where_the_bytes_are(api: Api) -> None:
+    _job(api.store, "j1", document_count=1)
+    _document(api.store, "j1", "d2", "completed", source_key="contracts/a.pdf", previous_doc_id="d1")
+    shown = api.client.get("/v1/jobs/j1/documents/d2", headers=api.as_("acme")).json()
+    assert (shown["source_key"], shown["previous_doc_id"], shown["deleted_at"]) == ("contracts/a.pdf", "d1", None)
+    assert (shown["content_sha256"], shown["chunk_count"]) == ("ab" * 32, None)
+    assert "source_uri" not in shown and "generation" not in shown
+
+
 def test_a_document_shows_its_chunks_in_pages_with_the_start_of_their_text(api: Api) -> None:
     _job(api.store, "j1", document_count=1)
     _document(api.store, "j1", "d1", "completed", page_count=3, media_type="application/pdf")

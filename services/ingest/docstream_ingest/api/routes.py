@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import MISSING, fields, replace
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
@@ -38,6 +38,7 @@ from docstream_ingest.api.schemas import (
     CHUNK_NARROWED,
     ID_PATTERN,
     MULTIPART_SCHEMA,
+    RESULT_PICKS,
     AcceptedDocument,
     CapacityOut,
     ChunkOut,
@@ -228,22 +229,30 @@ def _job_model(ctx: ApiContext, job: JobRow) -> str:
 def _document_out(
     store: ResultsStore, entry: JobDocumentRow, document: DocumentRow | None, model_id: str
 ) -> DocumentOut:
+    """A document as a job's list shows it: its row's fields, its entry's in the job where the entry says more, and
+    ``RESULT_PICKS`` of its result for ``model_id`` (null before it has one, and before its row is written)."""
+    return DocumentOut(**_document_fields(DocumentOut, store, entry, document, model_id))
+
+
+_DOCUMENT_DEFAULTS: dict[str, Any] = {
+    f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+    for f in fields(DocumentRow) if f.default is not MISSING or f.default_factory is not MISSING
+}
+"""What a document shows of its row before the row is written: the row's defaults."""
+
+
+def _document_fields(
+    model: type[BaseModel], store: ResultsStore, entry: JobDocumentRow, document: DocumentRow | None, model_id: str
+) -> dict[str, Any]:
     started = entry.status not in ("submitted", "skipped")
     result = store.get_document_result(entry.doc_id, model_id) if started else None
-    return DocumentOut(
-        doc_id=entry.doc_id,
-        filename=entry.filename or (document.filename if document else None),
-        status=entry.status,
-        page_count=document.page_count if document else None,
-        pages_by_verdict=dict(document.pages_by_verdict) if document else {},
-        pages_by_source=dict(document.pages_by_source) if document else {},
-        chunk_count=result.chunk_count if result else None,
-        failed_chunks=result.failed_chunks if result else None,
-        token_count=result.token_count if result else None,
-        error_code=entry.error_code or (document.error_code if document else None),
-        error=document.error if document else None,
-        updated_at=entry.updated_at,
-    )
+    held = _row_fields(model, document) if document else {
+        name: value for name, value in _DOCUMENT_DEFAULTS.items() if name in model.model_fields}
+    return (held
+            | {name: getattr(result, name) if result else None for name in RESULT_PICKS}
+            | {"doc_id": entry.doc_id, "status": entry.status, "updated_at": entry.updated_at,
+               "filename": entry.filename or (document.filename if document else None),
+               "error_code": entry.error_code or (document.error_code if document else None)})
 
 
 def _row_fields(model: type[BaseModel], row: Any) -> dict[str, Any]:
@@ -282,10 +291,7 @@ def _document_detail(
                            error_code=document.error_code)
     chunks = ctx.store.list_chunks(doc_id, model_id, limit=limit, after=after)
     return DocumentDetail(
-        **_document_out(ctx.store, entry, document, model_id).model_dump(),
-        job_id=job_id,
-        media_type=document.media_type,
-        content_sha256=document.content_sha256,
+        **_document_fields(DocumentDetail, ctx.store, entry, document, model_id),
         model_id=model_id,
         chunks=[_chunk_out(chunk) for chunk in chunks],
         next_chunks_cursor=chunks[-1].chunk_index if len(chunks) == limit else None,

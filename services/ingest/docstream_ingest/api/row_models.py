@@ -5,7 +5,7 @@ record field it holds (``docstream.store.layout``), so a field added to the row 
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -36,14 +36,16 @@ def api_type(hint: Any) -> Any:
     return hint
 
 
-def with_row_fields(row: type[Any], docs: Mapping[str, str], *, hidden: Mapping[str, str],
+def with_row_fields(row: type[Any], docs: Mapping[str, str], *, hidden: Mapping[str, str] | None = None,
                     shown_as: Mapping[str, str] | None = None,
-                    narrowed: Mapping[str, Any] | None = None) -> Callable[[type[M]], type[M]]:
+                    narrowed: Mapping[str, Any] | None = None,
+                    picks: Collection[str] | None = None, absent: str = "") -> Callable[[type[M]], type[M]]:
     """A class decorator: the response model it decorates, with every field of the ``row`` dataclass first, in the
     row's order, then the model's own fields (its fields not named as row fields).
 
     Every row field a response shows is always there (required), typed as the row types it (``api_type``) and
-    described by ``docs`` (``docstream.store.layout.row_docs``: its Avro field's doc).
+    described by ``docs`` (``docstream.store.layout.row_docs``: its Avro field's doc). A row a response may show
+    before it exists gives only ``picks``, each typed ``| None`` (null: no row yet).
 
     Args:
         row: the row dataclass.
@@ -51,29 +53,39 @@ def with_row_fields(row: type[Any], docs: Mapping[str, str], *, hidden: Mapping[
         hidden: the row fields a response does not show, and why.
         shown_as: row fields a response shows as one of the model's own fields instead (in the row field's place).
         narrowed: row fields whose type a response narrows (a ``Literal`` of the values it shows).
+        picks: the only row fields a response shows, each null before the row exists; with ``hidden``, refused.
+        absent: what a picked field's null means, added to its description.
 
     Raises:
-        ValueError: ``hidden``, ``shown_as`` or ``narrowed`` names no row field.
+        ValueError: ``hidden``, ``shown_as``, ``narrowed`` or ``picks`` names no row field, or both ``hidden`` and
+            ``picks`` are given.
     """
     shown = dict(shown_as or {})
     narrow = dict(narrowed or {})
     names = {f.name for f in fields(row)}
-    unknown = (set(hidden) | set(shown) | set(narrow)) - names
+    unknown = (set(hidden or {}) | set(shown) | set(narrow) | set(picks or ())) - names
     if unknown:
         raise ValueError(f"{row.__name__} has no fields {sorted(unknown)}")
+    if hidden is not None and picks is not None:
+        raise ValueError(f"{row.__name__}: give the fields hidden or the fields picked, not both")
+    hide = set(hidden or {}) if picks is None else names - set(picks)
+    ours = names if picks is None else set(picks)
 
     def decorate(model: type[M]) -> type[M]:
         hints = get_type_hints(row, include_extras=True)
         # a field of the model named as a row field is the row's (a model built before, decorated again)
         own = {name: (info.annotation, info) for name, info in model.model_fields.items()
-               if name not in names or name in shown.values()}
+               if name not in ours or name in shown.values()}
         definitions: dict[str, Any] = {}
         for f in fields(row):
             if f.name in shown:
                 definitions[shown[f.name]] = own.pop(shown[f.name])
-            elif f.name not in hidden:
+            elif f.name not in hide:
                 kind = narrow.get(f.name, api_type(hints[f.name]))
-                definitions[f.name] = (kind, Field(..., description=docs.get(f.name) or None))
+                described = docs.get(f.name) or ""
+                if picks is not None:
+                    kind, described = kind | None, f"{described} {absent}".strip()
+                definitions[f.name] = (kind, Field(..., description=described or None))
         definitions.update(own)
         built: type[M] = create_model(
             model.__name__, __config__=model.model_config or None, __doc__=model.__doc__, __module__=model.__module__,

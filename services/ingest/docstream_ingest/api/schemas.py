@@ -10,17 +10,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from docstream.lanes import Lane
 from docstream.records import CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS, ChunkKind, JobState, TextSource
-from docstream.store.base import ChunkRow
-from docstream.store.layout import CHUNK_ROW, row_docs
+from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow
+from docstream.store.layout import CHUNK_ROW, DOCUMENT_RESULT_ROW, DOCUMENT_ROW, row_docs
 from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_PROMPT_CHARS, MAX_TASKS
 from docstream_ingest.api.row_models import avro_schemas, with_row_fields
 
 __all__ = [
     "CHUNK_HIDDEN",
     "CHUNK_NARROWED",
+    "DETAIL_HIDDEN",
+    "DOCUMENT_HIDDEN",
     "ID_PATTERN",
     "MAX_FORM_FIELD_BYTES",
     "MULTIPART_SCHEMA",
+    "RESULT_PICKS",
     "AcceptedDocument",
     "CapacityOut",
     "ChunkOut",
@@ -349,24 +352,37 @@ class CapacityOut(BaseModel):
     limits: LimitsOut
 
 
+DOCUMENT_HIDDEN: dict[str, str] = {
+    "job_id": "in the path, and in DocumentDetail",
+    "source_uri": "where the service keeps the bytes, not the user's",
+    "content_sha256": "in DocumentDetail",
+    "media_type": "in DocumentDetail",
+    "source_key": "in DocumentDetail",
+    "previous_doc_id": "in DocumentDetail",
+    "generation": "the store's order of a source's versions",
+    "deleted_at": "in DocumentDetail",
+}
+"""The ``DocumentRow`` fields a document of a job's list does not show, and why; it shows every other one."""
+
+DETAIL_HIDDEN: dict[str, str] = {name: why for name, why in DOCUMENT_HIDDEN.items() if "in DocumentDetail" not in why}
+"""The ``DocumentRow`` fields a document on its own does not show, and why."""
+
+RESULT_PICKS: tuple[str, ...] = ("chunk_count", "failed_chunks", "token_count")
+"""The ``DocumentResultRow`` fields a document shows, of its result for the job's model (null before it)."""
+
+_SCHEMAS = avro_schemas()
+_DOCUMENT_DOCS = row_docs(DOCUMENT_ROW, _SCHEMAS)
+_RESULT_DOCS = row_docs(DOCUMENT_RESULT_ROW, _SCHEMAS)
+
+
+@with_row_fields(DocumentRow, _DOCUMENT_DOCS, hidden=DOCUMENT_HIDDEN)
+@with_row_fields(DocumentResultRow, _RESULT_DOCS, picks=RESULT_PICKS,
+                 absent="Null before the document has a result for the job's model.")
 class DocumentOut(BaseModel):
     """A document of a job: where it is, and its result for the job's model once it has one."""
 
-    doc_id: str
-    filename: str | None
-    status: str = Field(..., description="submitted, chunked, completed, partial, failed or skipped.")
-    page_count: int | None = Field(..., description="Pages, once the chunker opened it.")
-    pages_by_verdict: dict[str, int] = Field(
-        default_factory=dict, description="Pages by quality verdict (ok, no_text_layer, unmapped, mojibake, "
-        "ok_with_ocr_layer: docs/chunking.md), once chunked; empty before.")
-    pages_by_source: dict[str, int] = Field(
-        default_factory=dict, description="Pages by where their text came from (text_layer, ocr), once chunked.")
-    chunk_count: int | None = Field(..., description="Chunks of the job's model's result; null before it.")
-    failed_chunks: int | None
-    token_count: int | None
-    error_code: str | None
-    error: str | None = Field(..., description="Why it failed, for humans.")
-    updated_at: datetime
+    # the document row's fields (DocumentRow less DOCUMENT_HIDDEN), then RESULT_PICKS of its result's row, come
+    # from with_row_fields; the status, file name, error code and time are its entry's in the job
 
 
 class DocumentList(BaseModel):
@@ -430,7 +446,7 @@ def chunk_fields(row: type[Any], docs: Mapping[str, str]) -> Callable[[type[M]],
     return with_row_fields(row, docs, hidden=CHUNK_HIDDEN, shown_as={"table_part": "table"}, narrowed=CHUNK_NARROWED)
 
 
-@chunk_fields(ChunkRow, row_docs(CHUNK_ROW, avro_schemas()))
+@chunk_fields(ChunkRow, row_docs(CHUNK_ROW, _SCHEMAS))
 class ChunkOut(BaseModel):
     """A chunk of a document, with the start of its text (the whole text is in the results export)."""
 
@@ -440,12 +456,10 @@ class ChunkOut(BaseModel):
     text_chars: int = Field(..., description="Characters in the whole text.")
 
 
+@with_row_fields(DocumentRow, _DOCUMENT_DOCS, hidden=DETAIL_HIDDEN)
 class DocumentDetail(DocumentOut):
     """A document of a job with one page of its chunks for the job's model."""
 
-    job_id: str
-    media_type: str | None
-    content_sha256: str
     model_id: str = Field(..., description="Whose chunks: the job's model.")
     chunks: list[ChunkOut]
     next_chunks_cursor: int | None = Field(

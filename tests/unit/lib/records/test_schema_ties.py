@@ -19,11 +19,21 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from docstream.avro.schemas import SchemaSet
 from docstream.records import copy_fields
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow
+from docstream.store.layout import DOCUMENT_ROW, row_docs
 from docstream.store.rows import MAPPINGS, RowMapping
 from docstream.store.sqlite import SqliteStore
-from docstream_ingest.api.schemas import CHUNK_HIDDEN, ChunkOut, DocumentOut
+from docstream_ingest.api.schemas import (
+    CHUNK_HIDDEN,
+    DETAIL_HIDDEN,
+    DOCUMENT_HIDDEN,
+    RESULT_PICKS,
+    ChunkOut,
+    DocumentDetail,
+    DocumentOut,
+)
 from docstream_ingest.export import (
     _CHUNK_FIELDS,
     CHUNK_SCHEMA,
@@ -35,6 +45,7 @@ from docstream_ingest.export import (
 API_OWN: dict[type[Any], set[str]] = {
     ChunkOut: {"table", "text_start", "text_chars"},
     DocumentOut: set(),
+    DocumentDetail: {"chunks", "next_chunks_cursor"},
 }
 """API response fields named for users, not after a row field."""
 
@@ -75,7 +86,7 @@ def test_the_export_columns_are_row_fields_typed_by_the_avro_fields() -> None:
     assert TASK_DOCUMENT_SCHEMA.field("label_scores").type == pa.map_(pa.string(), pa.float64())
 
 
-@pytest.mark.parametrize("model", [ChunkOut, DocumentOut], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("model", [ChunkOut, DocumentOut, DocumentDetail], ids=lambda m: m.__name__)
 def test_the_api_fields_name_row_fields_or_are_the_apis_own(model: Any) -> None:
     rows = _names(ChunkRow) if model is ChunkOut else _names(DocumentRow) | _names(DocumentResultRow) | _names(
         JobDocumentRow)
@@ -88,6 +99,19 @@ def test_a_chunk_of_the_api_shows_every_row_field_it_does_not_hide() -> None:
     schema = json.loads((Path(__file__).resolve().parents[4] / "schemas" / "ChunkCreated.avsc").read_text())
     doc = next(f["doc"] for f in schema["fields"] if f["name"] == "page_verdicts")
     assert ChunkOut.model_fields["page_verdicts"].description == doc, "described by its Avro doc"
+
+
+@pytest.mark.parametrize(("model", "hidden"), [(DocumentOut, DOCUMENT_HIDDEN), (DocumentDetail, DETAIL_HIDDEN)],
+                         ids=["DocumentOut", "DocumentDetail"])
+def test_a_document_of_the_api_shows_every_row_field_it_does_not_hide_and_its_results_counts(
+    model: Any, hidden: dict[str, str]
+) -> None:
+    shown = set(model.model_fields) - API_OWN[model] - {"model_id"}  # the detail's: its result row's, the job's model
+    assert shown == (_names(DocumentRow) - set(hidden)) | set(RESULT_PICKS)
+    docs = row_docs(DOCUMENT_ROW, {schema.name: schema.raw for schema in SchemaSet.load()})
+    assert model.model_fields["error_code"].description == docs["error_code"], "described as the row declares it"
+    counted = model.model_fields["chunk_count"]
+    assert not counted.is_required() or counted.annotation == int | None, "null before the result"
 
 
 def test_a_row_field_of_a_type_no_column_stores_is_refused_at_once() -> None:
