@@ -159,6 +159,7 @@ class InferencePipeline:
                              weights=fairness.weights())
         self._held: dict[Lane, deque[ConsumedChunk]] = {lane: deque() for lane in LANES}
         self._positions: dict[TopicPartitionKey, tuple[int, int]] = {}  # (generation, next offset) taken
+        self._in_counters: dict[str, Any] = {}  # docstream_records_in_total by topic
         self._ledger = AckLedger()
         self._assignments = Assignments()
         self._history: deque[BatchStats] = deque(maxlen=100_000)
@@ -438,7 +439,10 @@ class InferencePipeline:
             # (when paused before the app position was known); those records are already in flight
             return
         self._positions[tp] = (generation, offset + 1)
-        self._metrics.records_in.labels(SERVICE, tp[0]).inc()
+        counter = self._in_counters.get(tp[0])
+        if counter is None:  # found once per topic: a lookup per record costs more than the count
+            counter = self._in_counters[tp[0]] = self._metrics.records_in.labels(SERVICE, tp[0])
+        counter.inc()
         outcome = run_with_retries(lambda: self._decode(msg), retry=self._retry, wait=self._halt.wait)
         if outcome.interrupted:
             return

@@ -711,6 +711,7 @@ class WriteStage(_StageThread):
         self._metrics = metrics
         self._service = service
         self._failed: deque[_Send] = deque()
+        self._out_counters: dict[str, Any] = {}
         self.tokens_written = 0
         """Tokens of the chunks whose rows this stage wrote: the running total of the process's rate."""
 
@@ -747,12 +748,29 @@ class WriteStage(_StageThread):
         if self._after_write is not None:
             self._after_write()
         embedded_at = utc_now()
+        sends = []
         for (work, result), share in zip(live, shares, strict=True):
             if not result.ok:
                 self._dead_letter(work, result)
             value = self._serialize(result_record(result, embedded_at, share), self._results_topic)
-            self.deliver(_Send(send=self._producer_of(result.chunk.doc_id.encode("utf-8"), value),
+            sends.append(_Send(send=self._producer_of(result.chunk.doc_id.encode("utf-8"), value),
                                tp=work.tp, offset=work.offset, effect=PRODUCE, topic=self._results_topic))
+        self._deliver_all(sends)
+
+    def _deliver_all(self, items: Sequence[_Send]) -> None:
+        """``deliver`` each item: queued one after another while the producer takes them, and from the first one
+        it refuses (a full queue, a kept error), each through ``deliver``'s retries."""
+        if self._producer.error is None:
+            for at, item in enumerate(items):
+                try:
+                    item.send(self._on_delivery(item))
+                except Exception:  # noqa: BLE001 - not dropped: it and the rest go through deliver's retry policy
+                    items = items[at:]
+                    break
+            else:
+                return
+        for item in items:
+            self.deliver(item)
 
     def _producer_of(self, key: bytes, value: bytes) -> Callable[[Callable[[KafkaError | None, Message], None]], None]:
         def send(cb: Callable[[KafkaError | None, Message], None]) -> None:
@@ -782,15 +800,7 @@ class WriteStage(_StageThread):
 
     def deliver(self, item: _Send) -> None:
         """Produce one output (retrying a full queue); a failed delivery is sent again later, bounded."""
-
-        def on_delivery(err: KafkaError | None, _: Message) -> None:
-            if err is not None:
-                self._failed.append(item)
-                return
-            self._metrics.records_out.labels(self._service, item.topic).inc()
-            for hook in item.on_ok:
-                hook()
-            self._ledger.ack(item.tp, item.offset, item.effect)
+        on_delivery = self._on_delivery(item)
 
         def send_once() -> None:
             kept = self._producer.error
@@ -801,6 +811,28 @@ class WriteStage(_StageThread):
             item.send(on_delivery)
 
         self._retrying("produce", send_once)
+
+    def _on_delivery(self, item: _Send) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery callback of ``item``: a failure goes back to be sent again, a success is acked."""
+
+        def on_delivery(err: KafkaError | None, _: Message) -> None:
+            if err is not None:
+                self._failed.append(item)
+                return
+            self._records_out(item.topic).inc()
+            for hook in item.on_ok:
+                hook()
+            self._ledger.ack(item.tp, item.offset, item.effect)
+
+        return on_delivery
+
+    def _records_out(self, topic: str) -> Any:
+        """``docstream_records_out_total``'s counter of ``topic``, found once (a lookup per record costs more than
+        the count)."""
+        counter = self._out_counters.get(topic)
+        if counter is None:
+            counter = self._out_counters[topic] = self._metrics.records_out.labels(self._service, topic)
+        return counter
 
     def _resend_failed(self) -> None:
         while self._failed:

@@ -15,16 +15,96 @@ resolution stays with fastavro.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-__all__ = ["SegmentPlan", "read_body", "segment_plan", "write_body"]
+__all__ = ["Float32List", "SegmentPlan", "float32_bytes", "read_body", "segment_plan", "write_body"]
 
 _FLOAT32 = np.dtype("<f4")
+_PACKERS: dict[int, struct.Struct] = {}
+_MAX_PACKERS = 64
+
+
+class Float32List(list[float]):
+    """A model's vector as the list of floats the records and rows hold, with the float32 bytes it came from, so
+    that writing it (an Avro float array, a stored embedding) packs nothing. Read-only: its bytes must stay its
+    values.
+
+    Raises:
+        TypeError: on any change (append, item assignment, sort and the like).
+    """
+
+    __slots__ = ("packed",)
+
+    def __init__(self, row: np.ndarray[Any, Any]) -> None:
+        """The floats of a one-dimensional float32 array ``row``.
+
+        Raises:
+            ValueError: ``row`` is not one-dimensional.
+        """
+        array = np.ascontiguousarray(row, dtype=_FLOAT32)
+        if array.ndim != 1:
+            raise ValueError("a Float32List is made of a one-dimensional array")
+        super().__init__(array.tolist())
+        self.packed = array.tobytes()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied as its bytes (a list's way of restoring its items would change it)."""
+        return _unpacked, (self.packed,)
+
+
+def _unpacked(packed: bytes) -> Float32List:
+    return Float32List(np.frombuffer(packed, dtype=_FLOAT32))
+
+
+def _read_only(self: Float32List, *args: Any, **kwargs: Any) -> Any:
+    raise TypeError("a Float32List is read-only: its float32 bytes are packed")
+
+
+for _change in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop", "remove",
+                "clear", "sort", "reverse"):
+    setattr(Float32List, _change, _read_only)
+
+
+def float32_bytes(values: Sequence[float] | np.ndarray[Any, Any]) -> bytes:
+    """``values`` as little-endian float32 bytes (an Avro ``array<float>``'s values, a stored embedding).
+
+    A ``Float32List`` gives the bytes it holds; a list of Python floats (what a record holds) is packed by a
+    ``struct`` made once per length, at about a third of numpy's cost for such a list; an array goes through numpy
+    as it is. A value beyond float32's range
+    becomes infinity either way, as numpy casts it.
+
+    Raises:
+        ValueError: ``values`` is not a flat sequence of numbers.
+    """
+    if type(values) is Float32List:
+        return values.packed
+    if isinstance(values, np.ndarray):
+        return _float32_array(values).tobytes()
+    count = len(values)
+    packer = _PACKERS.get(count)
+    if packer is None:
+        packer = struct.Struct(f"<{count}f")
+        if len(_PACKERS) < _MAX_PACKERS:
+            _PACKERS[count] = packer
+    try:
+        return packer.pack(*values)
+    except OverflowError:  # a value beyond float32: numpy casts it to infinity
+        return _float32_array(values).tobytes()
+    except struct.error as exc:  # not a number: say it as numpy does
+        raise ValueError(f"not a flat sequence of floats: {exc}") from None
+
+
+def _float32_array(values: Any) -> np.ndarray[Any, Any]:
+    array = np.asarray(values, dtype=_FLOAT32)
+    if array.ndim != 1:
+        raise ValueError("not a flat sequence of floats")
+    return array
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +187,13 @@ def write_body(plan: SegmentPlan, record: Mapping[str, Any], out: io.BytesIO) ->
         raise ValueError(f"record contains more fields than the schema specifies: {', '.join(sorted(unknown))}")
     for segment in plan.segments:
         if isinstance(segment, str):
-            values = np.asarray(record[segment], dtype=_FLOAT32)
-            if values.ndim != 1:
-                raise ValueError(f"{segment} must be a flat sequence of floats")
-            if values.size:
-                out.write(_zigzag_varint(values.size))
-                out.write(values.tobytes())
+            try:
+                packed = float32_bytes(record[segment])
+            except ValueError as exc:
+                raise ValueError(f"{segment}: {exc}") from None
+            if packed:
+                out.write(_zigzag_varint(len(packed) // 4))
+                out.write(packed)
             out.write(b"\x00")
         else:
             part = {k: record[k] for k in segment.names if k in record}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -31,6 +31,45 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
     return names
 
 
+def _aware(value: Any) -> Any:
+    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class _Codec:
+    """A record class's ``to_record`` and ``from_record`` (every field given), compiled once for the class."""
+
+    names: frozenset[str]
+    to_record: Callable[[Any], dict[str, Any]]
+    from_record: Callable[[Mapping[str, Any]], Any]
+
+
+_CODECS: dict[type[Any], _Codec] = {}
+
+
+def _codec(cls: type[Any]) -> _Codec:
+    """``cls``'s codec, compiled on first use (as ``dataclasses`` writes ``__init__``): each field read by name,
+    with no loop and no dict in between; a field that may hold a timestamp goes through ``_aware``."""
+    codec = _CODECS.get(cls)
+    if codec is not None:
+        return codec
+    hints = get_type_hints(cls)
+    names = _field_names(cls)
+    out = ", ".join(f"{name!r}: record.{name}" for name in names)
+    read = ", ".join(f"{name}=aware(record[{name!r}])" if _may_hold_timestamp(hints[name])
+                     else f"{name}=record[{name!r}]" for name in names)
+    compiled: dict[str, Any] = {"cls": cls, "aware": _aware}
+    exec(  # noqa: S102 - the code is built from a dataclass's field names, not from input
+        f"def to_record(record):\n    return {{{out}}}\n"
+        f"def from_record(record):\n    return cls({read})\n", compiled)
+    codec = _CODECS[cls] = _Codec(frozenset(names), compiled["to_record"], compiled["from_record"])
+    return codec
+
+
+def _may_hold_timestamp(hint: Any) -> bool:
+    return hint is datetime or datetime in get_args(hint)
+
+
 class Record:
     """The base of the record dataclasses (``docstream.records.generated``, written from ``schemas/*.avsc``).
 
@@ -46,15 +85,19 @@ class Record:
         Shallow: the values are the record's own (records are flat and frozen), so encoding a
         ChunkResult does not copy its embedding (``dataclasses.asdict`` deep-copies every list).
         """
-        return {name: getattr(self, name) for name in _field_names(type(self))}
+        return _codec(type(self)).to_record(self)
 
     @classmethod
     def from_record(cls: type[_R], record: dict[str, Any]) -> _R:
-        """Build from a decoded Avro dict; fields the class doesn't know are ignored."""
-        values = {name: record[name] for name in _field_names(cls) if name in record}
+        """Build from a decoded Avro dict (a timestamp without a zone is UTC); fields the class doesn't know are
+        ignored, fields the dict lacks take their defaults."""
+        codec = _codec(cls)
+        if codec.names <= record.keys():  # what the Avro reader gives: every field
+            built: _R = codec.from_record(record)
+            return built
+        values = {name: record[name] for name in codec.names if name in record}
         for key, value in values.items():
-            if isinstance(value, datetime) and value.tzinfo is None:
-                values[key] = value.replace(tzinfo=UTC)
+            values[key] = _aware(value)
         return cls(**values)
 
     @property
@@ -85,11 +128,33 @@ def _converter(hint: Any) -> Callable[[Any], Any]:
         return list
     if origin is dict:
         return dict
-    return lambda value: value
+    return _as_it_is
+
+
+def _as_it_is(value: Any) -> Any:
+    return value
 
 
 _FieldPlan = tuple[tuple[int, str, Callable[[Any], Any]], ...]
-_PLANS: dict[tuple[type[Any], tuple[type[Any], ...], frozenset[str]], _FieldPlan] = {}
+_Copier = Callable[[tuple[Any, ...], dict[str, Any]], Any]
+_PLANS: dict[tuple[type[Any], tuple[type[Any], ...], frozenset[str]], _Copier] = {}
+
+
+def _copier(target: type[Any], plan: _FieldPlan) -> _Copier:
+    """The plan as one function, compiled once (as ``dataclasses`` writes ``__init__``): each field read and
+    passed by name, converted only where its type asks, with no dict of the found values in between."""
+    names: dict[str, Any] = {"target": target}
+    arguments = []
+    for at, name, convert in plan:
+        value = f"sources[{at}].{name}"
+        if convert is not _as_it_is:
+            names[f"convert_{name}"] = convert
+            value = f"convert_{name}({value})"
+        arguments.append(f"{name}={value}")
+    source = f"def copy(sources, values):\n    return target({', '.join([*arguments, '**values'])})\n"
+    exec(source, names)  # noqa: S102 - the code is built from a dataclass's field names, not from input
+    copier: _Copier = names["copy"]
+    return copier
 
 
 def _plan(target: type[Any], sources: tuple[type[Any], ...], given: frozenset[str]) -> _FieldPlan:
@@ -119,8 +184,8 @@ def copy_fields(target: type[R], *sources: Any, **values: Any) -> R:
         TypeError: two sources have a field ``target`` has and ``values`` does not give (say which one wins).
     """
     key = (target, tuple(type(s) for s in sources), frozenset(values))
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = _plan(target, key[1], key[2])
-    found = {name: convert(getattr(sources[at], name)) for at, name, convert in plan}
-    return target(**found, **values)
+    copy = _PLANS.get(key)
+    if copy is None:
+        copy = _PLANS[key] = _copier(target, _plan(target, key[1], key[2]))
+    copied: R = copy(sources, values)
+    return copied

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.typing as npt
 
+from docstream.avro.segments import float32_bytes
+
 __all__ = ["decode_embedding", "embedding_array", "encode_embedding", "float32_values", "none_if_empty", "utc_millis"]
 
 _FLOAT32 = np.dtype("<f4")
@@ -27,8 +29,12 @@ def embedding_array(values: Sequence[float]) -> npt.NDArray[np.float32]:
 
 
 def encode_embedding(values: Sequence[float]) -> bytes:
-    """An embedding as little-endian float32 bytes (empty for no embedding)."""
-    return embedding_array(values).tobytes()
+    """An embedding as little-endian float32 bytes (empty for no embedding).
+
+    Raises:
+        ValueError: ``values`` is not a flat sequence of numbers.
+    """
+    return float32_bytes(values)
 
 
 def decode_embedding(blob: bytes | None) -> list[float]:

@@ -466,6 +466,7 @@ class RowMapping(Generic[R]):
         self._has_usage = USAGE_COLUMNS[0] in columns
         self._usage_at = columns.index(USAGE_COLUMNS[0]) if self._has_usage else 0
         self.table = Table(name, tuple(columns), key, element_columns)
+        self._writers: dict[frozenset[str], Callable[[Any, ColumnEncoding, Any], tuple[Any, ...]]] = {}
 
     def to_columns(self, row: R, encoding: ColumnEncoding, *,
                    encoded: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
@@ -474,11 +475,31 @@ class RowMapping(Generic[R]):
         ``encoded``: columns whose stored values the caller already made (a chunk's embedding, encoded once
         for a backend that also binds the vector elsewhere).
         """
-        values = [encoded[f.name] if encoded and f.name in encoded else f.kind.write(getattr(row, f.name), encoding)
-                  for f in self._written]
+        given = frozenset(encoded) if encoded else frozenset()
+        write = self._writers.get(given)
+        if write is None:
+            write = self._writers[given] = self._writer(given)
+        return write(row, encoding, encoded)
+
+    def _writer(self, given: frozenset[str]) -> Callable[[Any, ColumnEncoding, Any], tuple[Any, ...]]:
+        """``to_columns`` for the columns ``given`` as encoded, compiled once (as ``dataclasses`` writes
+        ``__init__``): a plain field is read as it is, any other through its column type, with no loop."""
+        names: dict[str, Any] = {"usage_to_columns": usage_to_columns}
+        values = []
+        for f in self._written:
+            if f.name in given:
+                values.append(f"encoded[{f.name!r}]")
+            elif f.kind is _PLAIN:
+                values.append(f"row.{f.name}")
+            else:
+                names[f"write_{f.name}"] = f.kind.write
+                values.append(f"write_{f.name}(row.{f.name}, encoding)")
         if self._has_usage:
-            values[self._usage_at:self._usage_at] = usage_to_columns(getattr(row, _USAGE), encoding)
-        return tuple(values)
+            values.insert(self._usage_at, f"*usage_to_columns(row.{_USAGE}, encoding)")
+        source = f"def write(row, encoding, encoded):\n    return ({', '.join(values)},)\n"
+        exec(source, names)  # noqa: S102 - the code is built from a dataclass's field names, not from input
+        writer: Callable[[Any, ColumnEncoding, Any], tuple[Any, ...]] = names["write"]
+        return writer
 
     def from_columns(self, found: Columns, encoding: ColumnEncoding) -> R:
         """A row from its fetched columns (the element columns included: ``table.select_list``).

@@ -34,7 +34,7 @@ from docstream.store.base import (
     SourceRow,
     check_throughput,
 )
-from docstream.store.codec import encode_embedding, none_if_empty, utc_millis
+from docstream.store.codec import none_if_empty, utc_millis
 from docstream.store.leases import acquire_lease
 from docstream.store.paging import at_least_one, keyset_pages
 from docstream.store.ranking import TopK, cosine_scores, search_query
@@ -102,7 +102,15 @@ def _read_counts(value: str | None) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(value).items()} if value else {}
 
 
+_EMPTY_STRUCTURES: dict[type, str] = {list: "[]", tuple: "[]", dict: "{}"}
+"""What ``json.dumps`` writes for an empty one: most rows' task fields are empty (an embed chunk's)."""
+
+
 def _structure(value: Any) -> str:
+    if not value:
+        empty = _EMPTY_STRUCTURES.get(type(value))
+        if empty is not None:
+            return empty
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
@@ -379,8 +387,7 @@ class SqliteStore(TableStore):
         """
         if not rows:
             return
-        params = [CHUNK_ROWS.to_columns(row, _ENCODING, encoded={"embedding": encode_embedding(row.embedding)})
-                  for row in rows]
+        params = [CHUNK_ROWS.to_columns(row, _ENCODING) for row in rows]
         conn = self._connection()
         with self._errors("upsert_chunks"), self._transaction(conn):
             conn.executemany(_UPSERT_CHUNK, params)

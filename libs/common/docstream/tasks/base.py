@@ -22,6 +22,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from docstream.errors import InputError, PoisonRecord
@@ -280,6 +281,12 @@ class TaskRequest:
                    None if prompt is None else Prompt.from_record(prompt))
 
 
+@cache
+def _unnamed_requests() -> tuple[TaskRequest, ...]:
+    """The requests of a record that names no task (made once: every chunk of an embed-only job asks this)."""
+    return tuple(TaskRequest(name) for name in tasks_of(()))
+
+
 def requested_tasks(records: Sequence[Mapping[str, Any]]) -> tuple[TaskRequest, ...]:
     """The tasks a record's ``tasks`` field asks for; empty: embed alone (``legacy.tasks_of``).
 
@@ -287,7 +294,7 @@ def requested_tasks(records: Sequence[Mapping[str, Any]]) -> tuple[TaskRequest, 
         InputError: an invalid request, a task named twice, or more than ``MAX_TASKS``.
     """
     if not records:
-        return tuple(TaskRequest(name) for name in tasks_of(()))
+        return _unnamed_requests()
     requests = tuple(TaskRequest.from_record(r) for r in records)
     names = [r.name for r in requests]
     if len(set(names)) != len(names):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from docstream.avro.segments import Float32List
 from docstream.errors import PartialBatchError
 from docstream.metrics import EndpointMetrics, Metrics
 from docstream.models.embedder import Embedder
@@ -83,7 +84,8 @@ class EmbedTask:
         except PartialBatchError as exc:
             raise PartialBatchError([out if isinstance(out, BaseException) else ChunkOutput(embedding=_floats(out))
                                      for out in exc.outputs]) from None
-        return [ChunkOutput(embedding=row.tolist()) for row in rows]
+        # each vector keeps its float32 bytes: the row and the record are written from them, never packed again
+        return [ChunkOutput(embedding=Float32List(row)) for row in rows]
 
     def warm_up(self) -> None:
         """One small batch through the embedder."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from docstream.avro.segments import read_body, segment_plan, write_body
+from docstream.avro.segments import Float32List, float32_bytes, read_body, segment_plan, write_body
 from docstream.records import ChunkResult, DocumentCompleted, utc_now
 
 SCHEMAS = Path(__file__).resolve().parents[4] / "schemas"
@@ -114,3 +116,65 @@ def test_a_nested_sequence_is_refused() -> None:
     assert plan is not None
     with pytest.raises(ValueError, match="flat sequence"):
         write_body(plan, _result([[1.0, 2.0]]), io.BytesIO())  # type: ignore[list-item]
+
+
+VALUES = [
+    [],
+    [0.5, -0.0, 1e-45, 3.4e38, -3.4e38, float("inf"), float("-inf"), 0.1, 1, True],
+    np.random.default_rng(2).standard_normal(384).tolist(),
+]
+
+
+@pytest.mark.parametrize("values", VALUES, ids=["empty", "edges", "384 doubles"])
+def test_float32_bytes_are_numpys_little_endian_float32_bytes(values: list[float]) -> None:
+    assert float32_bytes(values) == np.asarray(values, dtype="<f4").tobytes()
+    assert float32_bytes(np.asarray(values, dtype=np.float64)) == np.asarray(values, dtype="<f4").tobytes()
+
+
+def test_float32_bytes_of_a_value_beyond_float32_is_infinity_as_numpy_casts_it() -> None:
+    with np.errstate(over="ignore"):
+        assert float32_bytes([1e39, -1e300]) == np.asarray([np.inf, -np.inf], dtype="<f4").tobytes()
+
+
+def test_float32_bytes_refuses_what_is_not_a_flat_sequence_of_numbers() -> None:
+    for bad in (["x"], [None], [[1.0, 2.0]], np.ones((2, 2))):
+        with pytest.raises(ValueError, match="flat sequence of floats"):
+            float32_bytes(bad)  # type: ignore[arg-type]
+
+
+def test_a_float32_list_is_the_list_of_its_floats_and_gives_the_bytes_it_came_from() -> None:
+    row = np.random.default_rng(3).standard_normal(384).astype(np.float32)
+    vector = Float32List(row)
+    assert vector == row.tolist() and isinstance(vector, list)
+    assert float32_bytes(vector) == vector.packed == row.astype("<f4").tobytes()
+    plan = segment_plan(_raw("ChunkResult"))
+    assert plan is not None
+    out = io.BytesIO()
+    write_body(plan, _result(vector), out)
+    assert out.getvalue() == _fastavro(_raw("ChunkResult"), _result(row.tolist())), "the bytes fastavro writes"
+    # a view of a model's batch (a broadcast row, a column slice) keeps its values
+    batch = np.broadcast_to(np.arange(4, dtype=np.float32), (3, 4))
+    assert Float32List(batch[1]).packed == np.arange(4, dtype="<f4").tobytes()
+    assert Float32List(np.arange(12, dtype=np.float32).reshape(3, 4)[:, 1]) == [1.0, 5.0, 9.0]
+
+
+def test_a_float32_list_cannot_change_so_its_bytes_stay_its_values() -> None:
+    vector = Float32List(np.arange(3, dtype=np.float32))
+    changes = [lambda: vector.append(1.0), lambda: vector.extend([1.0]), lambda: vector.__setitem__(0, 9.0),
+               lambda: vector.__delitem__(0), lambda: vector.pop(), lambda: vector.sort(), lambda: vector.clear(),
+               lambda: vector.insert(0, 1.0), lambda: vector.remove(0.0), lambda: vector.reverse()]
+    for change in changes:
+        with pytest.raises(TypeError, match="read-only"):
+            change()
+    assert vector == [0.0, 1.0, 2.0] and vector.packed == np.arange(3, dtype="<f4").tobytes()
+
+
+def test_a_float32_list_pickles_and_copies_with_its_bytes() -> None:
+    vector = Float32List(np.linspace(0, 1, 5, dtype=np.float32))
+    for twin in (pickle.loads(pickle.dumps(vector)), copy.copy(vector), copy.deepcopy(vector)):
+        assert type(twin) is Float32List and twin == vector and twin.packed == vector.packed
+
+
+def test_a_float32_list_is_made_of_one_dimension() -> None:
+    with pytest.raises(ValueError, match="one-dimensional"):
+        Float32List(np.ones((2, 2), dtype=np.float32))

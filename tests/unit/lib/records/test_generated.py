@@ -175,3 +175,35 @@ def test_a_field_added_to_a_schema_reaches_the_record_the_row_the_columns_the_ap
     assert columns[-1] == "reviewer" and "reviewer" not in task_columns
     exported = arrow_schema(columns, [scratch.schemas["ChunkResult"], scratch.schemas["ChunkCreated"]])
     assert exported.field("reviewer").type == pa.string()
+
+
+def _chunk(**changes: Any) -> ChunkCreated:
+    values: dict[str, Any] = dict(
+        job_id="j", doc_id="d", chunk_id="c", chunk_index=0, chunk_count=1, content_sha256="0" * 64, text="t",
+        page_start=1, page_end=1, char_start=0, char_end=1, token_count=2, chunker_settings="s",
+        created_at=datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC),
+    )
+    return ChunkCreated(**{**values, **changes})
+
+
+def test_a_record_goes_to_its_dict_and_back_unchanged_every_field_by_name() -> None:
+    chunk = _chunk(tasks=[{"name": "embed", "labels": []}], page_verdicts=["ok"])
+    as_dict = chunk.to_record()
+    assert list(as_dict) == [f.name for f in fields(ChunkCreated)]
+    assert as_dict["page_verdicts"] is chunk.page_verdicts, "shallow: the record's own values"
+    assert ChunkCreated.from_record(as_dict) == chunk
+
+
+def test_a_timestamp_without_a_zone_is_read_as_utc_with_every_field_given_or_some_missing() -> None:
+    naive = {**_chunk().to_record(), "created_at": datetime(2026, 1, 2, 3, 4, 5)}
+    assert ChunkCreated.from_record(naive).created_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    lacking = {k: v for k, v in naive.items() if k != "heading"}  # a field the dict lacks takes its default
+    read = ChunkCreated.from_record({**lacking, "unknown": 1})  # a field the class lacks is ignored
+    assert read.created_at.tzinfo is UTC and read.heading is None
+
+
+def test_copy_fields_converts_only_where_the_target_type_asks() -> None:
+    chunk = _chunk(page_verdicts=["ok", "mojibake"])
+    row = copy_fields(ChunkRow, chunk, model_id="m", embedding=[1.0])
+    assert row.page_verdicts == ("ok", "mojibake") and type(row.page_verdicts) is tuple
+    assert (row.text, row.model_id, row.embedding) == ("t", "m", [1.0])
