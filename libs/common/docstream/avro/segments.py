@@ -53,6 +53,26 @@ class Float32List(list[float]):
         super().__init__(array.tolist())
         self.packed = array.tobytes()
 
+    @classmethod
+    def rows(cls, matrix: np.ndarray[Any, Any]) -> list[Float32List]:
+        """One ``Float32List`` per row of the two-dimensional array ``matrix`` (a model's batch), converted and
+        packed once for the whole batch.
+
+        Raises:
+            ValueError: ``matrix`` is not two-dimensional.
+        """
+        array = np.ascontiguousarray(matrix, dtype=_FLOAT32)
+        if array.ndim != 2:
+            raise ValueError("Float32List.rows takes a two-dimensional array")
+        data, width = array.tobytes(), array.shape[1] * _FLOAT32.itemsize
+        made = []
+        for at, values in enumerate(array.tolist()):
+            vector = cls.__new__(cls)
+            list.__init__(vector, values)
+            vector.packed = data[at * width:(at + 1) * width]
+            made.append(vector)
+        return made
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as its bytes (a list's way of restoring its items would change it)."""
         return _unpacked, (self.packed,)

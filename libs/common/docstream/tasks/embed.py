@@ -85,7 +85,7 @@ class EmbedTask:
             raise PartialBatchError([out if isinstance(out, BaseException) else ChunkOutput(embedding=_floats(out))
                                      for out in exc.outputs]) from None
         # each vector keeps its float32 bytes: the row and the record are written from them, never packed again
-        return [ChunkOutput(embedding=Float32List(row)) for row in rows]
+        return [ChunkOutput(embedding=vector) for vector in Float32List.rows(rows)]
 
     def warm_up(self) -> None:
         """One small batch through the embedder."""

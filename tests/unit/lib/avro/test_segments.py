@@ -149,9 +149,11 @@ def test_a_float32_list_is_the_list_of_its_floats_and_gives_the_bytes_it_came_fr
     assert float32_bytes(vector) == vector.packed == row.astype("<f4").tobytes()
     plan = segment_plan(_raw("ChunkResult"))
     assert plan is not None
+    record = _result(vector)
     out = io.BytesIO()
-    write_body(plan, _result(vector), out)
-    assert out.getvalue() == _fastavro(_raw("ChunkResult"), _result(row.tolist())), "the bytes fastavro writes"
+    write_body(plan, record, out)
+    expected = _fastavro(_raw("ChunkResult"), {**record, "embedding": row.tolist()})
+    assert out.getvalue() == expected, "the bytes fastavro writes"
     # a view of a model's batch (a broadcast row, a column slice) keeps its values
     batch = np.broadcast_to(np.arange(4, dtype=np.float32), (3, 4))
     assert Float32List(batch[1]).packed == np.arange(4, dtype="<f4").tobytes()
@@ -178,3 +180,15 @@ def test_a_float32_list_pickles_and_copies_with_its_bytes() -> None:
 def test_a_float32_list_is_made_of_one_dimension() -> None:
     with pytest.raises(ValueError, match="one-dimensional"):
         Float32List(np.ones((2, 2), dtype=np.float32))
+
+
+def test_a_models_batch_becomes_one_float32_list_a_row_each_with_its_bytes() -> None:
+    batch = np.random.default_rng(4).standard_normal((5, 384)).astype(np.float32)
+    vectors = Float32List.rows(batch)
+    assert [type(v) for v in vectors] == [Float32List] * 5
+    assert [list(v) for v in vectors] == batch.tolist()
+    assert [v.packed for v in vectors] == [row.astype("<f4").tobytes() for row in batch]
+    assert [v.packed for v in Float32List.rows(np.broadcast_to(batch[0], (2, 384)))] == [batch[0].tobytes()] * 2
+    assert Float32List.rows(np.zeros((0, 384), dtype=np.float32)) == []
+    with pytest.raises(ValueError, match="two-dimensional"):
+        Float32List.rows(batch[0])
