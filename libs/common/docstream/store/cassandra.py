@@ -58,7 +58,7 @@ from docstream.store.base import (
     SourceRow,
     check_throughput,
 )
-from docstream.store.codec import embedding_array, utc_millis
+from docstream.store.codec import encode_embedding, utc_millis
 from docstream.store.leases import acquire_lease
 from docstream.store.paging import at_least_one, keyset_rows
 from docstream.store.ranking import cosine_scores, search_query
@@ -156,6 +156,10 @@ def _partition_groups(rows: Sequence[ChunkRow], most: int) -> list[list[ChunkRow
     for row in rows:
         by_doc.setdefault(row.doc_id, []).append(row)
     return [group[i:i + most] for group in by_doc.values() for i in range(0, len(group), most)]
+
+
+_FLOAT32 = np.dtype("<f4")
+"""A stored embedding's values: little-endian float32 (``docstream.store.codec``)."""
 
 
 def _has_cosine(vector: npt.NDArray[np.float32]) -> bool:
@@ -629,8 +633,9 @@ class CassandraStore(TableStore):
         for group in _partition_groups(rows, _ROWS_PER_REQUEST):
             batch = _batch(BatchType.UNLOGGED)
             for row in group:
-                vector = embedding_array(row.embedding)
-                batch.add(chunk_insert, CHUNK_ROWS.to_columns(row, _ENCODING, encoded={"embedding": vector.tobytes()}))
+                packed = encode_embedding(row.embedding)  # a model's Float32List gives the bytes it holds
+                vector = np.frombuffer(packed, dtype=_FLOAT32)
+                batch.add(chunk_insert, CHUNK_ROWS.to_columns(row, _ENCODING, encoded={"embedding": packed}))
                 if vector.size and _has_cosine(vector):
                     self._ensure_vector_table(vector.size)
                     vector_insert = self._prepare(_insert(f"{self._ks}.chunk_vectors_d{vector.size}", _VECTOR_COLUMNS))

@@ -14,18 +14,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import numpy as np
-import numpy.typing as npt
 
 from docstream.avro.segments import float32_bytes
 
-__all__ = ["decode_embedding", "embedding_array", "encode_embedding", "float32_values", "none_if_empty", "utc_millis"]
+__all__ = ["decode_embedding", "encode_embedding", "float32_values", "none_if_empty", "utc_millis"]
 
 _FLOAT32 = np.dtype("<f4")
-
-
-def embedding_array(values: Sequence[float]) -> npt.NDArray[np.float32]:
-    """An embedding as the little-endian float32 array its stored bytes are."""
-    return np.asarray(values, dtype=_FLOAT32)
 
 
 def encode_embedding(values: Sequence[float]) -> bytes:
