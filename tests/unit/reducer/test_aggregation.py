@@ -7,10 +7,13 @@ import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
+from docstream.avro.segments import Float32List
 from docstream.errors import PoisonRecord
 from docstream.records import OUTPUT_TOO_LARGE, ChunkResult, DocumentCompleted
+from docstream.tasks.base import FoldInput
 from docstream.tasks.fold_embed import EmbedFold, unpack_floats
 from docstream.tasks.fold_generate import GenerateFold
 from docstream_reducer.aggregation import (
@@ -355,6 +358,26 @@ def test_embedding_sum_is_stored_as_packed_float64_and_round_trips_exactly() -> 
     assert restored == state
     assert isinstance(restored, DocumentState)
     assert [repr(x) for x in _vector_sum(restored)] == [repr(x) for x in _vector_sum(state)]  # -0.0 included
+
+
+def _python_sum(sums: list[float], vector: list[float], tokens: int) -> list[float]:
+    """The fold's arithmetic one float at a time: the weight times each value, rounded, then added, rounded."""
+    weight = float(max(tokens, 1))
+    return [s + weight * float(x) for s, x in zip(sums or [0.0] * len(vector), vector, strict=True)]
+
+
+@pytest.mark.parametrize("decoded", [False, True], ids=["list", "as decoded from its record"])
+def test_the_embedding_sum_is_the_float64_sum_taken_one_value_at_a_time_to_the_last_bit(decoded: bool) -> None:
+    rng = random.Random(5)
+    fold, state, expected = EmbedFold(), EmbedFold().empty(), []
+    specials = [-0.0, 0.0, 1e-45, 3.4e38, -3.4e38, float(np.float32(1 / 3))]
+    for index in range(20):
+        vector = np.asarray([rng.choice([rng.gauss(0, 1), *specials]) for _ in range(16)], dtype=np.float32)
+        tokens = rng.choice([0, 1, 7, 213, 4096])
+        chunk = Float32List(vector) if decoded else vector.tolist()
+        state = fold.add(state, FoldInput(index=index, token_count=tokens, page_start=1, page_end=1, embedding=chunk))
+        expected = _python_sum(expected, vector.tolist(), tokens)
+        assert [repr(x) for x in unpack_floats(state["sum"])] == [repr(x) for x in expected]
 
 
 def test_state_written_with_embedding_sum_as_a_json_list_still_loads() -> None:

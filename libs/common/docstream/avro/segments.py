@@ -250,8 +250,12 @@ def _read_floats(stream: io.BytesIO) -> list[float]:
         parts.append(data)
     if not parts:
         return []
-    values: list[float] = np.frombuffer(b"".join(parts), dtype=_FLOAT32).tolist()
-    return values
+    packed = b"".join(parts)
+    # a Float32List: the values, and the bytes they came in, for whoever writes or sums them next
+    vector = Float32List.__new__(Float32List)
+    list.__init__(vector, np.frombuffer(packed, dtype=_FLOAT32).tolist())
+    vector.packed = packed
+    return vector
 
 
 def read_body(plan: SegmentPlan, stream: io.BytesIO) -> dict[str, Any]:

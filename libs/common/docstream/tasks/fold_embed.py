@@ -12,6 +12,9 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from docstream.avro.segments import Float32List
 from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError
 
 __all__ = ["EmbedFold", "EmbeddingDimensionError", "pack_floats", "unpack_floats"]
@@ -23,8 +26,14 @@ class EmbeddingDimensionError(TaskOutputError):
     code = "embedding_dimension_mismatch"
 
 
-def pack_floats(values: Sequence[float]) -> str:
+_FLOAT64 = np.dtype("<f8")
+_FLOAT32 = np.dtype("<f4")
+
+
+def pack_floats(values: Sequence[float] | np.ndarray[Any, Any]) -> str:
     """``values`` as base64 of little-endian float64."""
+    if isinstance(values, np.ndarray):
+        return base64.b64encode(np.asarray(values, dtype=_FLOAT64).tobytes()).decode("ascii")
     return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
 
 
@@ -36,10 +45,24 @@ def unpack_floats(data: str | Sequence[float]) -> tuple[float, ...]:
     """
     if not isinstance(data, str):
         return tuple(float(x) for x in data)
+    return tuple(_unpacked(data).tolist())
+
+
+def _unpacked(data: str | Sequence[float]) -> np.ndarray[Any, Any]:
+    """``unpack_floats`` as a float64 array."""
+    if not isinstance(data, str):
+        return np.array([float(x) for x in data], dtype=_FLOAT64)
     raw = base64.b64decode(data, validate=True)
     if len(raw) % 8:
         raise ValueError("embedding_sum is not a whole number of float64 values")
-    return struct.unpack(f"<{len(raw) // 8}d", raw)
+    return np.frombuffer(raw, dtype=_FLOAT64)
+
+
+def _float64(vector: Sequence[float]) -> np.ndarray[Any, Any]:
+    """``vector`` as float64: a ``Float32List`` (a record's, as decoded) from its bytes, exactly its values."""
+    if type(vector) is Float32List:
+        return np.frombuffer(vector.packed, dtype=_FLOAT32).astype(_FLOAT64)
+    return np.asarray(vector, dtype=_FLOAT64)
 
 
 class EmbedFold:
@@ -55,14 +78,15 @@ class EmbedFold:
         Raises:
             EmbeddingDimensionError: an empty vector, or one of another length than the earlier chunks'.
         """
-        total = unpack_floats(state["sum"])
+        total = _unpacked(state["sum"])
         vector = chunk.embedding
-        if not vector or (total and len(vector) != len(total)):
+        if not len(vector) or (total.size and len(vector) != total.size):
             raise EmbeddingDimensionError(
-                f"chunk {chunk.index} has {len(vector)} dimensions, expected {len(total) or 'at least 1'}")
+                f"chunk {chunk.index} has {len(vector)} dimensions, expected {total.size or 'at least 1'}")
         weight = float(max(chunk.token_count, 1))
-        base = total or (0.0,) * len(vector)
-        summed = [s + weight * float(x) for s, x in zip(base, vector, strict=True)]
+        base = total if total.size else np.zeros(len(vector), dtype=_FLOAT64)
+        # element by element as float64: the product rounded, then the sum (0.0 + -0.0 is 0.0, as in Python)
+        summed = base + weight * _float64(vector)
         return {"w": float(state["w"]) + weight, "sum": pack_floats(summed)}
 
     def finish(self, state: dict[str, Any], *, chunk_count: int) -> DocumentOutput:

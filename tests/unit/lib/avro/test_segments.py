@@ -192,3 +192,15 @@ def test_a_models_batch_becomes_one_float32_list_a_row_each_with_its_bytes() -> 
     assert Float32List.rows(np.zeros((0, 384), dtype=np.float32)) == []
     with pytest.raises(ValueError, match="two-dimensional"):
         Float32List.rows(batch[0])
+
+
+def test_a_decoded_float_array_is_a_float32_list_holding_the_bytes_it_came_in() -> None:
+    plan = segment_plan(_raw("ChunkResult"))
+    assert plan is not None
+    row = np.random.default_rng(6).standard_normal(384).astype(np.float32)
+    out = io.BytesIO()
+    write_body(plan, _result(row.tolist()), out)
+    back = read_body(plan, io.BytesIO(out.getvalue()))
+    assert type(back["embedding"]) is Float32List and back["embedding"] == row.tolist()
+    assert back["embedding"].packed == row.astype("<f4").tobytes()
+    assert read_body(plan, io.BytesIO(_fastavro(_raw("ChunkResult"), _result([]))))["embedding"] == []
