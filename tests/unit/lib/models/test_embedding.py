@@ -149,6 +149,20 @@ def test_the_embed_task_gives_each_vector_with_the_float32_bytes_it_is_written_a
         assert float32_bytes(output.embedding) == vector.astype("<f4").tobytes()
 
 
+def test_the_fp16_runtime_of_a_gpu_runs_its_code_path_here_on_the_cpu(
+    fp32_embedder: SentenceTransformerEmbedder,
+) -> None:
+    """What benchmarks/gpu.sh runs on CUDA (weights in half precision, vectors back as float32), on this CPU."""
+    fp16 = SentenceTransformerEmbedder(resolve_model_path(None), model_id="all-MiniLM-L6-v2",
+                                       runtime=Runtime(device="cpu", precision="fp16", threads=2))
+    assert str(next(fp16.model.parameters()).dtype) == "torch.float16"
+    half = fp16.embed(fp16.prepare(REAL_TEXT))
+    full = fp32_embedder.embed(fp32_embedder.prepare(REAL_TEXT))
+    assert half.dtype == np.float32 and half.shape == full.shape
+    cosines = (half * full).sum(axis=1) / np.linalg.norm(half, axis=1) / np.linalg.norm(full, axis=1)
+    assert cosines.min() > 0.999, cosines
+
+
 def test_batch_order_and_padding_do_not_change_a_vector(fp32_embedder: SentenceTransformerEmbedder) -> None:
     together = fp32_embedder.embed(fp32_embedder.prepare(REAL_TEXT))
     alone = np.vstack([fp32_embedder.embed(fp32_embedder.prepare([t])) for t in reversed(REAL_TEXT)])[::-1]
