@@ -14,23 +14,34 @@
 # box may not reach: copy them there and name their folder in DOCSTREAM_KAFKA_JARS.
 #
 #   bash benchmarks/gpu.sh [VENV_BIN]        # default .venv/bin; figures also go to $OUT or .docstream/
+#   DOCSTREAM_GPU_DRY_RUN=1 bash benchmarks/gpu.sh   # the same steps on the CPU, a few chunks (the tests run it)
 #
 # Needs a venv with docstream installed (make setup) and torch with CUDA (the pinned PyPI wheel has it).
 set -euo pipefail
 bin=${1:-.venv/bin}
 out=${OUT:-.docstream}
 mkdir -p "$out"
-"$bin/python" - <<'PY'
+if [ -n "${DOCSTREAM_GPU_DRY_RUN:-}" ]; then
+  device=(--device cpu)
+  model_run=(--batch-sizes 16 --chunks 48)
+  plumbing_run=(--batch-sizes 64 --chunks 400)
+  echo "dry run: the CPU, a few chunks"
+else
+  device=(--device cuda)
+  model_run=(--batch-sizes 128,256,512 --chunks 8192)
+  plumbing_run=(--batch-sizes 64,256 --chunks 20000)
+  "$bin/python" - <<'PY'
 import torch
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
 PY
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+fi
 
 sampler=""
 start_sampling() {  # $1: the part's name; samples utilisation.gpu (%) and memory.used (MiB)
   : > "$out/gpu-utilisation-$1.csv"
-  if command -v nvidia-smi >/dev/null; then
+  if [ -z "${DOCSTREAM_GPU_DRY_RUN:-}" ] && command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 250 \
       > "$out/gpu-utilisation-$1.csv" 2>/dev/null &
     sampler=$!
@@ -47,10 +58,10 @@ stop_sampling() {  # $1: the part's name
 trap 'if [ -n "$sampler" ]; then kill "$sampler" 2>/dev/null || true; fi' EXIT
 
 start_sampling model
-timeout 270 "$bin/python" benchmarks/inference.py --device cuda --broker embedded --store sqlite \
-  --batch-sizes 128,256,512 --chunks 8192 --words 170 --json "$out/gpu-inference.json"
+timeout 270 "$bin/python" benchmarks/inference.py "${device[@]}" --broker embedded --store sqlite \
+  "${model_run[@]}" --words 170 --json "$out/gpu-inference.json"
 stop_sampling model
 start_sampling plumbing
 timeout 180 "$bin/python" benchmarks/inference.py --zero-cost --broker embedded --store sqlite \
-  --batch-sizes 64,256 --chunks 20000 --words 170 --json "$out/gpu-plumbing.json"
+  "${plumbing_run[@]}" --words 170 --json "$out/gpu-plumbing.json"
 stop_sampling plumbing

@@ -18,7 +18,7 @@ set -uo pipefail
 #    their services, and the unit tests take the CPU those leave idle, never the scenarios' share;
 #    with them the e2e files whose `docstream run` brings its own embedded stack and that need no
 #    timing (the generate, versions, scripts and tables runs: about 110 s of work the first run's
-#    workers no longer wait for), the extraction fidelity and OCR accuracy tests, which touch no
+#    workers no longer wait for; the GPU check's dry run, about 20 s), the extraction fidelity and OCR accuracy tests, which touch no
 #    stack (about 100 s of OCR, which made the first run take 1,202 s on a clean clone when they
 #    ran in it), and DOCSTREAM_TEST_ALSO, a command of `make test`'s (mypy: a minute of CPU the pre-phase
 #    no longer waits for), whose failure fails the run too.
@@ -32,8 +32,8 @@ cd "$here"
 if [ "$#" -eq 0 ]; then
   fuzz=tests/chaos/test_extraction_fuzz.py
   own_stack=(tests/e2e/test_run_generate.py tests/e2e/test_run_versions.py tests/e2e/test_run_scripts.py
-             tests/e2e/test_run_tables.py tests/e2e/test_run_broker.py tests/integration/test_fidelity.py
-             tests/integration/test_ocr_accuracy.py)
+             tests/e2e/test_run_tables.py tests/e2e/test_run_broker.py tests/e2e/test_gpu_dry_run.py
+             tests/integration/test_fidelity.py tests/integration/test_ocr_accuracy.py)
   first=(tests/integration tests/e2e "$fuzz" -m "not cluster and not alone" --durations=25)
   for file in "${own_stack[@]}"; do first+=(--ignore "$file"); done
   # --no-loadscope-reorder: the files go in the order tests/fixtures/ordering.py gives, longest first
