@@ -94,15 +94,6 @@ def _credentials(kafka: KafkaSettings) -> Any:
     return None
 
 
-PRODUCER_LINGER_S = 0.005
-"""Exactly-once: how long the reducer's producer waits to gather records into one request (librdkafka's
-``linger.ms`` of the other services)."""
-
-PRODUCER_MAX_BATCH_BYTES = 1024 * 1024
-"""The bytes of one partition's batch in a request, at most ``kafka.max_message_bytes``: about 250 document states
-of 384 floats (aiokafka's default, 16 KiB, holds 4)."""
-
-
 def faust_settings(kafka: KafkaSettings, reducer: ReducerSettings) -> dict[str, Any]:
     """Keyword arguments of ``faust.App`` for these settings.
 
@@ -121,11 +112,6 @@ def faust_settings(kafka: KafkaSettings, reducer: ReducerSettings) -> dict[str, 
         "broker_heartbeat_interval": kafka.heartbeat_interval_ms / 1000,
         "broker_max_poll_interval": kafka.max_poll_interval_ms / 1000,
         "producer_max_request_size": kafka.max_message_bytes,
-        # exactly-once: a table's changelog record per chunk, gathered PRODUCER_LINGER_S into one request per
-        # partition, not one request each (aiokafka's default lingers 0 s). At-least-once awaits each output's
-        # delivery before it marks the document, so a linger there is only a wait (measured: no CPU saved)
-        "producer_linger": PRODUCER_LINGER_S if kafka.transactions else 0.0,
-        "producer_max_batch_size": min(PRODUCER_MAX_BATCH_BYTES, kafka.max_message_bytes),
         "consumer_max_fetch_size": kafka.max_message_bytes,
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": reducer.commit_interval_s,

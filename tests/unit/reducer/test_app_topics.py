@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-import faust
 import pytest
 
 from docstream.avro import AvroSerde
@@ -84,17 +83,3 @@ def test_exactly_once_needs_both_result_topics_with_the_partition_count_of_the_o
     else:
         check_partitions(kafka)
     check_partitions(kafka.model_copy(update={"transactions": False}))  # at-least-once: not asked
-
-
-def test_the_exactly_once_producer_gathers_changelog_records_into_requests_within_what_a_request_may_hold() -> None:
-    settings = Settings().with_overrides(kafka={"max_message_bytes": 3 * 1024 * 1024, "transactions": True})
-    conf = faust.App("r", **app_module.faust_settings(settings.kafka, settings.reducer)).conf
-    assert conf.producer_linger == app_module.PRODUCER_LINGER_S > 0
-    plain = Settings().with_overrides(kafka={"transactions": False})
-    assert faust.App("r", **app_module.faust_settings(plain.kafka, plain.reducer)).conf.producer_linger == 0, (
-        "at-least-once awaits each delivery: a linger would only be a wait")
-    assert conf.producer_max_batch_size == app_module.PRODUCER_MAX_BATCH_BYTES
-    assert app_module.PRODUCER_MAX_BATCH_BYTES <= conf.producer_max_request_size, "a batch fits one request"
-    small = Settings().with_overrides(kafka={"max_message_bytes": 512 * 1024})
-    assert faust.App("r", **app_module.faust_settings(small.kafka, small.reducer)).conf.producer_max_batch_size == (
-        512 * 1024)
