@@ -65,13 +65,7 @@ class Float32List(list[float]):
         if array.ndim != 2:
             raise ValueError("Float32List.rows takes a two-dimensional array")
         data, width = array.tobytes(), array.shape[1] * _FLOAT32.itemsize
-        made = []
-        for at, values in enumerate(array.tolist()):
-            vector = cls.__new__(cls)
-            list.__init__(vector, values)
-            vector.packed = data[at * width:(at + 1) * width]
-            made.append(vector)
-        return made
+        return [_holding(values, data[at * width:(at + 1) * width]) for at, values in enumerate(array.tolist())]
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as its bytes (a list's way of restoring its items would change it)."""
@@ -80,6 +74,14 @@ class Float32List(list[float]):
 
 def _unpacked(packed: bytes) -> Float32List:
     return Float32List(np.frombuffer(packed, dtype=_FLOAT32))
+
+
+def _holding(values: list[float], packed: bytes) -> Float32List:
+    """A ``Float32List`` of ``values`` whose float32 bytes are ``packed`` (they are not checked)."""
+    vector = Float32List.__new__(Float32List)
+    list.__init__(vector, values)
+    vector.packed = packed
+    return vector
 
 
 def _read_only(self: Float32List, *args: Any, **kwargs: Any) -> Any:
@@ -96,8 +98,7 @@ def float32_bytes(values: Sequence[float] | np.ndarray[Any, Any]) -> bytes:
 
     A ``Float32List`` gives the bytes it holds; a list of Python floats (what a record holds) is packed by a
     ``struct`` made once per length, at about a third of numpy's cost for such a list; an array goes through numpy
-    as it is. A value beyond float32's range
-    becomes infinity either way, as numpy casts it.
+    as it is. A value beyond float32's range becomes infinity either way, as numpy casts it.
 
     Raises:
         ValueError: ``values`` is not a flat sequence of numbers.
@@ -250,12 +251,8 @@ def _read_floats(stream: io.BytesIO) -> list[float]:
         parts.append(data)
     if not parts:
         return []
-    packed = b"".join(parts)
     # a Float32List: the values, and the bytes they came in, for whoever writes or sums them next
-    vector = Float32List.__new__(Float32List)
-    list.__init__(vector, np.frombuffer(packed, dtype=_FLOAT32).tolist())
-    vector.packed = packed
-    return vector
+    return _unpacked(b"".join(parts))
 
 
 def read_body(plan: SegmentPlan, stream: io.BytesIO) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin, get_type_hints
 
-__all__ = ["Record", "copy_fields", "utc_now"]
+__all__ = ["Record", "compiled", "copy_fields", "utc_now"]
 
 _R = TypeVar("_R", bound="Record")
 R = TypeVar("R")
@@ -29,6 +29,14 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
     return names
+
+
+def compiled(name: str, parameters: str, expression: str, namespace: dict[str, Any]) -> Callable[..., Any]:
+    """``def name(parameters): return expression``, compiled with ``namespace`` as its globals, the way
+    ``dataclasses`` writes ``__init__``: for code made of a dataclass's field names, never of input."""
+    exec(f"def {name}({parameters}):\n    return {expression}\n", namespace)  # noqa: S102 - field names, not input
+    function: Callable[..., Any] = namespace[name]
+    return function
 
 
 def _aware(value: Any) -> Any:
@@ -58,11 +66,9 @@ def _codec(cls: type[Any]) -> _Codec:
     out = ", ".join(f"{name!r}: record.{name}" for name in names)
     read = ", ".join(f"{name}=aware(record[{name!r}])" if _may_hold_timestamp(hints[name])
                      else f"{name}=record[{name!r}]" for name in names)
-    compiled: dict[str, Any] = {"cls": cls, "aware": _aware}
-    exec(  # noqa: S102 - the code is built from a dataclass's field names, not from input
-        f"def to_record(record):\n    return {{{out}}}\n"
-        f"def from_record(record):\n    return cls({read})\n", compiled)
-    codec = _CODECS[cls] = _Codec(frozenset(names), compiled["to_record"], compiled["from_record"])
+    namespace: dict[str, Any] = {"cls": cls, "aware": _aware}
+    codec = _CODECS[cls] = _Codec(frozenset(names), compiled("to_record", "record", f"{{{out}}}", namespace),
+                                  compiled("from_record", "record", f"cls({read})", namespace))
     return codec
 
 
@@ -151,9 +157,7 @@ def _copier(target: type[Any], plan: _FieldPlan) -> _Copier:
             names[f"convert_{name}"] = convert
             value = f"convert_{name}({value})"
         arguments.append(f"{name}={value}")
-    source = f"def copy(sources, values):\n    return target({', '.join([*arguments, '**values'])})\n"
-    exec(source, names)  # noqa: S102 - the code is built from a dataclass's field names, not from input
-    copier: _Copier = names["copy"]
+    copier: _Copier = compiled("copy", "sources, values", f"target({', '.join([*arguments, '**values'])})", names)
     return copier
 
 

@@ -38,6 +38,7 @@ from dataclasses import MISSING, Field, dataclass, fields
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from docstream.records.base import compiled
 from docstream.store.base import (
     FLOAT32,
     ApiKeyRow,
@@ -496,9 +497,8 @@ class RowMapping(Generic[R]):
                 values.append(f"write_{f.name}(row.{f.name}, encoding)")
         if self._has_usage:
             values.insert(self._usage_at, f"*usage_to_columns(row.{_USAGE}, encoding)")
-        source = f"def write(row, encoding, encoded):\n    return ({', '.join(values)},)\n"
-        exec(source, names)  # noqa: S102 - the code is built from a dataclass's field names, not from input
-        writer: Callable[[Any, ColumnEncoding, Any], tuple[Any, ...]] = names["write"]
+        writer: Callable[[Any, ColumnEncoding, Any], tuple[Any, ...]] = compiled(
+            "write", "row, encoding, encoded", f"({', '.join(values)},)", names)
         return writer
 
     def from_columns(self, found: Columns, encoding: ColumnEncoding) -> R:

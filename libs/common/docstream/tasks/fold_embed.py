@@ -43,8 +43,6 @@ def unpack_floats(data: str | Sequence[float]) -> tuple[float, ...]:
     Raises:
         ValueError: not a whole number of float64 values (binascii.Error for bad base64).
     """
-    if not isinstance(data, str):
-        return tuple(float(x) for x in data)
     return tuple(_unpacked(data).tolist())
 
 
