@@ -14,16 +14,16 @@ that chunk is embedded: its chunks are taken from Q0 ahead of every batch chunk 
 cut into the next batch ahead of older batch chunks in the batcher's pool; they wait at most for the batches past
 the pool: one closed and waiting for room, ``queue_batches`` in the queue to the model, one in the model,
 ``queue_batches`` in the queue to the writer and one being written: ``(2 * queue_batches + 3) * max_batch_size``.
-While its own chunks run, the batch lane keeps its share: ``batch_share / (1 - batch_share)`` batch chunks per
-interactive one, and one batch more for the rounding. (The chunker's part is not in it: the interactive intake
-topic holds the job's documents, which wait behind at most the chunker's prefetch, ``queued.min.messages`` 8 a
-partition.)
+While its own chunks run, the batch lane keeps its share, in tokens: ``batch_share / (1 - batch_share)`` batch
+tokens per interactive token, counted in the most batch chunks that many tokens can hold (the smallest first: a
+backfill of short chunks gets more of them), one chunk ahead, and one batch more for the rounding. (The
+chunker's part is not in it: the interactive intake topic holds the job's documents, which wait behind at most the
+chunker's prefetch, ``queued.min.messages`` 8 a partition.)
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import uuid
@@ -250,6 +250,21 @@ def _waited(job: Job, created: list[Made], embedded: list[ChunkResult], *, since
     return Waited(len(others), (end - start).total_seconds(), len(own))
 
 
+def _tokens(job: Job, embedded: list[ChunkResult]) -> int:
+    """The tokens of ``job``'s chunks (each counted once)."""
+    return sum({(e.doc_id, e.chunk_index): e.token_count for e in embedded if e.job_id == job.job_id}.values())
+
+
+def _chunks_within(tokens: float, sizes: Iterable[int]) -> int:
+    """The most chunks of these token ``sizes`` that ``tokens`` can hold: the smallest first."""
+    count, total = 0, 0
+    for size in sorted(sizes):
+        if total + size > tokens:
+            break
+        count, total = count + 1, total + size
+    return count
+
+
 def _waiting_at(job: Job, at: datetime, created: list[Made], embedded: list[ChunkResult]) -> int:
     """Chunks of ``job`` created by ``at`` and not embedded yet then."""
     done_by = _first_embedded(e for e in embedded if e.job_id == job.job_id)
@@ -338,7 +353,9 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
     interactive, batch = _waited(after, created, embedded), _waited(before, created, embedded)
     last = _waited(after, created, embedded, since_last=True)
     ahead = _ahead_in_its_partitions(before, created, embedded)
-    bound = (2 * QUEUE + 3) * BATCH + math.ceil(interactive.chunks * SHARE / (1 - SHARE)) + BATCH
+    batch_lane = [e.token_count for e in embedded if e.job_id in (backfill.job_id, before.job_id)]
+    share = _chunks_within(_tokens(after, embedded) * SHARE / (1 - SHARE), batch_lane) + 1
+    bound = (2 * QUEUE + 3) * BATCH + share + BATCH
     rate = total / (max(e.embedded_at for e in embedded) - min(e.embedded_at for e in embedded)).total_seconds()
     print(f"\nbackfill {total} chunks, {waiting} waiting when the 3-document jobs came {SMALL_JOBS_AFTER_S} s later;"
           f" model {rate:.0f} chunks/s;"

@@ -5,7 +5,8 @@ partition's offsets have gaps. faust-streaming 0.15.3 records a gap only when it
 true (``if gap > 1 and r_offset`` in ``Consumer._drain_messages``); after reading offset 0 it is
 0, and a gap right there is lost: the partition commits offset 1 once and never again. In the
 reducer that was the stall of docs/reducer.md (every stalled partition seen had committed 1).
-The shim's ``_ReadOffsets`` counts offset 0 as read. Both cases run here, on one topic shape:
+The shim's fetch loop (``FetchGate``, ``_Consumer._drain_messages``) counts offset 0 as read. Both cases run
+here, on one topic shape:
 
     offset 0: v0 (committed)   1: marker   2: x (aborted)   3: marker   4-11: v2-v9   12: marker
 """

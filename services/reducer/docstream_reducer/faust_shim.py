@@ -10,11 +10,12 @@ Nothing here patches a class for the whole process. ``apply(app, ...)`` gives on
 transport of its own, whose subclasses carry the fixes:
 
 * ``_Consumer`` / ``_ConsumerThread``: changelog ends read from the broker under exactly-once
-  (``AIOKafkaConsumerThread._highwaters``), and a read offset of 0 that counts as read, so a
-  gap right after offset 0 is recorded and the partition keeps committing (``Consumer._read_offset``,
-  read by ``Consumer._drain_messages``: the partition stall, docs/reducer.md); handled records
-  committed before a rebalance takes their partitions (``Consumer.on_partitions_revoked``,
-  ``Consumer.wait_empty``);
+  (``AIOKafkaConsumerThread._highwaters``); a fetch loop of its own (``Consumer._drain_messages``)
+  that never marks an input record read, or a missing offset skipped, unless the broker gave it
+  after the last seek and an agent took it (``FetchGate``; ``Consumer.perform_seek``, ``seek``,
+  ``stop_flow``, ``getmany``, ``_add_gap``): the lost record after a restart and the partition stall,
+  docs/reducer.md; handled records committed before a rebalance takes their partitions
+  (``Consumer.on_partitions_revoked``, ``Consumer.wait_empty``);
 * ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
   the value of this app's transport, and are ``_TransactionalProducer``s; ``flush()``, awaited before
   every at-least-once commit, returns only when every table change was acknowledged
@@ -38,8 +39,7 @@ import inspect
 import os
 import signal
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -120,6 +120,22 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
     "faust.transport.consumer.Consumer._drain_messages":
         ("faust-streaming", transport_consumer.Consumer._drain_messages,
          "(self, fetcher: mode.types.services.ServiceT) -> None"),
+    "faust.transport.consumer.Consumer.getmany":
+        ("faust-streaming", transport_consumer.Consumer.getmany,
+         "(self, timeout: float) -> AsyncIterator[Tuple[faust.types.tuples.TP, faust.types.tuples.Message]]"),
+    "faust.transport.consumer.Consumer._add_gap":
+        ("faust-streaming", transport_consumer.Consumer._add_gap,
+         "(self, tp: faust.types.tuples.TP, offset_from: int, offset_to: int) -> None"),
+    "faust.transport.consumer.Consumer.perform_seek":
+        ("faust-streaming", transport_consumer.Consumer.perform_seek, "(self) -> None"),
+    "faust.transport.consumer.Consumer.seek":
+        ("faust-streaming", transport_consumer.Consumer.seek,
+         "(self, partition: faust.types.tuples.TP, offset: int) -> None"),
+    "faust.transport.consumer.Consumer.stop_flow":
+        ("faust-streaming", transport_consumer.Consumer.stop_flow, "(self) -> None"),
+    "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread.seek_to_beginning":
+        ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread.seek_to_beginning,
+         "(self, *partitions: aiokafka.structs.TopicPartition) -> None"),
     "mode.worker.Worker._schedule_shutdown":
         ("mode-streaming", mode.Worker._schedule_shutdown, "(self, signal: signal.Signals) -> None"),
     "mode.worker.Worker._sentinel_task":
@@ -132,13 +148,11 @@ _PRIVATE_FIELDS = (
     ("mode-streaming", mode.Worker, "_signal_stop_time"),
     ("faust-streaming", faust_aiokafka.Consumer, "_committed_offset"),
     ("faust-streaming", faust_aiokafka.Consumer, "_read_offset"),
+    ("faust-streaming", faust_aiokafka.Consumer, "_commit_every"),
+    ("faust-streaming", faust_aiokafka.Consumer, "_n_acked"),
     ("faust-streaming", faust_aiokafka.Producer, "_trn_locks"),
     ("faust-streaming", faust_aiokafka.Producer, "_transaction_producers"),
 )
-
-_GAP_GUARD = "if gap > 1 and r_offset:"
-"""The line of ``Consumer._drain_messages`` that ``_ReadOffsets`` corrects: a read offset of 0 is falsy there."""
-
 
 class LibraryMismatchError(FatalError):
     """An installed library differs from the one the reducer's patches were written for.
@@ -190,9 +204,6 @@ def check_signatures(signatures: Mapping[str, tuple[str, Callable[..., Any], str
     if not inspect.iscoroutinefunction(mode.Worker._sentinel_task):
         raise LibraryMismatchError("mode-streaming", "mode.Worker._sentinel_task", "a coroutine function",
                                    "a plain function")
-    if _GAP_GUARD not in inspect.getsource(transport_consumer.Consumer._drain_messages):
-        raise LibraryMismatchError("faust-streaming", "the gap test of Consumer._drain_messages", _GAP_GUARD,
-                                   "another test")
     for package, owner, field in _PRIVATE_FIELDS:
         if field not in _annotations(owner):
             raise LibraryMismatchError(package, f"{owner.__qualname__}.{field}", "a declared field", "absent")
@@ -290,46 +301,190 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return cast(Mapping[TP, int], await self._ensure_consumer().end_offsets(partitions))
 
 
-class _Offset(int):
-    """An offset that is true even when it is 0."""
-
-    def __bool__(self) -> bool:
-        return True
+_YIELD_EVERY = 100
+"""Records handed over between two passes of the event loop (as in Faust's fetch loop)."""
 
 
-class _ReadOffsets(defaultdict[TP, int | None]):
-    """Faust's ``Consumer._read_offset`` (the last offset read per partition), with offset 0 counted as read.
+class FetchGate:
+    """Whether a fetched record of an input partition may still reach the agents and count as read (no I/O).
 
-    faust-streaming 0.15.3 records a gap in a partition's offsets (transaction markers, aborted
-    or compacted records) in ``Consumer._drain_messages`` only ``if gap > 1 and r_offset``: after
-    offset 0 has been read, the read offset is 0, which is false, so a gap of two or more offsets
-    right after it is not recorded. ``Consumer._new_offset`` then never gets past that gap: the
-    partition commits offset 1 once and never again (under exactly-once, where each transaction
-    leaves a marker and an aborted one leaves its records too, this is the usual first gap of a
-    new topic). Stored offsets here are ``_Offset``s, true at 0; None stays None (nothing read).
-    tests/integration/test_reducer_faust_gap.py shows the stall without this and its end with it.
+    faust-streaming 0.15.3's fetch loop (``Consumer._drain_messages``) marks each record it hands
+    to the agents read, and records a gap (offsets the broker left out: transaction markers,
+    aborted records) when a record's offset is more than one past the read offset; a gap counts
+    as acknowledged, and the offsets commit past it. A seek to the committed offsets
+    (``perform_seek``, at the end of every rebalance's recovery) sets the read offsets back, but the
+    loop went on with the records fetched before it: the first of them, past the committed offset,
+    made a gap over every offset between, handled or not, and the records read again were then
+    dropped as already read. A record that had been handed over but not handled (a delivery that
+    the rebalance's ``stop_flow`` cancelled, a stream buffer that the rebalance cleared) was
+    acknowledged that way and never read again: a restarted exactly-once reducer committed past one
+    record of 50 documents and that document never completed (docs/reliability.md, "Found and
+    fixed"). And a delivery cancelled by ``stop_flow`` was marked read all the same.
+
+    The rules, kept by ``_Consumer``:
+
+    * a batch belongs to the moment its fetch began (``epoch``); a record of an input partition is
+      handed over only if no seek of all partitions, no seek of its own partition and no stop of the
+      flow came since (``current``), and only once a seek of all partitions began after the last stop
+      of the flow ended (the one that ends every rebalance): the fetch positions are then at the
+      committed offsets, and whatever was dropped is fetched again;
+    * it counts as read only if that still holds once an agent took it.
+
+    Changelog records (no acknowledgements) are not gated: recovery seeks them itself.
     """
 
-    def __init__(self, items: Mapping[TP, int | None] | None = None) -> None:
-        super().__init__(lambda: None)
-        if items:
-            self.update(items)
+    __slots__ = ("_clock", "_flowing", "_moved", "_moved_all", "_stopped")
 
-    def __setitem__(self, tp: TP, offset: int | None) -> None:
-        super().__setitem__(tp, None if offset is None else _Offset(offset))
+    def __init__(self) -> None:
+        self._clock = 0
+        self._moved_all = 0  # when the last seek of all partitions, or stop of the flow, began
+        self._moved: dict[TP, int] = {}  # when each partition was last sought on its own
+        self._stopped = 0  # when the flow last stopped
+        self._flowing = True  # a seek of all partitions ended that began after the last stop
 
-    def update(self, *args: Any, **kwargs: Any) -> None:  # perform_seek writes through update()
-        for tp, offset in dict(*args, **kwargs).items():
-            self[tp] = offset
+    def epoch(self) -> int:
+        """The moment a fetch begins: the records it returns belong to it."""
+        return self._clock
+
+    def current(self, tp: TP, epoch: int) -> bool:
+        """Records of ``tp`` fetched at ``epoch`` may be handed over, and one taken may count as read."""
+        return self._flowing and self._moved_all <= epoch and self._moved.get(tp, 0) <= epoch
+
+    def stop(self) -> None:
+        """The flow stopped (a rebalance began): nothing more is handed over until a seek of all partitions."""
+        self._clock += 1
+        self._moved_all = self._stopped = self._clock
+        self._flowing = False
+
+    def seek_all_began(self) -> int:
+        """A seek of every partition to its committed offset began; pass the result to ``seek_all_ended``."""
+        self._clock += 1
+        self._moved_all = self._clock
+        return self._clock
+
+    def seek_all_ended(self, began: int) -> None:
+        """The seek that began at ``began`` ended: the flow is open again if no stop came after it began."""
+        if began > self._stopped:
+            self._flowing = True
+
+    def seek(self, tp: TP) -> None:
+        """``tp`` alone was sought: its records fetched before now are stale."""
+        self._clock += 1
+        self._moved[tp] = self._clock
 
 
 class _Consumer(faust_aiokafka.Consumer):
-    """Faust's consumer with offset 0 counted as read (``_ReadOffsets``) and the handled records committed before
-    their partitions are given up in a rebalance (``on_partitions_revoked``)."""
+    """Faust's consumer with a fetch loop that marks nothing read that no agent took (``FetchGate``), and
+    the handled records committed before their partitions are given up in a rebalance
+    (``on_partitions_revoked``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._read_offset = _ReadOffsets(self._read_offset)
+        self.gate = FetchGate()
+        self._delivery: asyncio.Future[Any] | None = None
+
+    def stop_flow(self) -> None:
+        """Stop the flow, and cancel the record being handed over (it is neither read nor acknowledged)."""
+        self.gate.stop()
+        if self._delivery is not None:
+            self._delivery.cancel()
+        super().stop_flow()
+
+    async def perform_seek(self) -> None:
+        """Faust's seek of every partition to its committed offset, also of those aiokafka leaves where they are.
+
+        aiokafka 0.14.0's ``seek_to_committed`` seeks only partitions with a committed offset above 0:
+        an input partition without one (or at 0) is sought to its beginning here, the group's
+        ``auto_offset_reset``, so that the records the gate dropped are fetched again.
+        """
+        began = self.gate.seek_all_began()
+        committed = await self.seek_to_committed()
+        self._read_offset.update({tp: offset if offset is not None and offset >= 0 else None
+                                  for tp, offset in committed.items()})
+        self._committed_offset.update({transport_consumer.ensure_TP(tp): offset or None
+                                       for tp, offset in committed.items() if offset is not None})
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        unsought = [tp for tp, offset in committed.items() if not offset and acks_enabled_for(tp.topic)]
+        if unsought:
+            await self._thread.seek_to_beginning(*unsought)
+        self.gate.seek_all_ended(began)
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        self.gate.seek(partition)
+        await super().seek(partition, offset)
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        """faust-streaming 0.15.3's fetch loop, under the rules of ``FetchGate``.
+
+        Also: a gap records the missing offsets only, not the record after them (Faust counted that
+        record acknowledged before an agent handled it); a read offset of 0 counts as read (Faust
+        tested it for truth: after offset 0 a gap was lost and the partition never committed again,
+        the partition stall of docs/reducer.md, tests/integration/test_reducer_faust_gap.py); the
+        record is handed over on one task that ``stop_flow`` cancels, where Faust waited on four.
+        """
+        consumer_stopped = self._stopped.is_set
+        fetcher_stopped = fetcher._stopped.is_set
+        read = self._read_offset
+        gate = self.gate
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        since_yield = 0
+        try:
+            while not (consumer_stopped() or fetcher_stopped()):
+                self.diag.set_flag(transport_consumer.CONSUMER_FETCHING)
+                epoch = gate.epoch()
+                batch = cast(AsyncGenerator[tuple[TP, Any], None], self.getmany(timeout=1.0))
+                await self.sleep(0)  # as Faust: getmany can return at once, again and again
+                if not self.should_stop:
+                    async with contextlib.aclosing(batch):
+                        async for tp, message in batch:
+                            since_yield += 1
+                            if since_yield > _YIELD_EVERY:
+                                await asyncio.sleep(0)
+                                since_yield = 0
+                            gated = acks_enabled_for(message.topic)
+                            if gated and not gate.current(tp, epoch):
+                                continue  # fetched before a seek or a stop: the next seek fetches it again
+                            offset = message.offset
+                            last = read[tp]
+                            if last is not None and offset < last:
+                                continue  # read already
+                            if gated and last is not None and offset - last > 1:
+                                await self._add_gap(tp, last + 1, offset - 1)
+                            if self._commit_every is not None and self._n_acked >= self._commit_every:
+                                self._n_acked = 0
+                                await self.commit()
+                            taken = await self._hand_over(message)
+                            if not gated or (taken and gate.current(tp, epoch)):
+                                read[tp] = offset
+                self.diag.unset_flag(transport_consumer.CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                _log.info("reducer_consumer_stopped_by_broker")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except Exception as exc:  # logged where it ends the loop (Faust's fetcher then crashes the worker)
+            _log.error("reducer_fetch_loop_failed", error=repr(exc))
+            raise
+        finally:
+            self.diag.unset_flag(transport_consumer.CONSUMER_FETCHING)
+
+    async def _hand_over(self, message: Any) -> bool:
+        """Give ``message`` to the agents' streams; False when ``stop_flow`` cancelled it first."""
+        delivery = self._delivery = asyncio.ensure_future(self.callback(message))
+        try:
+            await asyncio.wait((delivery,))
+        finally:
+            self._delivery = None
+            if not delivery.done():  # this loop was cancelled
+                delivery.cancel()
+        if delivery.cancelled():
+            return False
+        delivery.result()  # an error in a stream's callback ends the loop, as in Faust
+        return True
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         """Commit what the agents handled, then let Faust forget the revoked partitions.
