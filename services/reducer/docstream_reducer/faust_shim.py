@@ -13,7 +13,7 @@ transport of its own, whose subclasses carry the fixes:
   (``AIOKafkaConsumerThread._highwaters``); a fetch loop of its own (``Consumer._drain_messages``)
   that never marks an input record read, or a missing offset skipped, unless the broker gave it
   after the last seek and an agent took it (``FetchGate``; ``Consumer.perform_seek``, ``seek``,
-  ``stop_flow``, ``getmany``, ``_add_gap``): the lost record after a restart and the partition stall,
+  ``stop_flow``, ``getmany``, ``_getmany``, ``_add_gap``): the lost record after a restart and the partition stall,
   docs/reducer.md; handled records committed before a rebalance takes their partitions
   (``Consumer.on_partitions_revoked``, ``Consumer.wait_empty``);
 * ``_Producer``: transactional producers get ``transaction_timeout_ms`` (``Producer._settings_extra``),
@@ -123,6 +123,10 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
     "faust.transport.consumer.Consumer.getmany":
         ("faust-streaming", transport_consumer.Consumer.getmany,
          "(self, timeout: float) -> AsyncIterator[Tuple[faust.types.tuples.TP, faust.types.tuples.Message]]"),
+    "faust.transport.consumer.ThreadDelegateConsumer._getmany":
+        ("faust-streaming", transport_consumer.ThreadDelegateConsumer._getmany,
+         "(self, active_partitions: Optional[Set[faust.types.tuples.TP]], timeout: float)"
+         " -> Mapping[faust.types.tuples.TP, List[Any]]"),
     "faust.transport.consumer.Consumer._add_gap":
         ("faust-streaming", transport_consumer.Consumer._add_gap,
          "(self, tp: faust.types.tuples.TP, offset_from: int, offset_to: int) -> None"),
@@ -323,11 +327,13 @@ class FetchGate:
 
     The rules, kept by ``_Consumer``:
 
-    * a batch belongs to the moment its fetch began (``epoch``); a record of an input partition is
-      handed over only if no seek of all partitions, no seek of its own partition and no stop of the
-      flow came since (``current``), and only once a seek of all partitions began after the last stop
-      of the flow ended (the one that ends every rebalance): the fetch positions are then at the
-      committed offsets, and whatever was dropped is fetched again;
+    * a fetch and a seek never overlap (one lock): a batch was fetched either before a seek, from the
+      old positions, or after it, from the new ones; the moment of its fetch is its ``epoch``;
+    * a record of an input partition is handed over only if no seek of all partitions, no seek of
+      its own partition and no stop of the flow came since its fetch (``current``), and only once a
+      seek of all partitions began after the last stop of the flow and ended (the one that ends every
+      rebalance): the fetch positions are then at the committed offsets, and whatever was dropped is
+      fetched again;
     * it counts as read only if that still holds once an agent took it.
 
     Changelog records (no acknowledgements) are not gated: recovery seeks them itself.
@@ -382,6 +388,13 @@ class _Consumer(faust_aiokafka.Consumer):
         super().__init__(*args, **kwargs)
         self.gate = FetchGate()
         self._delivery: asyncio.Future[Any] | None = None
+        self._fetching = asyncio.Lock()  # a fetch and a seek never overlap
+        self._fetched_at = 0  # the gate's epoch of the last fetch
+
+    async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
+        async with self._fetching:
+            self._fetched_at = self.gate.epoch()
+            return await super()._getmany(active_partitions, timeout)
 
     def stop_flow(self) -> None:
         """Stop the flow, and cancel the record being handed over (it is neither read nor acknowledged)."""
@@ -397,21 +410,23 @@ class _Consumer(faust_aiokafka.Consumer):
         an input partition without one (or at 0) is sought to its beginning here, the group's
         ``auto_offset_reset``, so that the records the gate dropped are fetched again.
         """
-        began = self.gate.seek_all_began()
-        committed = await self.seek_to_committed()
-        self._read_offset.update({tp: offset if offset is not None and offset >= 0 else None
-                                  for tp, offset in committed.items()})
-        self._committed_offset.update({transport_consumer.ensure_TP(tp): offset or None
-                                       for tp, offset in committed.items() if offset is not None})
-        acks_enabled_for = self.app.topics.acks_enabled_for
-        unsought = [tp for tp, offset in committed.items() if not offset and acks_enabled_for(tp.topic)]
-        if unsought:
-            await self._thread.seek_to_beginning(*unsought)
-        self.gate.seek_all_ended(began)
+        async with self._fetching:
+            began = self.gate.seek_all_began()
+            committed = await self.seek_to_committed()
+            acks_enabled_for = self.app.topics.acks_enabled_for
+            unsought = [tp for tp, offset in committed.items() if not offset and acks_enabled_for(tp.topic)]
+            if unsought:
+                await self._thread.seek_to_beginning(*unsought)
+            self._read_offset.update({tp: offset if offset is not None and offset >= 0 else None
+                                      for tp, offset in committed.items()})
+            self._committed_offset.update({transport_consumer.ensure_TP(tp): offset or None
+                                           for tp, offset in committed.items() if offset is not None})
+            self.gate.seek_all_ended(began)
 
     async def seek(self, partition: TP, offset: int) -> None:
-        self.gate.seek(partition)
-        await super().seek(partition, offset)
+        async with self._fetching:
+            self.gate.seek(partition)
+            await super().seek(partition, offset)
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """faust-streaming 0.15.3's fetch loop, under the rules of ``FetchGate``.
@@ -431,12 +446,12 @@ class _Consumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_stopped() or fetcher_stopped()):
                 self.diag.set_flag(transport_consumer.CONSUMER_FETCHING)
-                epoch = gate.epoch()
                 batch = cast(AsyncGenerator[tuple[TP, Any], None], self.getmany(timeout=1.0))
                 await self.sleep(0)  # as Faust: getmany can return at once, again and again
                 if not self.should_stop:
                     async with contextlib.aclosing(batch):
                         async for tp, message in batch:
+                            epoch = self._fetched_at  # the fetch of this batch (the next waits for its end)
                             since_yield += 1
                             if since_yield > _YIELD_EVERY:
                                 await asyncio.sleep(0)

@@ -204,31 +204,34 @@ _IN = TP("in", 0)
 _OTHER = TP("in", 1)
 _CHANGELOG = TP("app-table-changelog", 0)
 
-Fetch = list[Any]  # the records of one fetch, (partition, offset), and steps between them
-Step = Callable[[Any], Any]  # an async step (given the consumer) that runs between two records of a fetch
+Fetch = list[Any]  # the records of one fetch, (partition, offset); a step in it starts while the fetch is served
+Step = Callable[[Any], Any]  # an async step, given the consumer: a rebalance's stop and seek, a watch's seek
 
 
 class _Loop:
-    """A shimmed app's consumer whose fetches are scripted: batches of (partition, offset), and steps
-    (a rebalance's stop and seek, a partition watch's seek) run between two records of a batch, where the
-    event loop would run them while the fetch loop waits. The consumer's own code does the rest."""
+    """A shimmed app's consumer whose fetches are scripted at aiokafka's edge (the consumer thread's
+    ``getmany``): Faust's ``getmany``, and the shim's fetch lock and fetch loop, run as they are. A step
+    starts while its fetch is served (a rebalance's seek, a partition watch's seek); ``blocked`` holds a
+    record's delivery (a full stream buffer) while a step runs, until a stop of the flow cancels it.
+    ``stock`` runs Faust's own fetch, seek and fetch loop instead."""
 
     def __init__(self, app: faust.App, *, committed: dict[TP, int | None],
-                 block: dict[int, Step] | None = None) -> None:
+                 blocked: dict[int, Step] | None = None) -> None:
         self.app = app
         self.taken: list[tuple[TP, int]] = []
         self.committed = committed
         self.sought: list[tuple[str, Any]] = []
-        self._block = dict(block or {})
+        self.events: list[str] = []
+        self._blocked = dict(blocked or {})
         self._consumer: Any = None
         self._steps: list[asyncio.Task[Any]] = []
         app.topics._acking_topics.add(_IN.topic)  # what an agent on the topic does
 
     async def _callback(self, message: Any) -> None:
-        step = self._block.pop(message.offset, None)
-        if step is not None:  # a full stream buffer, while ``step`` runs: only a stop of the flow ends it
+        step = self._blocked.pop(message.offset, None)
+        if step is not None:
             self._steps.append(asyncio.ensure_future(step(self._consumer)))
-            await asyncio.Event().wait()
+            await asyncio.Event().wait()  # only a stop of the flow ends it
         self.taken.append((message.tp, message.offset))
 
     def run(self, script: list[Fetch], *, stock: bool = False, read: dict[TP, int] | None = None) -> Any:
@@ -241,8 +244,29 @@ class _Loop:
             consumer._thread.thread_loop.close()
             self._consumer = consumer
             fetcher = SimpleNamespace(_stopped=asyncio.Event())
+            fetches = iter(script)
+
+            async def _fetch(active: Any, timeout: float) -> dict[TP, list[Any]]:
+                fetch = next(fetches, None)
+                if fetch is None:
+                    fetcher._stopped.set()
+                    return {}
+                self.events.append("fetch")
+                records: dict[TP, list[Any]] = {}
+                for item in fetch:
+                    if callable(item):
+                        self._steps.append(asyncio.ensure_future(item(consumer)))
+                    else:
+                        tp, offset = item
+                        records.setdefault(tp, []).append(
+                            SimpleNamespace(tp=tp, topic=tp.topic, offset=offset, key=None, value=None))
+                for _ in range(3):
+                    await asyncio.sleep(0)  # the fetch waits on the broker: a step may run meanwhile
+                self.events.append("fetched")
+                return records
 
             async def _seek_to_committed() -> dict[TP, int | None]:
+                self.events.append("seek")
                 self.sought.append(("committed", dict(self.committed)))
                 return dict(self.committed)
 
@@ -250,29 +274,25 @@ class _Loop:
                 self.sought.append(("beginning", sorted(tps)))
 
             async def _seek(tp: TP, offset: int) -> None:
+                self.events.append("seek")
                 self.sought.append(("seek", (tp, offset)))
 
-            consumer.seek_to_committed = _seek_to_committed
+            consumer._thread.getmany = _fetch
             consumer._thread.seek_to_beginning = _seek_to_beginning
+            consumer.seek_to_committed = _seek_to_committed
             consumer._seek = _seek
+            consumer._to_message = lambda tp, record: record
+            consumer.highwater = lambda tp: 0
+            consumer.assignment = lambda: set(self.committed)
+            consumer._set_active_tps({*self.committed, _CHANGELOG})
             consumer._read_offset.update(read or {})
             consumer._committed_offset.update(self.committed)
-            fetches = iter(script)
-
-            async def _getmany(timeout: float) -> Any:
-                fetch = next(fetches, None)
-                if fetch is None:
-                    fetcher._stopped.set()
-                    return
-                for item in fetch:
-                    if callable(item):
-                        await item(consumer)
-                    elif consumer.flow_active:
-                        tp, offset = item
-                        yield tp, SimpleNamespace(tp=tp, topic=tp.topic, offset=offset, key=None, value=None)
-
-            consumer.getmany = _getmany
-            drain = transport_consumer.Consumer._drain_messages if stock else type(consumer)._drain_messages
+            if stock:  # Faust's own fetch, seek of every partition and fetch loop
+                consumer._getmany = MethodType(transport_consumer.ThreadDelegateConsumer._getmany, consumer)
+                consumer.perform_seek = MethodType(transport_consumer.Consumer.perform_seek, consumer)
+                drain = transport_consumer.Consumer._drain_messages
+            else:
+                drain = type(consumer)._drain_messages
             await asyncio.wait_for(drain(consumer, fetcher), timeout=10)
             await asyncio.gather(*self._steps)
             return consumer
@@ -284,45 +304,51 @@ def _records(tp: TP, *offsets: int) -> Fetch:
     return [(tp, offset) for offset in offsets]
 
 
-async def _rebalance(consumer: Any) -> None:
-    """What a rebalance does to the fetch loop: stop the flow, clear the stream buffers, seek, resume."""
-    consumer.stop_flow()
-    await asyncio.sleep(0)
+async def _seek_all(consumer: Any) -> None:
+    """The seek that ends a rebalance's recovery: every partition to its committed offset."""
     await consumer.perform_seek()
-    consumer.resume_flow()
 
 
 def _gaps(consumer: Any, tp: TP) -> list[tuple[int, int]]:
     return sorted((i.begin, i.end - 1) for i in consumer._gap.get(tp, ()))
 
 
-def test_a_seek_between_two_records_leaves_the_rest_of_the_batch_to_the_fetch_after_it(
-    shimmed: Callable[..., faust.App],
-) -> None:
-    """Committed offset 10; the rebalance's seek lands after record 12. Faust alone went on with 13 from the
-    old batch: a gap of 11-13 acknowledged 13 before any agent had it (and 11, 12 whether handled or not),
-    and the re-fetched 11 and 12 were dropped as read. With the shim the old batch ends there."""
-    script = [[*_records(_IN, 11, 12), _rebalance, *_records(_IN, 13, 14)], _records(_IN, 10, 11, 12, 13, 14)]
+def test_a_batch_fetched_before_a_seek_is_fetched_again_after_it(shimmed: Callable[..., faust.App]) -> None:
+    """Committed offset 10, 11 and 12 handled; the rebalance's seek to 10 comes while 13 and 14 are fetched.
+    Faust alone went on with them after the seek: 13 made a gap of 11-13, acknowledged before any agent had
+    13 (and 11, 12 whether handled or not), and the re-fetched 10-13 were dropped as read. With the shim the
+    seek waits for the fetch, the batch is dropped after it, and 10-14 are fetched and handed over again."""
+    script = [_records(_IN, 11, 12), [*_records(_IN, 13, 14), _seek_all], _records(_IN, 10, 11, 12, 13, 14)]
 
     stock = _Loop(shimmed("shim-drain-stock"), committed={_IN: 10})
     consumer = stock.run(script, stock=True, read={_IN: 10})
     assert _gaps(consumer, _IN) == [(11, 13)]
-    assert [o for _, o in stock.taken] == [11, 12, 13, 14, 14]  # 10-13 of the re-fetch dropped as read
+    assert [o for _, o in stock.taken] == [11, 12, 13, 14, 14]
 
     shim = _Loop(shimmed("shim-drain"), committed={_IN: 10})
     consumer = shim.run(script, read={_IN: 10})
     assert _gaps(consumer, _IN) == []
-    assert [o for _, o in shim.taken] == [11, 12, 10, 11, 12, 13, 14]
+    assert [o for _, o in shim.taken][-5:] == [10, 11, 12, 13, 14]
     assert consumer._read_offset[_IN] == 14
+
+
+def test_a_fetch_and_a_seek_never_overlap(shimmed: Callable[..., faust.App]) -> None:
+    shim = _Loop(shimmed("shim-drain-lock"), committed={_IN: 10})
+    shim.run([[*_records(_IN, 11), _seek_all], _records(_IN, 10, 11)], read={_IN: 10})
+    assert shim.events[:3] == ["fetch", "fetched", "seek"]
+
+    stock = _Loop(shimmed("shim-drain-lock-stock"), committed={_IN: 10})
+    stock.run([[*_records(_IN, 11), _seek_all], _records(_IN, 10, 11)], stock=True, read={_IN: 10})
+    assert stock.events[:3] == ["fetch", "seek", "fetched"]
 
 
 def test_a_delivery_the_stop_cancels_is_not_read_and_nothing_is_handed_over_until_the_seek(
     shimmed: Callable[..., faust.App],
 ) -> None:
-    """Record 12 waits for a full stream buffer when a rebalance stops the flow. Faust alone marked it read,
-    and handed over 13 and 14 of fetches between the stop and the seek; a commit could then pass 12. The
-    shim keeps the read offset at 11 and hands over only the changelog record until the seek; 12 comes back
-    with the fetch after it."""
+    """Record 12 waits for a full stream buffer when a rebalance stops the flow. Faust alone marked it read and
+    handed over 13 and 14, fetched between the stop and the seek: a commit could then pass 12. The shim keeps
+    the read offset at 11 and hands over only the changelog record until the seek; 12 comes back with the fetch
+    after it."""
     read_at_seek: list[int | None] = []
 
     async def _stop(consumer: Any) -> None:
@@ -335,18 +361,18 @@ def test_a_delivery_the_stop_cancels_is_not_read_and_nothing_is_handed_over_unti
         await consumer.perform_seek()
 
     def script() -> list[Fetch]:
-        return [[*_records(_IN, 11, 12, 13)], [(_IN, 14), (_CHANGELOG, 5), _seek], _records(_IN, 11, 12, 13, 14)]
+        return [_records(_IN, 11, 12, 13), [(_IN, 14), (_CHANGELOG, 5), _seek], _records(_IN, 11, 12, 13, 14)]
 
-    shim = _Loop(shimmed("shim-drain-stop"), committed={_IN: 11}, block={12: _stop})
+    shim = _Loop(shimmed("shim-drain-stop"), committed={_IN: 11}, blocked={12: _stop})
     consumer = shim.run(script(), read={_IN: 10})
     assert read_at_seek == [11]
     assert shim.taken == [(_IN, 11), (_CHANGELOG, 5), (_IN, 11), (_IN, 12), (_IN, 13), (_IN, 14)]
     assert _gaps(consumer, _IN) == []
 
-    stock = _Loop(shimmed("shim-drain-stop-stock"), committed={_IN: 11}, block={12: _stop})
+    stock = _Loop(shimmed("shim-drain-stop-stock"), committed={_IN: 11}, blocked={12: _stop})
     stock.run(script(), stock=True, read={_IN: 10})
-    assert read_at_seek[-1] == 14
-    assert stock.taken[:3] == [(_IN, 11), (_IN, 13), (_IN, 14)]
+    assert read_at_seek[-1] == 13
+    assert stock.taken[:2] == [(_IN, 11), (_IN, 13)]
 
 
 def test_a_gap_acknowledges_the_missing_offsets_not_the_record_after_them(shimmed: Callable[..., faust.App]) -> None:
@@ -367,7 +393,7 @@ def test_a_partitions_own_seek_drops_only_its_records_of_the_batch(shimmed: Call
     async def _watch_seek(consumer: Any) -> None:  # the partition watch's re-fetch of a stalled partition
         await consumer.seek(_IN, 3)
 
-    script = [[(_IN, 4), (_OTHER, 7), _watch_seek, (_IN, 5), (_OTHER, 8)], _records(_IN, 3, 4, 5)]
+    script = [[(_IN, 4), (_OTHER, 7), (_IN, 5), (_OTHER, 8), _watch_seek], _records(_IN, 3, 4, 5)]
     shim = _Loop(shimmed("shim-drain-watch"), committed={_IN: 3, _OTHER: 6})
     consumer = shim.run(script, read={_IN: 3, _OTHER: 6})
     assert shim.taken == [(_IN, 4), (_OTHER, 7), (_OTHER, 8), (_IN, 3), (_IN, 4), (_IN, 5)]
@@ -382,7 +408,7 @@ def test_the_seek_of_every_partition_also_seeks_input_partitions_without_a_commi
     goes back to its beginning (records dropped by the gate are fetched again), a changelog stays."""
     shim = _Loop(shimmed("shim-drain-beginning"), committed={_IN: None, _OTHER: 0, TP("in", 2): 9,
                                                               _CHANGELOG: None})
-    consumer = shim.run([[_rebalance]])
+    consumer = shim.run([[_seek_all]])
     assert shim.sought[-1] == ("beginning", [_IN, _OTHER])
     assert consumer._read_offset[TP("in", 2)] == 9 and consumer._read_offset[_IN] is None
 
