@@ -308,6 +308,10 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 _YIELD_EVERY = 100
 """Records handed over between two passes of the event loop (as in Faust's fetch loop)."""
 
+_FETCH_WAIT_S = 0.2
+"""How long a fetch waits for records when none are there (Faust: 1 s). A seek waits for the fetch in progress (the
+fetch lock), so this also bounds how long a rebalance's seek, or the partition watch's, waits."""
+
 
 class FetchGate:
     """Whether a fetched record of an input partition may still reach the agents and count as read (no I/O).
@@ -446,7 +450,7 @@ class _Consumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_stopped() or fetcher_stopped()):
                 self.diag.set_flag(transport_consumer.CONSUMER_FETCHING)
-                batch = cast(AsyncGenerator[tuple[TP, Any], None], self.getmany(timeout=1.0))
+                batch = cast(AsyncGenerator[tuple[TP, Any], None], self.getmany(timeout=_FETCH_WAIT_S))
                 await self.sleep(0)  # as Faust: getmany can return at once, again and again
                 if not self.should_stop:
                     async with contextlib.aclosing(batch):
