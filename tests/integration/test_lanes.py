@@ -250,9 +250,10 @@ def _waited(job: Job, created: list[Made], embedded: list[ChunkResult], *, since
     return Waited(len(others), (end - start).total_seconds(), len(own))
 
 
-def _tokens(job: Job, embedded: list[ChunkResult]) -> int:
-    """The tokens of ``job``'s chunks (each counted once)."""
-    return sum({(e.doc_id, e.chunk_index): e.token_count for e in embedded if e.job_id == job.job_id}.values())
+def _chunk_tokens(embedded: list[ChunkResult], *jobs: Job) -> list[int]:
+    """The tokens of each chunk of ``jobs`` (a chunk embedded twice counted once)."""
+    ids = {job.job_id for job in jobs}
+    return list({(e.doc_id, e.chunk_index): e.token_count for e in embedded if e.job_id in ids}.values())
 
 
 def _chunks_within(tokens: float, sizes: Iterable[int]) -> int:
@@ -353,8 +354,8 @@ def test_an_interactive_job_passes_a_backfill_that_keeps_its_share_and_nothing_i
     interactive, batch = _waited(after, created, embedded), _waited(before, created, embedded)
     last = _waited(after, created, embedded, since_last=True)
     ahead = _ahead_in_its_partitions(before, created, embedded)
-    batch_lane = [e.token_count for e in embedded if e.job_id in (backfill.job_id, before.job_id)]
-    share = _chunks_within(_tokens(after, embedded) * SHARE / (1 - SHARE), batch_lane) + 1
+    batch_lane = _chunk_tokens(embedded, backfill, before)
+    share = _chunks_within(sum(_chunk_tokens(embedded, after)) * SHARE / (1 - SHARE), batch_lane) + 1
     bound = (2 * QUEUE + 3) * BATCH + share + BATCH
     rate = total / (max(e.embedded_at for e in embedded) - min(e.embedded_at for e in embedded)).total_seconds()
     print(f"\nbackfill {total} chunks, {waiting} waiting when the 3-document jobs came {SMALL_JOBS_AFTER_S} s later;"
