@@ -132,7 +132,8 @@ class KafkaSettings(BaseModel):
     max_poll_interval_ms: int = Field(300_000, ge=10_000, description="Consumer max.poll.interval.ms.")
     fetch_wait_max_ms: int = Field(
         500, ge=1, le=60_000,
-        description="Consumer fetch.wait.max.ms: how long the broker holds a fetch that has no data yet.",
+        description="Consumer fetch.wait.max.ms: how long the broker holds a fetch that has no data yet (the "
+                    "inference consumer uses at most 100: a lane it resumes waits for the fetch in flight).",
     )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="security.protocol passed to every client."
