@@ -7,7 +7,7 @@ set -uo pipefail
 #    tests that failed beside 3 workers on a loaded host, the extraction child's OCR time limit and the
 #    reducer's stall restart, are marked `alone` and run in 2.), whole files per worker so that module
 #    fixtures are shared, the longest files first (tests/fixtures/ordering.py); with them the short
-#    extraction fuzz, which touches no stack and is bounded by its own 40 s budget (its figures go to
+#    extraction fuzz, which touches no stack and is bounded by its own 25 s budget (its figures go to
 #    .docstream/chaos/report-extraction.json, or DOCSTREAM_CHAOS_REPORT's name with -extraction, so
 #    that the chaos run's report does not overwrite them);
 # 2. then the short chaos scenarios, with no other test on the stack, since they stop and restart

@@ -1,7 +1,7 @@
 """Bad input: a mutation fuzz of the extraction path through the chunker's own child process (tests/chaos/fuzz.py).
 
 No broker and no store: the extraction child is where a damaged document can crash or hang, so that is
-what runs. Short (`make test`): the chaos seed, at most 6,000 inputs or 40 s. Full (`make chaos`,
+what runs. Short (`make test`): the chaos seed, at most 6,000 inputs or 25 s. Full (`make chaos`,
 ``DOCSTREAM_CHAOS_FULL=1``): 5 minutes. docs/chunking.md "Robustness" has the figures of a full run.
 """
 
@@ -15,7 +15,7 @@ import pytest
 from tests.chaos.fuzz import extraction_fuzz, fuzz_settings
 from tests.chaos.harness import FULL, SCALE, ChaosReport
 
-BUDGET_S = 300.0 if FULL else 40.0
+BUDGET_S = 300.0 if FULL else 25.0
 MAX_INPUTS = 1_000_000 if FULL else 6_000
 CHILD_TIMEOUT_S = 10.0
 # ProcessExtractor replaces a child whose RSS passed this after a document: the memory bound the chunker keeps.

@@ -183,18 +183,26 @@ def _cpu_flags(monkeypatch: pytest.MonkeyPatch, *, bf16: bool) -> None:
     monkeypatch.setattr(embedding, "read_cpu_flags", lambda: chosen)
 
 
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Embedder]:
+    """A first load with two candidates (bf16 flags; emulated where the CPU lacks them), measured once for the
+    tests below (a measurement is seconds of CPU): its cache folder and what it chose."""
+    folder = tmp_path_factory.mktemp("measured")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _cpu_flags(monkeypatch, bf16=True)
+        return folder, load_embedder(InferenceSettings(device="cpu", warmup=False), cache_dir=folder)
+
+
 def test_auto_measures_once_then_reads_the_cache(
-    tmp_path: Path, fp32_embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+    measured: tuple[Path, Embedder], fp32_embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two candidates (bf16 flags; emulated where the CPU lacks them): the first load times fp32 and bf16
-    and caches the pick, the second reads it; the pick agrees with fp32."""
+    """The first load timed fp32 and bf16 and cached the pick, the second reads it; the pick agrees with fp32."""
+    folder, first = measured
     _cpu_flags(monkeypatch, bf16=True)
-    settings = InferenceSettings(device="cpu", warmup=False)
-    first = load_embedder(settings, cache_dir=tmp_path)
-    (cached,) = tmp_path.glob("*.json")
+    (cached,) = folder.glob("*.json")
     assert json.loads(cached.read_text())["runtime"] == first.runtime.label
     stamp = cached.stat().st_mtime_ns
-    assert load_embedder(settings, cache_dir=tmp_path).runtime == first.runtime
+    assert load_embedder(InferenceSettings(device="cpu", warmup=False), cache_dir=folder).runtime == first.runtime
     assert cached.stat().st_mtime_ns == stamp  # read, not re-measured
     fp32 = fp32_embedder.embed(fp32_embedder.prepare(REAL_TEXT))
     assert _cosines(first.embed(first.prepare(REAL_TEXT)), fp32).min() >= 0.999
@@ -207,11 +215,13 @@ def test_one_candidate_is_neither_measured_nor_cached(tmp_path: Path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_corrupt_cache_file_is_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_corrupt_cache_file_is_measured_again(
+    measured: tuple[Path, Embedder], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _cpu_flags(monkeypatch, bf16=True)
     settings = InferenceSettings(device="cpu", warmup=False, runtime_cache_dir=tmp_path)  # the setting, this time
-    load_embedder(settings)
-    (cached,) = tmp_path.glob("*.json")
+    (first,) = measured[0].glob("*.json")
+    cached = tmp_path / first.name  # the measured choice's file, under the key this load looks for
     cached.write_text('{"version": 1, "runtime": "torch/cpu/')
     embedder = load_embedder(settings)
     assert json.loads(cached.read_text())["runtime"] == embedder.runtime.label
