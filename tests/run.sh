@@ -25,6 +25,12 @@ set -uo pipefail
 # With arguments: one pytest run of exactly those.
 bin=${1:?usage: tests/run.sh VENV_BIN [pytest args...]}
 shift
+# OpenMP threads that wait passively, in every test process and every service they start: torch's OpenMP
+# threads spin after each parallel region by default, which on 2 cores shared by three test workers, their
+# services, Kafka and Cassandra burns CPU others wait for. Measured (2-core EPYC, all-MiniLM-L6-v2 on 512
+# chunks in batches of 16, 2 threads, one busy core beside it): 60-62 s of CPU and 51-52 s by default, 41 s of
+# CPU and 31-40 s passive; on an idle machine 22.7 s either way within 4 % (docs/log/performance.md).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 # The cluster scenarios (marker cluster) need a 3+3 cluster whose start does not fit this budget:
