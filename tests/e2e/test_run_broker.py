@@ -169,11 +169,25 @@ def test_a_second_run_on_a_busy_state_dir_fails_at_once_naming_the_first(tmp_pat
     first.start()
     try:
         owner = tmp_path / ".docstream" / "kafka" / "broker.json"
-        wait_until(lambda: not first.alive() or owner.exists(), 120, "the first run's broker started")
-        assert first.alive(), f"the first run ended before the second started:\n{first.tail()}"
         owner_pid = first.pid
+        assert owner_pid is not None
 
-        second = _docstream(tmp_path, "run", "in", "--timeout", "300", timeout_s=120)
+        def _held() -> bool:
+            # the first run is held (SIGSTOP) the moment its broker is up: two one-page documents could
+            # otherwise finish, and free the folder, before the second run starts
+            if not first.alive():
+                return True
+            if owner.exists():
+                os.kill(owner_pid, signal.SIGSTOP)
+                return True
+            return False
+
+        wait_until(_held, 120, "the first run's broker started")
+        assert first.alive(), f"the first run ended before the second started:\n{first.tail()}"
+        try:
+            second = _docstream(tmp_path, "run", "in", "--timeout", "300", timeout_s=120)
+        finally:
+            os.kill(owner_pid, signal.SIGCONT)
 
         output = " ".join((second.stdout + second.stderr).split())
         assert second.returncode == 2, output[-3000:]
