@@ -59,8 +59,13 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     booktabs = make_table_pdf([TableSpec(table_rows(5, 6, 4), caption="Table 3: Booktabs", style="rules")], seed=5)
     shaded = make_table_pdf([TableSpec(table_rows(6, 5, 3), caption="Table 4: Shaded rows", style="shaded")], seed=6)
     continued = make_continued_table_pdf(TableSpec(table_rows(8, 14, 4), caption="Table 5: Continued"), 8, seed=8)
+    banded = TableSpec((("Name", "Counts", "", "Notes"), ("", "in", "out", ""), *table_rows(6, 6, 4)[1:]),
+                       spans=((0, 0, 2, 1), (0, 1, 1, 2), (0, 3, 2, 1)), caption="Table 6: Two header rows",
+                       style="rules")
+    two_rows = make_table_pdf([banded], seed=9)
     for name, pdf in (("mixed.pdf", mixed), ("long.pdf", longer), ("cyrillic.pdf", russian),
-                      ("booktabs.pdf", booktabs), ("shaded.pdf", shaded), ("continued.pdf", continued)):
+                      ("booktabs.pdf", booktabs), ("shaded.pdf", shaded), ("continued.pdf", continued),
+                      ("two-rows.pdf", two_rows)):
         (inputs / name).write_bytes(pdf.data)
     out = tmp_path / "results.jsonl"
 
@@ -116,6 +121,13 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     assert (joined[0]["page_start"], joined[-1]["page_end"]) == (1, 2)
     assert set().union(*(_cells(c["table"]) for c in joined)) == {
         (c.row, c.col, c.row_span, c.col_span, c.text) for c in continued.tables[0].cells}, "its header once"
+
+    (banded_table,) = [c for c in _chunks(records, "two-rows.pdf") if c["kind"] == "table"]
+    assert banded_table["text"].startswith(
+        "Table 6: Two header rows\n\n| Name | Counts in | Counts out | Notes |\n|---|---|---|---|\n| ")
+    assert (banded_table["table"]["header_rows"], banded_table["table"]["row_start"]) == (2, 2)
+    assert _cells(banded_table["table"]) == {(c.row, c.col, c.row_span, c.col_span, c.text)
+                                             for c in two_rows.tables[0].cells}, "a booktabs header's spans"
 
     exported = subprocess.run(
         [DOCSTREAM, "results", table["job_id"], "--chunks", "--state-dir", str(tmp_path / "state")],

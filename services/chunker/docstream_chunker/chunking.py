@@ -37,7 +37,7 @@ from itertools import accumulate, pairwise
 from docstream.errors import InputError
 from docstream.models.token_counter import TokenCounter
 from docstream.records import ChunkKind
-from docstream.tables import TABLES_VERSION, PageTable, TablePart, split_table
+from docstream.tables import HEADERS_VERSION, TABLES_VERSION, PageTable, TablePart, split_table
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -192,7 +192,7 @@ def effective_budget(config: ChunkingConfig, counter: TokenCounter) -> int:
 
 def chunker_settings(
     config: ChunkingConfig, counter: TokenCounter, *, tables: bool = False, furniture: bool = False,
-    continued: bool = False,
+    continued: bool = False, headers: bool = False,
 ) -> str:
     """The canonical settings string that goes into every chunk_id.
 
@@ -205,10 +205,14 @@ def chunker_settings(
             added, for the same reason (documents without furniture keep their ids).
         continued: a table continued on the next page was joined into one (``continuation``):
             ``;continued=v1`` is added, for the same reason.
+        headers: a table has a header of more than one row (``docstream.tables.header_rows``):
+            ``;headers=v<HEADERS_VERSION>`` is added, for the same reason.
     """
     marker = f";tables=v{TABLES_VERSION}" if tables else ""
     if continued:
         marker += ";continued=v1"
+    if headers:
+        marker += f";headers=v{HEADERS_VERSION}"
     if furniture:
         marker += f";furniture=v{FURNITURE_VERSION}"
     return (

@@ -5,7 +5,8 @@ drawn again there. Found page by page, it was two tables: two captions' worth of
 one, and the second part's header read as a body row when it was not repeated. Here a table
 that ends its page's text is joined with the table that starts the next page's text when they
 have the same columns in the same place (``continues``): the next page's rows follow its own,
-the repeated header row dropped (it equals the first row), and each row keeps the page it is on
+the repeated header dropped (its rows read as the table's header: ``docstream.tables.header_rows``
+and ``header_texts``), and each row keeps the page it is on
 (``PageTable.row_pages``), so a chunk of rows from the second page says that page. A table may
 run over several pages: the join goes on while each page holds nothing but the table's rows.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from docstream.tables import PageTable, TableCell, header_texts
+from docstream.tables import PageTable, TableCell, header_rows, header_texts
 from docstream_chunker.chunking import PageText
 
 __all__ = ["X_TOLERANCE", "continues", "join_continued", "joined"]
@@ -45,19 +46,24 @@ def _starts_page(page: PageText) -> PageTable | None:
 
 def continues(table: PageTable, after: PageTable) -> bool:
     """Whether ``after`` (on the next page) goes on with ``table``: the same number of columns, its left and right
-    edges within ``X_TOLERANCE``, and no header cell spanning rows (which a dropped repeated header would cut)."""
+    edges within ``X_TOLERANCE``, and no cell of its first row spanning rows unless its first rows repeat the
+    header (a body cell spanning rows would be cut from the rows it joins)."""
     return (
         after.page > table.page
         and after.columns == table.columns
         and abs(after.bbox[0] - table.bbox[0]) <= X_TOLERANCE
         and abs(after.bbox[2] - table.bbox[2]) <= X_TOLERANCE
-        and not any(c.row == 0 and c.row_span > 1 for c in after.cells)
+        and (not any(c.row == 0 and c.row_span > 1 for c in after.cells) or _repeats_header(table, after))
     )
 
 
+def _repeats_header(table: PageTable, after: PageTable) -> bool:
+    return header_rows(after) == header_rows(table) and header_texts(after) == header_texts(table)
+
+
 def joined(table: PageTable, after: PageTable) -> PageTable:
-    """``table`` with ``after``'s rows below its own, ``after``'s first row dropped when it repeats the header."""
-    drop = 1 if header_texts(after) == header_texts(table) else 0
+    """``table`` with ``after``'s rows below its own, ``after``'s first rows dropped when they repeat the header."""
+    drop = header_rows(table) if _repeats_header(table, after) else 0
     base = table.rows - drop
     moved = tuple(
         TableCell(c.row + base, c.col, c.row_span, c.col_span, c.text) for c in after.cells if c.row >= drop

@@ -92,6 +92,7 @@ from docstream_chunker.table_detection import (
     content_paths,
     form_matrix,
     grid_cells,
+    header_spans,
     inside,
     looks_tabular,
     overlapping,
@@ -741,7 +742,8 @@ def _finder_tables(page: pymupdf.Page, number: int, layout: bool) -> list[PageTa
         return []
     found = [_laid_out(number, tuple(tab.bbox), [c for c in tab.cells if c is not None], _chars(page, tab.bbox))
              for tab in finder]
-    return [t for t in found if t is not None]
+    # the layout model's tables draw no rule between a header's cells: their spans are read from the text
+    return [header_spans(t) if layout else t for t in found if t is not None]
 
 
 @functools.cache
@@ -1223,7 +1225,8 @@ def chunk_bytes(
         page_count=page_count,
         media_type=fmt.media_type,
         chunker_settings=chunker_settings(config, counter, tables=any(c.kind == "table" for c in chunks),
-                                          furniture=bool(taken), continued=bool(joins)),
+                                          furniture=bool(taken), continued=bool(joins),
+                                          headers=any(c.table is not None and c.table.header_rows > 1 for c in chunks)),
         chunks=tuple(chunks),
         chunk_sources=tuple(chunk_source(c.page_start, c.page_end, by_number, taken) for c in chunks),
         sources=DocumentSources.of(pages),

@@ -5,7 +5,9 @@ text is kept from the text layer, where two cheap checks say a table may be ther
 text blocks it already has, then ``ruled_grid`` or ``ruled_rows`` on the page's vector paths), and lays each
 out here:
 ``grid_cells`` gives the cells with their spans from the finder's cell boxes and the page's words,
-``caption_index`` the block that captions it. ``docstream.tables`` holds what the other services read of a table.
+``header_spans`` the spans of a header of two rows that no rule between its cells shows (booktabs, shaded
+rows), ``caption_index`` the block that captions it. ``docstream.tables`` holds what the other services read of
+a table.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import cast
 
-from docstream.tables import Box, TableCell
+from docstream.tables import Box, PageTable, TableCell
 
 __all__ = [
     "Forms",
@@ -24,6 +27,7 @@ __all__ = [
     "content_paths",
     "form_matrix",
     "grid_cells",
+    "header_spans",
     "inside",
     "looks_tabular",
     "overlapping",
@@ -376,3 +380,42 @@ def caption_index(bbox: Box, blocks: Sequence[tuple[float, float, float, float, 
             if -1.0 <= gap <= _CAPTION_GAP and (best is None or (rank, gap) < best[:2]):
                 best = (rank, gap, i)
     return best[2] if best is not None else None
+
+
+def header_spans(table: PageTable) -> PageTable:
+    """``table`` with the spans of a header of two rows that its drawing does not show, else ``table`` as it is.
+
+    Without rules between cells (booktabs, shaded rows, the layout model's tables) the finder gives each slot a
+    cell of its own: a group name over its columns is a name beside empty cells, with the columns' own names in
+    the row below, which is empty under the other names. Such a header is two rows when row 0 has a name
+    followed by empty cells, every column under it is named in row 1, and row 1 is empty under every other name
+    of row 0 (a body row under a header has its first column's text). The group name then spans its columns,
+    each other name both rows, and the table's ``header_rows`` is 2.
+    """
+    if table.rows < 3 or any(c.row < 2 and (c.row_span, c.col_span) != (1, 1) for c in table.cells):
+        return table
+    top, sub = [""] * table.columns, [""] * table.columns
+    for cell in table.cells:
+        if cell.row < 2 and 0 <= cell.col < table.columns:
+            (top if cell.row == 0 else sub)[cell.col] = cell.text.strip()
+    names: list[tuple[int, int]] = []  # (first column, columns) of each name of row 0
+    for col, text in enumerate(top):
+        if text:
+            names.append((col, 1))
+        elif names and names[-1][0] + names[-1][1] == col:
+            names[-1] = (names[-1][0], names[-1][1] + 1)
+        elif sub[col]:
+            return table  # a column named below an empty corner: not a header's shape
+    groups = [(col, width) for col, width in names if width > 1]
+    if not groups or not all(all(sub[col : col + width]) for col, width in groups):
+        return table
+    if any(sub[col] for col, width in names if width == 1):
+        return table
+    spans = {col: (1, width) if width > 1 else (2, 1) for col, width in names}
+    covered = {(0, col + i) for col, width in names for i in range(1, width)}
+    covered |= {(1, col) for col, width in names if width == 1}
+    cells = tuple(
+        TableCell(0, c.col, *spans[c.col], c.text) if c.row == 0 and c.col in spans else c
+        for c in table.cells if (c.row, c.col) not in covered
+    )
+    return replace(table, cells=cells, header_rows=2)

@@ -60,6 +60,31 @@ def test_tables_that_do_not_continue_stay_two() -> None:
     assert not continues(_table(1, _rows(1, 2)), _table(1, _rows(3, 2))), "the same page: no continuation"
 
 
+def _banded(page: int, first: int, count: int, *, header: bool = True) -> PageTable:
+    """A table of three columns whose header is two rows: "Name" spans both, "Counts" two columns over "in"/"out"."""
+    head = [TableCell(0, 0, 2, 1, "Name"), TableCell(0, 1, 1, 2, "Counts"), TableCell(1, 1, 1, 1, "in"),
+            TableCell(1, 2, 1, 1, "out")] if header else []
+    top = 2 if header else 0
+    body = [TableCell(top + r, c, 1, 1, text) for r, i in enumerate(range(first, first + count))
+            for c, text in enumerate((f"item {i}", str(i), str(i * 2)))]
+    return PageTable(page, (72.0, 100.0, 400.0, 700.0), top + count, 3, tuple(head + body))
+
+
+def test_a_repeated_header_of_two_rows_goes_whole_and_a_table_without_it_keeps_its_rows() -> None:
+    table, after = _banded(1, 1, 3), _banded(2, 4, 2)
+    assert continues(table, after)
+    whole = joined(table, after)
+    assert whole.rows == 7 and [c.text for c in whole.cells if c.col == 0] == ["Name"] + [
+        f"item {i}" for i in range(1, 6)]
+    assert whole.row_pages == (1, 1, 1, 1, 1, 2, 2)
+    assert joined(table, _banded(2, 4, 2, header=False)).rows == 7
+    # a first row that spans rows without repeating the header: a body cell the join would cut
+    spanning = PageTable(2, table.bbox, 2, 3, (TableCell(0, 0, 2, 1, "g"), TableCell(0, 1, 1, 1, "a"),
+                                               TableCell(0, 2, 1, 1, "b"), TableCell(1, 1, 1, 1, "c"),
+                                               TableCell(1, 2, 1, 1, "d")))
+    assert not continues(table, spanning)
+
+
 def test_a_continued_tables_chunks_say_the_pages_of_their_rows() -> None:
     counter = load_token_counter(None, "all-MiniLM-L6-v2")
     one = PageText(1, "before", tables=(_table(1, _rows(1, 30), offset=6),))

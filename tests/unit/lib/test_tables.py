@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from docstream.tables import PageTable, TableCell, TablePart, row_lines, split_table, table_markdown
+from docstream.tables import (
+    PageTable,
+    TableCell,
+    TablePart,
+    header_rows,
+    header_texts,
+    row_lines,
+    split_table,
+    table_markdown,
+)
 from docstream_chunker.table_detection import (
     caption_index,
     content_paths,
     form_matrix,
     grid_cells,
+    header_spans,
     looks_tabular,
     ruled_grid,
     ruled_rows,
@@ -241,3 +251,91 @@ def test_a_table_part_round_trips_as_its_record() -> None:
     assert TablePart.from_record(record) == part
     with pytest.raises(ValueError, match="four numbers"):
         TablePart.from_record({**record, "bbox": [1.0, 2.0]})
+
+
+def _two_row_header(body_rows: int, words: str = "x") -> PageTable:
+    # "Name" spans both header rows; "Revenue" spans two columns over "2023" and "2024"
+    rows = [["Name", "Revenue", "", "Notes"], ["", "2023", "2024", ""]]
+    rows += [[f"item{r}", str(r * 3), str(r * 5), words] for r in range(1, body_rows + 1)]
+    return _table(rows, {(0, 0): (2, 1), (0, 1): (1, 2), (0, 3): (2, 1)})
+
+
+def test_a_header_cell_spanning_two_rows_makes_a_header_of_two_rows_whose_titles_join_top_first() -> None:
+    table = _two_row_header(3)
+    assert header_rows(table) == 2
+    assert header_texts(table) == ("Name", "Revenue 2023", "Revenue 2024", "Notes")
+    header, _, lines = row_lines(table)
+    assert header == "| Name | Revenue 2023 | Revenue 2024 | Notes |"
+    assert lines == ["| item1 | 3 | 5 | x |", "| item2 | 6 | 10 | x |", "| item3 | 9 | 15 | x |"]
+    (_, _, part), = split_table(table, 254, COUNT)
+    assert (part.row_start, part.row_end, part.header_rows) == (2, 5, 2)
+    assert part.header == header_texts(table) and part.cells == table.cells
+    assert TablePart.from_record(part.to_record()) == part
+
+
+def test_a_header_of_one_row_stays_one_row_whatever_spans_columns_or_the_body() -> None:
+    spanning_columns = _table([["Name", "Both", ""], ["a", "x", "y"], ["c", "z", "w"]], {(0, 1): (1, 2)})
+    assert header_rows(spanning_columns) == 1 and header_texts(spanning_columns) == ("Name", "Both", "")
+    body_span = _table([["Group", "Item"], ["g", "a"], ["", "b"]], {(1, 0): (2, 1)})
+    assert header_rows(body_span) == 1
+    # a cell of row 0 spanning every row, or more than three, is a stub of the body, not a header
+    whole = _table([["Stub", "a"], ["", "b"], ["", "c"]], {(0, 0): (3, 1)})
+    assert header_rows(whole) == 1
+    tall = _table([["Stub", f"r{r}"] if r == 0 else ["", f"r{r}"] for r in range(6)], {(0, 0): (4, 1)})
+    assert header_rows(tall) == 1
+
+
+def test_a_long_table_with_a_two_row_header_repeats_both_rows_on_every_part() -> None:
+    table = _two_row_header(40, "some words of note here")
+    header, delimiter, lines = row_lines(table)
+    parts = split_table(table, 60, COUNT)
+    assert len(parts) > 3
+    covered = []
+    for text, tokens, part in parts:
+        assert tokens <= 60
+        assert text.split("\n")[:2] == [header, delimiter]
+        assert text.split("\n")[2:] == lines[part.row_start - 2 : part.row_end - 2]
+        assert {c.row for c in part.cells} == {0, 1, *range(part.row_start, part.row_end)}
+        assert part.header_rows == 2
+        covered.extend(range(part.row_start, part.row_end))
+    assert covered == list(range(2, 42))
+
+
+def test_a_part_record_written_before_header_rows_reads_as_a_header_of_one_row() -> None:
+    _, _, part = split_table(_long(5), 254, COUNT)[0]
+    record = part.to_record()
+    del record["header_rows"]
+    assert TablePart.from_record(record).header_rows == 1
+
+
+def test_header_spans_reads_a_two_row_header_that_no_rule_shows() -> None:
+    flat = _table([["Name", "Counts", "", "Notes"], ["", "in", "out", ""], ["a", "1", "2", "x"], ["b", "3", "4", "y"]])
+    spanned = header_spans(flat)
+    assert {(c.row, c.col, c.row_span, c.col_span, c.text) for c in spanned.cells if c.row < 2} == {
+        (0, 0, 2, 1, "Name"), (0, 1, 1, 2, "Counts"), (0, 3, 2, 1, "Notes"), (1, 1, 1, 1, "in"), (1, 2, 1, 1, "out")}
+    assert [c for c in spanned.cells if c.row >= 2] == [c for c in flat.cells if c.row >= 2]
+    assert header_rows(spanned) == 2 and header_texts(spanned) == ("Name", "Counts in", "Counts out", "Notes")
+    # every name a group: 2023 over in/out, 2024 over in/out
+    years = _table([["2023", "", "2024", ""], ["in", "out", "in", "out"], ["1", "2", "3", "4"]])
+    assert header_texts(header_spans(years)) == ("2023 in", "2023 out", "2024 in", "2024 out")
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [["Name", "Value", ""], ["a", "1", "2"], ["b", "3", "4"]],  # a body row: its first column has text
+        [["Name", "Counts", "", "Notes"], ["", "in", "", ""], ["a", "1", "2", "x"]],  # a group column unnamed
+        [["", "A", "B"], ["x", "1", ""], ["y", "2", "3"]],  # an empty corner over a named row
+        [["Name", "Count", "Notes"], ["", "", ""], ["a", "1", "x"]],  # no group
+        [["Name", "Counts", ""], ["", "in", "out"]],  # no body row
+    ],
+    ids=["body-row", "group-unnamed", "corner", "no-group", "no-body"],
+)
+def test_header_spans_leaves_other_tables_as_they_are(rows: list[list[str]]) -> None:
+    table = _table(rows)
+    assert header_spans(table) is table
+
+
+def test_header_spans_leaves_a_table_whose_drawing_gave_its_header_spans() -> None:
+    drawn = _table([["Name", "Counts", "", "Notes"], ["", "in", "out", ""], ["a", "1", "2", "x"]], {(0, 1): (1, 2)})
+    assert header_spans(drawn) is drawn

@@ -1,6 +1,6 @@
-"""Response models whose fields are a store row's: each typed as the row types it and described by the doc of the
-record field it holds (``docstream.store.layout``), so a field added to the row is in the API without an edit here
-(docs/architecture.md "Adding a field")."""
+"""Response models whose fields are a store row's, or an Avro record's: each typed as the row (or the record) types it
+and described by the doc of the record field it holds (``docstream.store.layout``), so a field added to the row or
+the record is in the API without an edit here (docs/architecture.md "Adding a field")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, create_model
 
 from docstream.avro.schemas import SchemaSet
 
-__all__ = ["api_type", "avro_schemas", "with_row_fields"]
+__all__ = ["api_type", "avro_record", "avro_schemas", "with_record_fields", "with_row_fields"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -21,6 +21,88 @@ M = TypeVar("M", bound=BaseModel)
 def avro_schemas() -> dict[str, dict[str, Any]]:
     """The records' Avro schemas (``schemas/*.avsc``) by name: where the row fields' docs come from."""
     return {schema.name: schema.raw for schema in SchemaSet.load()}
+
+
+def avro_record(schema: Any, name: str) -> dict[str, Any]:
+    """The record schema named ``name`` declared anywhere in ``schema`` (a record, a union, an array's items).
+
+    Raises:
+        KeyError: ``schema`` declares no record of that name.
+    """
+    found = _find_record(schema, name)
+    if found is None:
+        raise KeyError(f"no Avro record {name} declared there")
+    return found
+
+
+def _find_record(schema: Any, name: str) -> dict[str, Any] | None:
+    if isinstance(schema, list):
+        return next((r for r in (_find_record(member, name) for member in schema) if r is not None), None)
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("type") == "record":
+        if schema.get("name") == name:
+            return schema
+        return _find_record([f["type"] for f in schema.get("fields", ())], name)
+    return _find_record(schema.get("items") or schema.get("values"), name)
+
+
+_AVRO_PRIMITIVES: dict[str, type] = {"int": int, "long": int, "float": float, "double": float, "string": str,
+                                     "boolean": bool}
+
+
+def with_record_fields(record: Mapping[str, Any], *, nested: Mapping[str, type[BaseModel]] | None = None,
+                       ) -> Callable[[type[M]], type[M]]:
+    """A class decorator: the response model it decorates, with the fields of the Avro record schema ``record`` in
+    the record's order, each typed as Avro types it, described by its doc and required unless Avro gives it a
+    default, then the model's own fields.
+
+    Args:
+        record: the record schema (``avro_record``).
+        nested: the response model of each record nested in it, by Avro name.
+
+    Raises:
+        ValueError: a field's type is one a response model does not show (bytes, enum, fixed, a logical type, a
+            nested record not in ``nested``).
+    """
+    models = dict(nested or {})
+
+    def kind(avro: Any) -> Any:
+        if isinstance(avro, list):
+            members = [kind(member) for member in avro if member != "null"]
+            if len(members) != 1:
+                raise ValueError(f"a union of {avro} is not shown")
+            return members[0] | None if "null" in avro else members[0]
+        if isinstance(avro, str):
+            if avro in _AVRO_PRIMITIVES:
+                return _AVRO_PRIMITIVES[avro]
+            if avro in models:
+                return models[avro]
+        if isinstance(avro, dict) and "logicalType" not in avro:
+            if avro.get("type") == "array":
+                return list[kind(avro["items"])]  # type: ignore[misc]
+            if avro.get("type") == "map":
+                return dict[str, kind(avro["values"])]  # type: ignore[misc]
+            if avro.get("type") == "record" and avro.get("name") in models:
+                return models[avro["name"]]
+            if avro.get("type") in _AVRO_PRIMITIVES:
+                return _AVRO_PRIMITIVES[avro["type"]]
+        raise ValueError(f"an Avro field of type {avro} is not shown")
+
+    definitions: dict[str, Any] = {
+        f["name"]: (kind(f["type"]), Field(f.get("default", ...), description=f.get("doc")))
+        for f in record["fields"]
+    }
+
+    def decorate(model: type[M]) -> type[M]:
+        own = {name: (info.annotation, info) for name, info in model.model_fields.items() if name not in definitions}
+        built: type[M] = create_model(
+            model.__name__, __config__=model.model_config or None, __doc__=model.__doc__, __module__=model.__module__,
+            **definitions, **own,
+        )
+        return built
+
+    return decorate
 
 
 def api_type(hint: Any) -> Any:

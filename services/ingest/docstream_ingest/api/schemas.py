@@ -13,7 +13,7 @@ from docstream.records import CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS, ChunkKind,
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow
 from docstream.store.layout import CHUNK_ROW, DOCUMENT_RESULT_ROW, DOCUMENT_ROW, row_docs
 from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_PROMPT_CHARS, MAX_TASKS
-from docstream_ingest.api.row_models import avro_schemas, with_row_fields
+from docstream_ingest.api.row_models import avro_record, avro_schemas, with_record_fields, with_row_fields
 
 __all__ = [
     "CHUNK_HIDDEN",
@@ -392,31 +392,18 @@ class DocumentList(BaseModel):
     next_cursor: str | None = Field(..., description="Pass as after for the next page; null on the last page.")
 
 
+@with_record_fields(avro_record(_SCHEMAS["ChunkCreated"], "TableCell"))
 class TableCellOut(BaseModel):
     """One cell of a table, in the whole table's rows and columns."""
 
-    row: int = Field(..., description="Its first row (0: the header).")
-    col: int = Field(..., description="Its first column.")
-    row_span: int = Field(1, description="Rows it covers.")
-    col_span: int = Field(1, description="Columns it covers.")
-    text: str = Field(..., description="Its words, joined by spaces.")
+    # the Avro TableCell record's fields, added by with_record_fields
 
 
+@with_record_fields(avro_record(_SCHEMAS["ChunkCreated"], "ChunkTable"), nested={"TableCell": TableCellOut})
 class ChunkTableOut(BaseModel):
     """The part of a table a table chunk holds (docs/chunking.md "Tables")."""
 
-    page: int = Field(..., description="1-based page of the table.")
-    bbox: list[float] = Field(..., description="The whole table's box: x0, y0, x1, y1 in PDF points, origin top left.")
-    caption: str | None = Field(None, description="The table's caption, on the first part only.")
-    header: list[str] = Field(..., description="The header row's text, one per column; the same on every part.")
-    rows: int = Field(..., description="Rows of the whole table, the header row included.")
-    columns: int = Field(..., description="Columns of the whole table.")
-    row_start: int = Field(..., description="The part's first body row (1: the row under the header).")
-    row_end: int = Field(..., description="One past the part's last row.")
-    part: int = Field(..., description="0-based index of this part.")
-    parts: int = Field(..., description="How many parts the table was split into.")
-    cells: list[TableCellOut] = Field(
-        ..., description="The header row's cells, then the cells of rows row_start to row_end.")
+    # the Avro ChunkTable record's fields (ChunkCreated.table), added by with_record_fields
 
 
 CHUNK_HIDDEN: dict[str, str] = {
