@@ -95,10 +95,12 @@ def with_record_fields(record: Mapping[str, Any], *, nested: Mapping[str, type[B
     }
 
     def decorate(model: type[M]) -> type[M]:
-        own = {name: (info.annotation, info) for name, info in model.model_fields.items() if name not in definitions}
+        fields: dict[str, Any] = {**definitions, **{name: (info.annotation, info)
+                                                    for name, info in model.model_fields.items()
+                                                    if name not in definitions}}
         built: type[M] = create_model(
             model.__name__, __config__=model.model_config or None, __doc__=model.__doc__, __module__=model.__module__,
-            **definitions, **own,
+            **fields,
         )
         return built
 
