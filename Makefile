@@ -71,12 +71,12 @@ run: setup ## docstream run over examples/*.pdf, then a preview of the results
 	@$(BIN)/docstream run examples/*.pdf --out .docstream/results.jsonl; rc=$$?; \
 	$(BIN)/python -m docstream_cli.ops.results_preview .docstream/results.jsonl; exit $$rc
 
-# ruff and the import contracts beside the test dependencies (the installs mostly wait on downloads), then
-# tests/run.sh (the stack, the three pytest runs), which runs mypy (a minute of CPU) beside the chaos
-# scenarios, at the lowest priority, and fails when it fails.
+# tests/run.sh: it starts the stack, and while the stack starts runs ruff and the import contracts beside the
+# test dependencies' installs (the installs mostly wait on downloads), then the three pytest runs; it runs mypy
+# (a minute of CPU) beside the chaos scenarios, at the lowest priority, and fails when either fails.
 test: setup ## everything: linters, the local stack, the unit, integration, e2e and short chaos tests
-	@$(MAKE) --no-print-directory -j2 lint-fast test-deps
-	@DOCSTREAM_TEST_ALSO="$(MAKE) --no-print-directory typecheck" bash tests/run.sh $(BIN)
+	@DOCSTREAM_TEST_FIRST="$(MAKE) --no-print-directory -j2 lint-fast test-deps" \
+	  DOCSTREAM_TEST_ALSO="$(MAKE) --no-print-directory typecheck" bash tests/run.sh $(BIN)
 
 # tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed);
 # deploy/local/install-infinity.sh: the Infinity embedding server the endpoint tests run against, in

@@ -2,8 +2,9 @@
 # Run the test suite against the real stack: start it when it is not running, stop what we started.
 set -uo pipefail
 # Everything by default, in three pytest runs:
-# 1. the integration and e2e tests on DOCSTREAM_TEST_WORKERS pytest-xdist workers (default 3 on 2 cores: they
-#    mostly wait on Kafka, Cassandra and service processes; 3 took 11.1 min where 2 took 13.0. The two timing
+# 1. the integration and e2e tests on DOCSTREAM_TEST_WORKERS pytest-xdist workers (default 4 on 2 cores: they
+#    often wait on Kafka, Cassandra and service processes; 3 took 11.1 min where 2 took 13.0, and 4 took 554 s
+#    where 3 took 598 s, for the same 947-949 s of CPU, which 3 kept busy 78 % of the time. The two timing
 #    tests that failed beside 3 workers on a loaded host, the extraction child's OCR time limit and the
 #    reducer's stall restart, are marked `alone` and run in 2.), whole files per worker so that module
 #    fixtures are shared, the longest files first (tests/fixtures/ordering.py); with them the short
@@ -11,7 +12,9 @@ set -uo pipefail
 #    .docstream/chaos/report-extraction.json, or DOCSTREAM_CHAOS_REPORT's name with -extraction, so
 #    that the chaos run's report does not overwrite them);
 # 2. then the short chaos scenarios, with no other test on the stack, since they stop and restart
-#    parts of it (docs/reliability.md; `make chaos` runs their full versions), and the timing-sensitive
+#    parts of it (docs/reliability.md; `make chaos` runs their full versions); on a stack this script
+#    started, the topics the first run left are deleted first (tests/fixtures/reset_topics.py: a broker
+#    restart closes and opens every partition's log, some 3,000 of them); and the timing-sensitive
 #    tests marked `alone` (the reducer's stall self-restart: beside the integration tests on a loaded
 #    2-core machine its 3 s stall timeout never fired, in a run where everything else passed);
 # 3. beside them, the unit tests, which touch no stack, at nice 19: the scenarios mostly wait on
@@ -22,6 +25,8 @@ set -uo pipefail
 #    stack (about 100 s of OCR, which made the first run take 1,202 s on a clean clone when they
 #    ran in it), and DOCSTREAM_TEST_ALSO, a command of `make test`'s (mypy: a minute of CPU the pre-phase
 #    no longer waits for), whose failure fails the run too.
+# DOCSTREAM_TEST_FIRST, a command of `make test`'s (the linters and the test dependencies' installs), runs while
+# the stack starts, before any test; its failure stops the run.
 # With arguments: one pytest run of exactly those.
 bin=${1:?usage: tests/run.sh VENV_BIN [pytest args...]}
 shift
@@ -43,7 +48,7 @@ if [ "$#" -eq 0 ]; then
   first=(tests/integration tests/e2e "$fuzz" -m "not cluster and not alone" --durations=25)
   for file in "${own_stack[@]}"; do first+=(--ignore "$file"); done
   # --no-loadscope-reorder: the files go in the order tests/fixtures/ordering.py gives, longest first
-  parallel=(-n "${DOCSTREAM_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder)
+  parallel=(-n "${DOCSTREAM_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder)
   second=(tests/chaos tests/integration -m "(chaos or alone) and not cluster" --ignore "$fuzz" --durations=10)
   beside=(tests/unit "${own_stack[@]}" --durations=10 -n 2 --dist loadfile --no-loadscope-reorder)
   every=(tests/unit tests/integration tests/e2e tests/chaos -m "not cluster")
@@ -56,8 +61,8 @@ else
   beside=()
   every=("$@")
 fi
-# The stack starts in the background while the modules compile and the tests are collected (its
-# Java processes and the collection each wait on the other's CPU less than on themselves).
+# The stack starts in the background while DOCSTREAM_TEST_FIRST runs, the modules compile and the tests are
+# collected (its Java processes and those each wait on the other's CPU less than on themselves).
 started=0
 if ! deploy/local/stack status >/dev/null 2>&1; then
   # A stack we start is a throwaway test stack: begin from empty data (the jars stay cached), so
@@ -69,6 +74,11 @@ fi
 stack_ready() {
   if [ "$started" = 1 ] && ! wait "$stack_pid"; then echo "could not start the local stack" >&2; return 1; fi
 }
+if [ -n "${DOCSTREAM_TEST_FIRST:-}" ] && ! bash -c "$DOCSTREAM_TEST_FIRST"; then
+  echo "$DOCSTREAM_TEST_FIRST failed: no test runs" >&2
+  stack_ready && [ "$started" = 1 ] && deploy/local/stack down
+  exit 1
+fi
 # The project's own modules as .pyc files once (the venv's are written at install: Makefile): where
 # PYTHONDONTWRITEBYTECODE is set, every test process and service compiled them from source again.
 "$bin/python" -m compileall -q -j 0 libs services tests >/dev/null
@@ -94,6 +104,9 @@ if [ "${#second[@]}" -gt 0 ]; then
   DOCSTREAM_CHAOS_REPORT=$first_report run "${first[@]}" "${parallel[@]}"
 else
   run "${first[@]}" "${parallel[@]}"
+fi
+if [ "${#second[@]}" -gt 0 ] && [ "$started" = 1 ]; then
+  "$bin/python" -m tests.fixtures.reset_topics || echo "the first run's topics stay: the scenarios run beside them" >&2
 fi
 if [ "${#second[@]}" -gt 0 ]; then
   beside_log=$(mktemp "${TMPDIR:-/tmp}/docstream-unit.XXXXXX")
