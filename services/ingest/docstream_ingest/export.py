@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from docstream.avro.schemas import SchemaSet
 from docstream.errors import InputError
+from docstream.records import JobOptions
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.store.layout import CHUNK_ROW, RowField, row_fields
 from docstream.tables import TablePart
@@ -178,7 +179,7 @@ def _job(store: ResultStore, job_id: str) -> JobRow:
 
 
 def _model_of(job: JobRow, model_id: str | None, default_model_id: str | None) -> str | None:
-    return model_id or job.job_options.model_id or default_model_id
+    return model_id or JobOptions.from_mapping(job.options).model_id or default_model_id
 
 
 def document_task_results(

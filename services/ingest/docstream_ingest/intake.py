@@ -42,7 +42,7 @@ from docstream import ids
 from docstream.errors import ConfigError, InputError
 from docstream.logging import get_logger
 from docstream.objectstore import ObjectStore
-from docstream.records import AnyRecord, DocumentSubmitted, utc_now
+from docstream.records import AnyRecord, DocumentSubmitted, JobOptions, utc_now
 from docstream.settings import (
     ChunkerSettings,
     FairnessSettings,
@@ -516,7 +516,7 @@ def _existing_job(
         asked = ", ".join(task.name for task in job_tasks(job))
         raise InputError(f"job {job_id} asks for tasks {asked} (with their labels): submit to it with the same "
                          "--task and --labels", code="job_tasks_mismatch")
-    lane = job.job_options.lane
+    lane = JobOptions.from_mapping(job.options).lane
     if lane != request.priority:
         raise InputError(f"job {job_id} is a {lane} job: submit to it with that priority",
                          code="job_priority_mismatch")

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from docstream.jobs.standing import QueueStanding, queue_standing
 from docstream.lanes import LANES
+from docstream.records import JobOptions
 from docstream.settings import FairnessSettings, InferenceSettings, KafkaSettings
 from docstream.store.base import JobRow, JobsStore
 from docstream.tasks.selection import job_task_names
@@ -41,7 +42,7 @@ def standings(store: JobsStore, jobs: Sequence[JobRow], now: datetime, *, kafka:
         for group in groups - rates.keys():
             rates[group] = store.throughput(group, now)
         measured = [rates[group] for group in groups if rates[group] > 0]
-        lane = job.job_options.lane
+        lane = JobOptions.from_mapping(job.options).lane
         other = next(name for name in LANES if name != lane)
         found[job.job_id] = queue_standing(job, queues[lane], queues[other], min(measured, default=0.0),
                                            fairness.batch_share, now)

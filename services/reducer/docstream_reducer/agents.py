@@ -33,6 +33,7 @@ from docstream.records import (
     DocumentChunked,
     DocumentCompleted,
     DocumentStatus,
+    JobOptions,
     output_too_large,
     record_limit,
     utc_now,
@@ -579,7 +580,7 @@ class JobReducer:
                 self._queued.discard(job_id)
                 self._waiting.pop(job_id, None)
                 continue
-            lane = row.job_options.lane
+            lane = JobOptions.from_mapping(row.options).lane
             queued = QueuedJobRow(lane=self._topics.lane(lane), job_id=job_id, tenant=row.tenant,
                                   created_at=row.created_at, waiting_tokens=progress.waiting_tokens,
                                   ended_documents=progress.terminal, updated_at=now)
@@ -721,8 +722,8 @@ class JobReducer:
         await self._publish(final, final=True)
         row = self._rows.get(progress.job_id)
         if row is not None:
-            await self._store(self._store.store.delete_queued_job, self._topics.lane(row.job_options.lane),
-                              progress.job_id)
+            lane = self._topics.lane(JobOptions.from_mapping(row.options).lane)
+            await self._store(self._store.store.delete_queued_job, lane, progress.job_id)
         self._queued.discard(progress.job_id)
         self._waiting.pop(progress.job_id, None)
         if not final.webhook_done and row is not None and row.webhook_url and self._webhooks is not None:

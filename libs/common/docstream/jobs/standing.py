@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 
 from docstream.jobs.progress import aware
 from docstream.lanes import INTERACTIVE, Lane
+from docstream.records import JobOptions
 from docstream.store.base import JobRow, QueuedJobRow
 
 __all__ = ["RATE_EVERY_S", "RATE_TTL_S", "TENANT_TOKENS_STEP", "QueueStanding", "TokenRate", "coarse_tokens",
@@ -80,14 +81,14 @@ def queue_standing(job: JobRow, lane_rows: Sequence[QueuedJobRow], other_rows: S
     """Where ``job`` stands at ``now``.
 
     Args:
-        job: the job's row (its lane is in its options: ``JobRow.job_options``).
+        job: the job's row (its lane is in its options).
         lane_rows: the ``lane_queue`` rows of the job's lane (its own among them once a document was chunked).
         other_rows: the rows of the other lane.
         tokens_per_s: the service's rate (``ResultStore.throughput``); 0 when not known.
         batch_share: ``fairness.batch_share``.
         now: the time the estimate is for.
     """
-    lane = job.job_options.lane
+    lane = JobOptions.from_mapping(job.options).lane
     own = next((r for r in lane_rows if r.job_id == job.job_id), None)
     waiting = own.waiting_tokens if own is not None else 0
     if job.status != "running":

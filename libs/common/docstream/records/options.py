@@ -19,7 +19,7 @@ __all__ = ["JobOptions"]
 @dataclass(frozen=True, slots=True)
 class JobOptions:
     """What a job's submission asked for; None: not asked (the service's default). The options' keys in the stored
-    map are the fields' names; every reader of a job's options reads them here (``JobRow.job_options``).
+    map are the fields' names; every reader of a job's options reads them here, from a jobs row's ``options``.
 
     Attributes:
         model_id: the model of the job's embeddings; None or empty: the service's (the API's and the export's

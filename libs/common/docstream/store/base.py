@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from docstream.records import DocumentStatus, JobOptions, JobState
-from docstream.store.generated import ChunkRow, DocumentResultRow, DocumentRow
+from docstream.records import DocumentStatus, JobState
+from docstream.store.generated import ChunkRow, DocumentResultRow, DocumentRow, JobRow
 from docstream.store.layout import FLOAT32, TEXTS, DocState
 from docstream.tenants.admission import Slot, TenantLoad
 from docstream.tenants.usage import Usage
@@ -44,37 +44,12 @@ __all__ = [
     "check_throughput",
 ]
 
-# The rows that hold records' fields (ChunkRow, DocumentResultRow, DocumentRow) are declared in
+# The rows that hold records' fields (ChunkRow, DocumentResultRow, DocumentRow, JobRow) are declared in
 # docstream.store.layout and written from it and the schemas (docstream.store.generated); the rows below are the
 # store's own.
 
 TERMINAL_DOC_STATES: frozenset[str] = frozenset({"completed", "partial", "failed", "skipped"})
 """Document states nothing moves a document out of (a new job resubmits it under another doc_id)."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobRow:
-    """jobs: (job_id)."""
-
-    job_id: str
-    tenant: str
-    created_at: datetime
-    status: JobState
-    document_count: int
-    options: dict[str, str] = field(default_factory=dict)
-    webhook_url: str | None = None
-    completed: int = 0
-    partial: int = 0
-    failed: int = 0
-    updated_at: datetime | None = None
-    usage: Usage | None = None
-    """What the job's terminal documents cost (the reducer's totals); None: nothing counted yet."""
-
-    @property
-    def job_options(self) -> JobOptions:
-        """``options`` typed (``JobOptions.from_mapping``): what the job's readers read; ``options`` is the map
-        the store keeps and the API shows."""
-        return JobOptions.from_mapping(self.options)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,15 +9,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
-from docstream.records import ChunkStatus, DocumentStatus
+from docstream.records import ChunkStatus, DocumentStatus, JobState
 from docstream.store.layout import FLOAT32, TEXTS, DocState
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention
+from docstream.tenants.usage import Usage
 
 __all__ = [
     "ChunkRow",
     "DocumentResultRow",
     "DocumentRow",
+    "JobRow",
 ]
 
 
@@ -183,3 +185,34 @@ class ChunkRow:
     """entities: the chunk's mentions, in document offsets (a mention's ``cut`` is not stored)."""
     output: str | None = None
     """A user task's output for the chunk, as JSON; null for the built-in tasks."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """jobs: ((job_id)). A job (JobStatus): what its submission asked, and its counts as its last status gives them."""
+
+    job_id: str
+    """The job; the record key."""
+    tenant: str
+    """Tenant owning the job."""
+    created_at: datetime
+    """When the job was created (UTC)."""
+    status: JobState
+    """Where the job is: running, then the state it ended in."""
+    document_count: int
+    """Documents in the job (0 when not yet known)."""
+    options: dict[str, str] = field(default_factory=dict)
+    """What the job's submission asked (lane, tasks, model, chunk sizes), as the store keeps it: read it through
+    ``docstream.records.JobOptions.from_mapping``."""
+    webhook_url: str | None = None
+    """Where the job's final status is posted; null: nowhere."""
+    completed: int = 0
+    """Documents completed."""
+    partial: int = 0
+    """Documents completed with some failed chunks."""
+    failed: int = 0
+    """Documents failed."""
+    updated_at: datetime | None = None
+    """When its counts last changed (UTC); null before the first document ended."""
+    usage: Usage | None = None
+    """What the job's terminal documents cost (the reducer's totals); null: nothing counted yet."""

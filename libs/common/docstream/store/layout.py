@@ -20,6 +20,7 @@ __all__ = [
     "DOCUMENT_RESULT_ROW",
     "DOCUMENT_ROW",
     "FLOAT32",
+    "JOB_ROW",
     "REQUIRED",
     "ROW_SPECS",
     "TEXTS",
@@ -330,7 +331,41 @@ DOCUMENT_ROW = RowSpec(
            "page_count", "error_code", "error", "pages_by_verdict", "pages_by_source"),
 )
 
-ROW_SPECS: tuple[RowSpec, ...] = (DOCUMENT_ROW, DOCUMENT_RESULT_ROW, CHUNK_ROW)
+JOB_ROW = RowSpec(
+    name="JobRow",
+    doc="jobs: ((job_id)). A job (JobStatus): what its submission asked, and its counts as its last status gives them.",
+    records=("JobStatus",),
+    not_held={
+        "JobStatus": {
+            "final": "the row's status says whether the job ended",
+            "pages": "in usage",
+            "chunks": "in usage",
+            "tokens": "in usage",
+            "model_us": "in usage",
+            "stage_us": "in usage",
+            "chat_tokens": "in usage",
+        },
+    },
+    stored=(
+        Stored("tenant", default=REQUIRED),
+        Stored("status", type="JobState", default=REQUIRED, holds="JobStatus.state",
+               doc="Where the job is: running, then the state it ended in."),
+        Stored("created_at", type="datetime", default=REQUIRED, doc="When the job was created (UTC)."),
+        Stored("options", type="dict[str, str]", default="field(default_factory=dict)",
+               doc="What the job's submission asked (lane, tasks, model, chunk sizes), as the store keeps it: read it "
+                   "through ``docstream.records.JobOptions.from_mapping``."),
+        Stored("webhook_url", type="str | None", default="None",
+               doc="Where the job's final status is posted; null: nowhere."),
+        Stored("updated_at", type="datetime | None", default="None",
+               doc="When its counts last changed (UTC); null before the first document ended."),
+        Stored("usage", type="Usage | None", default="None",
+               doc="What the job's terminal documents cost (the reducer's totals); null: nothing counted yet."),
+    ),
+    order=("job_id", "tenant", "created_at", "status", "document_count", "options", "webhook_url", "completed",
+           "partial", "failed", "updated_at", "usage"),
+)
+
+ROW_SPECS: tuple[RowSpec, ...] = (DOCUMENT_ROW, DOCUMENT_RESULT_ROW, CHUNK_ROW, JOB_ROW)
 """Every row written from its records, in the order ``docstream.store.generated`` holds them."""
 
 TYPE_IMPORTS: Mapping[str, tuple[str, ...]] = {
@@ -338,5 +373,6 @@ TYPE_IMPORTS: Mapping[str, tuple[str, ...]] = {
     "docstream.store.layout": ("FLOAT32", "TEXTS", "DocState"),
     "docstream.tables": ("TablePart",),
     "docstream.tasks.base": ("EntitySummary", "Mention"),
+    "docstream.tenants.usage": ("Usage",),
 }
 """Where the generated rows import the types their fields name."""

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from docstream.errors import InputError
+from docstream.records import JobOptions
 from docstream.tasks.base import (
     CLASSIFY,
     EMBED,
@@ -202,7 +203,7 @@ def job_tasks(row: JobRow) -> tuple[TaskRequest, ...]:
     Raises:
         InputError: the option is not a JSON list of valid ``TaskRequest`` records.
     """
-    text = row.job_options.tasks
+    text = JobOptions.from_mapping(row.options).tasks
     if not text:
         return requested_tasks(())
     records = loads_bounded(text, what="the job's tasks option", code="task_invalid", max_bytes=_MAX_OPTION_BYTES)

@@ -16,6 +16,7 @@ from docstream.errors import DocstreamError
 from docstream.jobs.progress import format_duration, format_rate, job_progress
 from docstream.jobs.standing import QueueStanding
 from docstream.logging import configure_logging
+from docstream.records import JobOptions
 from docstream.settings import Settings, load_settings
 from docstream.store import DocumentRow, JobRow, ResultStore, open_store
 from docstream.tasks.selection import job_task_names
@@ -82,7 +83,7 @@ def _status_table(job: JobRow, ocr: Sequence[DocumentRow] = (), standing: QueueS
     rows: list[tuple[str, Any]] = [
         ("state", job.status),
         ("tenant", job.tenant),
-        ("lane", job.job_options.lane),
+        ("lane", JobOptions.from_mapping(job.options).lane),
         ("tasks", ", ".join(job_task_names(job))),
         ("documents", job.document_count),
         ("terminal", f"{done}{share}"),

@@ -22,6 +22,7 @@ from docstream.ids import MAX_SOURCE_KEY_BYTES, check_source_key
 from docstream.jobs.progress import aware, job_progress
 from docstream.jobs.standing import QueueStanding, tenant_standing
 from docstream.logging import get_logger
+from docstream.records import JobOptions
 from docstream.store.base import ChunkRow, DocumentRow, JobDocumentRow, JobRow, JobsStore, ResultsStore
 from docstream.store.sources import delete_source
 from docstream.tasks.base import Label, Prompt, TaskRequest
@@ -185,26 +186,17 @@ def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = Non
     """A jobs row as the API shows it; elapsed, rate and ETA are ``docstream.jobs.progress.job_progress``'s, where it
     stands in its lane ``docstream_ingest.job_view``'."""
     progress = job_progress(job, now)
-    return JobSummary(
-        job_id=job.job_id,
-        status=job.status,
-        document_count=job.document_count,
-        completed=job.completed,
-        partial=job.partial,
-        failed=job.failed,
-        pending=max(job.document_count - progress.done, 0),
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        elapsed_s=round(progress.elapsed_s, 3),
-        rate_docs_per_s=None if progress.rate is None else round(progress.rate, 6),
-        eta_s=None if progress.eta_s is None else round(progress.eta_s, 1),
-        options=dict(job.options),
-        tasks=[task_spec(task) for task in job_tasks(job)],
-        priority=job.job_options.lane,
-        webhook_url=job.webhook_url,
-        usage=None if job.usage is None else usage_out(job.usage),
-        queue=queue_out(standing),
-    )
+    return JobSummary(**(_row_fields(JobSummary, job) | {
+        "options": dict(job.options),
+        "usage": None if job.usage is None else usage_out(job.usage),
+        "pending": max(job.document_count - progress.done, 0),
+        "elapsed_s": round(progress.elapsed_s, 3),
+        "rate_docs_per_s": None if progress.rate is None else round(progress.rate, 6),
+        "eta_s": None if progress.eta_s is None else round(progress.eta_s, 1),
+        "tasks": [task_spec(task) for task in job_tasks(job)],
+        "priority": JobOptions.from_mapping(job.options).lane,
+        "queue": queue_out(standing),
+    }))
 
 
 def _owned_job(store: JobsStore, caller: Principal, job_id: str) -> JobRow:
@@ -223,7 +215,7 @@ def _standings(ctx: ApiContext, jobs: Sequence[JobRow], now: datetime) -> dict[s
 
 def _job_model(ctx: ApiContext, job: JobRow) -> str:
     """Whose results a job shows by default: its model_id option, else the service's."""
-    return job.job_options.model_id or ctx.sections.inference.embed_model_id
+    return JobOptions.from_mapping(job.options).model_id or ctx.sections.inference.embed_model_id
 
 
 def _document_out(

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from docstream.lanes import Lane
 from docstream.records import CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS, ChunkKind, JobState, TextSource
-from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow
-from docstream.store.layout import CHUNK_ROW, DOCUMENT_RESULT_ROW, DOCUMENT_ROW, row_docs
+from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobRow
+from docstream.store.layout import CHUNK_ROW, DOCUMENT_RESULT_ROW, DOCUMENT_ROW, JOB_ROW, row_docs
 from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_PROMPT_CHARS, MAX_TASKS
 from docstream_ingest.api.row_models import avro_record, avro_schemas, with_record_fields, with_row_fields
 
@@ -21,6 +21,7 @@ __all__ = [
     "DETAIL_HIDDEN",
     "DOCUMENT_HIDDEN",
     "ID_PATTERN",
+    "JOB_HIDDEN",
     "MAX_FORM_FIELD_BYTES",
     "MULTIPART_SCHEMA",
     "RESULT_PICKS",
@@ -282,18 +283,21 @@ class SourceDeleted(BaseModel):
     results: int = Field(..., description="The (version, model) results deleted.")
 
 
+_SCHEMAS = avro_schemas()
+
+JOB_HIDDEN: dict[str, str] = {"tenant": "the caller's own: a caller sees its tenant's jobs alone"}
+"""The ``JobRow`` fields a job does not show, and why; it shows every other one (``usage`` as ``UsageOut``)."""
+
+
+@with_row_fields(JobRow, row_docs(JOB_ROW, _SCHEMAS), hidden=JOB_HIDDEN, shown_as={"usage": "usage"})
 class JobSummary(BaseModel):
     """A job's state and progress."""
 
-    job_id: str
-    status: JobState
-    document_count: int = Field(..., description="Documents in the job (0: unknown, an open job).")
-    completed: int
-    partial: int
-    failed: int
+    # the jobs row's fields (JobRow less JOB_HIDDEN) come first, added by with_row_fields; these are the API's own
+    usage: UsageOut | None = Field(
+        None, description="What the job's terminal documents cost so far; null before any was counted."
+    )
     pending: int = Field(..., description="Documents not finished yet (document_count minus the finished).")
-    created_at: datetime
-    updated_at: datetime | None
     elapsed_s: float = Field(..., description="From creation to the last update (finished) or to now (running).")
     rate_docs_per_s: float | None = Field(
         ..., description="Finished documents per second over elapsed_s; null before any time passed."
@@ -301,13 +305,8 @@ class JobSummary(BaseModel):
     eta_s: float | None = Field(
         ..., description="Seconds to the end at that rate; null once ended, before the first document, or size unknown."
     )
-    options: dict[str, str]
     tasks: list[TaskSpec] = Field(..., description="What inference runs on the job's chunks (embed alone by default).")
     priority: Lane = Field("batch", description="The job's lane.")
-    webhook_url: str | None
-    usage: UsageOut | None = Field(
-        None, description="What the job's terminal documents cost so far; null before any was counted."
-    )
     queue: QueueOut | None = Field(None, description="Where the job stands in its lane; null once it ended.")
 
 
@@ -370,7 +369,6 @@ DETAIL_HIDDEN: dict[str, str] = {name: why for name, why in DOCUMENT_HIDDEN.item
 RESULT_PICKS: tuple[str, ...] = ("chunk_count", "failed_chunks", "token_count")
 """The ``DocumentResultRow`` fields a document shows, of its result for the job's model (null before it)."""
 
-_SCHEMAS = avro_schemas()
 _DOCUMENT_DOCS = row_docs(DOCUMENT_ROW, _SCHEMAS)
 _RESULT_DOCS = row_docs(DOCUMENT_RESULT_ROW, _SCHEMAS)
 

@@ -21,18 +21,22 @@ import pytest
 
 from docstream.avro.schemas import SchemaSet
 from docstream.records import copy_fields
-from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow
-from docstream.store.layout import DOCUMENT_ROW, row_docs
+from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow
+from docstream.store.layout import DOCUMENT_ROW, JOB_ROW, row_docs
 from docstream.store.rows import MAPPINGS, RowMapping
 from docstream.store.sqlite import SqliteStore
 from docstream_ingest.api.schemas import (
     CHUNK_HIDDEN,
     DETAIL_HIDDEN,
     DOCUMENT_HIDDEN,
+    JOB_HIDDEN,
     RESULT_PICKS,
     ChunkOut,
+    ChunkTableOut,
     DocumentDetail,
     DocumentOut,
+    JobSummary,
+    TableCellOut,
 )
 from docstream_ingest.export import (
     _CHUNK_FIELDS,
@@ -129,3 +133,21 @@ def test_copy_fields_refuses_a_field_two_sources_have_unless_the_caller_gives_it
     with pytest.raises(TypeError, match=r"Target\.doc_id: both Left, Right have it"):
         copy_fields(target, left("a", ("ok",)), right("b"))
     assert copy_fields(target, left("a", ("ok",)), right("b"), doc_id="b") == target("b", ["ok"])
+
+
+def test_a_job_of_the_api_shows_every_jobs_row_field_it_does_not_hide_described_as_declared() -> None:
+    own = {"pending", "elapsed_s", "rate_docs_per_s", "eta_s", "tasks", "priority", "queue"}
+    assert set(JobSummary.model_fields) == (_names(JobRow) - set(JOB_HIDDEN)) | own
+    docs = row_docs(JOB_ROW, {schema.name: schema.raw for schema in SchemaSet.load()})
+    assert JobSummary.model_fields["completed"].description == docs["completed"] == "Documents completed."
+    assert JobSummary.model_fields["status"].description == docs["status"]
+
+
+def test_a_table_part_of_the_api_is_the_avro_records_fields_and_docs() -> None:
+    schema = json.loads((Path(__file__).resolve().parents[4] / "schemas" / "ChunkCreated.avsc").read_text())
+    table = next(f for f in schema["fields"] if f["name"] == "table")["type"][1]
+    cell = next(f for f in table["fields"] if f["name"] == "cells")["type"]["items"]
+    for model, record in ((ChunkTableOut, table), (TableCellOut, cell)):
+        assert list(model.model_fields) == [f["name"] for f in record["fields"]]
+        assert all(model.model_fields[f["name"]].description == f["doc"] for f in record["fields"])
+        assert all(model.model_fields[f["name"]].is_required() == ("default" not in f) for f in record["fields"])
