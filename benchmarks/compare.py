@@ -27,6 +27,10 @@ embedding stored. Peak RSS is the sum over the variant's process tree, sampled e
         # born-digital PDFs in ten scripts (tests/fixtures/scripts.py) and examples/*.pdf; the
         # runtime forced to fp32 in docstream run, as in the plain script (a CPU where bf16 pays
         # must not hide a slower pipeline)
+    .venv/bin/python benchmarks/compare.py --corpus tables --fp32 --only a,d --rounds 2
+        # table-heavy PDFs: tables on most pages (ruled, booktabs, shaded, HTML-drawn, long, continued,
+        # a header of two rows; Latin, Cyrillic and Japanese cells, tests/fixtures/tables.py) and the
+        # pdfTeX-typeset pages of tests/fixtures/typeset
 """
 
 from __future__ import annotations
@@ -127,13 +131,17 @@ def make_folder(folder: Path, pages: int, corpus: str = "latin") -> None:
     """``pages`` pages of generated PDFs, ``PAGES_PER_DOC`` pages each.
 
     ``corpus="scripts"``: born-digital PDFs in the ten scripts of tests/fixtures/scripts.py, in
-    turn, and the PDFs of examples/ (English), until ``pages`` pages.
+    turn, and the PDFs of examples/ (English), until ``pages`` pages. ``corpus="tables"``: table-heavy PDFs
+    (``_tables_folder``).
     """
     from tests.fixtures.documents import make_pdf
 
     folder.mkdir(parents=True, exist_ok=True)
     if corpus == "scripts":
         _scripts_folder(folder, pages)
+        return
+    if corpus == "tables":
+        _tables_folder(folder, pages)
         return
     index = 0
     while pages > 0:
@@ -158,6 +166,41 @@ def _scripts_folder(folder: Path, pages: int) -> None:
         script = SCRIPTS[index % len(SCRIPTS)]
         (folder / f"{script}-{index:04d}.pdf").write_bytes(make_script_pdf(script, count, seed=index).data)
         pages -= count
+        index += 1
+
+
+def _tables_folder(folder: Path, pages: int) -> None:
+    """The pdfTeX-typeset table pages of tests/fixtures/typeset, then documents of ten pages, tables on seven of
+    them (one continued over two pages), the tables' kinds and scripts in turn, until ``pages`` pages."""
+    from dataclasses import replace
+
+    import pymupdf
+
+    from tests.fixtures.tables import TableSpec, long_table, make_continued_table_pdf, make_mixed_pdf, table_rows
+
+    for typeset in sorted((ROOT / "tests" / "fixtures" / "typeset").glob("*.pdf")):
+        shutil.copy(typeset, folder / typeset.name)
+        with pymupdf.open(typeset) as doc:
+            pages -= doc.page_count
+    scripts = ("latin", "cyrillic", "japanese")
+    styles = ("grid", "rules", "shaded", "html")
+    two_rows = (("Name", "Counts", "", "Notes"), ("", "in", "out", ""))
+    index = 0
+    while pages > 0:
+        script, style = scripts[index % len(scripts)], styles[index % len(styles)]
+        spec = TableSpec(table_rows(index, 8, 4, script=script), caption=f"Table {index + 1}: Figures", style=style,
+                         script=script)
+        banded = TableSpec((*two_rows, *table_rows(index, 8, 4)[1:]), spans=((0, 0, 2, 1), (0, 1, 1, 2), (0, 3, 2, 1)),
+                           caption=f"Table {index + 1}b: Two header rows", style="rules")
+        parts = [make_mixed_pdf(spec, pages=3, seed=index).data, make_mixed_pdf(banded, pages=3, seed=index).data,
+                 make_continued_table_pdf(long_table(index, rows=24), 12, seed=index).data,
+                 make_mixed_pdf(replace(spec, caption=None), pages=2, seed=index + 1).data]
+        with pymupdf.open() as doc:
+            for data in parts:
+                with pymupdf.open(stream=data, filetype="pdf") as part:
+                    doc.insert_pdf(part)
+            (folder / f"tables-{index:04d}.pdf").write_bytes(doc.tobytes(garbage=3, deflate=True))
+            pages -= doc.page_count
         index += 1
 
 
@@ -402,8 +445,9 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=300, help="total pages of the folder (20-page PDFs)")
     parser.add_argument("--scale", type=int, default=0, help="also run N x the pages and print time(Nx)/(N*time(1x))")
     parser.add_argument("--only", default="a,b,c,d,e", help="comma-separated variants to run (f: d with OCR off)")
-    parser.add_argument("--corpus", choices=("latin", "scripts"), default="latin",
-                        help="latin: generated English PDFs; scripts: ten scripts' PDFs and examples/")
+    parser.add_argument("--corpus", choices=("latin", "scripts", "tables"), default="latin",
+                        help="latin: generated English PDFs; scripts: ten scripts' PDFs and examples/; tables: "
+                             "table-heavy PDFs")
     parser.add_argument("--fp32", action="store_true", help="force docstream's runtime to fp32, as the plain script")
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the variants this many times in turn (a, d, f, a, d, f, ...) and report each one's "
