@@ -2,15 +2,15 @@
 
     .venv/bin/python benchmarks/tables.py [--seeds 4] [--rounds 6] [--pages 120] [--layout] [--json]
 
-1. Recovery. For each kind of table (tests/fixtures/tables.py: ruled grids drawn cell by cell or
-   laid out from HTML with CSS borders, merged cells, Cyrillic and Japanese cells, a 41-row table,
-   tight rows, and the unruled kinds: three rules only, row shading, plain columns), ``--seeds``
-   tables of several sizes, one a page, go through the shipped path: ``find_page_tables`` on the
-   page's text blocks (both cheap checks, then PyMuPDF's finder, then the cells laid out). A cell
-   is recovered when a found cell has its row, column, spans and text (whitespace aside); precision
-   is over the cells found, recall over the cells written. The same pages go through the finder
-   without the cheap checks ("ungated": what the checks cost in recall) and, with ``--layout``,
-   through the finder gated by PyMuPDF's layout model (``pymupdf_layout``), at its price.
+1. Recovery. For each kind of table (tests/fixtures/tables.py: ruled grids drawn cell by cell or laid
+   out from HTML with CSS borders, merged cells, Cyrillic and Japanese cells, a 41-row table, tight
+   rows, the unruled kinds: three rules only, row shading, plain columns, and headers of two rows,
+   ruled, booktabs and shaded), ``--seeds`` tables of several sizes, one a page, go through the shipped
+   path: ``find_page_tables`` on the page's text blocks (both cheap checks, then PyMuPDF's finder, then
+   the cells laid out). A cell is recovered when a found cell has its row, column, spans and text
+   (whitespace aside); precision is over the cells found, recall over the cells written. The same pages
+   go through the finder without the cheap checks ("ungated": what the checks cost in recall) and, with
+   ``--layout``, through the finder gated by PyMuPDF's layout model (``pymupdf_layout``), at its price.
 2. Cost. Milliseconds of ``find_page_tables`` per table page; microseconds per page on text-only
    pages, where the first check ends it.
 3. Speed on text-only PDFs: the chunker path (``chunk_bytes``) with ``chunker.tables`` auto and
@@ -47,6 +47,9 @@ from machine import cpu_banner  # noqa: E402
 
 _FLAGS = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
 _SPANS = ((0, 1, 1, 2), (2, 0, 2, 1))
+_TWO_ROWS = (("Name", "Counts", "", "Notes"), ("", "in", "out", ""))
+_HEADER_SPANS = ((0, 0, 2, 1), (0, 1, 1, 2), (0, 3, 2, 1))
+"""A header of two rows: "Name" and "Notes" span both, "Counts" the two columns "in" and "out" name."""
 Cell = tuple[int, int, int, int, str]
 
 
@@ -68,6 +71,9 @@ def _kinds(seed: int) -> dict[str, TableSpec]:
         "rules only (booktabs)": TableSpec(table_rows(seed, rows, columns), caption=caption, style="rules"),
         "shaded rows, no rules": TableSpec(table_rows(seed, rows, columns), caption=caption, style="shaded"),
         "plain columns": TableSpec(table_rows(seed, rows, columns), caption=caption, style="plain"),
+        **{f"{name}, two-row header": TableSpec((*_TWO_ROWS, *table_rows(seed, rows + 1, 4)[1:]), spans=_HEADER_SPANS,
+                                               caption=caption, style=style)
+           for name, style in (("grid", "grid"), ("booktabs", "rules"), ("shaded", "shaded"))},
     }
 
 
