@@ -187,7 +187,6 @@ def job_summary(job: JobRow, now: datetime, standing: QueueStanding | None = Non
     stands in its lane ``docstream_ingest.job_view``'."""
     progress = job_progress(job, now)
     return JobSummary(**(_row_fields(JobSummary, job) | {
-        "options": dict(job.options),
         "usage": None if job.usage is None else usage_out(job.usage),
         "pending": max(job.document_count - progress.done, 0),
         "elapsed_s": round(progress.elapsed_s, 3),

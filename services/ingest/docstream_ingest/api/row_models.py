@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, create_model
 
 from docstream.avro.schemas import SchemaSet
 
-__all__ = ["api_type", "avro_record", "avro_schemas", "with_record_fields", "with_row_fields"]
+__all__ = ["api_type", "avro_schemas", "with_record_fields", "with_row_fields"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -21,30 +21,6 @@ M = TypeVar("M", bound=BaseModel)
 def avro_schemas() -> dict[str, dict[str, Any]]:
     """The records' Avro schemas (``schemas/*.avsc``) by name: where the row fields' docs come from."""
     return {schema.name: schema.raw for schema in SchemaSet.load()}
-
-
-def avro_record(schema: Any, name: str) -> dict[str, Any]:
-    """The record schema named ``name`` declared anywhere in ``schema`` (a record, a union, an array's items).
-
-    Raises:
-        KeyError: ``schema`` declares no record of that name.
-    """
-    found = _find_record(schema, name)
-    if found is None:
-        raise KeyError(f"no Avro record {name} declared there")
-    return found
-
-
-def _find_record(schema: Any, name: str) -> dict[str, Any] | None:
-    if isinstance(schema, list):
-        return next((r for r in (_find_record(member, name) for member in schema) if r is not None), None)
-    if not isinstance(schema, dict):
-        return None
-    if schema.get("type") == "record":
-        if schema.get("name") == name:
-            return schema
-        return _find_record([f["type"] for f in schema.get("fields", ())], name)
-    return _find_record(schema.get("items") or schema.get("values"), name)
 
 
 _AVRO_PRIMITIVES: dict[str, type] = {"int": int, "long": int, "float": float, "double": float, "string": str,
@@ -58,7 +34,8 @@ def with_record_fields(record: Mapping[str, Any], *, nested: Mapping[str, type[B
     default, then the model's own fields.
 
     Args:
-        record: the record schema (``avro_record``).
+        record: the record schema (a record of ``avro_schemas``, or one named in them:
+            ``docstream_ingest.arrow.field_types`` finds those).
         nested: the response model of each record nested in it, by Avro name.
 
     Raises:
@@ -95,16 +72,19 @@ def with_record_fields(record: Mapping[str, Any], *, nested: Mapping[str, type[B
     }
 
     def decorate(model: type[M]) -> type[M]:
-        fields: dict[str, Any] = {**definitions, **{name: (info.annotation, info)
-                                                    for name, info in model.model_fields.items()
-                                                    if name not in definitions}}
-        built: type[M] = create_model(
-            model.__name__, __config__=model.model_config or None, __doc__=model.__doc__, __module__=model.__module__,
-            **fields,
-        )
-        return built
+        own = {name: (info.annotation, info) for name, info in model.model_fields.items() if name not in definitions}
+        return _rebuilt(model, {**definitions, **own})
 
     return decorate
+
+
+def _rebuilt(model: type[M], definitions: dict[str, Any]) -> type[M]:
+    """``model`` built again with the fields ``definitions`` gives, in its order (its name, config, doc, module)."""
+    built: type[M] = create_model(
+        model.__name__, __config__=model.model_config or None, __doc__=model.__doc__, __module__=model.__module__,
+        **definitions,
+    )
+    return built
 
 
 def api_type(hint: Any) -> Any:
@@ -171,10 +151,6 @@ def with_row_fields(row: type[Any], docs: Mapping[str, str], *, hidden: Mapping[
                     kind, described = kind | None, f"{described} {absent}".strip()
                 definitions[f.name] = (kind, Field(..., description=described or None))
         definitions.update(own)
-        built: type[M] = create_model(
-            model.__name__, __config__=model.model_config or None, __doc__=model.__doc__, __module__=model.__module__,
-            **definitions,
-        )
-        return built
+        return _rebuilt(model, definitions)
 
     return decorate

@@ -13,7 +13,8 @@ from docstream.records import CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS, ChunkKind,
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobRow
 from docstream.store.layout import CHUNK_ROW, DOCUMENT_RESULT_ROW, DOCUMENT_ROW, JOB_ROW, row_docs
 from docstream.tasks.base import MAX_DESCRIPTION_CHARS, MAX_LABEL_CHARS, MAX_LABELS, MAX_PROMPT_CHARS, MAX_TASKS
-from docstream_ingest.api.row_models import avro_record, avro_schemas, with_record_fields, with_row_fields
+from docstream_ingest.api.row_models import avro_schemas, with_record_fields, with_row_fields
+from docstream_ingest.arrow import field_types
 
 __all__ = [
     "CHUNK_HIDDEN",
@@ -390,14 +391,17 @@ class DocumentList(BaseModel):
     next_cursor: str | None = Field(..., description="Pass as after for the next page; null on the last page.")
 
 
-@with_record_fields(avro_record(_SCHEMAS["ChunkCreated"], "TableCell"))
+_, _NAMED = field_types(_SCHEMAS.values())
+
+
+@with_record_fields(_NAMED["TableCell"])
 class TableCellOut(BaseModel):
     """One cell of a table, in the whole table's rows and columns."""
 
     # the Avro TableCell record's fields, added by with_record_fields
 
 
-@with_record_fields(avro_record(_SCHEMAS["ChunkCreated"], "ChunkTable"), nested={"TableCell": TableCellOut})
+@with_record_fields(_NAMED["ChunkTable"], nested={"TableCell": TableCellOut})
 class ChunkTableOut(BaseModel):
     """The part of a table a table chunk holds (docs/chunking.md "Tables")."""
 
