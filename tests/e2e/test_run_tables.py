@@ -58,6 +58,7 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     russian = make_table_pdf([cyrillic], seed=3)
     booktabs = make_table_pdf([TableSpec(table_rows(5, 6, 4), caption="Table 3: Booktabs", style="rules")], seed=5)
     shaded = make_table_pdf([TableSpec(table_rows(6, 5, 3), caption="Table 4: Shaded rows", style="shaded")], seed=6)
+    plain = make_table_pdf([TableSpec(table_rows(4, 6, 4), caption="Table 7: Nothing drawn", style="plain")], seed=4)
     continued = make_continued_table_pdf(TableSpec(table_rows(8, 14, 4), caption="Table 5: Continued"), 8, seed=8)
     banded = TableSpec((("Name", "Counts", "", "Notes"), ("", "in", "out", ""), *table_rows(6, 6, 4)[1:]),
                        spans=((0, 0, 2, 1), (0, 1, 1, 2), (0, 3, 2, 1)), caption="Table 6: Two header rows",
@@ -65,7 +66,7 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     two_rows = make_table_pdf([banded], seed=9)
     for name, pdf in (("mixed.pdf", mixed), ("long.pdf", longer), ("cyrillic.pdf", russian),
                       ("booktabs.pdf", booktabs), ("shaded.pdf", shaded), ("continued.pdf", continued),
-                      ("two-rows.pdf", two_rows)):
+                      ("two-rows.pdf", two_rows), ("plain.pdf", plain)):
         (inputs / name).write_bytes(pdf.data)
     out = tmp_path / "results.jsonl"
 
@@ -108,7 +109,7 @@ def test_run_keeps_tables_as_tables_with_their_header_markdown_and_cells(tmp_pat
     assert _cells(russian_table["table"]) == {(c.row, c.col, c.row_span, c.col_span, c.text)
                                               for c in russian.tables[0].cells}
 
-    for name, pdf in (("booktabs.pdf", booktabs), ("shaded.pdf", shaded)):
+    for name, pdf in (("booktabs.pdf", booktabs), ("shaded.pdf", shaded), ("plain.pdf", plain)):
         (unruled,) = [c for c in _chunks(records, name) if c["kind"] == "table"]
         header = pdf.tables[0].spec.rows[0]
         assert unruled["text"].startswith(f"{pdf.tables[0].caption}\n\n| {' | '.join(header)} |\n|---|"), name

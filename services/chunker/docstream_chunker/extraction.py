@@ -19,8 +19,8 @@ blocks' geometry: a short block of at most two lines whose line height is 1.25 t
 body's. (Font sizes from ``get_text("dict")`` cost a third of the extraction speed;
 line height is the same signal for free.)
 
-With ``tables`` ``auto`` (``chunker.tables``), ruled tables on PDF pages that keep their text
-layer are found with PyMuPDF's finder where two cheap checks see one (``find_page_tables``), taken
+With ``tables`` ``auto`` (``chunker.tables``), tables on PDF pages that keep their text
+layer are found with PyMuPDF's finder where cheap checks see one (``find_page_tables``), taken
 out of the page's paragraphs and handed on beside them (``PageText.tables``): chunking makes them
 table chunks (docs/chunking.md "Tables").
 
@@ -88,6 +88,7 @@ from docstream_chunker.provenance import (
 from docstream_chunker.scripts import CJK_LANGUAGES, ocr_languages, osd_language, script_of_language
 from docstream_chunker.table_detection import (
     Matrix,
+    aligned_columns,
     caption_index,
     content_paths,
     form_matrix,
@@ -98,6 +99,8 @@ from docstream_chunker.table_detection import (
     overlapping,
     ruled_grid,
     ruled_rows,
+    side_by_side_boxes,
+    without_empty_columns,
 )
 from docstream_chunker.text_layout import reading_order, without_nul
 
@@ -693,8 +696,10 @@ def find_page_tables(
     PyMuPDF's finder, ``page.find_tables()`` with its ``lines`` strategy (20-190 ms a page), without
     the layout model PyMuPDF 2 consults first when ``pymupdf_layout`` is installed; where only
     ``tables.ruled_rows`` sees rules of one width at three heights (booktabs) or row-high bands
-    (shaded rows), the finder with that layout model (~0.2-0.5 s a page: docs/chunking.md "Tables"),
-    since the ``lines`` strategy needs rules both ways. On a ruled grid's page, row rules left
+    (shaded rows), or, with nothing drawn, ``tables.aligned_columns`` sees the side-by-side blocks'
+    lines (``get_text("dict")``, ~3 ms) stand in three columns over three rows, the finder with that
+    layout model (~0.2-0.5 s a page: docs/chunking.md "Tables"), since the ``lines`` strategy needs
+    rules both ways. On a ruled grid's page, row rules left
     outside the grids found bring in the layout model's finder too, whose tables replace those they
     overlap. A table keeps at least two rows, two columns and two cells with text. Other formats
     than PDF are not looked at.
@@ -704,7 +709,7 @@ def find_page_tables(
         number: its 1-based number.
         blocks: its ``get_text("blocks")``.
         height: its height (None: read from the page).
-        gated: False: run the finder whatever the two checks say (the benchmark measures what they miss).
+        gated: False: run the finder whatever the checks say (the benchmark measures what they miss).
         layout: let PyMuPDF's layout model gate and complete the finder on every page the first check
             passes (the benchmark's comparison).
 
@@ -712,7 +717,8 @@ def find_page_tables(
         The tables, in the finder's order; empty when there are none or the page is damaged (logged).
     """
     text_blocks = [b for b in blocks if b[6] == 0]
-    if gated and not looks_tabular((b[:5] for b in text_blocks), page.rect.height if height is None else height):
+    height = page.rect.height if height is None else height
+    if gated and not looks_tabular((b[:5] for b in text_blocks), height):
         return []
     if not page.parent.is_pdf:
         return []
@@ -721,7 +727,8 @@ def find_page_tables(
         if gated and not layout:
             paths = list(_drawn_paths(page))
             if not ruled_grid(paths):
-                if not ruled_rows(paths):
+                if not ruled_rows(paths) and not aligned_columns(
+                        _lines_in(page, side_by_side_boxes((b[:5] for b in text_blocks), height))):
                     return []
                 layout = True
         found = _finder_tables(page, number, layout)
@@ -735,6 +742,15 @@ def find_page_tables(
     return _claim_blocks(found, text_blocks)
 
 
+def _lines_in(page: pymupdf.Page, boxes: Sequence[Box]) -> list[Box]:
+    """The boxes of the text lines in the blocks at ``boxes``: ``get_text("dict")``'s blocks centred in one."""
+    if not boxes:
+        return []
+    return [tuple(line["bbox"]) for block in page.get_text("dict")["blocks"]
+            if block.get("type") == 0 and any(inside(tuple(block["bbox"]), box) for box in boxes)
+            for line in block["lines"]]
+
+
 def _finder_tables(page: pymupdf.Page, number: int, layout: bool) -> list[PageTable]:
     """PyMuPDF's finder's tables of ``page`` (with its layout model or not), laid out."""
     finder = page.find_tables(**_finder_options(layout))
@@ -742,8 +758,8 @@ def _finder_tables(page: pymupdf.Page, number: int, layout: bool) -> list[PageTa
         return []
     found = [_laid_out(number, tuple(tab.bbox), [c for c in tab.cells if c is not None], _chars(page, tab.bbox))
              for tab in finder]
-    # the layout model's tables draw no rule between a header's cells: their spans are read from the text
-    return [header_spans(t) if layout else t for t in found if t is not None]
+    # the layout model's tables draw no rule between cells: the columns and a header's spans are read from the text
+    return [header_spans(without_empty_columns(t)) if layout else t for t in found if t is not None]
 
 
 @functools.cache

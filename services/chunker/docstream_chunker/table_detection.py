@@ -1,28 +1,31 @@
-"""Where a born-digital page has a ruled table, and its cells with their spans and caption. Pure.
+"""Where a born-digital page has a table, and its cells with their spans and caption. Pure.
 
 Extraction (``docstream_chunker.extraction``) finds tables with PyMuPDF's ``Page.find_tables`` on pages whose
-text is kept from the text layer, where two cheap checks say a table may be there (``looks_tabular`` on the
-text blocks it already has, then ``ruled_grid`` or ``ruled_rows`` on the page's vector paths), and lays each
-out here:
-``grid_cells`` gives the cells with their spans from the finder's cell boxes and the page's words,
-``header_spans`` the spans of a header of two rows that no rule between its cells shows (booktabs, shaded
-rows), ``caption_index`` the block that captions it. ``docstream.tables`` holds what the other services read of
-a table.
+text is kept from the text layer, where cheap checks say a table may be there (``looks_tabular`` on the
+text blocks it already has, then ``ruled_grid`` or ``ruled_rows`` on the page's vector paths, or
+``aligned_columns`` on the lines of the blocks ``side_by_side_boxes`` names), and lays each out here:
+``grid_cells`` gives the cells with their spans from the finder's cell boxes and the page's characters,
+``without_empty_columns`` drops the columns the layout model split off, ``header_spans`` the spans of a
+header of two rows that no rule between its cells shows (booktabs, shaded rows), ``caption_index`` the block
+that captions it. ``docstream.tables`` holds what the other services read of a table.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import cast
 
 from docstream.tables import Box, PageTable, TableCell
+from docstream_chunker.text_layout import unspaced
 
 __all__ = [
     "Forms",
     "Matrix",
+    "aligned_columns",
     "caption_index",
     "content_paths",
     "form_matrix",
@@ -33,6 +36,8 @@ __all__ = [
     "overlapping",
     "ruled_grid",
     "ruled_rows",
+    "side_by_side_boxes",
+    "without_empty_columns",
 ]
 
 _SNAP = 2.0
@@ -43,6 +48,17 @@ _MARGIN = 0.08
 """Share of the page's height at its top and bottom where running heads and feet are."""
 _MIN_CELLS = 4
 """Side-by-side lines a page needs to hint at a table."""
+_MIN_ROWS = 3
+"""Rows whose lines stand at shared edges that make a table with nothing drawn: a header and two body rows."""
+_MIN_COLUMNS = 3
+"""Lines at shared edges a row needs to count as a table's row."""
+_ALIGN = 3.0
+"""Points within which the edges of lines in different rows are one column's."""
+_TOUCH = 0.25
+"""Characters further apart than this share of their height are not one piece of a word (``grid_cells``)."""
+_ROW_PITCH = 4.0
+"""Most line heights between a table's rows (a row of cells wrapped over two lines in between): further apart
+they are lines of different things, headings set flush right over paragraphs."""
 _MIN_EDGE = 3.0
 """Shorter strokes are not table rules (PyMuPDF's edge_min_length)."""
 _THIN = 1.5
@@ -83,22 +99,94 @@ def looks_tabular(blocks: Iterable[tuple[float, float, float, float, str]], heig
         height: the page's height.
     """
     side_by_side = 0
-    top, bottom = _MARGIN * height, (1 - _MARGIN) * height
-    for x0, y0, x1, y1, text in blocks:
-        count = text.count("\n")
-        if count < 2 or x1 <= x0 or y1 <= y0 or not top < (y0 + y1) / 2 < bottom:
-            continue
-        # the longest line is at least the mean line: a block whose mean line is long enough is stacked
-        most = _SIDE_BY_SIDE * (x1 - x0) * count / (y1 - y0)
-        if len(text) / count - 1 >= most:
-            continue
-        lines = [line.strip() for line in text.split("\n")]
-        lines = [line for line in lines if line]
-        if len(lines) >= 2 and max(map(len, lines)) * count / len(lines) < most:
-            side_by_side += len(lines)
-            if side_by_side >= _MIN_CELLS:
-                return True
+    for block in blocks:
+        side_by_side += _side_by_side_lines(block, height)
+        if side_by_side >= _MIN_CELLS:
+            return True
     return False
+
+
+def side_by_side_boxes(blocks: Iterable[tuple[float, float, float, float, str]], height: float) -> list[Box]:
+    """The boxes of the blocks ``looks_tabular`` counts: those whose lines lie side by side, in the page's body."""
+    return [cast(Box, tuple(block[:4])) for block in blocks if _side_by_side_lines(block, height)]
+
+
+def _side_by_side_lines(block: tuple[float, float, float, float, str], height: float) -> int:
+    """How many lines a block holds side by side (``looks_tabular``); 0 for stacked lines or the page's margins."""
+    x0, y0, x1, y1, text = block
+    count = text.count("\n")
+    if count < 2 or x1 <= x0 or y1 <= y0 or not _MARGIN * height < (y0 + y1) / 2 < (1 - _MARGIN) * height:
+        return 0
+    # the longest line is at least the mean line: a block whose mean line is long enough is stacked
+    most = _SIDE_BY_SIDE * (x1 - x0) * count / (y1 - y0)
+    if len(text) / count - 1 >= most:
+        return 0
+    lines = [line.strip() for line in text.split("\n")]
+    lines = [line for line in lines if line]
+    if len(lines) >= 2 and max(map(len, lines)) * count / len(lines) < most:
+        return len(lines)
+    return 0
+
+
+def aligned_columns(lines: Iterable[Box]) -> bool:
+    """Whether text lines stand in columns: a table that draws nothing, neither rules nor shading.
+
+    The lines (MuPDF's: a run of text on one baseline, parted where a wide gap parts a row's cells)
+    are grouped in rows by their baselines. A column is a left or a right edge (left-aligned words,
+    right-aligned numbers) that ``_MIN_ROWS`` rows of two lines or more share, within ``_ALIGN``
+    points. The lines stand in columns when ``_MIN_ROWS`` rows one under the other (at most
+    ``_ROW_PITCH`` line heights apart) each have lines at ``_MIN_COLUMNS`` columns at least: a header
+    and two body rows of three columns. Two columns are not enough: a list of terms and definitions,
+    an option list (``-c, --check   checks the syntax only``) and fields with their types look the
+    same, and the layout model finds no table in them. A page this says yes to is given to PyMuPDF's
+    layout model, like ``ruled_rows``'s.
+
+    Args:
+        lines: the lines' boxes (x0, y0, x1, y1), in any order: those of the blocks whose lines lie
+            side by side (``side_by_side_boxes``), since two columns of prose share baselines too.
+    """
+    rows = [row for row in _baseline_rows(lines) if len(row) >= 2]
+    if len(rows) < _MIN_ROWS:
+        return False
+    lefts = _shared_edges([[box[0] for box in row] for row in rows])
+    rights = _shared_edges([[box[2] for box in row] for row in rows])
+    run, previous = 0, None
+    for row in rows:
+        if sum(1 for box in row if _near(lefts, box[0]) or _near(rights, box[2])) < _MIN_COLUMNS:
+            continue
+        centre, line = (row[0][1] + row[0][3]) / 2, row[0][3] - row[0][1]
+        run = run + 1 if previous is not None and centre - previous <= _ROW_PITCH * line else 1
+        if run >= _MIN_ROWS:
+            return True
+        previous = centre
+    return False
+
+
+def _baseline_rows(lines: Iterable[Box]) -> list[list[Box]]:
+    """Lines grouped by row: a line whose vertical centre lies within the row's first line's height, top first."""
+    rows: list[list[Box]] = []
+    for box in sorted(lines, key=lambda b: (b[1] + b[3]) / 2):
+        first = rows[-1][0] if rows else None
+        if first is not None and abs((box[1] + box[3]) - (first[1] + first[3])) / 2 <= (first[3] - first[1]) / 2:
+            rows[-1].append(box)
+        else:
+            rows.append([box])
+    return rows
+
+
+def _shared_edges(rows: Sequence[Sequence[float]]) -> list[float]:
+    """The edges (grouped as ``_snap`` groups grid lines) that at least ``_MIN_ROWS`` rows have a line at."""
+    edges = _snap(x for row in rows for x in row)
+    counts = [0] * len(edges)
+    for row in rows:
+        for i in {_line_of(edges, x) for x in row}:
+            counts[i] += 1
+    return [edge for edge, count in zip(edges, counts, strict=True) if count >= _MIN_ROWS]
+
+
+def _near(edges: Sequence[float], value: float) -> bool:
+    """Whether ``value`` lies within ``_ALIGN`` points of one of ``edges``."""
+    return bool(edges) and abs(edges[_line_of(edges, value)] - value) <= _ALIGN
 
 
 def ruled_grid(paths: Iterable[tuple[str, Box]]) -> bool:
@@ -302,8 +390,12 @@ def grid_cells(
     The grid lines are the cells' edges (snapped within 2 points); a cell covers the rows and
     columns between its edges: its spans. A character belongs to the cell holding its centre,
     so a run of unspaced text that crosses a cell's edge (CJK cells side by side, which MuPDF's
-    words join) is parted there. A cell's characters keep their order; a space goes between two
-    of them where a space, a line's end or another cell's character came between.
+    words join) is parted there where a gap parts it; the characters of a word that touch go whole to
+    the cell holding most of them (an edge the layout model draws through a word). A cell's
+    characters keep their order; a space goes between two
+    of them where a space, a line's end or another cell's character came between, except at a
+    line's end between two characters of a script written without spaces (``text_layout.unspaced``:
+    a Japanese cell's text wrapped over two lines is one word).
 
     Args:
         boxes: the finder's cell boxes (``Table.cells``), one per cell, in any order.
@@ -324,24 +416,56 @@ def grid_cells(
         placed.setdefault((row, col), (row_end - row, col_end - col, box))
     texts: dict[tuple[int, int], list[str]] = {key: [] for key in placed}
     last: tuple[int, int] | None = None
-    for char in chars:
-        if char[4].isspace():
-            last = None
+    line_end = False
+    for piece in _pieces(chars):
+        if isinstance(piece, str):
+            last, line_end = None, line_end or piece == "\n"
             continue
-        cx, cy = (char[0] + char[2]) / 2, (char[1] + char[3]) / 2
-        key = None
-        if xs[0] <= cx <= xs[-1] and ys[0] <= cy <= ys[-1]:
-            key = _cell_of(placed, bisect_right(ys, cy) - 1, bisect_right(xs, cx) - 1, char[:4])
+        keys = Counter(_slot_of(placed, xs, ys, char) for char in piece).most_common()
+        key = keys[0][0] if keys[0][0] is not None or len(keys) == 1 else keys[1][0]
         if key is not None:
-            if key != last and texts[key]:
-                texts[key].append(" ")
-            texts[key].append(char[4])
-        last = key
+            text = texts[key]
+            if key != last and text and not (line_end and unspaced(text[-1]) and unspaced(piece[0][4])):
+                text.append(" ")
+            text.extend(char[4] for char in piece)
+        last, line_end = key, False
     cells = tuple(
         TableCell(row, col, spans[0], spans[1], " ".join("".join(texts[(row, col)]).split()))
         for (row, col), spans in sorted(placed.items())
     )
     return len(ys) - 1, len(xs) - 1, cells
+
+
+def _pieces(chars: Iterable[tuple[float, float, float, float, str]]
+            ) -> Iterator[str | list[tuple[float, float, float, float, str]]]:
+    """``chars`` as whitespace characters and pieces: runs of characters that touch, to be placed whole.
+
+    Characters of a word further apart than ``_TOUCH`` of their height are two pieces, and a character of a
+    script written without spaces (``text_layout.unspaced``) is a piece of its own: MuPDF joins unspaced CJK
+    cells side by side into one word, and nothing but the edge parts them."""
+    piece: list[tuple[float, float, float, float, str]] = []
+    for char in chars:
+        alone = char[4].isspace() or unspaced(char[4])
+        if piece and (alone or char[0] - piece[-1][2] > _TOUCH * max(piece[-1][3] - piece[-1][1], 1.0)):
+            yield piece
+            piece = []
+        if char[4].isspace():
+            yield char[4]
+        elif alone:
+            yield [char]
+        else:
+            piece.append(char)
+    if piece:
+        yield piece
+
+
+def _slot_of(placed: dict[tuple[int, int], tuple[int, int, Box]], xs: Sequence[float], ys: Sequence[float],
+             char: tuple[float, float, float, float, str]) -> tuple[int, int] | None:
+    """The top-left slot of the cell holding a character's centre, or None outside every cell."""
+    cx, cy = (char[0] + char[2]) / 2, (char[1] + char[3]) / 2
+    if not (xs[0] <= cx <= xs[-1] and ys[0] <= cy <= ys[-1]):
+        return None
+    return _cell_of(placed, bisect_right(ys, cy) - 1, bisect_right(xs, cx) - 1, char[:4])
 
 
 def _cell_of(
@@ -419,3 +543,41 @@ def header_spans(table: PageTable) -> PageTable:
         for c in table.cells if (c.row, c.col) not in covered
     )
     return replace(table, cells=cells, header_rows=2)
+
+
+def without_empty_columns(table: PageTable) -> PageTable:
+    """``table`` without the columns its finder split off a column, else as it is.
+
+    Where no rule is drawn between cells, PyMuPDF's layout model may draw a column's edge through a word or a
+    number set with a wide separator (a CJK font's comma: ``33,937``); ``grid_cells`` gives the word whole to
+    the cell holding most of it, which leaves the slot beside it empty in every row: that column goes. And
+    it may put a column's name and its right-aligned numbers in two columns: a column with text in row 0
+    alone, beside one with text in its body rows alone, is one column. A column a cell spans into is kept.
+    """
+    for col in range(table.columns - 1, -1, -1):
+        rows = {c.row for c in table.cells if c.col == col and c.text.strip()}
+        if table.columns < 2 or any(c.col < col < c.col + c.col_span for c in table.cells):
+            continue
+        if not rows:
+            table = _without_column(table, col)
+        elif rows == {0} and col + 1 < table.columns and _body_only(table, col + 1):
+            (name,) = [c for c in table.cells if c.col == col and c.row == 0]
+            if (name.row_span, name.col_span) == (1, 1):
+                kept = [c for c in table.cells if c.col != col and (c.col, c.row) != (col + 1, 0)]
+                cells = [name, *(replace(c, col=c.col - 1) if c.col > col else c for c in kept)]
+                table = replace(table, columns=table.columns - 1,
+                                cells=tuple(sorted(cells, key=lambda c: (c.row, c.col))))
+    return table
+
+
+def _body_only(table: PageTable, col: int) -> bool:
+    """Whether column ``col`` has text below row 0 and none in it, and no cell of it spans another column."""
+    cells = [c for c in table.cells if c.col == col]
+    return (all(c.col_span == 1 for c in cells) and any(c.text.strip() for c in cells if c.row > 0)
+            and not any(c.text.strip() for c in cells if c.row == 0))
+
+
+def _without_column(table: PageTable, col: int) -> PageTable:
+    """``table`` without column ``col`` (none of whose cells spans another), the cells right of it moved left."""
+    cells = tuple(replace(c, col=c.col - 1) if c.col > col else c for c in table.cells if c.col != col)
+    return replace(table, columns=table.columns - 1, cells=cells)

@@ -38,6 +38,7 @@ __all__ = [
     "levenshtein",
     "page_text",
     "reading_order",
+    "unspaced",
     "without_nul",
 ]
 
@@ -206,13 +207,14 @@ def join_lines(lines: Iterable[str]) -> str:
     for line in (line.strip() for line in lines):
         if not line:
             continue
-        if out and not (_unspaced(out[-1]) and _unspaced(line[0])):
+        if out and not (unspaced(out[-1]) and unspaced(line[0])):
             out += " "
         out += line
     return out
 
 
-def _unspaced(char: str) -> bool:
+def unspaced(char: str) -> bool:
+    """Whether ``char`` belongs to a script written without spaces between words (Han, Kana, their full-width forms)."""
     return "\u3000" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or "\uff00" <= char <= "\uffef"
 
 

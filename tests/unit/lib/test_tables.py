@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from docstream.tables import (
@@ -15,6 +17,7 @@ from docstream.tables import (
     table_markdown,
 )
 from docstream_chunker.table_detection import (
+    aligned_columns,
     caption_index,
     content_paths,
     form_matrix,
@@ -23,6 +26,8 @@ from docstream_chunker.table_detection import (
     looks_tabular,
     ruled_grid,
     ruled_rows,
+    side_by_side_boxes,
+    without_empty_columns,
 )
 from tests.unit.chunker.test_chunking import FakeCounter, JoinTaxCounter
 
@@ -64,6 +69,83 @@ def test_unspaced_text_across_two_cells_is_parted_at_the_edge() -> None:
     row = [(2.0 + 7 * i, 11.0, 9.0 + 7 * i, 19.0, c) for i, c in enumerate("3,59机の上")]
     _, _, cells = grid_cells(boxes, [*_chars("名前", 2, 1), *_chars("件数", 32, 1), *row])
     assert [c.text for c in cells] == ["名前", "件数", "3,59", "机の上"]
+
+
+def test_a_word_an_edge_cuts_goes_whole_to_the_cell_holding_most_of_it() -> None:
+    # the layout model's edge at x 38 runs through "можно" (chars 2-37 and 37-44): the word stays one
+    boxes = [(0, 0, 38, 10), (38, 0, 80, 10), (0, 10, 38, 20), (38, 10, 80, 20)]
+    row = [(2.0 + 7 * i, 11.0, 9.0 + 7 * i, 19.0, c) for i, c in enumerate("можно")] + [(40.0, 11.0, 45.0, 19.0, " ")]
+    row += [(50.0 + 5 * i, 11.0, 55.0 + 5 * i, 19.0, c) for i, c in enumerate("49,810")]
+    _, _, cells = grid_cells(boxes, [*_chars("Город", 2, 1), *_chars("Число", 40, 1), *row])
+    assert [c.text for c in cells] == ["Город", "Число", "можно", "49,810"]
+
+
+def test_a_cjk_cells_text_wrapped_over_two_lines_is_one_word() -> None:
+    boxes = [(0, 0, 60, 10), (0, 10, 60, 30), (60, 0, 90, 30)]
+    chars = [*_chars("地域", 2, 1), *_chars("静かな先生", 2, 11), *_chars("が", 2, 21), *_chars("x", 62, 1)]
+    assert [c.text for c in grid_cells(boxes, chars)[2]] == ["地域", "x", "静かな先生が"]
+    latin = [*_chars("Region", 2, 1), *_chars("quiet", 2, 11), *_chars("teacher", 2, 21), *_chars("x", 62, 1)]
+    assert [c.text for c in grid_cells(boxes, latin)[2]] == ["Region", "x", "quiet teacher"]
+
+
+def test_without_empty_columns_drops_a_column_split_off_and_joins_a_name_to_its_numbers() -> None:
+    def table(*rows: tuple[str, ...]) -> PageTable:
+        cells = tuple(TableCell(r, c, 1, 1, text) for r, row in enumerate(rows) for c, text in enumerate(row))
+        return PageTable(1, (0, 0, 100, 100), len(rows), len(rows[0]), cells)
+
+    empty = table(("名前", "件数", "", "割合"), ("雪1", "33,433", "", "天気"), ("見2", "49,757", "", "新聞"))
+    assert without_empty_columns(empty) == table(("名前", "件数", "割合"), ("雪1", "33,433", "天気"),
+                                                 ("見2", "49,757", "新聞"))
+    apart = table(("Name", "Count", "", "Share"), ("a", "", "47,325", "x"), ("b", "", "79,535", "y"))
+    assert without_empty_columns(apart) == table(("Name", "Count", "Share"), ("a", "47,325", "x"), ("b", "79,535", "y"))
+    sparse = table(("Name", "Count", "Share"), ("a", "", "1"), ("b", "2", ""))
+    assert without_empty_columns(sparse) == sparse, "a column with a name and a body keeps its empty cells"
+    spanned = replace(table(("Name", "Counts", ""), ("a", "1", "2"), ("b", "3", "4")),
+                      cells=(TableCell(0, 0, 1, 1, "Name"), TableCell(0, 1, 1, 2, "Counts"),
+                             *table(("Name", "Counts", ""), ("a", "1", "2"), ("b", "3", "4")).cells[3:]))
+    assert without_empty_columns(spanned) == spanned
+
+
+def _line(x0: float, x1: float, y: float) -> tuple[float, float, float, float]:
+    return (x0, y, x1, y + 10)
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # a header and four rows of three columns: names left-aligned, numbers right-aligned
+        ([_line(58, 90, 100), _line(150, 190, 100), _line(260, 290, 100)]
+         + [line for r in range(1, 5)
+            for line in (_line(58, 80 + 3 * r, 100 + 18 * r), _line(150, 200 - r, 100 + 18 * r),
+                         _line(262 - 4 * r, 290, 100 + 18 * r))], True),
+        # two columns of prose: two lines a row, but a table needs three columns
+        ([line for r in range(8) for line in (_line(54, 290, 100 + 12 * r), _line(310, 558, 100 + 12 * r))], False),
+        # an option list: "-c, --check   checks the syntax only", two columns
+        ([line for r in range(5)
+          for line in (_line(101, 160 + r, 100 + 14 * r), _line(227, 300 + 9 * r, 100 + 14 * r))], False),
+        # three columns, but three rows far apart: headings set flush right over paragraphs, not a table
+        ([line for r in range(3) for line in (_line(90, 140, 100 + 200 * r), _line(200, 300, 100 + 200 * r),
+                                              _line(474, 522, 100 + 200 * r))], False),
+        # two rows of three columns only: a header and one body row are not enough to tell
+        ([line for r in range(2) for line in (_line(58, 90, 100 + 18 * r), _line(150, 190, 100 + 18 * r),
+                                              _line(260, 290, 100 + 18 * r))], False),
+        # three rows of three lines whose edges line up nowhere
+        ([_line(58 + 37 * r, 90 + 37 * r, 100 + 18 * r) for r in range(3)]
+         + [_line(150 + 29 * r, 190 + 31 * r, 100 + 18 * r) for r in range(3)]
+         + [_line(260 + 23 * r, 290 + 27 * r, 100 + 18 * r) for r in range(3)], False),
+    ],
+    ids=["table", "two-column-prose", "option-list", "rows-far-apart", "two-rows", "unaligned"],
+)
+def test_aligned_columns(lines: list[tuple[float, float, float, float]], expected: bool) -> None:
+    assert aligned_columns(lines) is expected
+    assert aligned_columns(reversed(lines)) is expected, "whatever the order"
+
+
+def test_side_by_side_boxes_are_the_blocks_looks_tabular_counts() -> None:
+    row = (58.0, 149.0, 299.0, 161.0, "bridge 1\nforest machine\n8,272\nmarket harbour\n")
+    prose = (54.0, 54.0, 558.0, 97.0, "A line of body text that runs the width of the column here\n" * 3)
+    head = (54.0, 20.0, 558.0, 30.0, "Chapter 2: Handling\n17\n")
+    assert side_by_side_boxes([prose, row, head], 792.0) == [row[:4]]
 
 
 def test_grid_cells_of_no_boxes_is_empty() -> None:
