@@ -100,6 +100,7 @@ from docstream_chunker.table_detection import (
     ruled_grid,
     ruled_rows,
     side_by_side_boxes,
+    with_layout_grids,
     without_empty_columns,
 )
 from docstream_chunker.text_layout import reading_order, without_nul
@@ -752,14 +753,41 @@ def _lines_in(page: pymupdf.Page, boxes: Sequence[Box]) -> list[Box]:
 
 
 def _finder_tables(page: pymupdf.Page, number: int, layout: bool) -> list[PageTable]:
-    """PyMuPDF's finder's tables of ``page`` (with its layout model or not), laid out."""
+    """PyMuPDF's finder's tables of ``page`` (with its layout model or not), laid out.
+
+    With the layout model, its own table grids too (``_layout_grids``): they take the place of the finder's
+    tables where the finder cut a table into bands (``table_detection.with_layout_grids``). The model runs
+    once: ``get_layout`` leaves its reading on the page, and the finder reads it there.
+    """
+    if layout and hasattr(page, "get_layout"):  # PyMuPDF 2 and later
+        page.get_layout(return_raw=True)
     finder = page.find_tables(**_finder_options(layout))
-    if finder is None or not finder.tables:
-        return []
+    tables = finder.tables if finder is not None else []
     found = [_laid_out(number, tuple(tab.bbox), [c for c in tab.cells if c is not None], _chars(page, tab.bbox))
-             for tab in finder]
+             for tab in tables]
+    if not layout:
+        return [t for t in found if t is not None]
     # the layout model's tables draw no rule between cells: the columns and a header's spans are read from the text
-    return [header_spans(without_empty_columns(t)) if layout else t for t in found if t is not None]
+    return with_layout_grids([header_spans(without_empty_columns(t)) for t in found if t is not None],
+                             _layout_grids(page, number))
+
+
+def _layout_grids(page: pymupdf.Page, number: int) -> list[PageTable]:
+    """The tables PyMuPDF's layout model predicts on ``page`` (``get_layout(return_raw=True)`` read before), each
+    from its predicted row and column lines, laid out like the finder's."""
+    grids = []
+    for box in getattr(page, "layout_information", None) or ():
+        grid = box.get("table_grid") if isinstance(box, dict) and box.get("class_name") == "table" else None
+        if not grid:
+            continue
+        x0, y0, x1, y1 = (float(v) for v in box["group_bbox"])
+        ys = [y0, *(y0 + h for h in grid.h_lines), y1]
+        xs = [x0, *(x0 + v for v in grid.v_lines), x1]
+        boxes = [(xs[j], ys[i], xs[j + 1], ys[i + 1]) for i in range(len(ys) - 1) for j in range(len(xs) - 1)]
+        table = _laid_out(number, (x0, y0, x1, y1), boxes, _chars(page, (x0, y0, x1, y1)))
+        if table is not None:
+            grids.append(header_spans(without_empty_columns(table)))
+    return grids
 
 
 @functools.cache

@@ -37,6 +37,7 @@ __all__ = [
     "ruled_grid",
     "ruled_rows",
     "side_by_side_boxes",
+    "with_layout_grids",
     "without_empty_columns",
 ]
 
@@ -581,3 +582,28 @@ def _without_column(table: PageTable, col: int) -> PageTable:
     """``table`` without column ``col`` (none of whose cells spans another), the cells right of it moved left."""
     cells = tuple(replace(c, col=c.col - 1) if c.col > col else c for c in table.cells if c.col != col)
     return replace(table, columns=table.columns - 1, cells=cells)
+
+
+def with_layout_grids(found: Sequence[PageTable], grids: Sequence[PageTable]) -> list[PageTable]:
+    """The finder's tables with the layout model's own grids where those read the page better.
+
+    PyMuPDF's finder with the layout model (``union``) fuses the model's tables with the ruled candidates,
+    and between booktabs' rules those are bands: the header one table of one row, the body another, every
+    body line in one cell. A grid of the model's takes the place of the finder's tables it overlaps (where
+    the first of them was, in the finder's order) when each of those has one row, or fewer than half its
+    rows; it is added at the end where the finder found nothing there; else the finder's tables stay (they
+    carry the spans the finder reads from the rules).
+
+    Args:
+        found: the finder's tables on a page, laid out.
+        grids: the layout model's predicted grids on that page, laid out.
+    """
+    tables = list(found)
+    for grid in grids:
+        over = [i for i, t in enumerate(tables) if overlapping(t.bbox, grid.bbox)]
+        if not all(tables[i].rows == 1 or 2 * tables[i].rows < grid.rows for i in over):
+            continue
+        at = over[0] if over else len(tables)  # in the finder's order, where the first it replaces was
+        tables = [*(t for i, t in enumerate(tables[:at]) if i not in over), grid,
+                  *(t for i, t in enumerate(tables[at:], at) if i not in over)]
+    return tables

@@ -27,6 +27,7 @@ from docstream_chunker.table_detection import (
     ruled_grid,
     ruled_rows,
     side_by_side_boxes,
+    with_layout_grids,
     without_empty_columns,
 )
 from tests.unit.chunker.test_chunking import FakeCounter, JoinTaxCounter
@@ -104,6 +105,21 @@ def test_without_empty_columns_drops_a_column_split_off_and_joins_a_name_to_its_
                       cells=(TableCell(0, 0, 1, 1, "Name"), TableCell(0, 1, 1, 2, "Counts"),
                              *table(("Name", "Counts", ""), ("a", "1", "2"), ("b", "3", "4")).cells[3:]))
     assert without_empty_columns(spanned) == spanned
+
+
+def test_the_layout_models_grid_replaces_the_bands_the_finder_cut_a_booktabs_table_into() -> None:
+    def table(bbox: tuple[float, float, float, float], rows: int, columns: int = 2) -> PageTable:
+        cells = tuple(TableCell(r, c, 1, 1, f"{r}.{c}") for r in range(rows) for c in range(columns))
+        return PageTable(1, bbox, rows, columns, cells)
+
+    header, body = table((100, 100, 400, 120), 1), table((100, 122, 400, 250), 1)
+    beside = table((100, 400, 400, 500), 5)
+    grid = table((100, 100, 400, 250), 8, 3)
+    assert with_layout_grids([header, body, beside], [grid]) == [grid, beside], "in the place of the first band"
+    assert with_layout_grids([beside], [grid]) == [beside, grid], "a table the finder missed is added"
+    ruled = table((100, 100, 400, 250), 7, 3)
+    assert with_layout_grids([ruled, beside], [grid]) == [ruled, beside], "the finder's whole table stays"
+    assert with_layout_grids([header, body], []) == [header, body]
 
 
 def _line(x0: float, x1: float, y: float) -> tuple[float, float, float, float]:
