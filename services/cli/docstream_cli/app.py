@@ -397,6 +397,9 @@ def replay(
         "--lane", help="Chunker and inference: the lane whose topic to replay, batch (default) or interactive.")
     ] = "batch",
     force: Annotated[bool, typer.Option("--force", help="Do not refuse a group with live members.")] = False,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", min=0.0, help="In a run's state dir: give up processing the replay after N seconds (exit 1, "
+        "error timeout). What was written stays; the same command again processes the replay again.")] = None,
     yes: bool = _YesOpt,
     dry_run: bool = _DryRunOpt,
     config: str | None = _ConfigOpt,
@@ -420,7 +423,7 @@ def replay(
         if run is not None and model is not None and service in ("chunker", "inference") and not new_group:
             def then(plan: Any) -> int:
                 return replay_run(settings, Path(run.run.state_dir), plan, model_path=model_path, console=console,
-                                  own_broker=run.state_dir is not None)
+                                  own_broker=run.state_dir is not None, timeout_s=timeout)
         return module.run_replay(
             settings, service=service, console=console, confirm=_confirm, to_datetime=to_datetime,
             to_offset=to_offset, new_group=new_group, model_id=model_id, task=task, lane=lane, force=force, yes=yes,
