@@ -91,16 +91,17 @@ from docstream_chunker.table_detection import (
     aligned_columns,
     caption_index,
     content_paths,
+    few_rows,
     form_matrix,
     grid_cells,
     header_spans,
     inside,
     looks_tabular,
-    overlapping,
     ruled_grid,
     ruled_rows,
     side_by_side_boxes,
     with_layout_grids,
+    with_layout_tables,
     without_empty_columns,
 )
 from docstream_chunker.text_layout import reading_order, without_nul
@@ -702,8 +703,9 @@ def find_page_tables(
     layout model (~0.2-0.5 s a page: docs/chunking.md "Tables"), since the ``lines`` strategy needs
     rules both ways. On a ruled grid's page, row rules left
     outside the grids found bring in the layout model's finder too, whose tables replace those they
-    overlap. A table keeps at least two rows, two columns and two cells with text. Other formats
-    than PDF are not looked at.
+    overlap, and so do the layout model's tables over a ruled table of two rows or fewer (a grid whose
+    body rows are not ruled apart: ``tables.few_rows``). A table keeps at least two rows, two columns
+    and two cells with text. Other formats than PDF are not looked at.
 
     Args:
         page: a loaded page.
@@ -733,10 +735,12 @@ def find_page_tables(
                     return []
                 layout = True
         found = _finder_tables(page, number, layout)
-        if paths and not layout and ruled_rows([p for p in paths if not any(inside(p[1], t.bbox) for t in found)]):
-            # rules no ruled grid found explains: a table ruled by rows only (booktabs, \hline) beside the grids
-            by_layout = _finder_tables(page, number, True)
-            found = by_layout + [t for t in found if not any(overlapping(t.bbox, o.bbox) for o in by_layout)]
+        # rules no ruled grid found explains (a table ruled by rows only, booktabs or \hline, beside the grids),
+        # or a grid whose rows are not all ruled (a body of one row): the layout model's finder reads them
+        beside = bool(paths) and not layout and ruled_rows(
+            [p for p in paths if not any(inside(p[1], t.bbox) for t in found)])
+        if beside or (paths and not layout and any(few_rows(t) for t in found)):
+            found = with_layout_tables(found, _finder_tables(page, number, True), every=beside)
     except mupdf_errors() as exc:  # a damaged page: its text stays as it is
         _log.warning("page_tables_failed", page=number, error=str(exc)[:300])
         return []

@@ -28,6 +28,7 @@ __all__ = [
     "aligned_columns",
     "caption_index",
     "content_paths",
+    "few_rows",
     "form_matrix",
     "grid_cells",
     "header_spans",
@@ -38,6 +39,7 @@ __all__ = [
     "ruled_rows",
     "side_by_side_boxes",
     "with_layout_grids",
+    "with_layout_tables",
     "without_empty_columns",
 ]
 
@@ -607,3 +609,27 @@ def with_layout_grids(found: Sequence[PageTable], grids: Sequence[PageTable]) ->
         tables = [*(t for i, t in enumerate(tables[:at]) if i not in over), grid,
                   *(t for i, t in enumerate(tables[at:], at) if i not in over)]
     return tables
+
+
+_FEW_ROWS = 2
+"""A ruled table of this many rows or fewer is likely a grid whose body rows no rule parts (``few_rows``)."""
+
+
+def few_rows(table: PageTable) -> bool:
+    """Whether a table the ``lines`` finder read from a ruled grid has so few rows that its body rows are likely
+    not ruled apart (an ``\\hline`` under the header and at the foot only): each body cell then holds a
+    whole column, one line a row. The layout model's finder reads such a table row by row."""
+    return table.rows <= _FEW_ROWS
+
+
+def with_layout_tables(found: Sequence[PageTable], by_layout: Sequence[PageTable], *, every: bool) -> list[PageTable]:
+    """The ``lines`` finder's tables of a ruled page with the layout model's finder's where those read it better.
+
+    ``every``: the page has rules no ruled grid explains (a booktabs or ``\\hline`` table beside the grids), and
+    the layout model's tables take the place of every table of the finder's they overlap. Otherwise only of those
+    with ``few_rows``. A table of the layout model's that overlaps a table kept is left out; the others come
+    first, in their finder's order, then the tables kept.
+    """
+    kept = [t for t in found if not any(overlapping(t.bbox, o.bbox) for o in by_layout)
+            or (not every and not few_rows(t))]
+    return [o for o in by_layout if not any(overlapping(o.bbox, k.bbox) for k in kept)] + kept

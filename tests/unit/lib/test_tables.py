@@ -28,6 +28,7 @@ from docstream_chunker.table_detection import (
     ruled_rows,
     side_by_side_boxes,
     with_layout_grids,
+    with_layout_tables,
     without_empty_columns,
 )
 from tests.unit.chunker.test_chunking import FakeCounter, JoinTaxCounter
@@ -120,6 +121,20 @@ def test_the_layout_models_grid_replaces_the_bands_the_finder_cut_a_booktabs_tab
     ruled = table((100, 100, 400, 250), 7, 3)
     assert with_layout_grids([ruled, beside], [grid]) == [ruled, beside], "the finder's whole table stays"
     assert with_layout_grids([header, body], []) == [header, body]
+
+
+def test_the_layout_models_tables_take_the_place_of_a_ruled_grid_read_as_two_rows() -> None:
+    def table(bbox: tuple[float, float, float, float], rows: int) -> PageTable:
+        cells = tuple(TableCell(r, c, 1, 1, f"{r}.{c}") for r in range(rows) for c in range(3))
+        return PageTable(1, bbox, rows, 3, cells)
+
+    # the lines finder: a grid of 12 rows, and one whose body rows no rule parts (2 rows: each cell a column)
+    whole, collapsed = table((60, 270, 270, 540), 12), table((300, 345, 520, 420), 2)
+    # the layout model: the same grid (its spans unread) and the collapsed one row by row, and one beside
+    again, rows, beside = table((62, 272, 268, 538), 12), table((302, 350, 518, 418), 4), table((300, 80, 520, 170), 5)
+    assert with_layout_tables([whole, collapsed], [again, rows, beside], every=False) == [rows, beside, whole]
+    assert with_layout_tables([whole, collapsed], [again, rows, beside], every=True) == [again, rows, beside]
+    assert with_layout_tables([whole], [again], every=False) == [whole], "the ruled grid's own reading stays"
 
 
 def _line(x0: float, x1: float, y: float) -> tuple[float, float, float, float]:
