@@ -49,3 +49,10 @@ def test_every_server_command_has_its_address_options(command: str) -> None:
     text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
     for option in (("--host", "--port") if command == "api" else ("--metrics-port", "--metrics-host")):
         assert option in text
+
+
+def test_replay_takes_a_timeout_and_refuses_a_negative_one_before_anything_starts() -> None:
+    text = CliRunner().invoke(app, ["replay", "--help"], env={"COLUMNS": "200"}).output
+    assert "--timeout" in text and "give up processing the replay after N seconds" in " ".join(text.split())
+    refused = CliRunner().invoke(app, ["replay", "--service", "chunker", "--to-offset", "earliest", "--timeout", "-1"])
+    assert refused.exit_code == 2
