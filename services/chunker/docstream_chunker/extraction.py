@@ -737,10 +737,10 @@ def find_page_tables(
         found = _finder_tables(page, number, layout)
         # rules no ruled grid found explains (a table ruled by rows only, booktabs or \hline, beside the grids),
         # or a grid whose rows are not all ruled (a body of one row): the layout model's finder reads them
-        beside = bool(paths) and not layout and ruled_rows(
-            [p for p in paths if not any(inside(p[1], t.bbox) for t in found)])
-        if beside or (paths and not layout and any(few_rows(t) for t in found)):
-            found = with_layout_tables(found, _finder_tables(page, number, True), every=beside)
+        if paths and not layout:
+            beside = ruled_rows([p for p in paths if not any(inside(p[1], t.bbox) for t in found)])
+            if beside or any(few_rows(t) for t in found):
+                found = with_layout_tables(found, _finder_tables(page, number, True), every=beside)
     except mupdf_errors() as exc:  # a damaged page: its text stays as it is
         _log.warning("page_tables_failed", page=number, error=str(exc)[:300])
         return []

@@ -424,8 +424,8 @@ def grid_cells(
         if isinstance(piece, str):
             last, line_end = None, line_end or piece == "\n"
             continue
-        keys = Counter(_slot_of(placed, xs, ys, char) for char in piece).most_common()
-        key = keys[0][0] if keys[0][0] is not None or len(keys) == 1 else keys[1][0]
+        keys = Counter(k for k in (_slot_of(placed, xs, ys, char) for char in piece) if k is not None)
+        key = keys.most_common(1)[0][0] if keys else None
         if key is not None:
             text = texts[key]
             if key != last and text and not (line_end and unspaced(text[-1]) and unspaced(piece[0][4])):
@@ -606,8 +606,8 @@ def with_layout_grids(found: Sequence[PageTable], grids: Sequence[PageTable]) ->
         if not all(tables[i].rows == 1 or 2 * tables[i].rows < grid.rows for i in over):
             continue
         at = over[0] if over else len(tables)  # in the finder's order, where the first it replaces was
-        tables = [*(t for i, t in enumerate(tables[:at]) if i not in over), grid,
-                  *(t for i, t in enumerate(tables[at:], at) if i not in over)]
+        tables = [t for i, t in enumerate(tables) if i not in over]
+        tables.insert(at, grid)
     return tables
 
 
