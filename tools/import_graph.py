@@ -1,6 +1,6 @@
 """Print the shape of docstream's import graph: libs/common's modules and top-level entries, and every import cycle.
 
-Run with the project's Python (``make graph``): it reads the packages through grimp, the graph behind
+Run with the project's Python (``.venv/bin/python tools/import_graph.py``): it reads the packages through grimp, the graph behind
 import-linter, so it sees what the import contracts see (imports under ``TYPE_CHECKING`` are left out).
 """
 

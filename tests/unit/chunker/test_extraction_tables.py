@@ -291,8 +291,8 @@ def _two_row_spec(script: str, style: str, body: int = 5, seed: int = 6) -> Tabl
                      style=style, script=script)
 
 
-# Japanese bodies of seeds whose cells the finder recovers without rules between columns whatever the header: on
-# other seeds a number's comma or a long word parts a cell there with a header of one row as well (docs/chunking.md)
+# Japanese bodies of three seeds, one a style: every seed's cells are kept since a touching piece of a word or number
+# stays whole (test_unruled_tables_keep_every_cell_whatever_their_body runs nine bodies a style)
 @pytest.mark.parametrize(("script", "style", "seed"), [
     ("latin", "grid", 6), ("latin", "html", 6), ("latin", "rules", 6), ("latin", "shaded", 6),
     ("cyrillic", "grid", 6), ("cyrillic", "rules", 6), ("japanese", "html", 7), ("japanese", "shaded", 5),
