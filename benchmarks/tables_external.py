@@ -21,7 +21,10 @@ Four readers, page by page:
 A table is scored by TEDS (tree edit distance similarity, as PubTabNet defines it: a ``td``'s rename
 costs its spans' mismatch or the normalized Levenshtein distance of its text, whitespace aside) and
 TEDS-S (structure only). Each source table is matched with the best unmatched table found in its PDF;
-one found nowhere scores 0. Found tables that match none are counted as extra.
+one found nowhere scores 0. Found tables that match none are counted as extra. Cell precision and recall count
+the cells with text found whole: at the source's row and column, with its spans and its text (whitespace and
+Unicode forms aside); precision is over every cell with text found, the extra tables' included (per label: over
+the tables matched to that label's), recall over the source's cells with text.
 
 The CPU is printed first.
 """
@@ -50,7 +53,7 @@ import pymupdf  # noqa: E402
 from machine import cpu_banner  # noqa: E402
 
 from docstream_chunker.extraction import find_page_tables  # noqa: E402
-from tests.fixtures.table_truth import Cell, Grid, latex_table, teds  # noqa: E402
+from tests.fixtures.table_truth import Cell, CellMatches, Grid, cell_matches, latex_table, teds  # noqa: E402
 
 _DATASET = "pdf-parse-bench==0.4.0"
 _SET = "pdf_parse_bench/data/2026-q1-tables-only/"
@@ -141,8 +144,9 @@ def dataset(directory: Path | None) -> Path:
     return target
 
 
-def _match(found: list[Grid], truth: list[Grid]) -> tuple[list[tuple[float, float]], int]:
-    """Per source table, (TEDS, TEDS-S) of its match (best first, each found table once); and the unmatched found."""
+def _match(found: list[Grid], truth: list[Grid]) -> tuple[list[tuple[float, float, CellMatches]], int, int]:
+    """Per source table, (TEDS, TEDS-S, cells) of its match (best first, each found table once); the unmatched
+    found tables, and the cells with text they hold."""
     pairs = sorted(((teds(f, t), i, j) for i, t in enumerate(truth) for j, f in enumerate(found) if f and t),
                    reverse=True)
     taken_truth: dict[int, int] = {}
@@ -152,30 +156,40 @@ def _match(found: list[Grid], truth: list[Grid]) -> tuple[list[tuple[float, floa
             continue
         taken_truth[i] = j
         taken_found.add(j)
-    scores = [(teds(found[taken_truth[i]], t), teds(found[taken_truth[i]], t, structure_only=True))
-              if i in taken_truth else (0.0, 0.0) for i, t in enumerate(truth)]
-    return scores, len(found) - len(taken_found)
+    scores = [(teds(found[taken_truth[i]], t), teds(found[taken_truth[i]], t, structure_only=True),
+               cell_matches(found[taken_truth[i]], t))
+              if i in taken_truth else (0.0, 0.0, cell_matches((), t)) for i, t in enumerate(truth)]
+    unmatched = [grid for j, grid in enumerate(found) if j not in taken_found]
+    return scores, len(unmatched), sum(cell_matches(grid, ()).found for grid in unmatched)
 
 
 @dataclass
 class _Tally:
-    scores: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    scores: dict[str, list[tuple[float, float, CellMatches]]] = field(default_factory=dict)
     extra: int = 0
+    extra_cells: int = 0
     seconds: float = 0.0
     pages: int = 0
 
     def row(self) -> dict[str, Any]:
         every = [s for by in self.scores.values() for s in by]
+        matched = sum(s[2].matched for s in every)
+        found = sum(s[2].found for s in every) + self.extra_cells
         out: dict[str, Any] = {
             "tables": len(every),
             "teds": round(sum(s[0] for s in every) / max(len(every), 1), 3),
             "teds_s": round(sum(s[1] for s in every) / max(len(every), 1), 3),
             "found": sum(1 for s in every if s[0] >= 0.5),
             "extra": self.extra,
+            "cell_precision": round(matched / max(found, 1), 3),
+            "cell_recall": round(matched / max(sum(s[2].truth for s in every), 1), 3),
             "ms_per_page": round(1000 * self.seconds / max(self.pages, 1), 1),
         }
         for kind, scores in sorted(self.scores.items()):
             out[f"teds_{kind}"] = round(sum(s[0] for s in scores) / max(len(scores), 1), 3)
+            kind_matched = sum(s[2].matched for s in scores)
+            out[f"cells_{kind}"] = (round(kind_matched / max(sum(s[2].found for s in scores), 1), 3),
+                                    round(kind_matched / max(sum(s[2].truth for s in scores), 1), 3))
         return out
 
 
@@ -209,8 +223,9 @@ def run(data: Path, limit: int | None, readers: Sequence[str]) -> dict[str, dict
                 tally = tallies[reader]
                 tally.seconds += time.process_time() - started
                 tally.pages += doc.page_count
-            scores, extra = _match(found, truth)
+            scores, extra, extra_cells = _match(found, truth)
             tally.extra += extra
+            tally.extra_cells += extra_cells
             for (kind, _), score in zip(tables, scores, strict=True):
                 tally.scores.setdefault(kind, []).append(score)
     return {name: tally.row() for name, tally in tallies.items()}
@@ -229,12 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    kinds = sorted({k for row in results.values() for k in row if k.startswith("teds_") and k != "teds_s"})
-    head = ["reader", "TEDS", "TEDS-S", "found ≥0.5", "extra", "CPU ms/page", *kinds]
+    kinds = sorted(k[len("teds_"):] for k in next(iter(results.values())) if k.startswith("teds_") and k != "teds_s")
+    head = ["reader", "TEDS", "TEDS-S", "found ≥0.5", "extra", "cell P", "cell R", "CPU ms/page",
+            *(f"TEDS {k}" for k in kinds), *(f"cell P/R {k}" for k in kinds)]
     print(" | ".join(head))
     for name, row in results.items():
         print(" | ".join([name, f"{row['teds']:.3f}", f"{row['teds_s']:.3f}", f"{row['found']}/{row['tables']}",
-                          str(row["extra"]), f"{row['ms_per_page']:.1f}", *(f"{row.get(k, 0):.3f}" for k in kinds)]))
+                          str(row["extra"]), f"{row['cell_precision']:.3f}", f"{row['cell_recall']:.3f}",
+                          f"{row['ms_per_page']:.1f}", *(f"{row[f'teds_{k}']:.3f}" for k in kinds),
+                          *("{:.3f} / {:.3f}".format(*row[f"cells_{k}"]) for k in kinds)]))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Print the shape of docstream's import graph: libs/common's modules and top-level entries, and every import cycle.
 
-Run with the project's Python (``.venv/bin/python tools/import_graph.py``): it reads the packages through grimp, the graph behind
-import-linter, so it sees what the import contracts see (imports under ``TYPE_CHECKING`` are left out).
+Run with the project's Python (``.venv/bin/python tools/import_graph.py``): it reads the packages through grimp,
+the graph behind import-linter, so it sees what the import contracts see (imports under ``TYPE_CHECKING`` are left out).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import chunk_bytes
-from tests.fixtures.table_truth import Cell, Grid, latex_table, teds
+from tests.fixtures.table_truth import Cell, CellMatches, Grid, cell_matches, latex_table, teds
 
 TYPESET = Path(__file__).resolve().parents[2] / "fixtures" / "typeset"
 NAMES = ["pdf-parse-bench-093", "pdf-parse-bench-032", "pdf-parse-bench-061"]
@@ -73,6 +73,11 @@ def test_the_scores_mean_what_they_say() -> None:
     typo = tuple(Cell(c.row, c.col, c.row_span, c.col_span, c.text.replace("0.88", "0.38")) for c in source)
     assert teds(typo, source, structure_only=True) == 1.0 > teds(typo, source) > 0.95
     assert teds((), source) < 0.1  # nothing found
+    assert cell_matches(source, source) == CellMatches(10, 10, 10)
+    assert cell_matches(flat, source) == CellMatches(8, 10, 10)  # the two cells with spans are not found whole
+    assert cell_matches(typo, source) == CellMatches(9, 10, 10)
+    blank = (*source, Cell(4, 0, 1, 1, " "))  # an empty cell counts on neither side
+    assert cell_matches(blank, source) == CellMatches(10, 10, 10) and cell_matches((), source) == CellMatches(0, 0, 10)
 
 
 def test_the_pages_rules_are_placed_where_pdftex_moved_them() -> None:
