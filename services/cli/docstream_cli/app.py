@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from docstream.errors import ConfigError
+from docstream.lanes import BATCH
 from docstream.settings import Settings, load_settings
 
 __all__ = ["app", "apply_cli_options"]
@@ -255,7 +256,7 @@ def submit(
     priority: Annotated[str, typer.Option(
         "--priority", help="The job's lane: interactive (served first) or batch (keeps a guaranteed share; default). "
         "docs/operations.md \"Sharing the service\"."
-    )] = "batch",
+    )] = BATCH,
     admit: Annotated[str, typer.Option(
         "--admit", help="Past the tenant's quotas: refuse (submit nothing, exit 1; default) or gradually (admit the "
         "documents as the quotas free, waiting). docs/operations.md \"Quotas and admission\"."
@@ -395,7 +396,7 @@ def replay(
     ] = None,
     lane: Annotated[str, typer.Option(
         "--lane", help="Chunker and inference: the lane whose topic to replay, batch (default) or interactive.")
-    ] = "batch",
+    ] = BATCH,
     force: Annotated[bool, typer.Option("--force", help="Do not refuse a group with live members.")] = False,
     timeout: Annotated[float | None, typer.Option(
         "--timeout", min=0.0, help="In a run's state dir: give up processing the replay after N seconds (exit 1, "

@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from docstream.lanes import LANES, Lane
+from docstream.lanes import BATCH, INTERACTIVE, LANES, Lane
 
 __all__ = ["FairQueue", "Waiting"]
 
@@ -169,8 +169,8 @@ class FairQueue(Generic[_T]):
         busy = [lane for lane in LANES if self._lanes[lane].queues]
         if len(busy) < 2:
             return busy[0] if busy else None
-        served = self._served["interactive"] + self._served["batch"]
-        return "batch" if self._served["batch"] < self._share * served else "interactive"
+        served = self._served[INTERACTIVE] + self._served[BATCH]
+        return BATCH if self._served[BATCH] < self._share * served else INTERACTIVE
 
     def take(self) -> Waiting[_T] | None:
         """The next item to run, or None when nothing waits."""

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from docstream.errors import InputError
 from docstream.ids import validate_id
-from docstream.lanes import BATCH, LANES
+from docstream.lanes import BATCH, INTERACTIVE, LANES, Lane
 from docstream.records import CHUNK_MAX_TOKENS, JobOptions
 from docstream.tasks.base import TaskRequest
 from docstream.tasks.selection import DEFAULT_TASKS, check_job_tasks, tasks_option
@@ -66,7 +66,7 @@ class JobRequest:
 
 def validate_job_request(
     request: JobRequest, *, default_max_tokens: int, default_labels: Sequence[str] = (),
-    max_priority: str = "interactive",
+    max_priority: Lane = INTERACTIVE,
 ) -> JobRequest:
     """``request`` when every option is valid; checks run in the order of the codes below.
 

@@ -24,6 +24,7 @@ from rich.console import Console
 
 from docstream.errors import DocstreamError, InputError, RetryableError
 from docstream.kafka.clients import admin_config, fetch_committed_offsets, kafka_error
+from docstream.lanes import BATCH
 from docstream.logging import get_logger
 from docstream.settings import KafkaSettings, Settings
 from docstream_cli.ops.replay_plan import (
@@ -209,7 +210,7 @@ def run_replay(
     new_group: str | None = None,
     model_id: str | None = None,
     task: str | None = None,
-    lane: str = "batch",
+    lane: str = BATCH,
     force: bool = False,
     yes: bool = False,
     dry_run: bool = False,

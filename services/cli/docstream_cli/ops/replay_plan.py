@@ -140,7 +140,7 @@ class ReplaySource:
 
 
 def replay_source(settings: Settings, service: str, *, new_group: str | None = None,
-                  task: str | None = None, lane: str = "batch") -> ReplaySource:
+                  task: str | None = None, lane: str = BATCH) -> ReplaySource:
     """The input topic and consumer group of ``service`` under ``settings``.
 
     The chunker and inference read a topic per lane (docs/operations.md "Sharing the service"): ``lane``

@@ -28,6 +28,7 @@ from docstream.ids import new_job_id, validate_id
 from docstream.jobs.progress import format_duration, format_rate, job_progress
 from docstream.kafka.admin import ensure_topics
 from docstream.kafka.clients import ReliableProducer
+from docstream.lanes import BATCH
 from docstream.logging import configure_logging
 from docstream.objectstore import ObjectStore
 from docstream.settings import Settings, load_settings
@@ -217,7 +218,7 @@ def submit_command(
     webhook_url: str | None = None,
     wait: bool = False,
     timeout_s: float | None = None,
-    priority: str = "batch",
+    priority: str = BATCH,
     admit: str = "refuse",
     tasks: Sequence[str] = (),
     labels: str | None = None,
