@@ -45,15 +45,20 @@ def _starts_page(page: PageText) -> PageTable | None:
 
 
 def continues(table: PageTable, after: PageTable) -> bool:
-    """Whether ``after`` (on the next page) goes on with ``table``: the same number of columns, its left and right
-    edges within ``X_TOLERANCE``, and no cell of its first row spanning rows unless its first rows repeat the
-    header (a body cell spanning rows would be cut from the rows it joins)."""
+    """Whether ``after`` (on the next page) goes on with ``table``: the same number of columns, its left edge
+    within ``X_TOLERANCE``, its right edge too unless its first rows repeat the header, and no cell of its first
+    row spanning rows unless they repeat the header (a body cell spanning rows would be cut from the rows it joins).
+
+    The right edge of a table without vertical rules is where its widest cell ends, which moves from page to
+    page (a booktabs table of Cyrillic cells: 310 points on one page, 328 on the next); the header drawn again,
+    the same text in every column, says it is the same table."""
+    repeats = _repeats_header(table, after)
     return (
         after.page > table.page
         and after.columns == table.columns
         and abs(after.bbox[0] - table.bbox[0]) <= X_TOLERANCE
-        and abs(after.bbox[2] - table.bbox[2]) <= X_TOLERANCE
-        and (not any(c.row == 0 and c.row_span > 1 for c in after.cells) or _repeats_header(table, after))
+        and (abs(after.bbox[2] - table.bbox[2]) <= X_TOLERANCE or repeats)
+        and (not any(c.row == 0 and c.row_span > 1 for c in after.cells) or repeats)
     )
 
 

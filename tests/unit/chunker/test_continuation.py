@@ -52,12 +52,28 @@ def test_tables_that_do_not_continue_stay_two() -> None:
         (PageText(1, text + "\n\nafter", tables=(ends,)), _table(2, _rows(4, 2))),  # text after the first
         (PageText(1, text, tables=(ends,)), _table(2, _rows(4, 2), offset=5)),  # text before the second
         (PageText(1, text, tables=(ends,)), _table(2, _rows(4, 2), caption="Table 2: Other")),  # its own caption
-        (PageText(1, text, tables=(ends,)), _table(2, _rows(4, 2), x1=300.0)),  # other columns
+        (PageText(1, text, tables=(ends,)), _table(2, _rows(4, 2), header=False, x1=300.0)),  # other columns
+        (PageText(1, text, tables=(ends,)), _table(2, _rows(4, 2), header=False, x1=404.5)),  # its right edge moved
     ]
     for one, start in cases:
         two = PageText(2, "text" if start.offset else "", tables=(start,))
         assert [len(p.tables) for p in join_continued([one, two])] == [1, 1]
     assert not continues(_table(1, _rows(1, 2)), _table(1, _rows(3, 2))), "the same page: no continuation"
+
+
+def test_a_continuation_whose_right_edge_moved_joins_when_it_repeats_the_header() -> None:
+    """A table without vertical rules ends where its widest cell does, on each page its own: the header drawn
+    again says it goes on; without it, the edges must agree."""
+    text = "before"
+    ends = _table(1, _rows(1, 3), offset=len(text))
+    wider = _table(2, _rows(4, 2), x1=418.0)
+    first, second = join_continued([PageText(1, text, tables=(ends,)), PageText(2, "", tables=(wider,))])
+    assert (len(first.tables), len(second.tables), first.tables[0].rows) == (1, 0, 6)
+    assert not continues(ends, _table(2, _rows(4, 2), header=False, x1=418.0))
+    assert not continues(ends, _table(2, [("Name", "Total"), *_rows(4, 2)], header=False, x1=418.0)), \
+        "another header: another table"
+    moved = PageTable(2, (90.0, 100.0, 400.0, 700.0), wider.rows, 2, wider.cells)
+    assert not continues(ends, moved), "the left edge still has to agree"
 
 
 def _banded(page: int, first: int, count: int, *, header: bool = True) -> PageTable:
