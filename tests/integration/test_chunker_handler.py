@@ -34,6 +34,7 @@ from tests.fixtures.documents import (
     make_scanned_copy,
     page_marker,
 )
+from tests.fixtures.tables import TableSpec, make_table_pdf, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -335,6 +336,25 @@ def test_each_ocr_page_adds_to_the_time_limit_in_the_child_and_its_parent(env: E
     with ProcessExtractor(extractor_settings(unbudgeted)) as extractor, pytest.raises(DocumentError) as err:
         extractor.extract(scan)
     assert err.value.code == "timeout" and "pages OCRed" in err.value.message
+
+
+@pytest.mark.alone  # a time limit of 1 s: beside three test workers on 2 cores the child's start came near it
+def test_each_page_the_layout_model_reads_adds_to_the_time_limit_in_the_child_and_its_parent(env: Env) -> None:
+    # sixteen booktabs pages, each read by PyMuPDF's layout model (0.2-0.5 s a page on one core, and its load once):
+    # 4.1 s on a 2-core EPYC, past a base limit of 1 s and the parent's kill grace (2 s), within 1 s + 30 s a page
+    # (with 0.001 s a page the child stopped at 1 s, 3 pages read); on a machine fast enough to finish within the
+    # grace it passes without the allowance, never fails
+    settings = env.settings.with_overrides(chunker={"timeout_s": 1.0, "tables_page_timeout_s": 30.0,
+                                                    "extraction_nice": 0})
+    pdf = make_table_pdf([TableSpec(table_rows(seed, 6, 4), caption=f"Table {seed + 1}", style="rules")
+                          for seed in range(16)], seed=3)
+    request = chunk_request(env.submit(pdf.data), settings.chunker)
+    with ProcessExtractor(extractor_settings(settings)) as extractor:
+        started = time.monotonic()
+        result = extractor.extract(request)
+        elapsed = time.monotonic() - started
+    print(f"16 pages of the layout model in {elapsed:.1f} s")
+    assert sum(c.kind == "table" for c in result.chunks) == 16
 
 
 def _is_zombie(pid: int | None) -> bool:

@@ -293,6 +293,10 @@ class ChunkerSettings(BaseModel):
         "scan at the measured 2-17 s a page fits); the chunker's max.poll.interval.ms is twice it, and "
         "librdkafka allows at most 24 h.")
     ocr: OcrSettings = Field(default_factory=OcrSettings, description="OCR.")  # type: ignore[arg-type]
+    tables_page_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Each page PyMuPDF's layout model reads for tables (chunker.tables auto) "
+        "adds this to the document's time limit (chunker.timeout_s), up to chunker.max_timeout_s: it reads a page "
+        "in 0.2-0.5 s on one core (docs/chunking.md \"Time limits\").")
     tables: Literal["auto", "off"] = Field(
         "auto", description="auto: tables on PDF pages that keep their text layer (a ruled grid, booktabs' three "
         "rules, or shaded rows), looked for only where two cheap checks see rules, and the tables of HTML and "

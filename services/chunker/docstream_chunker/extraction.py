@@ -596,6 +596,7 @@ def extract_pages(
     on_ocr_page: Callable[[OcrPageStarted], None] | None = None,
     tables: TableMode = "auto",
     markup_tables: Sequence[MarkupTable] = (),
+    on_layout_page: Callable[[], None] | None = None,
 ) -> Iterator[PageText]:
     """Pages of text in reading order, with headings, one page in memory at a time.
 
@@ -612,6 +613,7 @@ def extract_pages(
         ocr: OCR settings and engine; None: no OCR.
         sources: when given, each page's provenance is appended to it.
         on_ocr_page: told when OCR starts on a page (``OcrPageStarted``).
+        on_layout_page: called when PyMuPDF's layout model starts on a page's tables (the time limit grows).
         tables: ``chunker.tables``.
         markup_tables: an HTML document's tables read from its markup (``markup_tables.take_tables``),
             each placed where its marker paragraph comes.
@@ -649,20 +651,21 @@ def extract_pages(
         if sources is not None:
             sources.append(source)
         if find_tables and settled is layer and layer.text and source.text_source == TEXT_LAYER:
-            settled = _with_tables(page, rect, layer, blocks, titles, body, learnt, textpage)
+            settled = _with_tables(page, rect, layer, blocks, titles, body, learnt, textpage, on_layout_page)
         yield without_nul(settled)  # the text layer's, OCR's and the tables' text alike: no store takes a NUL
 
 
 def _with_tables(
     page: pymupdf.Page, rect: pymupdf.Rect, layer: PageText, blocks: Sequence[tuple[Any, ...]],
     titles: list[str] | None, body: _BodyLineHeight, learnt: float | None, textpage: pymupdf.TextPage,
+    on_layout: Callable[[], None] | None = None,
 ) -> PageText:
     """The page with its tables beside its text, or ``layer`` itself when it has none.
 
     The body line height is learnt again without the tables' blocks (a row's cells, side by side
     in one block, look like lines a few points high), from what it was before this page.
     """
-    found = find_page_tables(page, layer.number, blocks, height=rect.height, textpage=textpage)
+    found = find_page_tables(page, layer.number, blocks, height=rect.height, textpage=textpage, on_layout=on_layout)
     if not found:
         return layer
     body.value = learnt
@@ -691,6 +694,7 @@ def find_page_tables(
     gated: bool = True,
     layout: bool = False,
     textpage: pymupdf.TextPage | None = None,
+    on_layout: Callable[[], None] | None = None,
 ) -> list[FoundTable]:
     """Tables on a PDF page, with their cells, spans and caption (``docstream.tables``).
 
@@ -718,6 +722,7 @@ def find_page_tables(
         layout: let PyMuPDF's layout model gate and complete the finder on every page the first check
             passes (the benchmark's comparison).
         textpage: the page's text page that ``blocks`` came from (None: one is made when the words are needed).
+        on_layout: called once before the layout model first runs on the page (the time limit grows with it).
 
     Returns:
         The tables, in the finder's order; empty when there are none or the page is damaged (logged).
@@ -737,12 +742,16 @@ def find_page_tables(
                         page, text_blocks, side_by_side_boxes((b[:5] for b in text_blocks), height), textpage)):
                     return []
                 layout = True
+        if layout and on_layout is not None:
+            on_layout()
         found = _finder_tables(page, number, layout)
         # rules no ruled grid found explains (a table ruled by rows only, booktabs or \hline, beside the grids),
         # or a grid whose rows are not all ruled (a body of one row): the layout model's finder reads them
         if paths and not layout:
             beside = ruled_rows([p for p in paths if not any(inside(p[1], t.bbox) for t in found)])
             if beside or any(few_rows(t) for t in found):
+                if on_layout is not None:
+                    on_layout()
                 found = with_layout_tables(found, _finder_tables(page, number, True), every=beside)
     except mupdf_errors() as exc:  # a damaged page: its text stays as it is
         _log.warning("page_tables_failed", page=number, error=str(exc)[:300])
@@ -1217,6 +1226,8 @@ def chunk_bytes(
     on_ocr_page: Callable[[OcrPageStarted], None] | None = None,
     tables: TableMode = "auto",
     furniture: FurnitureMode = "auto",
+    layout_page_s: float = 0.0,
+    on_layout_page: Callable[[int], None] | None = None,
 ) -> ChunkedDocument:
     """Open, extract and chunk one document.
 
@@ -1239,6 +1250,9 @@ def chunk_bytes(
         furniture: ``chunker.furniture``: ``auto`` takes running heads, page numbers and footers out
             of the text (``docstream_chunker.furniture``) and records them on the chunks of their
             pages; ``off`` leaves them in.
+        layout_page_s: what each page PyMuPDF's layout model starts on (its tables) adds to the time limit.
+        on_layout_page: told, with their count so far, when the layout model starts on a page (the extraction
+            child tells its parent).
 
     Raises:
         DocumentError: see the module docstring; ``no_text`` when no page holds a word,
@@ -1254,13 +1268,23 @@ def chunk_bytes(
         data, markup = _markup_tables(data, fmt)
     doc = open_document(data, fmt, max_pages=max_pages)
 
+    laid_out = 0
+
+    def layout_page() -> None:
+        nonlocal laid_out
+        laid_out += 1
+        if on_layout_page is not None:
+            on_layout_page(laid_out)
+
     def check() -> None:
         if timeout_s is None:
             return
         ocred = ocr.pages_started if ocr is not None else 0
-        limit = time_limit(timeout_s, ocred, ocr_page_s, max_timeout_s)
+        limit = time_limit(timeout_s, ocred, ocr_page_s, max_timeout_s, layout_pages=laid_out,
+                           per_layout_page_s=layout_page_s)
         if clock() - started > limit:
-            raise DocumentError(f"extraction took longer than {limit:g} s ({ocred} pages OCRed)", code="timeout")
+            raise DocumentError(f"extraction took longer than {limit:g} s ({ocred} pages OCRed, {laid_out} read "
+                                "by the layout model)", code="timeout")
 
     pages: list[PageSource] = []
     taken: dict[int, tuple[str, ...]] = {}
@@ -1276,7 +1300,7 @@ def chunk_bytes(
 
     try:
         extracted = extract_pages(doc, check=check, ocr=ocr, sources=pages, on_ocr_page=on_ocr_page, tables=tables,
-                                  markup_tables=markup)
+                                  markup_tables=markup, on_layout_page=layout_page)
         if furniture == "auto":  # first: a running head above a continued table would part it from its rows
             extracted = strip_furniture(extracted)
         if tables == "auto" and fmt.filetype == "pdf":  # a markup table is never laid out over two pages

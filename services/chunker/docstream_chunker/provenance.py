@@ -324,12 +324,14 @@ def document_failure(pages: Sequence[PageSource], *, has_chunks: bool) -> tuple[
     return "no_text", f"none of the {len(pages)} pages holds extractable text{after}"
 
 
-def time_limit(base_s: float, ocr_pages: int, per_ocr_page_s: float, most_s: float | None) -> float:
-    """A document's extraction time limit: ``base_s``, plus ``per_ocr_page_s`` for each page OCR started on,
-    never past ``most_s`` (None: no ceiling).
+def time_limit(base_s: float, ocr_pages: int, per_ocr_page_s: float, most_s: float | None, *,
+               layout_pages: int = 0, per_layout_page_s: float = 0.0) -> float:
+    """A document's extraction time limit: ``base_s``, plus ``per_ocr_page_s`` for each page OCR started on and
+    ``per_layout_page_s`` for each page PyMuPDF's layout model started on (its tables), never past ``most_s``
+    (None: no ceiling).
 
-    A document that needs OCR on every page gets the time its OCR takes; one that needs none
-    never pays for it (docs/chunking.md "Time limits").
+    A document that needs OCR or the layout model on every page gets the time they take; one that needs neither
+    never pays for them (docs/chunking.md "Time limits").
     """
-    limit = base_s + max(0, ocr_pages) * per_ocr_page_s
+    limit = base_s + max(0, ocr_pages) * per_ocr_page_s + max(0, layout_pages) * per_layout_page_s
     return limit if most_s is None else min(limit, max(base_s, most_s))

@@ -15,7 +15,8 @@ extraction and OCR take the cores the model leaves. Each page OCR starts on adds
 (``docstream_chunker.provenance.time_limit``): the child says so over the pipe before the page's OCR
 (``("ocr_page", n, page, page_count)``), and the parent's kill deadline grows with it; the
 extractor's caller is told too (``on_ocr_page``), and the chunker shows the progress
-(docs/chunking.md "OCR progress").
+(docs/chunking.md "OCR progress"). Each page PyMuPDF's layout model reads for tables adds
+``chunker.tables_page_timeout_s`` the same way (``("layout_page", n)``).
 """
 
 from __future__ import annotations
@@ -123,13 +124,16 @@ class DocumentProcessor:
         self.counter: ModelTokenCounter = load_token_counter(settings.model_path, settings.model_id)
 
     def process(
-        self, request: ChunkRequest, *, on_ocr_page: Callable[[OcrPageStarted], None] | None = None
+        self, request: ChunkRequest, *, on_ocr_page: Callable[[OcrPageStarted], None] | None = None,
+        on_layout_page: Callable[[int], None] | None = None,
     ) -> ChunkedDocument:
-        """One document; the time limit covers the fetch too, and grows by ``chunker.ocr.page_timeout_s`` per OCR page.
+        """One document; the time limit covers the fetch too, and grows by ``chunker.ocr.page_timeout_s`` per OCR page
+        and by ``chunker.tables_page_timeout_s`` per page the layout model reads for tables.
 
         Args:
             request: the document.
             on_ocr_page: told when OCR starts on a page.
+            on_layout_page: told, with their count so far, when the layout model starts on a page.
 
         Raises:
             DocumentError: the document fails (its code says why; fetch problems are ``fetch_failed``).
@@ -155,6 +159,8 @@ class DocumentProcessor:
             ocr_page_s=self._chunker.ocr.page_timeout_s,
             max_timeout_s=max(0.0, self._chunker.max_timeout_s - fetched),
             on_ocr_page=on_ocr_page,
+            layout_page_s=self._chunker.tables_page_timeout_s,
+            on_layout_page=on_layout_page,
             tables=self._chunker.tables,
             furniture=self._chunker.furniture,
         )
@@ -226,8 +232,11 @@ def _answer(processor: DocumentProcessor, request: ChunkRequest, conn: Connectio
     def ocr_page(started: OcrPageStarted) -> None:  # before the page's OCR: the parent's kill deadline grows first
         conn.send(("ocr_page", started.ocr_pages, started.page, started.page_count))
 
+    def layout_page(count: int) -> None:  # before the layout model runs: the parent's kill deadline grows first
+        conn.send(("layout_page", count))
+
     try:
-        return ("ok", processor.process(request, on_ocr_page=ocr_page))
+        return ("ok", processor.process(request, on_ocr_page=ocr_page, on_layout_page=layout_page))
     except (DocumentError, InputError) as exc:
         return ("document_error", exc.code, exc.message)
     except RetryableError as exc:
@@ -340,13 +349,17 @@ class ProcessExtractor:
         assert self._conn is not None
         chunker = self._settings.chunker
         sent = time.monotonic()
-        ocr_pages = 0
+        ocr_pages = layout_pages = 0
         try:
             self._conn.send(request)
             while True:
-                limit = time_limit(chunker.timeout_s, ocr_pages, chunker.ocr.page_timeout_s, chunker.max_timeout_s)
+                limit = time_limit(chunker.timeout_s, ocr_pages, chunker.ocr.page_timeout_s, chunker.max_timeout_s,
+                                   layout_pages=layout_pages, per_layout_page_s=chunker.tables_page_timeout_s)
                 ready = self._conn.poll(max(0.0, sent + limit + _KILL_GRACE_S - time.monotonic()))
                 reply = self._conn.recv() if ready else None
+                if reply is not None and reply[0] == "layout_page":
+                    layout_pages = int(reply[1])
+                    continue
                 if reply is None or reply[0] != "ocr_page":
                     break
                 started = OcrPageStarted(int(reply[1]), int(reply[2]), int(reply[3]))
@@ -359,8 +372,9 @@ class ProcessExtractor:
             raise _ChildDiedError(self._reap()) from exc
         if reply is None:
             self._kill()
-            _log.warning("extractor_killed", limit_s=limit, ocr_pages=ocr_pages)
-            raise DocumentError(f"extraction took longer than {limit:g} s ({ocr_pages} pages OCRed)", code="timeout")
+            _log.warning("extractor_killed", limit_s=limit, ocr_pages=ocr_pages, layout_pages=layout_pages)
+            raise DocumentError(f"extraction took longer than {limit:g} s ({ocr_pages} pages OCRed, {layout_pages} "
+                                "read by the layout model)", code="timeout")
         self._recycle_if_big()
         return _result(reply)
 

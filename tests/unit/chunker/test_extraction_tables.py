@@ -5,6 +5,8 @@ Everything is real: the PDFs drawn by PyMuPDF, its table finder, the checks befo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pymupdf
 import pytest
 
@@ -338,3 +340,21 @@ def test_a_damaged_epub_is_laid_out_as_it_is_never_an_untyped_error(counter: Mod
         assert exc.code in ("corrupt", "no_text", "zero_pages")
     else:
         assert result.chunks
+
+
+def test_each_page_the_layout_model_reads_adds_to_the_time_limit(counter: ModelTokenCounter) -> None:
+    """A clock that moves a second a reading: four booktabs pages (the layout model's) pass a limit of a few seconds
+    with 10 s a page of the model, and time out without it, saying what the model read."""
+    pdf = make_table_pdf([TableSpec(table_rows(seed, 5, 3), caption=f"Table {seed}", style="rules")
+                          for seed in range(4)], seed=2)
+
+    def ticking() -> Callable[[], float]:
+        ticks = iter(range(10_000))
+        return lambda: float(next(ticks))
+
+    told: list[int] = []
+    result = _chunk(pdf.data, counter, timeout_s=3.0, clock=ticking(), layout_page_s=10.0, on_layout_page=told.append)
+    assert told == [1, 2, 3, 4] and sum(c.kind == "table" for c in result.chunks) == 4
+    with pytest.raises(DocumentError) as err:
+        _chunk(pdf.data, counter, timeout_s=3.0, clock=ticking(), layout_page_s=0.01)
+    assert err.value.code == "timeout" and "read by the layout model" in err.value.message

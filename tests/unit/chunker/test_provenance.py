@@ -186,6 +186,12 @@ def test_the_time_limit_grows_per_ocr_page_up_to_its_ceiling() -> None:
     assert time_limit(300.0, 5, 60.0, 100.0) == 300.0, "a ceiling below the base never shrinks it"
 
 
+def test_each_page_the_layout_model_reads_adds_its_allowance_beside_ocrs() -> None:
+    assert time_limit(300.0, 0, 60.0, 3600.0, layout_pages=0, per_layout_page_s=10.0) == 300.0
+    assert time_limit(300.0, 2, 60.0, 3600.0, layout_pages=30, per_layout_page_s=10.0) == 720.0
+    assert time_limit(300.0, 0, 60.0, 3600.0, layout_pages=1000, per_layout_page_s=10.0) == 3600.0
+
+
 def _read(text: str) -> OcrReading:
     return OcrReading(text, "tesseract", ("rus",), PageVerdict("ok", 1.0, "a text layer", "rus"), "rus", 0.95)
 
