@@ -11,6 +11,9 @@
    (whitespace aside); precision is over the cells found, recall over the cells written. The same pages
    go through the finder without the cheap checks ("ungated": what the checks cost in recall) and, with
    ``--layout``, through the finder gated by PyMuPDF's layout model (``pymupdf_layout``), at its price.
+   Tables continued over two pages (``make_continued_table_pdf``: 14 rows, 8 on the first page, the header
+   drawn again on the second) go through the chunker path (``chunk_bytes``), where the parts are joined: a
+   table counts as joined when it comes out as one table of all its rows; its cells are scored the same way.
 2. Cost. Milliseconds of ``find_page_tables`` per table page; microseconds per page on text-only
    pages, where the first check ends it.
 3. Speed on text-only PDFs: the chunker path (``chunk_bytes``) with ``chunker.tables`` auto and
@@ -40,7 +43,14 @@ from docstream.models.tokenization import load_token_counter  # noqa: E402
 from docstream_chunker.chunking import ChunkingConfig  # noqa: E402
 from docstream_chunker.extraction import chunk_bytes, find_page_tables  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
-from tests.fixtures.tables import KnownTable, TableSpec, long_table, make_table_pdf, table_rows  # noqa: E402
+from tests.fixtures.tables import (  # noqa: E402
+    KnownTable,
+    TableSpec,
+    long_table,
+    make_continued_table_pdf,
+    make_table_pdf,
+    table_rows,
+)
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import cpu_banner  # noqa: E402
@@ -138,6 +148,38 @@ def recovery(seeds: int, variants: dict[str, dict[str, bool]]) -> dict[str, dict
     return {v: {kind: t.row() for kind, t in by_kind.items()} for v, by_kind in tallies.items()}
 
 
+_CONTINUED = {
+    "grid": ("grid", "latin"), "grid, Cyrillic": ("grid", "cyrillic"), "grid, Japanese": ("grid", "japanese"),
+    "booktabs": ("rules", "latin"), "booktabs, Cyrillic": ("rules", "cyrillic"), "shaded rows": ("shaded", "latin"),
+    "plain columns": ("plain", "latin"),
+}
+"""The continued tables' kinds: a style and a script each."""
+
+
+def continued(seeds: int) -> dict[str, dict[str, Any]]:
+    """Per kind, tables of 14 rows over two pages (8 on the first, the header drawn again on the second) through the
+    chunker path (``chunk_bytes``): those that come out as one table of all 14 rows, and their cells' precision and
+    recall against the table as written (the repeated header counted once)."""
+    counter = load_token_counter(None, "all-MiniLM-L6-v2")
+    rows: dict[str, dict[str, Any]] = {}
+    for kind, (style, script) in _CONTINUED.items():
+        joined, tally = 0, _Tally()
+        for seed in range(seeds):
+            spec = TableSpec(table_rows(seed, 14, 4, script=script), caption=f"Table {seed + 1}: continued",
+                             style=style, script=script)
+            pdf = make_continued_table_pdf(spec, 8, seed=seed)
+            started = time.perf_counter()
+            result = chunk_bytes(pdf.data, config=ChunkingConfig(), counter=counter, max_pages=10, max_bytes=1 << 28)
+            seconds = time.perf_counter() - started
+            parts = [c.table for c in result.chunks if c.table is not None]
+            joined += bool(parts) and {t.rows for t in parts} == {14} and {t.page for t in parts} == {1}
+            cells = {(c.row, c.col, c.row_span, c.col_span, _norm(c.text)) for t in parts if t.page == 1
+                     for c in t.cells}
+            tally.add(pdf.tables[0], [cells], [t.caption for t in parts], seconds)
+        rows[kind] = {**tally.row(), "joined": joined}
+    return rows
+
+
 def _text_documents(total_pages: int) -> dict[str, bytes]:
     per_doc = max(1, total_pages // 4)
     documents = {
@@ -226,13 +268,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.layout:
         variants["layout model (pymupdf_layout gates the finder)"] = {"gated": False, "layout": True}
     found = recovery(args.seeds, variants)
+    over_pages = continued(args.seeds)
     documents = _text_documents(args.pages)
     cost = text_page_cost(documents.values())
     timed = speed(documents, args.rounds)
     if args.json:
-        print(json.dumps({"recovery": found, "text_page_us": round(cost, 1), "speed": timed}, indent=2))
+        print(json.dumps({"recovery": found, "continued": over_pages, "text_page_us": round(cost, 1), "speed": timed},
+                         indent=2))
         return 0
     _print_recovery(found)
+    print("\ncontinued over two pages (the chunker path; ms a document)")
+    print(f"{'table kind':24s} {'tables':>6s} {'joined':>6s} {'precision':>9s} {'recall':>7s} {'captions':>8s} "
+          f"{'ms/doc':>8s}")
+    for kind, row in over_pages.items():
+        print(f"{kind:24s} {row['tables']:6d} {row['joined']:6d} {row['precision']:9.3f} {row['recall']:7.3f} "
+              f"{row['captions']:>8s} {row['ms_per_page']:8.1f}")
     print(f"\nfind_page_tables on text-only pages: {cost:.1f} us/page (CPU)")
     print(f"\nchunk_bytes on text-only PDFs ({timed['pages']} pages x {timed['rounds']} rounds, "
           f"{len(documents)} documents):")
