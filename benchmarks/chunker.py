@@ -27,7 +27,7 @@
    Cassandra (127.0.0.1:19092 / 127.0.0.1:19042, keyspace docstream_bench).
 
 4. Old against new (``--against REF``, only this): the chunker path of git ``REF`` (its
-   libs/common, from ``git archive``) and of this tree, each in its own process over the same
+   libs/common and services/chunker, from ``git archive``) and of this tree, each in its own process over the same
    generated PDFs, round by round in turns so both see the same machine load; this tree's side
    runs with ``chunker.ocr`` as configured (verdicts on every page, OCR where they ask; normal
    PDFs need none). Pages/s by wall clock and by CPU time, and new / old.
@@ -111,23 +111,37 @@ for _ in sys.stdin:
 """
 
 
-def against(ref: str, total_pages: int, rounds: int) -> dict[str, Any]:
-    """The chunker path of git ``ref`` and of this tree, in turns on the same PDFs (one process each)."""
+def _table_documents(total_pages: int) -> list[bytes]:
+    """The table-heavy PDFs of ``compare.py --corpus tables`` (tables on seven of every ten pages, every kind)."""
+    from compare import make_folder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        make_folder(Path(tmp), total_pages, "tables")
+        return [path.read_bytes() for path in sorted(Path(tmp).glob("*.pdf"))]
+
+
+def against(ref: str, total_pages: int, rounds: int, *, tables: bool = False) -> dict[str, Any]:
+    """The chunker path of git ``ref`` and of this tree, in turns on the same PDFs (one process each): the
+    generated text-only ones, or with ``tables`` the table-heavy ones."""
     import os
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         old = folder / "old"
         old.mkdir()
-        archive = subprocess.run(["git", "archive", ref, "libs/common"], cwd=ROOT, capture_output=True, check=True)
+        # the library, and the chunker service where the tree has one (its code left libs/common later)
+        service = subprocess.run(["git", "cat-file", "-e", f"{ref}:services/chunker"], cwd=ROOT).returncode == 0
+        archive = subprocess.run(["git", "archive", ref, "libs/common", *(["services/chunker"] if service else [])],
+                                 cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
         paths = []
-        for i, data in enumerate(_speed_documents(total_pages)):
+        for i, data in enumerate(_table_documents(total_pages) if tables else _speed_documents(total_pages)):
             paths.append(folder / f"doc-{i}.pdf")
             paths[-1].write_bytes(data)
         sides = {}
-        for name, lib in (("old", old / "libs" / "common"), ("new", ROOT / "libs" / "common")):
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(lib), os.environ.get("PYTHONPATH", "")])}
+        for name, top in (("old", old), ("new", ROOT)):
+            paths_of = [str(top / "libs" / "common"), str(top / "services" / "chunker")]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths_of, os.environ.get("PYTHONPATH", "")])}
             sides[name] = subprocess.Popen([sys.executable, "-c", _AGAINST_CHILD, *map(str, paths)], env=env,
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
@@ -429,13 +443,15 @@ def main() -> None:
     parser.add_argument("--service-docs", type=int, default=100, help="20-page PDFs of the service run")
     parser.add_argument("--verdicts", action="store_true", help="also time the page verdict (page_facts + assess_page)")
     parser.add_argument("--against", metavar="REF", help="only: the chunker path of git REF against this tree's")
+    parser.add_argument("--table-heavy", action="store_true",
+                        help="with --against: compare.py's table-heavy PDFs instead of the text-only ones")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     configure_logging(level="WARNING", fmt="console")
     if not args.json:
         print(cpu_banner(), flush=True)
     if args.against:
-        row = against(args.against, args.pages, args.rounds)
+        row = against(args.against, args.pages, args.rounds, tables=args.table_heavy)
         if args.json:
             print(json.dumps(row))
             return
