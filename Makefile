@@ -125,8 +125,8 @@ lint-fast: $(STAMP) ## ruff and the import contracts
 	@$(BIN)/ruff check $(LINT_PATHS)
 	@$(BIN)/lint-imports --no-cache
 
-typecheck: $(STAMP) ## mypy, strict, over the library, the services and examples/custom_task
-	@$(BIN)/mypy libs/common/docstream services/*/docstream_* examples/custom_task
+typecheck: $(STAMP) ## mypy, strict, over the library, the services, examples/custom_task and tools
+	@$(BIN)/mypy libs/common/docstream services/*/docstream_* examples/custom_task tools
 
 # The unit tests alone: no stack, no server, only the venv; as tests/run.sh runs them (the project's modules
 # compiled to .pyc once, where PYTHONDONTWRITEBYTECODE is set; whole files on two workers, the longest
