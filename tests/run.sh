@@ -3,8 +3,8 @@
 set -uo pipefail
 # Everything by default, in three pytest runs:
 # 1. the integration and e2e tests on DOCSTREAM_TEST_WORKERS pytest-xdist workers (default 4 on 2 cores: they
-#    often wait on Kafka, Cassandra and service processes; 3 took 11.1 min where 2 took 13.0, and 4 took 554 s
-#    where 3 took 598 s, for the same 947-949 s of CPU, which 3 kept busy 78 % of the time. The two timing
+#    often wait on Kafka, Cassandra and service processes: 4 finish sooner than 3, and 3 than 2, for the same CPU;
+#    docs/log/performance.md "make test on 2 cores" has the runs. The two timing
 #    tests that failed beside 3 workers on a loaded host, the extraction child's OCR time limit and the
 #    reducer's stall restart, are marked `alone` and run in 2.), whole files per worker so that module
 #    fixtures are shared, the longest files first (tests/fixtures/ordering.py); with them the short
@@ -20,10 +20,10 @@ set -uo pipefail
 # 3. beside them, the unit tests, which touch no stack, at nice 19: the scenarios mostly wait on
 #    their services, and the unit tests take the CPU those leave idle, never the scenarios' share;
 #    with them the e2e files whose `docstream run` brings its own embedded stack and that need no
-#    timing (the generate, versions, scripts and tables runs: about 110 s of work the first run's
-#    workers no longer wait for; the GPU check's dry run, about 20 s), the extraction fidelity and OCR accuracy tests, which touch no
-#    stack (about 100 s of OCR, which made the first run take 1,202 s on a clean clone when they
-#    ran in it), and DOCSTREAM_TEST_ALSO, a command of `make test`'s (mypy: a minute of CPU the pre-phase
+#    timing (the generate, versions, scripts and tables runs, and the GPU check's dry run: work the first run's
+#    workers no longer wait for), the extraction fidelity and OCR accuracy tests, which touch no
+#    stack (about a hundred seconds of OCR that kept the first run past its budget when they ran in it), and
+#    DOCSTREAM_TEST_ALSO, a command of `make test`'s (mypy: a minute of CPU the pre-phase
 #    no longer waits for), whose failure fails the run too.
 # DOCSTREAM_TEST_FIRST, a command of `make test`'s (the linters and the test dependencies' installs), runs while
 # the stack starts, before any test; its failure stops the run.
@@ -32,9 +32,8 @@ bin=${1:?usage: tests/run.sh VENV_BIN [pytest args...]}
 shift
 # OpenMP threads that wait passively, in every test process and every service they start: torch's OpenMP
 # threads spin after each parallel region by default, which on 2 cores shared by three test workers, their
-# services, Kafka and Cassandra burns CPU others wait for. Measured (2-core EPYC, all-MiniLM-L6-v2 on 512
-# chunks in batches of 16, 2 threads, one busy core beside it): 60-62 s of CPU and 51-52 s by default, 41 s of
-# CPU and 31-40 s passive; on an idle machine 22.7 s either way within 4 % (docs/log/performance.md).
+# services, Kafka and Cassandra burns CPU others wait for: with one busy core beside it the model took a third less
+# CPU passive, and the same time on an idle machine (docs/log/performance.md "OpenMP's wait policy under contention").
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
