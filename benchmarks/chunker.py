@@ -61,7 +61,7 @@ from docstream.models.tokenization import load_token_counter  # noqa: E402
 from docstream.objectstore import ObjectStore  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream_chunker.chunking import ChunkingConfig  # noqa: E402
-from docstream_chunker.extraction import chunk_bytes, page_facts  # noqa: E402
+from docstream_chunker.extraction import block_flags, chunk_bytes, page_facts  # noqa: E402
 from docstream_chunker.page_quality import assess_page  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
 
@@ -238,7 +238,7 @@ def _verdict_cpu(data: bytes) -> tuple[float, int]:
     As ``extract_pages`` is to call them: on the loaded page whose blocks (image blocks kept)
     and text were just extracted, with both. The extraction itself is not counted.
     """
-    flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
+    flags = block_flags()
     doc = pymupdf.open(stream=data, filetype="pdf")
     spent = 0.0
     for number in range(doc.page_count):

@@ -122,12 +122,12 @@ def _weight_matmuls(source: Path) -> tuple[list[str], list[str], list[str]]:
     return activations, down, attention_out
 
 
-def _quantize_dynamic(source: Path, name: str, exclude: Sequence[str]) -> Path:
+def _quantize_dynamic(source: Path, name: str, exclude: Sequence[str], *, reduce_range: bool = False) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     target = source.with_name(f"{name}.onnx")
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     per_channel=True, reduce_range=False, nodes_to_exclude=list(exclude))
+                     per_channel=True, reduce_range=reduce_range, nodes_to_exclude=list(exclude))
     return target
 
 
@@ -225,21 +225,8 @@ def _optimize(source: Path, hidden: int, heads: int) -> Path:
 
 def _quantize_like_backend(source: Path) -> Path:
     """What the removed onnx-int8 backend did: reduce_range, attention and down-projection MatMuls fp32."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    graph = onnx.load(str(source)).graph
-    shapes = {init.name: tuple(init.dims) for init in graph.initializer}
-    keep = []
-    for node in graph.node:
-        if node.op_type == "MatMul":
-            weights = [shapes[n] for n in node.input if n in shapes]
-            if not weights or (len(weights[0]) == 2 and weights[0][0] > weights[0][1]):
-                keep.append(node.name)
-    target = source.with_name("model_int8_backend.onnx")
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     per_channel=True, reduce_range=True, nodes_to_exclude=keep)
-    return target
+    activations, down, _ = _weight_matmuls(source)
+    return _quantize_dynamic(source, "model_int8_backend", activations + down, reduce_range=True)
 
 
 def _quantize_vnni(source: Path) -> Path:

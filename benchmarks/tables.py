@@ -41,7 +41,7 @@ import pymupdf  # noqa: E402
 
 from docstream.models.tokenization import load_token_counter  # noqa: E402
 from docstream_chunker.chunking import ChunkingConfig  # noqa: E402
-from docstream_chunker.extraction import chunk_bytes, find_page_tables  # noqa: E402
+from docstream_chunker.extraction import block_flags, chunk_bytes, find_page_tables  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
 from tests.fixtures.tables import (  # noqa: E402
     KnownTable,
@@ -55,7 +55,7 @@ from tests.fixtures.tables import (  # noqa: E402
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import cpu_banner  # noqa: E402
 
-_FLAGS = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
+_FLAGS = block_flags()
 _SPANS = ((0, 1, 1, 2), (2, 0, 2, 1))
 _TWO_ROWS = (("Name", "Counts", "", "Notes"), ("", "in", "out", ""))
 _HEADER_SPANS = ((0, 0, 2, 1), (0, 1, 1, 2), (0, 3, 2, 1))

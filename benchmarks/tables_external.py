@@ -52,13 +52,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import pymupdf  # noqa: E402
 from machine import cpu_banner  # noqa: E402
 
-from docstream_chunker.extraction import find_page_tables  # noqa: E402
+from docstream_chunker.extraction import block_flags, find_page_tables  # noqa: E402
 from tests.fixtures.table_truth import Cell, CellMatches, Grid, cell_matches, latex_table, teds  # noqa: E402
 
 _DATASET = "pdf-parse-bench==0.4.0"
 _SET = "pdf_parse_bench/data/2026-q1-tables-only/"
 _CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "docstream" / "bench" / "pdf-parse-bench"
-_FLAGS = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
+_FLAGS = block_flags()
 
 
 # --- the readers ---------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pymupdf
 import pytest
 
-from docstream_chunker.extraction import extract_pages, page_facts
+from docstream_chunker.extraction import block_flags, extract_pages, page_facts
 from docstream_chunker.page_quality import PageFacts, assess_page, needs_ocr
 from tests.fixtures.documents import VERDICT_KINDS, make_epub, make_pdf, make_png, make_verdict_pdf
 
@@ -110,7 +110,7 @@ def test_blocks_with_their_images_give_the_same_facts_without_looking_at_resourc
     doc = pymupdf.open(stream=make_verdict_pdf(kind), filetype="pdf")
     try:
         page = doc[0]
-        blocks = page.get_text("blocks", flags=pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES)
+        blocks = page.get_text("blocks", flags=block_flags())
         text = "\n\n".join(b[4] for b in blocks if b[6] == 0)
         from_blocks = page_facts(page, text=text, blocks=blocks)
         from_page = page_facts(page, text=text)

@@ -15,7 +15,14 @@ from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.settings import OcrSettings
 from docstream.tables import TableCell
 from docstream_chunker.chunking import ChunkingConfig
-from docstream_chunker.extraction import ChunkedDocument, PageOcr, chunk_bytes, extract_pages, find_page_tables
+from docstream_chunker.extraction import (
+    ChunkedDocument,
+    PageOcr,
+    block_flags,
+    chunk_bytes,
+    extract_pages,
+    find_page_tables,
+)
 from docstream_chunker.table_detection import ruled_rows
 from tests.fixtures.documents import make_epub, make_pdf
 from tests.fixtures.tables import (
@@ -142,7 +149,7 @@ def test_unruled_tables_keep_every_cell_whatever_their_body(style: str, script: 
     # bodies on which the layout model drew an edge through a word or a number ("можн|о", "33,|937"), or put a
     # column's name and its numbers apart, and an HTML cell wrapped over two lines ("静かな先生 が"). Each has a
     # caption: the layout model finds some of the plain ones only beside their caption.
-    flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
+    flags = block_flags()
     specs = [TableSpec(table_rows(seed, 4 + seed % 5, 3 + seed % 3, script=script), caption=f"Table {seed + 1}: x",
                        style=style, script=script) for seed in range(9)]
     pdf = make_table_pdf(specs)
@@ -208,7 +215,7 @@ def test_rules_of_one_width_at_three_heights_or_two_bands_ask_for_the_layout_mod
 
 
 def test_the_finder_runs_only_where_both_checks_see_a_grid() -> None:
-    flags = pymupdf.TEXTFLAGS_BLOCKS | pymupdf.TEXT_PRESERVE_IMAGES
+    flags = block_flags()
     text_only = make_pdf(2, seed=8).data
     with pymupdf.open(stream=text_only, filetype="pdf") as doc:
         page = doc[0]
