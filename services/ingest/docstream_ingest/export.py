@@ -21,7 +21,7 @@ can also go to a file per task (``per_task_files``: ``<stem>.<task>.parquet``, `
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +34,7 @@ from docstream.avro.schemas import SchemaSet
 from docstream.errors import InputError
 from docstream.records import JobOptions
 from docstream.store.base import ChunkRow, DocumentResultRow, DocumentRow, JobDocumentRow, JobRow, ResultStore
-from docstream.store.layout import CHUNK_ROW, RowField, row_fields
+from docstream.store.layout import CHUNK_ROW, DOCUMENT_RESULT_ROW, DOCUMENT_ROW, RowField, row_fields
 from docstream.tables import TablePart
 from docstream.tasks.base import EntitySummary, Mention, check_task_name
 from docstream.tasks.legacy import job_model_id_for, keeps_pre_task_layout, tasks_of
@@ -43,6 +43,7 @@ from docstream_ingest.arrow import arrow_schema
 
 __all__ = [
     "CHUNK_SCHEMA",
+    "DOCUMENT_NOT_EXPORTED",
     "DOCUMENT_SCHEMA",
     "ENTITY_TYPE",
     "MENTION_TYPE",
@@ -55,6 +56,7 @@ __all__ = [
     "chunk_columns",
     "chunk_record",
     "chunks_path",
+    "document_columns",
     "document_record",
     "document_task_results",
     "export_results",
@@ -100,14 +102,53 @@ def chunk_columns(fields: Sequence[RowField]) -> tuple[tuple[str, ...], tuple[st
 
 _CHUNK_COLUMNS, _TASK_COLUMNS = chunk_columns(_CHUNK_ROW_FIELDS)
 
-DOCUMENT_SCHEMA = arrow_schema(
-    ("job_id", "doc_id", "status", "error_code", "error", "filename", "source_uri", "content_sha256", "media_type",
-     "page_count", "pages_by_verdict", "pages_by_source", "model_id", "chunk_count", "failed_chunks", "token_count",
-     "completed_at", "embedding"),
-    _DOCUMENT_RECORDS,
-)
-"""Columns of the documents Parquet file (and keys of a JSON Lines document record), each typed by the field of its
-name in DocumentCompleted, else DocumentSubmitted (``docstream_ingest.arrow``)."""
+_DOCUMENT_FILE = ("job_id", "doc_id", "status", "error_code", "error", "filename", "source_uri", "content_sha256",
+                  "media_type", "page_count", "pages_by_verdict", "pages_by_source", "model_id", "chunk_count",
+                  "failed_chunks", "token_count", "completed_at", "embedding")
+"""The order of the columns of a documents file as files have always had them; a field the document rows get later
+follows them. Order only: which columns there are is the rows'."""
+_TASK_DOCUMENT_COLUMNS = ("task", "label_scores", "top_label", "top_chunks", "mentions", "entities",
+                          "mentions_truncated", "output")
+"""The document result row's fields only a task export writes, after every other column."""
+DOCUMENT_NOT_EXPORTED: Mapping[str, str] = {
+    "updated_at": "the documents row's last write, not a fact of the document",
+    "generation": "the version's place among its source's, for the store's choice of the current one",
+    "deleted_at": "a deleted document has no results left to export (its chunks and results go with it)",
+    "source_key": "the source's key, shown by the API's document detail and the sources view",
+    "previous_doc_id": "the version it replaced, shown by the API's document detail and the sources view",
+    "chunker_settings": "the canonical chunker settings, for deciding what to reprocess",
+    "runtime": "the runtime the embeddings were made with: how the results were made, not what they are",
+}
+"""The document rows' fields (``DocumentRow``, ``DocumentResultRow``) no export writes, and why; every other field of
+theirs is a column."""
+
+
+def document_columns(document_fields: Sequence[RowField],
+                     result_fields: Sequence[RowField]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The document export's columns, from the fields of the documents and document results rows
+    (:func:`docstream.store.layout.row_fields`) less ``DOCUMENT_NOT_EXPORTED``: those of every documents file, and
+    those a task export adds.
+
+    Raises:
+        ValueError: a column of the file's order is no longer a field of the rows, or an unexported one is.
+    """
+    names = list(dict.fromkeys(f.name for f in (*document_fields, *result_fields)))
+    gone = [name for name in (*_DOCUMENT_FILE, *_TASK_DOCUMENT_COLUMNS, *DOCUMENT_NOT_EXPORTED) if name not in names]
+    if gone:
+        raise ValueError(f"export columns {gone} are not fields of the document rows")
+    known = {*_DOCUMENT_FILE, *_TASK_DOCUMENT_COLUMNS, *DOCUMENT_NOT_EXPORTED}
+    return (*_DOCUMENT_FILE, *(name for name in names if name not in known)), _TASK_DOCUMENT_COLUMNS
+
+
+_DOCUMENT_COLUMNS, _TASK_DOCUMENT_FIELDS = document_columns(
+    row_fields(DOCUMENT_ROW, {schema.name: schema.raw for schema in _AVRO}),
+    row_fields(DOCUMENT_RESULT_ROW, {schema.name: schema.raw for schema in _AVRO}))
+_ADDED_DOCUMENT_COLUMNS = _DOCUMENT_COLUMNS[len(_DOCUMENT_FILE):]
+
+DOCUMENT_SCHEMA = arrow_schema(_DOCUMENT_COLUMNS, _DOCUMENT_RECORDS)
+"""Columns of the documents Parquet file (and keys of a JSON Lines document record): the document rows' fields
+(``document_columns``), each typed by the field of its name in DocumentCompleted, else DocumentSubmitted
+(``docstream_ingest.arrow``)."""
 
 CHUNK_SCHEMA = arrow_schema(_CHUNK_COLUMNS, _CHUNK_RECORDS)
 """Columns of the chunks Parquet file (and keys of a JSON Lines chunk record): the chunk row's fields
@@ -120,8 +161,7 @@ TABLE_CELL_TYPE = TABLE_TYPE.field("cells").type.value_type
 
 TASK_DOCUMENT_SCHEMA = pa.schema([
     *DOCUMENT_SCHEMA,
-    *arrow_schema(("task", "label_scores", "top_label", "top_chunks", "mentions", "entities", "mentions_truncated",
-                   "output"), _DOCUMENT_RECORDS),
+    *arrow_schema(_TASK_DOCUMENT_FIELDS, _DOCUMENT_RECORDS),
 ])
 """Columns of a documents file of tasks: ``DOCUMENT_SCHEMA``'s, then the task and its fields (``output``: a user
 task's JSON text, as stored: Arrow has no type for any JSON value)."""
@@ -228,7 +268,17 @@ def document_record(
         "token_count": result.token_count if result is not None else None,
         "completed_at": result.completed_at if result is not None else None,
         "embedding": list(result.embedding) if result is not None and result.embedding else None,
+        **{name: _added_value(name, document, result) for name in _ADDED_DOCUMENT_COLUMNS},
     }
+
+
+def _added_value(name: str, document: DocumentRow | None, result: DocumentResultRow | None) -> Any:
+    """A column the document rows got after the file's own (``document_columns``): the result's field of its name,
+    else the document's, else None."""
+    for row in (result, document):
+        if row is not None and hasattr(row, name):
+            return _exported(getattr(row, name))
+    return None
 
 
 def _exported(value: Any) -> Any:

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,13 +20,23 @@ import pytest
 
 from docstream import records
 from docstream.records import RECORD_TYPES, ChunkCreated, ChunkResult, copy_fields
-from docstream.store.base import ChunkRow
-from docstream.store.layout import CHUNK_ROW, ROW_SPECS, RowSpec, Stored, row_docs, row_fields
+from docstream.store.base import ChunkRow, DocumentResultRow, JobDocumentRow
+from docstream.store.layout import (
+    CHUNK_ROW,
+    DOCUMENT_RESULT_ROW,
+    DOCUMENT_ROW,
+    ROW_SPECS,
+    RowSpec,
+    Stored,
+    row_docs,
+    row_fields,
+)
 from docstream.store.rows import CHUNKS, RowMapping
 from docstream.store.sqlite import SqliteStore
+from docstream_ingest import export
 from docstream_ingest.api.schemas import ChunkOut, chunk_fields
 from docstream_ingest.arrow import arrow_schema
-from docstream_ingest.export import chunk_columns
+from docstream_ingest.export import DOCUMENT_SCHEMA, chunk_columns, document_columns
 from tools import gen_records
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -114,15 +125,15 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[_Scratch]:
-    """The generator run on a copy of schemas/ whose ChunkCreated has a ``reviewer``, its modules imported."""
+@contextmanager
+def _generated(tmp_path: Path, record: str, added: dict[str, Any]) -> Iterator[_Scratch]:
+    """The generator run on a copy of schemas/ whose ``record`` has the field ``added``, its modules imported."""
     schemas_dir = tmp_path / "schemas"
     schemas_dir.mkdir()
     for path in (ROOT / "schemas").glob("*.avsc"):
         schema = json.loads(path.read_text(encoding="utf-8"))
-        if schema["name"] == "ChunkCreated":
-            schema["fields"].append(REVIEWER)
+        if schema["name"] == record:
+            schema["fields"].append(added)
         (schemas_dir / path.name).write_text(json.dumps(schema), encoding="utf-8")
     assert gen_records.main(["--schemas", str(schemas_dir), "--out", str(tmp_path)]) == 0
     names = ("scratch_records", "scratch_rows")
@@ -132,6 +143,13 @@ def scratch(tmp_path: Path) -> Iterator[_Scratch]:
     finally:
         for name in names:
             sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[_Scratch]:
+    """The generator run on a copy of schemas/ whose ChunkCreated has a ``reviewer``, its modules imported."""
+    with _generated(tmp_path, "ChunkCreated", REVIEWER) as generated:
+        yield generated
 
 
 def _migrated_sqlite_columns(tmp_path: Path) -> dict[str, set[str]]:
@@ -175,6 +193,42 @@ def test_a_field_added_to_a_schema_reaches_the_record_the_row_the_columns_the_ap
     assert columns[-1] == "reviewer" and "reviewer" not in task_columns
     exported = arrow_schema(columns, [scratch.schemas["ChunkResult"], scratch.schemas["ChunkCreated"]])
     assert exported.field("reviewer").type == pa.string()
+
+
+REVIEWED_BY = {"name": "reviewed_by", "type": ["null", "string"], "default": None,
+               "doc": "Who reviewed the document's results."}
+
+
+def test_a_field_added_to_a_document_record_reaches_its_row_the_api_and_the_export(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _generated(tmp_path, "DocumentCompleted", REVIEWED_BY) as generated:
+        # the document result row holds it (no edit of docstream.store.layout), after the others
+        result_type = generated.rows.DocumentResultRow
+        assert [f.name for f in fields(result_type)] == [*(f.name for f in fields(DocumentResultRow)), "reviewed_by"]
+        # the API's document detail can show it: its row field is described by its Avro doc
+        assert row_docs(DOCUMENT_RESULT_ROW, generated.schemas)["reviewed_by"] == "Who reviewed the document's results."
+        # the export writes it after the columns the files have always had, typed by its Avro field
+        columns, task_columns = document_columns(row_fields(DOCUMENT_ROW, generated.schemas),
+                                                 row_fields(DOCUMENT_RESULT_ROW, generated.schemas))
+        assert columns == (*DOCUMENT_SCHEMA.names, "reviewed_by") and "reviewed_by" not in task_columns
+        records = [generated.schemas[name] for name in ("DocumentCompleted", "DocumentSubmitted")]
+        exported = arrow_schema(columns, records)
+        assert exported.field("reviewed_by").type == pa.string()
+        # and its value is the result row's
+        result = result_type(doc_id="d", model_id="m", job_id="j", status="completed", chunk_count=1, failed_chunks=0,
+                             token_count=3, embedding=[0.5], chunker_settings="s", completed_at=T0,
+                             reviewed_by="ada")
+        monkeypatch.setattr(export, "_ADDED_DOCUMENT_COLUMNS", ("reviewed_by",))
+        entry = JobDocumentRow(job_id="j", doc_id="d", status="completed", updated_at=T0)
+        assert export.document_record(entry, None, result, "m")["reviewed_by"] == "ada"
+        assert export.document_record(entry, None, None, "m")["reviewed_by"] is None
+
+
+def test_the_document_export_refuses_a_column_the_rows_no_longer_have() -> None:
+    schemas = gen_records.load_schemas(ROOT / "schemas")
+    without = tuple(f for f in row_fields(DOCUMENT_ROW, schemas) if f.name != "media_type")
+    with pytest.raises(ValueError, match="media_type"):
+        document_columns(without, row_fields(DOCUMENT_RESULT_ROW, schemas))
 
 
 def _chunk(**changes: Any) -> ChunkCreated:

@@ -41,6 +41,7 @@ from docstream_ingest.api.schemas import (
 from docstream_ingest.export import (
     _CHUNK_FIELDS,
     CHUNK_SCHEMA,
+    DOCUMENT_NOT_EXPORTED,
     DOCUMENT_SCHEMA,
     TASK_CHUNK_SCHEMA,
     TASK_DOCUMENT_SCHEMA,
@@ -84,6 +85,8 @@ def test_the_export_columns_are_row_fields_typed_by_the_avro_fields() -> None:
     rows = _names(DocumentRow) | _names(DocumentResultRow) | _names(JobDocumentRow)
     for schema in (DOCUMENT_SCHEMA, TASK_DOCUMENT_SCHEMA):
         assert set(schema.names) <= rows
+    documents = _names(DocumentRow) | _names(DocumentResultRow)
+    assert set(TASK_DOCUMENT_SCHEMA.names) == documents - set(DOCUMENT_NOT_EXPORTED), "a task export: every one"
     # the widths are the records': an Avro long is int64, an int int32, a float float32
     assert CHUNK_SCHEMA.field("char_start").type == pa.int64() and CHUNK_SCHEMA.field("page_start").type == pa.int32()
     assert TASK_CHUNK_SCHEMA.field("label_scores").type == pa.map_(pa.string(), pa.float32())
