@@ -39,6 +39,7 @@ they are skipped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib.util
 import os
@@ -334,7 +335,9 @@ def main() -> None:
     else:
         calibration, texts = _texts(args.calibration, args.words, seed=12), _texts(args.chunks, args.words)
     queries = min(args.queries, len(texts))
-    with tempfile.TemporaryDirectory(prefix="docstream-runtimes-") as work:
+    # in the work folder: onnxruntime's shape inference leaves its failed model (sym_shape_infer_temp.onnx and a
+    # ~90 MB weights file) in the working directory
+    with tempfile.TemporaryDirectory(prefix="docstream-runtimes-") as work, contextlib.chdir(work):
         candidates = _candidates(model_path, args.threads, args.batch_size, Path(work), flags, calibration)
         tokens = [len(ids) for ids in SentenceTransformer(str(model_path), device="cpu", local_files_only=True)
                   .tokenizer(texts, truncation=True, max_length=256)["input_ids"]]
