@@ -93,18 +93,26 @@ def looks_tabular(blocks: Iterable[tuple[float, float, float, float, str]], heig
     side. Stacked lines make a block about ``lines x line height`` tall and as wide as its longest
     line; for side-by-side lines the line pitch (height / lines) against the character width
     (width / longest line's characters) comes out far smaller: below 0.8, where stacked lines give
-    about 2.4 in Latin type and 1.2 in CJK type. A page hints at a table when such blocks hold at
-    least four lines (two rows of two cells) outside its top and bottom 8 % (a running head, "Chapter
-    2 ... 17", is one such block of two lines).
+    about 2.4 in Latin type and 1.2 in CJK type. A page hints at a table when such blocks, one under
+    the other, hold at least four lines (two rows of two cells) outside its top and bottom 8 % (a
+    running head, "Chapter 2 ... 17", is one such block of two lines). One under the other: each
+    at most ``_ROW_PITCH`` line heights below those above it (a block's height stands for its line
+    height, the smaller of the two), as a table's rows are; a manual's definition lines, a name set
+    flush left and ``[Function]`` flush right with paragraphs between them, are blocks of one row
+    each, ten line heights and more apart.
 
     Args:
         blocks: the page's text blocks: x0, y0, x1, y1 and the text, lines ending in newlines.
         height: the page's height.
     """
-    side_by_side = 0
-    for block in blocks:
-        side_by_side += _side_by_side_lines(block, height)
-        if side_by_side >= _MIN_CELLS:
+    rows = sorted((block[1], block[3], lines) for block in blocks
+                  if (lines := _side_by_side_lines(block, height)))
+    run, bottom, line = 0, 0.0, 0.0
+    for top, low, lines in rows:
+        if run and top - bottom > _ROW_PITCH * min(line, low - top):
+            run = 0
+        run, bottom, line = run + lines, max(bottom, low) if run else low, low - top
+        if run >= _MIN_CELLS:
             return True
     return False
 

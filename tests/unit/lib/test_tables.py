@@ -199,8 +199,16 @@ def test_grid_cells_of_no_boxes_is_empty() -> None:
         ([(54, 20, 558, 30, "Chapter 2: Handling\n17\n")], False),
         # one side-by-side block of two lines in the body: not enough for two rows of two cells
         ([(54, 300, 558, 310, "Term\nits definition\n")], False),
+        # a manual's definition lines (libtasn1's): a row each, paragraphs between them, not one under the other
+        ([(90, 150, 522, 161, "[Function]\nint asn1_parser2tree (const char * file, asn1 node *\n"),
+          (90, 260, 522, 271, "[Function]\nvoid asn1_perror (int error)\n")],
+         False),
+        # the same rows a table's: two row heights apart, and the order the blocks come in does not matter
+        ([(90, 172, 522, 183, "[Function]\nvoid asn1_perror (int error)\n"),
+          (90, 150, 522, 161, "[Function]\nint asn1_parser2tree (const char * file, asn1 node *\n")], True),
     ],
-    ids=["row-blocks", "one-block", "paragraph", "cjk-paragraph", "running-head", "two-lines"],
+    ids=["row-blocks", "one-block", "paragraph", "cjk-paragraph", "running-head", "two-lines", "definition-lines",
+         "rows-one-under-the-other"],
 )
 def test_looks_tabular(blocks: list[tuple[float, float, float, float, str]], expected: bool) -> None:
     assert looks_tabular(blocks, 792.0) is expected
