@@ -1,8 +1,6 @@
-"""docstream.tables, fed lists: cells and spans, the cheap checks, captions, Markdown, splitting by rows."""
+"""docstream.tables, fed lists: cells and spans, Markdown, splitting by rows and header rows."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 
@@ -16,27 +14,12 @@ from docstream.tables import (
     split_table,
     table_markdown,
 )
-from docstream_chunker.table_detection import (
-    aligned_columns,
-    caption_index,
-    content_paths,
-    form_matrix,
-    grid_cells,
-    header_spans,
-    looks_tabular,
-    ruled_grid,
-    ruled_rows,
-    side_by_side_boxes,
-    with_layout_grids,
-    with_layout_tables,
-    without_empty_columns,
-)
 from tests.unit.chunker.test_chunking import FakeCounter, JoinTaxCounter
 
 COUNT = FakeCounter().count
 
 
-def _table(rows: list[list[str]], spans: dict[tuple[int, int], tuple[int, int]] | None = None,
+def make_table(rows: list[list[str]], spans: dict[tuple[int, int], tuple[int, int]] | None = None,
            caption: str | None = None) -> PageTable:
     spans = spans or {}
     covered = {(r + i, c + j) for (r, c), (rs, cs) in spans.items() for i in range(rs) for j in range(cs)} - set(spans)
@@ -45,245 +28,8 @@ def _table(rows: list[list[str]], spans: dict[tuple[int, int], tuple[int, int]] 
     return PageTable(3, (10.0, 20.0, 200.0, 300.0), len(rows), len(rows[0]), cells, caption)
 
 
-def _chars(text: str, x: float, y: float) -> list[tuple[float, float, float, float, str]]:
-    """Characters 5 points wide from (x, y), a line's end after them."""
-    out = [(x + 5 * i, y, x + 5 * i + 5, y + 8, char) for i, char in enumerate(text)]
-    return [*out, (0.0, 0.0, 0.0, 0.0, "\n")]
-
-
-def test_grid_cells_gives_rows_columns_spans_and_each_cells_words_in_order() -> None:
-    # a 3 x 3 grid on x 0/50/100/150, y 0/10/20/30: (0, 1) spans two columns, (1, 0) two rows
-    boxes = [(0, 0, 50, 10), (50, 0, 150, 10.4), (0, 10, 50, 30), (50, 10, 100, 20), (100, 10, 150, 20),
-             (50, 20, 100, 30), (100, 20, 150, 30)]
-    chars = [*_chars("Name", 2, 1), *_chars("Both columns", 52, 1), *_chars("tall", 2, 11), *_chars("one", 2, 21),
-             *_chars("b", 52, 11), *_chars("c", 102, 11), *_chars("d e", 52, 21), (400.0, 0.0, 410.0, 8.0, "x")]
-    rows, columns, cells = grid_cells(boxes, chars)
-    assert (rows, columns) == (3, 3)
-    assert cells == (
-        TableCell(0, 0, 1, 1, "Name"), TableCell(0, 1, 1, 2, "Both columns"), TableCell(1, 0, 2, 1, "tall one"),
-        TableCell(1, 1, 1, 1, "b"), TableCell(1, 2, 1, 1, "c"), TableCell(2, 1, 1, 1, "d e"),
-        TableCell(2, 2, 1, 1, ""),
-    )
-
-
-def test_unspaced_text_across_two_cells_is_parted_at_the_edge() -> None:
-    boxes = [(0, 0, 30, 10), (30, 0, 60, 10), (0, 10, 30, 20), (30, 10, 60, 20)]
-    row = [(2.0 + 7 * i, 11.0, 9.0 + 7 * i, 19.0, c) for i, c in enumerate("3,59机の上")]
-    _, _, cells = grid_cells(boxes, [*_chars("名前", 2, 1), *_chars("件数", 32, 1), *row])
-    assert [c.text for c in cells] == ["名前", "件数", "3,59", "机の上"]
-
-
-def test_a_word_an_edge_cuts_goes_whole_to_the_cell_holding_most_of_it() -> None:
-    # the layout model's edge at x 38 runs through "можно" (chars 2-37 and 37-44): the word stays one
-    boxes = [(0, 0, 38, 10), (38, 0, 80, 10), (0, 10, 38, 20), (38, 10, 80, 20)]
-    row = [(2.0 + 7 * i, 11.0, 9.0 + 7 * i, 19.0, c) for i, c in enumerate("можно")] + [(40.0, 11.0, 45.0, 19.0, " ")]
-    row += [(50.0 + 5 * i, 11.0, 55.0 + 5 * i, 19.0, c) for i, c in enumerate("49,810")]
-    _, _, cells = grid_cells(boxes, [*_chars("Город", 2, 1), *_chars("Число", 40, 1), *row])
-    assert [c.text for c in cells] == ["Город", "Число", "можно", "49,810"]
-
-
-def test_a_cjk_cells_text_wrapped_over_two_lines_is_one_word() -> None:
-    boxes = [(0, 0, 60, 10), (0, 10, 60, 30), (60, 0, 90, 30)]
-    chars = [*_chars("地域", 2, 1), *_chars("静かな先生", 2, 11), *_chars("が", 2, 21), *_chars("x", 62, 1)]
-    assert [c.text for c in grid_cells(boxes, chars)[2]] == ["地域", "x", "静かな先生が"]
-    latin = [*_chars("Region", 2, 1), *_chars("quiet", 2, 11), *_chars("teacher", 2, 21), *_chars("x", 62, 1)]
-    assert [c.text for c in grid_cells(boxes, latin)[2]] == ["Region", "x", "quiet teacher"]
-
-
-def test_without_empty_columns_drops_a_column_split_off_and_joins_a_name_to_its_numbers() -> None:
-    def table(*rows: tuple[str, ...]) -> PageTable:
-        cells = tuple(TableCell(r, c, 1, 1, text) for r, row in enumerate(rows) for c, text in enumerate(row))
-        return PageTable(1, (0, 0, 100, 100), len(rows), len(rows[0]), cells)
-
-    empty = table(("名前", "件数", "", "割合"), ("雪1", "33,433", "", "天気"), ("見2", "49,757", "", "新聞"))
-    assert without_empty_columns(empty) == table(("名前", "件数", "割合"), ("雪1", "33,433", "天気"),
-                                                 ("見2", "49,757", "新聞"))
-    apart = table(("Name", "Count", "", "Share"), ("a", "", "47,325", "x"), ("b", "", "79,535", "y"))
-    assert without_empty_columns(apart) == table(("Name", "Count", "Share"), ("a", "47,325", "x"), ("b", "79,535", "y"))
-    sparse = table(("Name", "Count", "Share"), ("a", "", "1"), ("b", "2", ""))
-    assert without_empty_columns(sparse) == sparse, "a column with a name and a body keeps its empty cells"
-    spanned = replace(table(("Name", "Counts", ""), ("a", "1", "2"), ("b", "3", "4")),
-                      cells=(TableCell(0, 0, 1, 1, "Name"), TableCell(0, 1, 1, 2, "Counts"),
-                             *table(("Name", "Counts", ""), ("a", "1", "2"), ("b", "3", "4")).cells[3:]))
-    assert without_empty_columns(spanned) == spanned
-
-
-def test_the_layout_models_grid_replaces_the_bands_the_finder_cut_a_booktabs_table_into() -> None:
-    def table(bbox: tuple[float, float, float, float], rows: int, columns: int = 2) -> PageTable:
-        cells = tuple(TableCell(r, c, 1, 1, f"{r}.{c}") for r in range(rows) for c in range(columns))
-        return PageTable(1, bbox, rows, columns, cells)
-
-    header, body = table((100, 100, 400, 120), 1), table((100, 122, 400, 250), 1)
-    beside = table((100, 400, 400, 500), 5)
-    grid = table((100, 100, 400, 250), 8, 3)
-    assert with_layout_grids([header, body, beside], [grid]) == [grid, beside], "in the place of the first band"
-    assert with_layout_grids([beside], [grid]) == [beside, grid], "a table the finder missed is added"
-    ruled = table((100, 100, 400, 250), 7, 3)
-    assert with_layout_grids([ruled, beside], [grid]) == [ruled, beside], "the finder's whole table stays"
-    assert with_layout_grids([header, body], []) == [header, body]
-
-
-def test_the_layout_models_tables_take_the_place_of_a_ruled_grid_read_as_two_rows() -> None:
-    def table(bbox: tuple[float, float, float, float], rows: int) -> PageTable:
-        cells = tuple(TableCell(r, c, 1, 1, f"{r}.{c}") for r in range(rows) for c in range(3))
-        return PageTable(1, bbox, rows, 3, cells)
-
-    # the lines finder: a grid of 12 rows, and one whose body rows no rule parts (2 rows: each cell a column)
-    whole, collapsed = table((60, 270, 270, 540), 12), table((300, 345, 520, 420), 2)
-    # the layout model: the same grid (its spans unread) and the collapsed one row by row, and one beside
-    again, rows, beside = table((62, 272, 268, 538), 12), table((302, 350, 518, 418), 4), table((300, 80, 520, 170), 5)
-    assert with_layout_tables([whole, collapsed], [again, rows, beside], every=False) == [rows, beside, whole]
-    assert with_layout_tables([whole, collapsed], [again, rows, beside], every=True) == [again, rows, beside]
-    assert with_layout_tables([whole], [again], every=False) == [whole], "the ruled grid's own reading stays"
-
-
-def _line(x0: float, x1: float, y: float) -> tuple[float, float, float, float]:
-    return (x0, y, x1, y + 10)
-
-
-@pytest.mark.parametrize(
-    ("lines", "expected"),
-    [
-        # a header and four rows of three columns: names left-aligned, numbers right-aligned
-        ([_line(58, 90, 100), _line(150, 190, 100), _line(260, 290, 100)]
-         + [line for r in range(1, 5)
-            for line in (_line(58, 80 + 3 * r, 100 + 18 * r), _line(150, 200 - r, 100 + 18 * r),
-                         _line(262 - 4 * r, 290, 100 + 18 * r))], True),
-        # two columns of prose: two lines a row, but a table needs three columns
-        ([line for r in range(8) for line in (_line(54, 290, 100 + 12 * r), _line(310, 558, 100 + 12 * r))], False),
-        # an option list: "-c, --check   checks the syntax only", two columns
-        ([line for r in range(5)
-          for line in (_line(101, 160 + r, 100 + 14 * r), _line(227, 300 + 9 * r, 100 + 14 * r))], False),
-        # three columns, but three rows far apart: headings set flush right over paragraphs, not a table
-        ([line for r in range(3) for line in (_line(90, 140, 100 + 200 * r), _line(200, 300, 100 + 200 * r),
-                                              _line(474, 522, 100 + 200 * r))], False),
-        # two rows of three columns only: a header and one body row are not enough to tell
-        ([line for r in range(2) for line in (_line(58, 90, 100 + 18 * r), _line(150, 190, 100 + 18 * r),
-                                              _line(260, 290, 100 + 18 * r))], False),
-        # three rows of three lines whose edges line up nowhere
-        ([_line(58 + 37 * r, 90 + 37 * r, 100 + 18 * r) for r in range(3)]
-         + [_line(150 + 29 * r, 190 + 31 * r, 100 + 18 * r) for r in range(3)]
-         + [_line(260 + 23 * r, 290 + 27 * r, 100 + 18 * r) for r in range(3)], False),
-    ],
-    ids=["table", "two-column-prose", "option-list", "rows-far-apart", "two-rows", "unaligned"],
-)
-def test_aligned_columns(lines: list[tuple[float, float, float, float]], expected: bool) -> None:
-    assert aligned_columns(lines) is expected
-    assert aligned_columns(reversed(lines)) is expected, "whatever the order"
-
-
-def test_side_by_side_boxes_are_the_blocks_looks_tabular_counts() -> None:
-    row = (58.0, 149.0, 299.0, 161.0, "bridge 1\nforest machine\n8,272\nmarket harbour\n")
-    prose = (54.0, 54.0, 558.0, 97.0, "A line of body text that runs the width of the column here\n" * 3)
-    head = (54.0, 20.0, 558.0, 30.0, "Chapter 2: Handling\n17\n")
-    assert side_by_side_boxes([prose, row, head], 792.0) == [row[:4]]
-
-
-def test_grid_cells_of_no_boxes_is_empty() -> None:
-    assert grid_cells([], _chars("a b", 0, 0)) == (0, 0, ())
-
-
-@pytest.mark.parametrize(
-    ("blocks", "expected"),
-    [
-        # a table's rows: each block holds one row's cells as lines side by side (MuPDF's blocks of a grid)
-        ([(58, 131, 262, 143, "Name\nRegion\nCount\nShare\n"),
-          (58, 149, 299, 161, "bridge 1\nforest machine\n8,272\nmarket harbour\n")], True),
-        # the whole table in one block: rows stacked, cells side by side
-        ([(54, 100, 330, 154, "".join(f"cell{r}{c} val\n" for r in range(5) for c in range(4)))], True),
-        # paragraphs: stacked lines as wide as the block
-        ([(54, 54, 558, 97, "A line of body text that runs the width of the column here\n" * 3)], False),
-        # Japanese paragraph: full-width characters, stacked
-        ([(54, 54, 540, 120, "東京の学校で先生が学生の友達と家族会社に仕事を電車で駅まで行きます\n" * 4)], False),
-        # a running head ("Chapter 2 ... 17") in the top margin, however side by side
-        ([(54, 20, 558, 30, "Chapter 2: Handling\n17\n")], False),
-        # one side-by-side block of two lines in the body: not enough for two rows of two cells
-        ([(54, 300, 558, 310, "Term\nits definition\n")], False),
-        # a manual's definition lines (libtasn1's): a row each, paragraphs between them, not one under the other
-        ([(90, 150, 522, 161, "[Function]\nint asn1_parser2tree (const char * file, asn1 node *\n"),
-          (90, 260, 522, 271, "[Function]\nvoid asn1_perror (int error)\n")],
-         False),
-        # the same rows a table's: two row heights apart, and the order the blocks come in does not matter
-        ([(90, 172, 522, 183, "[Function]\nvoid asn1_perror (int error)\n"),
-          (90, 150, 522, 161, "[Function]\nint asn1_parser2tree (const char * file, asn1 node *\n")], True),
-    ],
-    ids=["row-blocks", "one-block", "paragraph", "cjk-paragraph", "running-head", "two-lines", "definition-lines",
-         "rows-one-under-the-other"],
-)
-def test_looks_tabular(blocks: list[tuple[float, float, float, float, str]], expected: bool) -> None:
-    assert looks_tabular(blocks, 792.0) is expected
-
-
-def test_ruled_grid_wants_three_rules_each_way() -> None:
-    grid = [("l", (0, y, 100, y)) for y in (0, 10, 20)] + [("l", (x, 0, x, 20)) for x in (0, 50, 100)]
-    assert ruled_grid(grid)
-    cells = [("re", (x, y, x + 50, y + 10)) for x in (0, 50) for y in (0, 10)]
-    assert ruled_grid(cells)
-    thin = [("re", (0, y, 100, y + 0.5)) for y in (0, 10, 20)] + [("re", (x, 0, x + 0.5, 20)) for x in (0, 50, 99)]
-    assert ruled_grid(thin)
-    assert not ruled_grid([("re", (0, 0, 100, 50)), ("re", (0, 60, 100, 90))])  # two framed boxes, stacked
-    assert not ruled_grid([("l", (0, y, 100, y)) for y in (0, 10, 90)])  # booktabs: horizontal rules only
-    assert not ruled_grid([("l", (0, 0, 2, 0))] * 9)  # too short to be rules
-
-
-def test_content_paths_reads_lines_and_rectangles_of_a_stream() -> None:
-    stream = b"q 0.6 w\n10 20 m\n110 20 l\n110 80 l S\n5 5 40 -10 re f\nBT /F1 9 Tf (x) Tj ET\n1 2 l\nQ"
-    assert list(content_paths(stream)) == [
-        ("l", (10.0, 20.0, 110.0, 20.0)), ("l", (110.0, 20.0, 110.0, 80.0)), ("re", (5.0, -5.0, 45.0, 5.0)),
-        ("l", (5.0, 5.0, 1.0, 2.0)),
-    ]
-    assert list(content_paths(b"/Tf l\n(word) re\n")) == []  # operands that are not numbers
-
-
-def test_content_paths_place_each_rule_by_its_cm_as_pdftex_draws_booktabs_and_hline_tables() -> None:
-    # pdfTeX: every rule drawn at 0 0 inside q ... Q, moved into place by its own cm
-    rule = "q\n1 0 0 1 60.34 {y} cm\n[]0 d 0 J 0.61 w 0 0 m 224.28 0 l S\nQ\nBT /F1 9 Tf (Q) Tj ET\n"
-    stream = "".join(rule.format(y=y) for y in (786.79, 766.251, 725.782)).encode()
-    paths = list(content_paths(stream))
-    assert paths == [("l", (60.34, y, 284.62, y)) for y in (786.79, 766.251, 725.782)]
-    assert ruled_rows(paths)
-    # a scale and a nested q: 0.1 units drawn under a 10x matrix are points
-    scaled = b"q 10 0 0 10 0 0 cm q 1 0 0 1 2 3 cm 0 0 m 9 0 l S Q 0 0 5 1 re f Q 1 1 m 2 2 l S"
-    assert list(content_paths(scaled)) == [
-        ("l", (20.0, 30.0, 110.0, 30.0)), ("re", (0.0, 0.0, 50.0, 10.0)), ("l", (1.0, 1.0, 2.0, 2.0)),
-    ]
-
-
-def test_content_paths_follow_the_forms_a_stream_shows_where_it_places_them() -> None:
-    forms = {"Fm0": (b"0 0 m 50 0 l S /Fm1 Do", (2.0, 0.0, 0.0, 2.0, 0.0, 0.0)),
-             "Fm1": (b"0 0 10 10 re f /Fm1 Do", (1.0, 0.0, 0.0, 1.0, 5.0, 5.0))}  # Fm1 shows itself: bounded
-    stream = b"q 1 0 0 1 100 200 cm /Fm0 Do Q /Im9 Do 0 0 m 1 0 l S"
-    paths = list(content_paths(stream, forms=forms.get))
-    assert paths[0] == ("l", (100.0, 200.0, 200.0, 200.0))  # the form's matrix, then the cm at its Do
-    assert paths[1] == ("re", (110.0, 210.0, 130.0, 230.0))
-    assert len(paths) == 2 + 3 and paths[-1] == ("l", (0.0, 0.0, 1.0, 0.0))  # 4 forms deep at most; an image: none
-    assert list(content_paths(stream)) == [("l", (0.0, 0.0, 1.0, 0.0))]  # no lookup: forms skipped
-
-
-def test_a_forms_matrix_is_read_from_its_array_else_the_identity() -> None:
-    assert form_matrix(("array", "[2 0 0 2 5 -1.5]")) == (2.0, 0.0, 0.0, 2.0, 5.0, -1.5)
-    for key in (("null", "null"), ("array", "[1 0 0 1]"), ("array", "[1 0 0 1 x 0]")):
-        assert form_matrix(key) == (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
-
-
-def test_caption_is_the_nearest_caption_like_block_above_else_below() -> None:
-    table = (100.0, 200.0, 400.0, 300.0)
-    blocks = [
-        (100, 150, 300, 160, "Table 2: too far above\n"),
-        (100, 180, 300, 192, "Some paragraph right above\n"),
-        (100, 305, 300, 315, "Table 3: just below\n"),
-        (100, 185, 300, 196, "Tab. IV — above\n"),
-        (500, 190, 600, 198, "Table 5: not beside it\n"),
-    ]
-    assert caption_index(table, blocks) == 3
-    assert caption_index(table, blocks[:3]) == 2
-    assert caption_index(table, [(100, 186, 300, 197, "Таблица 1: города\n")]) == 0
-    assert caption_index(table, [(100, 186, 300, 197, "表3: 一覧\n")]) == 0
-    assert caption_index(table, [(100, 186, 300, 197, "Tables are nice\n")]) is None
-
-
 def test_markdown_writes_the_header_the_delimiter_and_spanning_cells_once() -> None:
-    table = _table([["Name", "Both", ""], ["a|b", "x", "y"], ["c", "z", "w"]], {(0, 1): (1, 2), (1, 0): (2, 1)})
+    table = make_table([["Name", "Both", ""], ["a|b", "x", "y"], ["c", "z", "w"]], {(0, 1): (1, 2), (1, 0): (2, 1)})
     header, delimiter, lines = row_lines(table)
     assert header == "| Name | Both |  |"
     assert delimiter == "|---|---|---|"
@@ -294,7 +40,7 @@ def test_markdown_writes_the_header_the_delimiter_and_spanning_cells_once() -> N
 
 def _long(rows: int) -> PageTable:
     body = [[f"item{r}", str(r * 7), "some words of note"] for r in range(1, rows)]
-    return _table([["Item", "Value", "Note"], *body], caption="Table 9: Long")
+    return make_table([["Item", "Value", "Note"], *body], caption="Table 9: Long")
 
 
 def test_a_table_that_fits_is_one_part_with_its_caption() -> None:
@@ -328,7 +74,7 @@ def test_a_long_table_is_split_between_rows_each_part_with_the_header_within_the
 
 def test_rows_a_spanning_cell_joins_stay_in_one_part() -> None:
     rows = [["Group", "Item"]] + [[f"g{r}", f"item {r} with several words"] for r in range(1, 13)]
-    table = _table(rows, {(5, 0): (3, 1)})
+    table = make_table(rows, {(5, 0): (3, 1)})
     parts = split_table(table, 40, COUNT)
     ranges = [(p.row_start, p.row_end) for _, _, p in parts]
     assert len(ranges) > 2 and any(a <= 5 and b >= 8 for a, b in ranges), ranges
@@ -337,7 +83,7 @@ def test_rows_a_spanning_cell_joins_stay_in_one_part() -> None:
 
 def test_a_spanning_cell_cut_by_the_budget_is_written_again_atop_the_next_part() -> None:
     rows = [["Group", "Item"]] + [["g", f"item {r} with a few more words here"] for r in range(1, 9)]
-    table = _table(rows, {(1, 0): (8, 1)})
+    table = make_table(rows, {(1, 0): (8, 1)})
     parts = split_table(table, 30, COUNT)
     assert len(parts) > 1
     for text, _, part in parts:
@@ -348,7 +94,7 @@ def test_a_spanning_cell_cut_by_the_budget_is_written_again_atop_the_next_part()
 
 def test_a_row_larger_than_the_budget_is_a_part_of_its_own() -> None:
     rows = [["Item", "Text"], ["a", "short"], ["b", " ".join(["wordy"] * 60)], ["c", "short"]]
-    parts = split_table(_table(rows), 30, COUNT)
+    parts = split_table(make_table(rows), 30, COUNT)
     assert [(p.row_start, p.row_end) for _, _, p in parts] == [(1, 2), (2, 3), (3, 4)]
     assert [tokens > 30 for _, tokens, _ in parts] == [False, True, False]
 
@@ -361,7 +107,7 @@ def test_parts_are_packed_again_for_a_tokenizer_that_does_not_add_up() -> None:
 
 
 def test_a_table_without_body_rows_has_no_parts() -> None:
-    assert split_table(_table([["a", "b"]]), 100, COUNT) == []
+    assert split_table(make_table([["a", "b"]]), 100, COUNT) == []
 
 
 def test_a_table_part_round_trips_as_its_record() -> None:
@@ -378,7 +124,7 @@ def _two_row_header(body_rows: int, words: str = "x") -> PageTable:
     # "Name" spans both header rows; "Revenue" spans two columns over "2023" and "2024"
     rows = [["Name", "Revenue", "", "Notes"], ["", "2023", "2024", ""]]
     rows += [[f"item{r}", str(r * 3), str(r * 5), words] for r in range(1, body_rows + 1)]
-    return _table(rows, {(0, 0): (2, 1), (0, 1): (1, 2), (0, 3): (2, 1)})
+    return make_table(rows, {(0, 0): (2, 1), (0, 1): (1, 2), (0, 3): (2, 1)})
 
 
 def test_a_header_cell_spanning_two_rows_makes_a_header_of_two_rows_whose_titles_join_top_first() -> None:
@@ -395,14 +141,14 @@ def test_a_header_cell_spanning_two_rows_makes_a_header_of_two_rows_whose_titles
 
 
 def test_a_header_of_one_row_stays_one_row_whatever_spans_columns_or_the_body() -> None:
-    spanning_columns = _table([["Name", "Both", ""], ["a", "x", "y"], ["c", "z", "w"]], {(0, 1): (1, 2)})
+    spanning_columns = make_table([["Name", "Both", ""], ["a", "x", "y"], ["c", "z", "w"]], {(0, 1): (1, 2)})
     assert header_rows(spanning_columns) == 1 and header_texts(spanning_columns) == ("Name", "Both", "")
-    body_span = _table([["Group", "Item"], ["g", "a"], ["", "b"]], {(1, 0): (2, 1)})
+    body_span = make_table([["Group", "Item"], ["g", "a"], ["", "b"]], {(1, 0): (2, 1)})
     assert header_rows(body_span) == 1
     # a cell of row 0 spanning every row, or more than three, is a stub of the body, not a header
-    whole = _table([["Stub", "a"], ["", "b"], ["", "c"]], {(0, 0): (3, 1)})
+    whole = make_table([["Stub", "a"], ["", "b"], ["", "c"]], {(0, 0): (3, 1)})
     assert header_rows(whole) == 1
-    tall = _table([["Stub", f"r{r}"] if r == 0 else ["", f"r{r}"] for r in range(6)], {(0, 0): (4, 1)})
+    tall = make_table([["Stub", f"r{r}"] if r == 0 else ["", f"r{r}"] for r in range(6)], {(0, 0): (4, 1)})
     assert header_rows(tall) == 1
 
 
@@ -427,36 +173,3 @@ def test_a_part_record_written_before_header_rows_reads_as_a_header_of_one_row()
     record = part.to_record()
     del record["header_rows"]
     assert TablePart.from_record(record).header_rows == 1
-
-
-def test_header_spans_reads_a_two_row_header_that_no_rule_shows() -> None:
-    flat = _table([["Name", "Counts", "", "Notes"], ["", "in", "out", ""], ["a", "1", "2", "x"], ["b", "3", "4", "y"]])
-    spanned = header_spans(flat)
-    assert {(c.row, c.col, c.row_span, c.col_span, c.text) for c in spanned.cells if c.row < 2} == {
-        (0, 0, 2, 1, "Name"), (0, 1, 1, 2, "Counts"), (0, 3, 2, 1, "Notes"), (1, 1, 1, 1, "in"), (1, 2, 1, 1, "out")}
-    assert [c for c in spanned.cells if c.row >= 2] == [c for c in flat.cells if c.row >= 2]
-    assert header_rows(spanned) == 2 and header_texts(spanned) == ("Name", "Counts in", "Counts out", "Notes")
-    # every name a group: 2023 over in/out, 2024 over in/out
-    years = _table([["2023", "", "2024", ""], ["in", "out", "in", "out"], ["1", "2", "3", "4"]])
-    assert header_texts(header_spans(years)) == ("2023 in", "2023 out", "2024 in", "2024 out")
-
-
-@pytest.mark.parametrize(
-    "rows",
-    [
-        [["Name", "Value", ""], ["a", "1", "2"], ["b", "3", "4"]],  # a body row: its first column has text
-        [["Name", "Counts", "", "Notes"], ["", "in", "", ""], ["a", "1", "2", "x"]],  # a group column unnamed
-        [["", "A", "B"], ["x", "1", ""], ["y", "2", "3"]],  # an empty corner over a named row
-        [["Name", "Count", "Notes"], ["", "", ""], ["a", "1", "x"]],  # no group
-        [["Name", "Counts", ""], ["", "in", "out"]],  # no body row
-    ],
-    ids=["body-row", "group-unnamed", "corner", "no-group", "no-body"],
-)
-def test_header_spans_leaves_other_tables_as_they_are(rows: list[list[str]]) -> None:
-    table = _table(rows)
-    assert header_spans(table) is table
-
-
-def test_header_spans_leaves_a_table_whose_drawing_gave_its_header_spans() -> None:
-    drawn = _table([["Name", "Counts", "", "Notes"], ["", "in", "out", ""], ["a", "1", "2", "x"]], {(0, 1): (1, 2)})
-    assert header_spans(drawn) is drawn
