@@ -42,6 +42,7 @@ import pymupdf  # noqa: E402
 from docstream.models.tokenization import load_token_counter  # noqa: E402
 from docstream_chunker.chunking import ChunkingConfig  # noqa: E402
 from docstream_chunker.extraction import block_flags, chunk_bytes, find_page_tables  # noqa: E402
+from docstream_chunker.ort_sessions import quiet_sessions  # noqa: E402
 from tests.fixtures.documents import make_pdf  # noqa: E402
 from tests.fixtures.tables import (  # noqa: E402
     KnownTable,
@@ -263,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     banner = cpu_banner()
     print(banner.splitlines()[0], flush=True)
+    quiet_sessions()  # the layout model's sessions as the chunker makes them: no spin-waiting
     variants: dict[str, dict[str, bool]] = {"shipped (both checks, then the lines finder or the layout model)": {},
                                             "ungated (the lines finder on every page)": {"gated": False}}
     if args.layout:

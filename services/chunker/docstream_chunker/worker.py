@@ -43,6 +43,7 @@ from docstream.objectstore import ObjectStore
 from docstream.settings import ChunkerSettings, InferenceSettings, LogSettings, ObjectStoreSettings
 from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
+from docstream_chunker.ort_sessions import quiet_sessions
 from docstream_chunker.provenance import time_limit
 
 __all__ = [
@@ -117,6 +118,7 @@ class DocumentProcessor:
     """
 
     def __init__(self, settings: ExtractorSettings) -> None:
+        quiet_sessions()  # the layout model's and RapidOCR's sessions: no spin-waiting (ort_sessions)
         self._chunker = settings.chunker
         self._objects = ObjectStore(settings.object_store)
         # the OCR engine opens on the first page that needs it, in whichever process runs this
