@@ -250,8 +250,9 @@ def run_stack(folder: Path, *, work: Path) -> Result:
     if why is not None:
         return Result("e real stack (Kafka+Cassandra)", note=f"skipped: {why}; start it with make stack-up")
     prefix = f"bench{uuid.uuid4().hex[:8]}"
-    # a keyspace of its own: in a store that holds the folder's documents already (an earlier round), their
-    # results would be taken as they are, and the round would time no extraction and no model
+    # a keyspace of its own: in a store that holds the folder's documents already (an earlier round), each is a new
+    # version of its source, whose chunks reuse the results of the version before (docs/intake.md "Versions of a
+    # document"), and the round would time no model
     keyspace = f"docstream_{prefix}"
     root = Path(tempfile.mkdtemp(prefix="stack-", dir=work))
     env = _clean_env(
