@@ -83,6 +83,15 @@ def _run_service(name: str, config: str | None, metrics_host: str | None, metric
     _exit_now(code)
 
 
+def _passive_openmp() -> None:
+    """Let ``docstream run``'s OpenMP threads sleep when idle: ``OMP_WAIT_POLICY=PASSIVE`` unless the environment
+    names a policy. The model shares the cores with the broker, the chunker's extraction child and the reducer, and
+    torch's threads spinning after each parallel region took their CPU (docs/performance.md "Thread split on 2
+    cores"). Called before torch loads its OpenMP runtime, which reads the policy once; the services keep the
+    default."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def _exit_now(code: int) -> None:
     """Flush stdout, stderr and the log handlers, then end the process with ``code`` at once."""
     sys.stdout.flush()
@@ -597,6 +606,7 @@ def run(
     from docstream_cli.ops.submit import PromptFlags
     from docstream_cli.runner import run_command
 
+    _passive_openmp()  # before the model's torch loads
     settings = _settings(config)
     inference: dict[str, Any] = {}
     if model is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,23 @@ def test_replay_takes_a_timeout_and_refuses_a_negative_one_before_anything_start
     assert "--timeout" in text and "give up processing the replay after N seconds" in " ".join(text.split())
     refused = CliRunner().invoke(app, ["replay", "--service", "chunker", "--to-offset", "earliest", "--timeout", "-1"])
     assert refused.exit_code == 2
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_docstream_run_lets_openmp_threads_sleep_unless_the_environment_names_a_policy(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: str | None, expected: str) -> None:
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    seen: dict[str, str | None] = {}
+
+    def run_command(paths: list[str], **_: object) -> int:  # what the run would start with
+        seen["policy"] = os.environ.get("OMP_WAIT_POLICY")
+        return 0
+
+    monkeypatch.setattr("docstream_cli.runner.run_command", run_command)
+    monkeypatch.setattr("docstream_cli.app._exit_now", lambda code: None)
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--state-dir", str(tmp_path / "state")])
+    assert result.exit_code == 0, result.output
+    assert seen == {"policy": expected}
