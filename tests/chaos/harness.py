@@ -32,7 +32,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from cassandra.cluster import Cluster
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from docstream import ids
@@ -45,6 +44,7 @@ from docstream.settings import CassandraSettings, ChunkerSettings, InferenceSett
 from docstream.store.base import ResultStore
 from docstream_chunker.chunking import ChunkingConfig
 from docstream_chunker.extraction import chunk_bytes
+from tests.fixtures.cassandra import cluster_of
 from tests.fixtures.documents import (
     failure_documents,
     make_corrupt_pdf,
@@ -347,7 +347,7 @@ def completed_per_document(bootstrap: str, topic: str, kafka: KafkaSettings, doc
 def chunk_writetimes(settings: CassandraSettings, doc_ids: Iterable[str], model_id: str = MODEL_ID
                      ) -> dict[tuple[str, int], int]:
     """``(doc_id, chunk_index)`` → write time (epoch microseconds) of each stored chunk row."""
-    cluster = Cluster(list(settings.contact_points), port=settings.port, connect_timeout=30)
+    cluster = cluster_of(settings)
     try:
         session = cluster.connect(settings.keyspace)
         query = session.prepare("SELECT chunk_index, WRITETIME(chunk_id) FROM chunks WHERE doc_id = ? AND model_id = ?")

@@ -13,11 +13,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from cassandra.cluster import Cluster, Session
+from cassandra.cluster import Session
 
 from docstream.settings import CassandraSettings
 from docstream.store import ResultStore
 from docstream.store.base import ChunkRow
+from tests.fixtures.cassandra import cluster_of
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +27,7 @@ _LEASE = "migrate"
 
 @pytest.fixture
 def raw(cassandra_settings: CassandraSettings) -> Iterator[Session]:
-    cluster = Cluster(list(cassandra_settings.contact_points), port=cassandra_settings.port)
+    cluster = cluster_of(cassandra_settings)
     try:
         yield cluster.connect(cassandra_settings.keyspace)
     finally:

@@ -15,7 +15,7 @@ import pytest
 
 from docstream.settings import CassandraSettings
 from docstream.store.base import ChunkRow, JobRow
-from tests.fixtures.cassandra import drop_keyspace
+from tests.fixtures.cassandra import cluster_of, drop_keyspace
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +23,9 @@ pytestmark = pytest.mark.integration
 def test_migrations_create_the_keyspace_with_the_configured_replication_and_every_statement_is_idempotent(
     cassandra_settings: CassandraSettings,
 ) -> None:
-    from cassandra.cluster import Cluster
-
     from docstream.store.cassandra import CassandraStore
 
-    probe = Cluster(list(cassandra_settings.contact_points), port=cassandra_settings.port)
+    probe = cluster_of(cassandra_settings)
     try:
         datacenter = probe.connect().execute("SELECT data_center FROM system.local").one().data_center
     finally:

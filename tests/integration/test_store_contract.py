@@ -47,7 +47,7 @@ from docstream.store.table_store import TableStore
 from docstream.tasks.base import EntitySummary, Mention
 from docstream.tenants.admission import TenantLoad
 from docstream.tenants.usage import Usage
-from tests.fixtures.cassandra import STORE_PAGE_SIZE
+from tests.fixtures.cassandra import STORE_PAGE_SIZE, cluster_of, drop_keyspace
 
 pytestmark = pytest.mark.integration
 
@@ -775,8 +775,6 @@ def test_sqlite_migration_007_upgrades_a_store_at_006(tmp_path: Path, monkeypatc
 def test_cassandra_migration_007_upgrades_a_keyspace_at_006(
     cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cassandra.cluster import Cluster
-
     from docstream.store import cassandra as cassandra_module
     from docstream.store.cassandra import CassandraStore
 
@@ -794,11 +792,7 @@ def test_cassandra_migration_007_upgrades_a_keyspace_at_006(
         _check_upgraded(store, *old)
     finally:
         store.close()
-        cluster = Cluster(list(settings.contact_points), port=settings.port)
-        try:
-            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=120)
-        finally:
-            cluster.shutdown()
+        drop_keyspace(settings)
 
 
 # -- search ----------------------------------------------------------------------------
@@ -933,9 +927,7 @@ def test_the_cassandra_migrations_give_every_table_a_column_for_every_field_its_
     cassandra_store: ResultStore, cassandra_settings: CassandraSettings
 ) -> None:
     """SQLite's: ``tests/unit/lib/records/test_schema_ties.py``. jobs_by_tenant holds a copy of every jobs row."""
-    from cassandra.cluster import Cluster
-
-    cluster = Cluster(list(cassandra_settings.contact_points), port=cassandra_settings.port)
+    cluster = cluster_of(cassandra_settings)
     try:
         found = cluster.connect().execute(
             "SELECT table_name, column_name FROM system_schema.columns WHERE keyspace_name = %s",
