@@ -71,7 +71,8 @@ ExportFormat = Literal["jsonl", "parquet"]
 _AVRO = SchemaSet.load()
 _DOCUMENT_RECORDS = (_AVRO.get("DocumentCompleted").raw, _AVRO.get("DocumentSubmitted").raw)
 _CHUNK_RECORDS = (_AVRO.get("ChunkResult").raw, _AVRO.get("ChunkCreated").raw)
-_CHUNK_ROW_FIELDS = row_fields(CHUNK_ROW, {schema.name: schema.raw for schema in _AVRO})
+_SCHEMAS = {schema.name: schema.raw for schema in _AVRO}
+_CHUNK_ROW_FIELDS = row_fields(CHUNK_ROW, _SCHEMAS)
 _CHUNK_FIELDS = {f.export_name: f.name for f in _CHUNK_ROW_FIELDS}
 """Every ``ChunkRow`` field (``docstream.store.layout.CHUNK_ROW``) by its export column: the name of the record field
 it holds (``table`` for ``table_part``)."""
@@ -92,12 +93,21 @@ def chunk_columns(fields: Sequence[RowField]) -> tuple[tuple[str, ...], tuple[st
     Raises:
         ValueError: a column of the file's order is no longer a field of the row.
     """
-    names = [f.export_name for f in fields]
-    gone = [name for name in (*_CHUNK_FILE, *_TASK_CHUNK_COLUMNS) if name not in names]
+    return _columns([f.export_name for f in fields], _CHUNK_FILE, _TASK_CHUNK_COLUMNS, (), "the chunk row")
+
+
+def _columns(names: Sequence[str], file_order: tuple[str, ...], task_only: tuple[str, ...],
+             left_out: Sequence[str], rows: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``file_order``, then the ``names`` none of the three lists holds; and ``task_only``.
+
+    Raises:
+        ValueError: a name of the three lists is not one of ``names`` (fields of ``rows``).
+    """
+    gone = [name for name in (*file_order, *task_only, *left_out) if name not in names]
     if gone:
-        raise ValueError(f"export columns {gone} are not fields of the chunk row")
-    added = tuple(name for name in names if name not in _CHUNK_FILE and name not in _TASK_CHUNK_COLUMNS)
-    return (*_CHUNK_FILE, *added), _TASK_CHUNK_COLUMNS
+        raise ValueError(f"export columns {gone} are not fields of {rows}")
+    known = {*file_order, *task_only, *left_out}
+    return (*file_order, *(name for name in names if name not in known)), task_only
 
 
 _CHUNK_COLUMNS, _TASK_COLUMNS = chunk_columns(_CHUNK_ROW_FIELDS)
@@ -133,16 +143,11 @@ def document_columns(document_fields: Sequence[RowField],
         ValueError: a column of the file's order is no longer a field of the rows, or an unexported one is.
     """
     names = list(dict.fromkeys(f.name for f in (*document_fields, *result_fields)))
-    gone = [name for name in (*_DOCUMENT_FILE, *_TASK_DOCUMENT_COLUMNS, *DOCUMENT_NOT_EXPORTED) if name not in names]
-    if gone:
-        raise ValueError(f"export columns {gone} are not fields of the document rows")
-    known = {*_DOCUMENT_FILE, *_TASK_DOCUMENT_COLUMNS, *DOCUMENT_NOT_EXPORTED}
-    return (*_DOCUMENT_FILE, *(name for name in names if name not in known)), _TASK_DOCUMENT_COLUMNS
+    return _columns(names, _DOCUMENT_FILE, _TASK_DOCUMENT_COLUMNS, tuple(DOCUMENT_NOT_EXPORTED), "the document rows")
 
 
-_DOCUMENT_COLUMNS, _TASK_DOCUMENT_FIELDS = document_columns(
-    row_fields(DOCUMENT_ROW, {schema.name: schema.raw for schema in _AVRO}),
-    row_fields(DOCUMENT_RESULT_ROW, {schema.name: schema.raw for schema in _AVRO}))
+_DOCUMENT_COLUMNS, _TASK_DOCUMENT_FIELDS = document_columns(row_fields(DOCUMENT_ROW, _SCHEMAS),
+                                                            row_fields(DOCUMENT_RESULT_ROW, _SCHEMAS))
 _ADDED_DOCUMENT_COLUMNS = _DOCUMENT_COLUMNS[len(_DOCUMENT_FILE):]
 
 DOCUMENT_SCHEMA = arrow_schema(_DOCUMENT_COLUMNS, _DOCUMENT_RECORDS)
