@@ -4,12 +4,15 @@
     .venv/bin/python benchmarks/reducer.py --stack kafka --no-eos   # the same, at-least-once
     .venv/bin/python benchmarks/reducer.py --stack embedded         # embedded Kafka + SQLite, exactly-once
     .venv/bin/python benchmarks/reducer.py --stack kafka --profile /tmp/reducer.prof   # cProfile the reducer
+    .venv/bin/python benchmarks/reducer.py --stack embedded --in-flight 60   # 60 documents' records interleaved
 
 1. Not timed: a fresh topic prefix, its topics, a job row and one documents/job_documents row per
    document in the store (as the intake and the chunker leave them), then ``--records``
    ChunkResult records (``--docs`` documents of records/docs chunks, ``--dim`` floats each,
    as the inference service produces them: ``docstream_inference.handler.result_record``'s
-   fields, the services' producer options) produced to the result topic.
+   fields, the services' producer options) produced to the result topic: one document after the
+   other, or ``--in-flight`` documents at a time, round-robin (the documents agent writes an open
+   document's state once per batch, so the order matters: docs/reducer.md "Batches").
 2. Timed: ``docstream reducer`` is started as its own process (``kafka.transactions`` on unless
    ``--no-eos``) and the completed topic is read (read_committed) until every document's
    DocumentCompleted is out.
@@ -17,7 +20,8 @@
 Figures: the steady window runs from the first DocumentCompleted to the last one (the process
 start, the group join and the table recovery are left out; under exactly-once both ends are
 seen at a transaction commit, every ``broker_commit_interval`` = 2.8 s); records/s is the
-records of the documents completed in that window over its length; process CPU ms per record
+records read in that window (those of the documents after the first ``--in-flight`` group) over its
+length; process CPU ms per record
 is the reducer process's CPU time (user + system, psutil) over the same window per record.
 "From start" is the whole thing from the process start, for reference. The CPU model and its
 flags, and the load average before and after, are printed first and last.
@@ -75,20 +79,26 @@ os._exit(code)
 """
 
 
-def _records(job_id: str, docs: int, per_doc: int, dim: int) -> list[ChunkResult]:
+def _records(job_id: str, docs: int, per_doc: int, dim: int, in_flight: int = 1) -> list[ChunkResult]:
+    """The documents' records in groups of ``in_flight`` documents, each group's records round-robin over its
+    documents (1: one document after the other, as one inference consumer of one document gives them)."""
     rng = random.Random(5)
     at = datetime.now(UTC)
-    out = []
-    for d in range(docs):
-        doc_id = f"{job_id}-d{d:05d}"
-        for i in range(per_doc):
-            out.append(ChunkResult(
-                job_id=job_id, doc_id=doc_id, chunk_id=f"{doc_id}-{i}", chunk_index=i, chunk_count=per_doc,
-                model_id=_MODEL, status="ok", token_count=200 + i % 56, page_start=1 + i // 4, page_end=1 + i // 4,
-                embedded_at=at + timedelta(milliseconds=i), embedding=[rng.uniform(-0.2, 0.2) for _ in range(dim)],
-                chunker_settings="max=256;overlap=32",
-            ))
+    out: list[ChunkResult] = []
+    for first in range(0, docs, in_flight):
+        group = [_document(job_id, d, per_doc, dim, rng, at) for d in range(first, min(docs, first + in_flight))]
+        out += [record for rank in zip(*group, strict=True) for record in rank]
     return out
+
+
+def _document(job_id: str, d: int, per_doc: int, dim: int, rng: random.Random, at: datetime) -> list[ChunkResult]:
+    doc_id = f"{job_id}-d{d:05d}"
+    return [ChunkResult(
+        job_id=job_id, doc_id=doc_id, chunk_id=f"{doc_id}-{i}", chunk_index=i, chunk_count=per_doc,
+        model_id=_MODEL, status="ok", token_count=200 + i % 56, page_start=1 + i // 4, page_end=1 + i // 4,
+        embedded_at=at + timedelta(milliseconds=i), embedding=[rng.uniform(-0.2, 0.2) for _ in range(dim)],
+        chunker_settings="max=256;overlap=32",
+    ) for i in range(per_doc)]
 
 
 def _seed(store: ResultStore, job_id: str, doc_ids: list[str]) -> None:
@@ -211,7 +221,7 @@ def run(args: argparse.Namespace, *, eos: bool) -> dict[str, Any]:
             ensure_topics(settings.kafka, topics)
             serde = AvroSerde(settings.kafka)
             job_id = f"{prefix}-job"
-            records = _records(job_id, args.docs, per_doc, args.dim)
+            records = _records(job_id, args.docs, per_doc, args.dim, args.in_flight)
             _seed(store, job_id, sorted({r.doc_id for r in records}))
             store.close()  # SQLite: the reducer process writes the file alone
             _produce(settings, topics.results, records, serde)
@@ -253,10 +263,13 @@ def run(args: argparse.Namespace, *, eos: bool) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
     first, last = min(completed.first.values()), max(completed.first.values())
     window = last - first
-    window_records = (args.docs - 1) * per_doc  # the records of the documents completed after the first
+    # the records read after the first completion: those of the documents after the first group, and the rest of
+    # the first group's last round (one document after the other: the documents completed after the first)
+    window_records = (args.docs - args.in_flight) * per_doc + args.in_flight - 1
     return {
         "stack": args.stack, "exactly_once": eos, "records": args.docs * per_doc, "documents": args.docs,
         "chunks_per_document": per_doc, "dim": args.dim, "partitions": args.partitions,
+        "documents_in_flight": args.in_flight,
         "window_s": round(window, 2),
         "records_per_s": round(window_records / window, 1),
         "documents_per_s": round((args.docs - 1) / window, 1),
@@ -282,6 +295,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--in-flight", type=int, default=1,
+                        help="documents whose records are interleaved (round-robin in groups of this many); 1: one "
+                             "document after the other")
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=1, help="runs, one after the other")
     parser.add_argument("--bootstrap", default="127.0.0.1:19092")
@@ -294,14 +310,15 @@ def main() -> None:
     eos = not args.no_eos
     configure_logging(level="WARNING", fmt="console")
     print(cpu_banner())
-    print(f"{'stack':<18} {'EOS':>4} {'records':>8} {'docs':>5} {'window s':>9} {'records/s':>10} {'docs/s':>7} "
-          f"{'CPU ms/rec':>11} {'from start s':>13} {'dupes':>6}")
+    print(f"{'stack':<18} {'EOS':>4} {'records':>8} {'docs':>5} {'in flight':>9} {'window s':>9} {'records/s':>10} "
+          f"{'docs/s':>7} {'CPU ms/rec':>11} {'from start s':>13} {'dupes':>6}")
     results = []
     for _ in range(args.rounds):
         row = run(args, eos=eos)
         results.append(row)
         name = "Kafka + Cassandra" if args.stack == "kafka" else "embedded + SQLite"
         print(f"{name:<18} {'on' if eos else 'off':>4} {row['records']:>8} {row['documents']:>5} "
+              f"{row['documents_in_flight']:>9} "
               f"{row['window_s']:>9.2f} {row['records_per_s']:>10.1f} {row['documents_per_s']:>7.1f} "
               f"{row['cpu_ms_per_record']:>11.3f} {row['from_start_s']:>13.2f} {row['duplicates']:>6}", flush=True)
     if any(row["window_s"] < 10 for row in results):

@@ -32,6 +32,7 @@ from docstream.records import ChunkResult, DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
+from docstream_reducer.aggregation import DocumentState, decode_entry, document_key
 from tests.fixtures.kafka import TopicReader, read_topic, wait_until
 from tests.fixtures.services import ServiceProcess
 from tests.fixtures.webhooks import ALLOW_PRIVATE_ENV, WebhookReceiver
@@ -133,6 +134,24 @@ def _final(job_id: str) -> Callable[[TopicReader], bool]:
 def _every_document(docs: list[_Doc]) -> Callable[[TopicReader], bool]:
     wanted = {d.doc_id for d in docs}
     return lambda reader: {getattr(r, "doc_id", None) for r in reader.records} >= wanted
+
+
+def _table_holds(records: list[ChunkResult]) -> Callable[[TopicReader], bool]:
+    """Whether the documents table's changelog, read so far, holds every index of ``records`` in the latest value of
+    its document (the agent writes an open document's state once a batch, not once a record)."""
+    wanted: dict[str, set[int]] = {}
+    for record in records:
+        wanted.setdefault(document_key(record.doc_id, record.model_id), set()).add(record.chunk_index)
+
+    def holds(reader: TopicReader) -> bool:
+        latest = {json.loads(m.key()): m.value() for m in reader.messages}
+        for key, indexes in wanted.items():
+            state = decode_entry(json.loads(latest[key])) if latest.get(key) else None
+            if not isinstance(state, DocumentState) or not all(state.has(i) for i in indexes):
+                return False
+        return True
+
+    return holds
 
 
 def test_reducer_completes_documents_partials_failures_and_the_job(
@@ -396,7 +415,7 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, first))
     # the open document states are committed to the table's changelog before two joins
     wait_for_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", one)
-    read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", expected=len(first), timeout_s=90,
+    read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", until=_table_holds(first), timeout_s=90,
                what="instance one's table state", describe=one.tail)
 
     two = ServiceProcess("two", {**env, "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "two-data")}, tmp_path,

@@ -606,6 +606,15 @@ class ReducerSettings(BaseModel):
                     "is not written twice. auto and on: idempotent; off: not, for a broker that refuses aiokafka's "
                     "InitProducerId (auto is kept so that existing settings still load).",
     )
+    max_batch_size: int = Field(
+        500, ge=1, le=10_000,
+        description="The documents agent folds the chunk results it has read in batches of at most this many, and "
+                    "writes each open document's state once a batch (docs/reducer.md \"Batches\").",
+    )
+    max_latency_ms: int = Field(
+        20, ge=1, le=1000,
+        description="How long the documents agent waits for a batch to fill before it folds what it has.",
+    )
     stall_timeout_s: float = Field(
         20.0, ge=1, le=3600,
         description="A source partition with records waiting and no progress for this long is re-fetched; "

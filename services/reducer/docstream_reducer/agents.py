@@ -17,7 +17,7 @@ import asyncio
 import heapq
 import json
 import random
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -190,6 +190,10 @@ async def dead_letter(sink: Sink, msg: Incoming, error: BaseException, metrics: 
         metrics.dlq.labels(SERVICE, msg.topic).inc()
 
 
+def _stay(_index: int) -> None:
+    """``handle_batch``'s default ``entering``: nothing to switch."""
+
+
 class DocumentReducer:
     """ChunkResult records into DocumentCompleted ones.
 
@@ -231,12 +235,41 @@ class DocumentReducer:
 
     async def handle(self, msg: Incoming) -> None:
         """Fold one ChunkResult record in; complete its document when it is the last one."""
+        await self.handle_batch([msg])
+
+    async def handle_batch(self, msgs: Sequence[Incoming], entering: Callable[[int], None] = _stay) -> None:
+        """Fold a batch of ChunkResult records in, in order; write each open document's state once, at the end.
+
+        A document that completes in the batch is written when it completes, as by ``handle``. One that stays
+        open is written after the batch's last record: its state in between lives here only, and the caller
+        acknowledges the batch's records after this returns, so a crash in between leaves them unacknowledged
+        and they are read and folded again (the fold ignores an index it holds; docs/reducer.md "Batches").
+
+        Args:
+            msgs: the records, in the order they were read.
+            entering: called with a record's index in ``msgs`` before its table changes are made, and with the
+                index of a document's last record before its state is written (the Faust agent makes that record
+                the current event: a table change goes to the changelog partition of the current record).
+        """
+        open_states: dict[str, tuple[DocumentState, int]] = {}
+        for index, msg in enumerate(msgs):
+            entering(index)
+            await self._handle(msg, index, open_states)
+        for key, (state, index) in open_states.items():
+            entering(index)
+            self._table[key] = state.to_json()
+
+    async def _handle(self, msg: Incoming, index: int, open_states: dict[str, tuple[DocumentState, int]]) -> None:
         self._expire_markers(msg.partition, msg.timestamp_ms)
         try:
             chunk = self._decode(msg)
             key = document_key(chunk.doc_id, chunk.model_id)
-            raw = self._table.get(key)
-            entry = None if raw is None else decode_entry(raw)
+            held = open_states.get(key)
+            if held is not None:
+                entry: DocumentState | CompletionMarker | None = held[0]
+            else:
+                raw = self._table.get(key)
+                entry = None if raw is None else decode_entry(raw)
             fold = self._fold(chunk.task)
             state, completed = apply(entry, chunk, fold)
             if completed is not None and isinstance(fold, StoredAnswersFold):
@@ -250,8 +283,9 @@ class DocumentReducer:
             return
         if completed is None:
             assert isinstance(state, DocumentState)
-            self._table[key] = state.to_json()
+            open_states[key] = (state, index)
             return
+        open_states.pop(key, None)
         completed = self._bounded(completed)
         if waits_for_document_step(completed):
             # the document stage writes its rows and publishes it once its document-level step is done

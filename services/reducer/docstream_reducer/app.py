@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -275,20 +275,27 @@ def build_reducer(
     stall_s = reducer.stall_timeout_s
     watch = PartitionWatch(stall_s, clock)
 
+    async def _failed(name: str, msg: Incoming, exc: Exception) -> None:
+        """The agent loop's end: log once, stop the worker (no commit past the record)."""
+        _log.error("reducer_agent_failed", agent=name, topic=msg.topic, partition=msg.partition,
+                   offset=msg.offset, error_code=getattr(exc, "code", "unhandled_error"),
+                   error=str(exc)[:500], exc_info=exc)
+        await app.crash(exc)
+
+    def _taken(msg: Incoming) -> None:
+        metrics.records_in.labels(SERVICE, msg.topic).inc()
+        watch.handled(msg.topic, msg.partition, msg.offset)
+        watch.started(id(msg))
+
     def _agent(handle: Callable[[Incoming], Any], name: str) -> Callable[[Any], Any]:
         async def run(stream: Any) -> None:
             async for event in stream.events():
                 msg = _incoming(event)
-                metrics.records_in.labels(SERVICE, msg.topic).inc()
-                watch.handled(msg.topic, msg.partition, msg.offset)
-                watch.started(id(msg))
+                _taken(msg)
                 try:
                     await handle(msg)
-                except Exception as exc:  # the agent loop: log once, stop the worker (no commit past it)
-                    _log.error("reducer_agent_failed", agent=name, topic=msg.topic, partition=msg.partition,
-                               offset=msg.offset, error_code=getattr(exc, "code", "unhandled_error"),
-                               error=str(exc)[:500], exc_info=exc)
-                    await app.crash(exc)
+                except Exception as exc:
+                    await _failed(name, msg, exc)
                     raise
                 finally:
                     watch.finished(id(msg))
@@ -296,7 +303,31 @@ def build_reducer(
         run.__name__ = run.__qualname__ = name
         return run
 
-    app.agent(results, name="documents")(_agent(documents.handle, "documents"))
+    async def _documents(stream: Any) -> None:
+        """The documents agent: batches of records (``reducer.max_batch_size``, ``max_latency_ms``), each
+        acknowledged once the whole batch is folded and its states written (docs/reducer.md "Batches")."""
+        async for events in stream.noack_take(reducer.max_batch_size, within=reducer.max_latency_ms / 1000):
+            msgs = [_incoming(event) for event in events]
+            at = [0]
+
+            def entering(index: int, events: Sequence[Any] = events, at: list[int] = at) -> None:
+                at[0] = index
+                faust_shim.make_current(events[index])
+
+            for msg in msgs:
+                _taken(msg)
+            try:
+                await documents.handle_batch(msgs, entering)
+            except Exception as exc:  # nothing of the batch is acknowledged
+                await _failed("documents", msgs[at[0]], exc)
+                raise
+            finally:
+                for msg in msgs:
+                    watch.finished(id(msg))
+            for event in events:
+                await stream.ack(event)
+
+    app.agent(results, name="documents")(_documents)
     app.agent(completed, name="completed-relay")(_agent(relay.handle, "completed-relay"))
     app.agent(chunked, name="chunked-relay")(_agent(relay.handle, "chunked-relay"))
     app.agent(by_job, name="jobs")(_agent(jobs.handle, "jobs"))

@@ -27,18 +27,21 @@ transport of its own, whose subclasses carry the fixes:
 ``ReducerWorker`` (a bounded stop: ``Worker._schedule_shutdown``, ``_signal_stop_time``) and
 ``ThreadWorker`` (a quick loop close: ``Worker._sentinel_task``) are subclasses used only where the
 reducer creates its worker. ``committed_offsets(consumer)`` reads Faust's view of the group's
-committed offsets.
+committed offsets. ``make_current(event)`` sets Faust's current event (``faust.streams._current_event``)
+in a task that handles a batch taken with ``Stream.noack_take``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib.metadata
 import inspect
 import os
 import signal
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -48,6 +51,7 @@ import faust
 import mode
 from aiokafka import errors as kafka_errors
 from aiokafka.producer.sender import Sender
+from faust import streams as faust_streams
 from faust.transport import base as transport_base
 from faust.transport import consumer as transport_consumer
 from faust.transport import producer as transport_producer
@@ -71,6 +75,7 @@ __all__ = [
     "check_versions",
     "committed_offsets",
     "exit_watchdog",
+    "make_current",
     "partition_state",
 ]
 
@@ -140,6 +145,10 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
     "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread.seek_to_beginning":
         ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread.seek_to_beginning,
          "(self, *partitions: aiokafka.structs.TopicPartition) -> None"),
+    "faust.streams.Stream.noack_take":
+        ("faust-streaming", faust_streams.Stream.noack_take,
+         "(self, max_: int, within: Union[datetime.timedelta, float, str])"
+         " -> AsyncGenerator[Sequence[+T_co], NoneType]"),
     "mode.worker.Worker._schedule_shutdown":
         ("mode-streaming", mode.Worker._schedule_shutdown, "(self, signal: signal.Signals) -> None"),
     "mode.worker.Worker._sentinel_task":
@@ -205,6 +214,8 @@ def check_signatures(signatures: Mapping[str, tuple[str, Callable[..., Any], str
         found = str(inspect.signature(function))
         if found != expected:
             raise LibraryMismatchError(package, f"the signature of {name}", expected, found)
+    if not isinstance(getattr(faust_streams, "_current_event", None), contextvars.ContextVar):
+        raise LibraryMismatchError("faust-streaming", "faust.streams._current_event", "a ContextVar", "absent")
     if not inspect.iscoroutinefunction(mode.Worker._sentinel_task):
         raise LibraryMismatchError("mode-streaming", "mode.Worker._sentinel_task", "a coroutine function",
                                    "a plain function")
@@ -249,6 +260,17 @@ def apply(app: faust.App, *, transaction_timeout_s: float, idempotent: bool = Fa
                            idempotent=idempotent)
     app.transport = transport
     return Shim(app=app, transport=transport, previous=previous)
+
+
+def make_current(event: Any) -> None:
+    """Make ``event`` the current event of the running task, as Faust's stream iteration does.
+
+    A table change goes to the changelog partition of the current event (``Table.partition_for_key``), which
+    Faust keeps in a context variable (``faust.streams._current_event``) and sets only in the task that iterates
+    the stream. A batch taken with ``Stream.noack_take`` is handled in the agent's own task, after that
+    iteration moved on: each record is made current before its changes (``DocumentReducer.handle_batch``).
+    """
+    faust_streams._current_event.set(weakref.ref(event))
 
 
 def committed_offsets(consumer: Any, tps: Iterable[TP]) -> dict[TP, int]:

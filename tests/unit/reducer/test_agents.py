@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import random
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,7 @@ from docstream.store import DocumentResultRow, DocumentRow, JobDocumentRow, JobR
 from docstream.store.base import ChunkRow, QueuedJobRow, TaskTally
 from docstream.tenants.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
+from docstream_reducer.aggregation import DocumentState, decode_entry
 
 RESULTS, COMPLETED, JOBS, BY_JOB = "t.chunks.results", "t.documents.completed", "t.jobs", "t-by-job"
 LEGACY_RESULTS = "t.chunks.embedded"
@@ -801,3 +803,85 @@ def test_the_tokens_waiting_per_lane_and_tenant_are_a_gauge_that_a_tenant_leaves
         assert (gauge("batch", "acme"), gauge("interactive", "globex")) == (None, 25)
 
     asyncio.run(run())
+
+
+class _Writes(dict[str, Any]):
+    """A table that records each write: (key, the record made current before it)."""
+
+    def __init__(self, current: list[int]) -> None:
+        super().__init__()
+        self.current = current
+        self.writes: list[tuple[str, int]] = []
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.writes.append((key, self.current[-1] if self.current else -1))
+        super().__setitem__(key, value)
+
+
+def test_a_batch_writes_each_open_document_once_after_its_last_record_made_current() -> None:
+    current: list[int] = []
+    store, sink, table = FakeStore(), FakeSink(), _Writes(current)
+    reducer = _documents(store, sink, table)
+    records = [("a", 0, 0), ("b", 0, 1), ("a", 1, 0), ("b", 1, 1), ("a", 2, 0)]  # (doc, index, partition)
+    msgs = [_msg(_encode(_chunk(doc, index, 5)), partition=partition, offset=n)
+            for n, (doc, index, partition) in enumerate(records)]
+    asyncio.run(reducer.handle_batch(msgs, current.append))
+    assert sorted(table.writes) == [("a|m", 4), ("b|m", 3)]  # once each, as its last record (its partition)
+    a = decode_entry(table["a|m"])
+    assert isinstance(a, DocumentState) and [a.has(i) for i in range(5)] == [True, True, True, False, False]
+    assert not sink.sent
+
+
+def test_a_document_completed_in_a_batch_is_marked_then_its_later_records_are_duplicates() -> None:
+    current: list[int] = []
+    store, sink, table = FakeStore(), FakeSink(), _Writes(current)
+    reducer = _documents(store, sink, table)
+    records = [_chunk("a", 0, 2), _chunk("b", 0, 3), _chunk("a", 1, 2), _chunk("a", 0, 2), _chunk("b", 1, 3)]
+    msgs = [_msg(_encode(r), offset=n) for n, r in enumerate(records)]
+    asyncio.run(reducer.handle_batch(msgs, current.append))
+    assert [(c.doc_id, c.status) for c in sink.records(COMPLETED)] == [("a", "completed")]
+    assert table.writes == [("a|m", 2), ("b|m", 4)]  # a's marker when it completed; b's state at the end
+    assert table["a|m"]["kind"] == "done" and table["b|m"]["kind"] == "state"
+
+
+def test_a_failed_batch_writes_no_open_state_and_its_redelivery_completes_once() -> None:
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table)
+    batch = [_msg(_encode(_chunk("a", 0, 2)), offset=0), _msg(_encode(_chunk("b", 0, 2)), offset=1),
+             _msg(_encode(_chunk("b", 1, 2)), offset=2), _msg(_encode(_chunk("a", 1, 2)), offset=3)]
+    store.fail = 10  # b's completion cannot be recorded: the batch fails after b's first record was folded
+    with pytest.raises(FatalError, match="store kept failing"):
+        asyncio.run(reducer.handle_batch(batch))
+    assert table == {}  # nothing of the batch was written; the agent acknowledged none of it
+    store.fail = 0
+    asyncio.run(reducer.handle_batch(batch))  # read again from the last committed offset
+    asyncio.run(reducer.handle_batch(batch))  # and once more: a redelivery after the writes
+    assert sorted(c.doc_id for c in sink.records(COMPLETED)) == ["a", "b"]
+    assert table["a|m"]["kind"] == table["b|m"]["kind"] == "done"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_batches_of_any_size_give_what_one_record_at_a_time_gives(seed: int) -> None:
+    """Random interleavings of documents, with redeliveries and failed chunks, cut into random batches: the same
+    DocumentCompleted records and the same table as record by record."""
+    rng = random.Random(seed)
+    counts = {f"d{n}": rng.randint(1, 6) for n in range(6)}
+    records = [_chunk(doc, i, count, ok=rng.random() > 0.1) for doc, count in counts.items() for i in range(count)]
+    rng.shuffle(records)
+    records += rng.sample(records, k=len(records) // 3)  # redeliveries, after the originals
+    msgs = [_msg(_encode(r), offset=n, ts_ms=1_000 + n) for n, r in enumerate(records)]
+
+    def outcome(cuts: list[int]) -> tuple[list[tuple[str, str, int]], dict[str, Any]]:
+        store, sink, table = FakeStore(), FakeSink(), {}
+        reducer = _documents(store, sink, table)
+        bounds = [0, *cuts, len(msgs)]
+        for start, end in itertools.pairwise(bounds):
+            asyncio.run(reducer.handle_batch(msgs[start:end]))
+        done = [(c.doc_id, c.status, c.failed_chunks) for c in sink.records(COMPLETED)]
+        return sorted(done), table
+
+    one_by_one = outcome(list(range(1, len(msgs))))
+    batched = outcome(sorted(rng.sample(range(1, len(msgs)), k=rng.randint(0, 4))))
+    assert batched == one_by_one
+    assert {doc for doc, _, _ in one_by_one[0]} == set(counts)  # every document completed, once
+    assert len(one_by_one[0]) == len(counts)

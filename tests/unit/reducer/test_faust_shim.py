@@ -23,6 +23,7 @@ import pytest
 from aiokafka import errors as kafka_errors
 from aiokafka.client import CoordinationType
 from aiokafka.producer.sender import Sender
+from faust.streams import current_event
 from faust.transport import consumer as transport_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
@@ -830,3 +831,22 @@ def test_faust_alone_commits_a_transaction_with_its_table_changes_still_buffered
     app = shimmed("shim-eos-commit-faust", exactly_once=True)
     calls = _commit_with_buffered_sends(app, faust_aiokafka.Producer.commit_transactions, late_send=False)
     assert calls == [("offsets", {TP("in", 0): 7}, "app", [False, False, False]), "commit", "begin"]
+
+
+def test_make_current_sets_the_event_that_faust_tables_write_for() -> None:
+    """A batch is handled in the agent's task, not the one that iterated the stream: make_current is what makes a
+    record's table changes go to its changelog partition (``Table.partition_for_key`` reads ``current_event``)."""
+    class _Event:
+        pass
+
+    first, second = _Event(), _Event()
+
+    async def handle() -> list[Any]:
+        seen = [current_event()]
+        faust_shim.make_current(first)
+        seen.append(current_event())
+        faust_shim.make_current(second)
+        seen.append(current_event())
+        return seen
+
+    assert asyncio.run(handle()) == [None, first, second]
