@@ -637,10 +637,20 @@ def with_layout_tables(found: Sequence[PageTable], by_layout: Sequence[PageTable
     """The ``lines`` finder's tables of a ruled page with the layout model's finder's where those read it better.
 
     ``every``: the page has rules no ruled grid explains (a booktabs or ``\\hline`` table beside the grids), and
-    the layout model's tables take the place of every table of the finder's they overlap. Otherwise only of those
-    with ``few_rows``. A table of the layout model's that overlaps a table kept is left out; the others come
-    first, in their finder's order, then the tables kept.
+    the layout model's tables take the place of the finder's tables they overlap, unless none of them has as many
+    rows as the finder's table: the layout model then cut a ruled grid in pieces or lost rows of it (a grid of
+    shaded cells read as two tables of two rows), and the rules' reading stays. Otherwise they take the place only
+    of those with ``few_rows``. A table of the layout model's that overlaps a table kept is left out; the others
+    come first, in their finder's order, then the tables kept.
     """
-    kept = [t for t in found if not any(overlapping(t.bbox, o.bbox) for o in by_layout)
-            or (not every and not few_rows(t))]
+    kept = [t for t in found if _keeps(t, [o for o in by_layout if overlapping(t.bbox, o.bbox)], every=every)]
     return [o for o in by_layout if not any(overlapping(o.bbox, k.bbox) for k in kept)] + kept
+
+
+def _keeps(table: PageTable, over: Sequence[PageTable], *, every: bool) -> bool:
+    """Whether the ``lines`` finder's ``table`` stays against the layout model's tables ``over`` it."""
+    if not over:
+        return True
+    if few_rows(table):
+        return False
+    return not every or max(o.rows for o in over) < table.rows

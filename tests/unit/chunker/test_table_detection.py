@@ -116,6 +116,9 @@ def test_the_layout_models_tables_take_the_place_of_a_ruled_grid_read_as_two_row
     assert with_layout_tables([whole, collapsed], [again, rows, beside], every=False) == [rows, beside, whole]
     assert with_layout_tables([whole, collapsed], [again, rows, beside], every=True) == [again, rows, beside]
     assert with_layout_tables([whole], [again], every=False) == [whole], "the ruled grid's own reading stays"
+    # rules beside the grids, and the layout model cut the ruled grid in two tables of fewer rows: the rules' stays
+    top, bottom = table((62, 272, 268, 400), 6), table((62, 405, 268, 538), 6)
+    assert with_layout_tables([whole, collapsed], [top, bottom, rows, beside], every=True) == [rows, beside, whole]
 
 
 def _line(x0: float, x1: float, y: float) -> tuple[float, float, float, float]:
