@@ -12,6 +12,8 @@ that captions it. ``docstream.tables`` holds what the other services read of a t
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
@@ -38,6 +40,7 @@ __all__ = [
     "ruled_grid",
     "ruled_rows",
     "side_by_side_boxes",
+    "split_at_gaps",
     "with_layout_grids",
     "with_layout_tables",
     "without_empty_columns",
@@ -394,6 +397,97 @@ def overlapping(a: Box, b: Box) -> bool:
         return False
     smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
     return width * height > smaller / 2
+
+
+_GAP_HEIGHTS = 0.8
+"""A column's text parts into two columns across a free strip at least this many character heights wide: wider
+than a word space (about a third of one), narrower than LaTeX's space between columns (12 points at 10-point
+type, about a character height)."""
+_GAP_ROWS = 3
+"""Rows whose cell has text on both sides of the strip, at least, for a column to be split there."""
+
+
+def split_at_gaps(boxes: Sequence[Box], chars: Sequence[tuple[float, float, float, float, str]]) -> list[Box]:
+    """The finder's cell boxes with each column that the text's alignment divides split in two.
+
+    A ruled grid may set two columns side by side with no rule between them (``c|rr|rr``): the ``lines``
+    finder reads the pair as one column, and each cell holds two values. Where a vertical strip at least
+    ``_GAP_HEIGHTS`` character heights wide holds no character of most of a column's one-column cells (all but
+    a fifth: a centred title over several columns may cross it), and at least ``_GAP_ROWS`` of them have
+    characters on both sides of it, each of those cells that no character crosses is split at the strip's
+    middle. A cell that one crosses stays whole (``grid_cells`` gives it a span of two). One split per column:
+    the widest strip.
+
+    Args:
+        boxes: the finder's cell boxes.
+        chars: the characters inside the table: x0, y0, x1, y1 and the character.
+    """
+    glyphs = [c for c in chars if c[4].strip() and c[2] > c[0]]
+    if not boxes or not glyphs:
+        return list(boxes)
+    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
+    centres = sorted(((g[0] + g[2]) / 2, (g[1] + g[3]) / 2, g[0], g[2]) for g in glyphs)
+    xs = _snap(x for box in boxes for x in (box[0], box[2]))
+    out = list(boxes)
+    for left, right in itertools.pairwise(xs):
+        column = sorted((b for b in out if abs(b[0] - left) <= _SNAP and abs(b[2] - right) <= _SNAP),
+                        key=lambda b: b[1])
+        if len(column) < _GAP_ROWS:
+            continue
+        spans = _glyph_spans(column, centres[bisect_left(centres, (left,)):bisect_right(centres, (right, math.inf))])
+        cut = _column_gap([cell for cell in spans.values() if cell], height * _GAP_HEIGHTS)
+        if cut is None:
+            continue
+        split = {b for b, cell in spans.items() if not any(x0 < cut < x1 for x0, x1 in cell)}
+        out = [piece for b in out for piece in
+               (((b[0], b[1], cut, b[3]), (cut, b[1], b[2], b[3])) if b in split else (b,))]
+    return out
+
+
+def _glyph_spans(column: Sequence[Box], centres: Sequence[tuple[float, float, float, float]]
+                 ) -> dict[Box, list[tuple[float, float]]]:
+    """The x extents of the characters whose centre is in each box of ``column`` (sorted by its top), from the
+    column's characters: (centre x, centre y, x0, x1)."""
+    tops = [b[1] for b in column]
+    spans: dict[Box, list[tuple[float, float]]] = {b: [] for b in column}
+    for _, cy, x0, x1 in centres:
+        i = bisect_right(tops, cy) - 1
+        if i >= 0 and cy <= column[i][3]:
+            spans[column[i]].append((x0, x1))
+    return spans
+
+
+_GAP_STEP = 0.5
+"""The resolution (points) at which a column's strips are looked at."""
+
+
+def _column_gap(cells: Sequence[Sequence[tuple[float, float]]], least: float) -> float | None:
+    """The middle of the widest strip at least ``least`` points wide that the characters' x extents of all but a
+    fifth of ``cells`` leave free, with characters on both sides in at least ``_GAP_ROWS`` of them; None when
+    there is none."""
+    if len(cells) < _GAP_ROWS:
+        return None
+    lo = min(x0 for cell in cells for x0, _ in cell)
+    steps = int((max(x1 for cell in cells for _, x1 in cell) - lo) / _GAP_STEP) + 1
+    crossing = [0] * steps
+    for cell in cells:
+        for i in {i for x0, x1 in cell for i in range(int((x0 - lo) / _GAP_STEP), int((x1 - lo) / _GAP_STEP) + 1)}:
+            crossing[i] += 1
+    allowed = len(cells) // 5
+    best: tuple[int, int] | None = None
+    start: int | None = None
+    for i, count in enumerate([*crossing, len(cells) + 1]):
+        if count <= allowed and start is None:
+            start = i
+        elif count > allowed and start is not None:
+            if 0 < start and i < steps and (best is None or i - start > best[1] - best[0]):
+                best = (start, i)
+            start = None
+    if best is None or (best[1] - best[0]) * _GAP_STEP < least:
+        return None
+    cut = lo + (best[0] + best[1]) / 2 * _GAP_STEP
+    both = sum(1 for cell in cells if any(x1 <= cut for _, x1 in cell) and any(x0 >= cut for x0, _ in cell))
+    return cut if both >= _GAP_ROWS else None
 
 
 def grid_cells(

@@ -19,6 +19,7 @@ from docstream_chunker.table_detection import (
     ruled_grid,
     ruled_rows,
     side_by_side_boxes,
+    split_at_gaps,
     with_layout_grids,
     with_layout_tables,
     without_empty_columns,
@@ -30,6 +31,38 @@ def _chars(text: str, x: float, y: float) -> list[tuple[float, float, float, flo
     """Characters 5 points wide from (x, y), a line's end after them."""
     out = [(x + 5 * i, y, x + 5 * i + 5, y + 8, char) for i, char in enumerate(text)]
     return [*out, (0.0, 0.0, 0.0, 0.0, "\n")]
+
+
+def _rows_of(texts: list[tuple[str, float]], *, x: float = 52, width: float = 200) -> tuple[list, list]:
+    """A ruled column from x 50 to 50 + ``width`` beside a first one (0 to 50), a row of 10 points a text, each
+    text at its x (characters 5 points wide, 8 high: the gap of the split is 0.8 x 8 points)."""
+    boxes, chars = [], []
+    for row, (text, at) in enumerate(texts):
+        boxes += [(0, 10 * row, 50, 10 * row + 10), (50, 10 * row, 50 + width, 10 * row + 10)]
+        chars += [*_chars(f"r{row}", 2, 10 * row + 1), *_chars(text, at, 10 * row + 1)]
+    return boxes, chars
+
+
+def test_a_ruled_column_that_the_text_aligns_in_two_is_split_and_a_title_across_it_spans_both() -> None:
+    # "0.535E+00" then, 15 points on, "3.6" (a c|rr pair): every row but the title
+    pairs = [("0.535E+00   3.6", 52), ("0.450E-01   3.6", 52), ("0.458E-02   3.3", 52), ("lambda = 1", 90),
+             ("0.680E-03   3.5", 52)]
+    boxes, chars = _rows_of(pairs)
+    rows, columns, cells = grid_cells(split_at_gaps(boxes, chars), chars)
+    assert (rows, columns) == (5, 3)
+    by_row = {r: [(c.col, c.col_span, c.text) for c in cells if c.row == r] for r in range(rows)}
+    assert by_row[0] == [(0, 1, "r0"), (1, 1, "0.535E+00"), (2, 1, "3.6")]
+    assert by_row[3] == [(0, 1, "r3"), (1, 2, "lambda = 1")], "the title crosses the gap: one cell of two columns"
+
+
+@pytest.mark.parametrize(("texts", "why"), [
+    ([("12.3 ms", 52), ("4.5 ms", 57), ("10.0 ms", 52), ("7.1 ms", 57)], "a word space is no column gap"),
+    ([("0.535E+00   3.6", 52), ("0.450E-01   3.6", 52), ("only left", 52), ("x", 52)], "two rows on both sides"),
+    ([("Alpha", 52), ("Beta", 52), ("Gamma", 52)], "one run of text a row"),
+])
+def test_a_column_without_a_gap_that_most_rows_share_stays_whole(texts: list[tuple[str, float]], why: str) -> None:
+    boxes, chars = _rows_of(texts)
+    assert split_at_gaps(boxes, chars) == boxes, why
 
 
 def test_grid_cells_gives_rows_columns_spans_and_each_cells_words_in_order() -> None:
