@@ -452,13 +452,16 @@ def _glyph_spans(column: Sequence[Box], centres: Sequence[tuple[float, float, fl
     spans: dict[Box, list[tuple[float, float]]] = {b: [] for b in column}
     for _, cy, x0, x1 in centres:
         i = bisect_right(tops, cy) - 1
-        if i >= 0 and cy <= column[i][3]:
-            spans[column[i]].append((x0, x1))
+        box = column[i] if i >= 0 else None
+        if box is not None and cy <= box[3]:
+            spans[box].append((max(x0, box[0]), min(x1, box[2])))  # a hostile glyph's width ends at the cell's
     return spans
 
 
 _GAP_STEP = 0.5
 """The resolution (points) at which a column's strips are looked at."""
+_GAP_STEPS = 4000
+"""At most this many steps across a column (a coarser step on a column wider than 2,000 points)."""
 
 
 def _column_gap(cells: Sequence[Sequence[tuple[float, float]]], least: float) -> float | None:
@@ -468,10 +471,11 @@ def _column_gap(cells: Sequence[Sequence[tuple[float, float]]], least: float) ->
     if len(cells) < _GAP_ROWS:
         return None
     lo = min(x0 for cell in cells for x0, _ in cell)
-    steps = int((max(x1 for cell in cells for _, x1 in cell) - lo) / _GAP_STEP) + 1
+    step = max(_GAP_STEP, (max(x1 for cell in cells for _, x1 in cell) - lo) / _GAP_STEPS)
+    steps = int((max(x1 for cell in cells for _, x1 in cell) - lo) / step) + 1
     crossing = [0] * steps
     for cell in cells:
-        for i in {i for x0, x1 in cell for i in range(int((x0 - lo) / _GAP_STEP), int((x1 - lo) / _GAP_STEP) + 1)}:
+        for i in {i for x0, x1 in cell for i in range(int((x0 - lo) / step), int((x1 - lo) / step) + 1)}:
             crossing[i] += 1
     allowed = len(cells) // 5
     best: tuple[int, int] | None = None
@@ -483,9 +487,9 @@ def _column_gap(cells: Sequence[Sequence[tuple[float, float]]], least: float) ->
             if 0 < start and i < steps and (best is None or i - start > best[1] - best[0]):
                 best = (start, i)
             start = None
-    if best is None or (best[1] - best[0]) * _GAP_STEP < least:
+    if best is None or (best[1] - best[0]) * step < least:
         return None
-    cut = lo + (best[0] + best[1]) / 2 * _GAP_STEP
+    cut = lo + (best[0] + best[1]) / 2 * step
     both = sum(1 for cell in cells if any(x1 <= cut for _, x1 in cell) and any(x0 >= cut for x0, _ in cell))
     return cut if both >= _GAP_ROWS else None
 

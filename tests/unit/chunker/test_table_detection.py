@@ -331,3 +331,15 @@ def test_header_spans_leaves_other_tables_as_they_are(rows: list[list[str]]) -> 
 def test_header_spans_leaves_a_table_whose_drawing_gave_its_header_spans() -> None:
     drawn = make_table([["Name", "Counts", "", "Notes"], ["", "in", "out", ""], ["a", "1", "2", "x"]], {(0, 1): (1, 2)})
     assert header_spans(drawn) is drawn
+
+
+def test_a_glyph_of_a_hostile_width_ends_at_its_cell() -> None:
+    """Unclamped, its 2e12 points would be 4e12 steps of the strip search (a MemoryError here)."""
+    pairs = [("0.535E+00   3.6", 52), ("0.450E-01   3.6", 52), ("0.458E-02   3.3", 52), ("0.680E-03   3.5", 52),
+             ("0.633E-04   3.4", 52)]
+    boxes, chars = _rows_of(pairs)
+    wide = (-1e12, 51.0, 1e12 + 300, 59.0, "W")  # centred in the column, a row of its own
+    boxes += [(0, 50, 50, 60), (50, 50, 250, 60)]
+    split = split_at_gaps(boxes, [*chars, wide])
+    assert (50, 50, 250, 60) in split, "the row the glyph fills crosses the gap: it stays whole"
+    assert len(split) == len(boxes) + 5, "the five rows of pairs are split"
