@@ -471,12 +471,16 @@ def _column_gap(cells: Sequence[Sequence[tuple[float, float]]], least: float) ->
     if len(cells) < _GAP_ROWS:
         return None
     lo = min(x0 for cell in cells for x0, _ in cell)
-    step = max(_GAP_STEP, (max(x1 for cell in cells for _, x1 in cell) - lo) / _GAP_STEPS)
-    steps = int((max(x1 for cell in cells for _, x1 in cell) - lo) / step) + 1
+    hi = max(x1 for cell in cells for _, x1 in cell)
+    step = max(_GAP_STEP, (hi - lo) / _GAP_STEPS)
+    steps = int((hi - lo) / step) + 1
     crossing = [0] * steps
     for cell in cells:
-        for i in {i for x0, x1 in cell for i in range(int((x0 - lo) / step), int((x1 - lo) / step) + 1)}:
-            crossing[i] += 1
+        reach = -1  # the cell's characters, merged: each step counted once a cell, whatever its characters
+        for first, last in sorted((int((x0 - lo) / step), int((x1 - lo) / step)) for x0, x1 in cell):
+            for i in range(max(first, reach + 1), last + 1):
+                crossing[i] += 1
+            reach = max(reach, last)
     allowed = len(cells) // 5
     best: tuple[int, int] | None = None
     start: int | None = None
