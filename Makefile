@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup lock upgrade run test test-deps unit check stack-up stack-down stack-status bench chaos lint lint-fast \
+.PHONY: help setup lock upgrade run test test-deps test-deps-debian test-deps-infinity test-deps-llm unit check stack-up stack-down stack-status bench chaos lint lint-fast \
 	typecheck clean
 # `make` alone installs the venv (the rule just below), as it always has; `make help` lists the targets.
 .DEFAULT_GOAL := $(STAMP)
@@ -72,10 +72,11 @@ run: setup ## docstream run over examples/*.pdf, then a preview of the results
 	$(BIN)/python -m docstream_cli.ops.results_preview .docstream/results.jsonl; exit $$rc
 
 # tests/run.sh: it starts the stack, and while the stack starts runs ruff and the import contracts beside the
-# test dependencies' installs (the installs mostly wait on downloads), then the three pytest runs; it runs mypy
-# (a minute of CPU) beside the chaos scenarios, at the lowest priority, and fails when either fails.
+# test dependencies' installs (the installs mostly wait on downloads; the three of them run side by side), then
+# the three pytest runs; it runs mypy (a minute of CPU) beside the chaos scenarios, at the lowest priority, and
+# fails when either fails.
 test: setup ## everything: linters, the local stack, the unit, integration, e2e and short chaos tests
-	@DOCSTREAM_TEST_FIRST="$(MAKE) --no-print-directory -j2 lint-fast test-deps" \
+	@DOCSTREAM_TEST_FIRST="$(MAKE) --no-print-directory -j4 lint-fast test-deps" \
 	  DOCSTREAM_TEST_ALSO="$(MAKE) --no-print-directory typecheck" bash tests/run.sh $(BIN)
 
 # tests/install-chromium.sh: Debian's chromium for the dashboard's browser test (a no-op once installed);
@@ -83,11 +84,19 @@ test: setup ## everything: linters, the local stack, the unit, integration, e2e 
 # .venv-infinity (docs/local-stack.md; a no-op once installed); deploy/local/install-llm.sh: the chat
 # server and small model the generate tests run against, in .venv-llm (docs/local-stack.md);
 # deploy/local/install-postgres.sh: Debian's PostgreSQL for the postgres sink's tests (docs/sinks.md; a
-# no-op once installed)
-test-deps: setup ## what the tests run against: chromium, PostgreSQL, Infinity, the chat model
+# no-op once installed). They need the venv, not the rest of setup: under `make test` setup has run, and its
+# Kafka step would wait for the stack's lock while the stack starts. Debian's two go one after the other (one
+# dpkg at a time); the two venvs beside them (uv's cache takes its own locks).
+test-deps: test-deps-debian test-deps-infinity test-deps-llm ## what the tests run against: chromium, PostgreSQL, Infinity, the chat model
+
+test-deps-debian: $(STAMP)
 	@bash tests/install-chromium.sh
 	@bash deploy/local/install-postgres.sh
+
+test-deps-infinity: $(STAMP)
 	@bash deploy/local/install-infinity.sh $(VENV)
+
+test-deps-llm: $(STAMP)
 	@bash deploy/local/install-llm.sh $(VENV)
 
 # The single-node chaos suite and the lanes scenario at full scale (tests/integration/test_lanes.py; make
