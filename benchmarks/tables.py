@@ -4,9 +4,10 @@
 
 1. Recovery. For each kind of table (tests/fixtures/tables.py: ruled grids drawn cell by cell or laid
    out from HTML with CSS borders, merged cells, Cyrillic and Japanese cells, a 41-row table, tight
-   rows, the unruled kinds: three rules only, row shading, plain columns, and headers of two rows,
-   ruled, booktabs and shaded), ``--seeds`` tables of several sizes, one a page, go through the shipped
-   path: ``find_page_tables`` on the page's text blocks (both cheap checks, then PyMuPDF's finder, then
+   rows, a grid ruled between groups of rows only with each group's label over its rows, the unruled
+   kinds: three rules only, row shading, plain columns, and headers of two rows, ruled, booktabs and
+   shaded), ``--seeds`` tables of several sizes, one a page, go through the shipped path:
+   ``find_page_tables`` on the page's text blocks (both cheap checks, then PyMuPDF's finder, then
    the cells laid out). A cell is recovered when a found cell has its row, column, spans and text
    (whitespace aside); precision is over the cells found, recall over the cells written. The same pages
    go through the finder without the cheap checks ("ungated": what the checks cost in recall) and, with
@@ -82,6 +83,9 @@ def _kinds(seed: int) -> dict[str, TableSpec]:
         "rules only (booktabs)": TableSpec(table_rows(seed, rows, columns), caption=caption, style="rules"),
         "shaded rows, no rules": TableSpec(table_rows(seed, rows, columns), caption=caption, style="shaded"),
         "plain columns": TableSpec(table_rows(seed, rows, columns), caption=caption, style="plain"),
+        "grid, groups of rows": TableSpec(
+            table_rows(seed, 7 + seed % 3, columns + 1), spans=((1, 0, 3, 1), (4, 0, 3 + seed % 3, 1)),
+            caption=caption, style="groups"),
         **{f"{name}, two-row header": TableSpec((*_TWO_ROWS, *table_rows(seed, rows + 1, 4)[1:]), spans=_HEADER_SPANS,
                                                caption=caption, style=style)
            for name, style in (("grid", "grid"), ("booktabs", "rules"), ("shaded", "shaded"))},

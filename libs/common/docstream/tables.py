@@ -40,7 +40,7 @@ __all__ = [
     "table_markdown",
 ]
 
-TABLES_VERSION = "2"
+TABLES_VERSION = "3"
 """Version of the table rules: in the chunker settings string of every document that has table chunks."""
 
 HEADERS_VERSION = "1"

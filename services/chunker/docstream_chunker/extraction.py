@@ -101,6 +101,7 @@ from docstream_chunker.table_detection import (
     ruled_rows,
     side_by_side_boxes,
     split_at_gaps,
+    split_at_lines,
     with_layout_grids,
     with_layout_tables,
     without_empty_columns,
@@ -880,9 +881,10 @@ def _chars(page: pymupdf.Page, bbox: Box) -> Iterator[tuple[float, float, float,
 def _laid_out(number: int, bbox: Box, boxes: list[Box], chars: Iterable[tuple[float, float, float, float, str]]
               ) -> PageTable | None:
     """The table of ``boxes`` and ``chars``, its columns that the text's alignment divides split
-    (``table_detection.split_at_gaps``: a pair of columns no rule or predicted line parts)."""
+    (``table_detection.split_at_gaps``: a pair of columns no rule or predicted line parts), and its rows that
+    hold several rows of text (``table_detection.split_at_lines``: rules between groups of rows only)."""
     chars = list(chars)
-    rows, columns, cells = grid_cells(split_at_gaps(boxes, chars), chars)
+    rows, columns, cells = grid_cells(split_at_lines(split_at_gaps(boxes, chars), chars), chars)
     if rows < 2 or columns < 2 or sum(1 for c in cells if c.text) < 2:
         return None
     return PageTable(number, bbox, rows, columns, cells)

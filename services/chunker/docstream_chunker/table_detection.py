@@ -498,6 +498,95 @@ def _column_gap(cells: Sequence[Sequence[tuple[float, float]]], least: float) ->
     return cut if both >= _GAP_ROWS else None
 
 
+_LINE_CELLS = 3
+"""Cells of a ruled row that hold its lines of text, at least, for the row to be split at them."""
+_LINE_ALIGN = 1 / 3
+"""How far (in character heights) a cell's line may sit from the same line of the row's other cells."""
+_FULL_HEIGHT = 0.8
+"""Characters at least this share of the table's usual character height make its lines (a superscript is not one)."""
+
+
+def split_at_lines(boxes: Sequence[Box], chars: Sequence[tuple[float, float, float, float, str]]) -> list[Box]:
+    """The finder's cell boxes with each ruled row that holds several rows of text split into those rows.
+
+    A table ruled only between groups of rows (``\\hline`` after every few lines, vertical rules between the
+    columns) gives the ``lines`` finder one row per group, each cell holding a column of values. A row is split
+    when at least ``_LINE_CELLS`` of its one-row cells hold the same number (two or more) of lines of text,
+    each line level with the same line of the others (within ``_LINE_ALIGN`` of a character height; the lines
+    are those of full-height characters, so a superscript is no line of its own): at the middle between each
+    two lines, in each of those cells and each empty one. The first row stays whole: a header's names wrap onto
+    two lines, level across its cells, as often as a header of two rows is ruled as one. A table of
+    ``_FEW_ROWS`` ruled rows or fewer is left as it is: a header and one body row is what ``few_rows`` gives
+    to the layout model, which reads it row by row. A cell of one line (a label over
+    the group, ``\\multirow``) stays whole, so ``grid_cells`` gives it a row span. A row whose cells hold
+    different numbers of lines (wrapped paragraphs, a label beside its wrapped text) stays as it is.
+
+    Args:
+        boxes: the finder's cell boxes.
+        chars: the characters inside the table: x0, y0, x1, y1 and the character.
+    """
+    glyphs = [c for c in chars if c[4].strip() and c[3] > c[1]]
+    ruled = _snap(y for box in boxes for y in (box[1], box[3]))
+    if not glyphs or len(ruled) - 1 <= _FEW_ROWS:
+        return list(boxes)
+    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
+    # the lines are those of full-height characters: a superscript or subscript sits between them
+    centres = sorted(((g[1] + g[3]) / 2, (g[0] + g[2]) / 2) for g in glyphs if g[3] - g[1] >= height * _FULL_HEIGHT)
+    bands: dict[int, list[Box]] = {}  # the one-row cells of each ruled row, by the row's index
+    for box in boxes:
+        row = _line_of(ruled, box[1])
+        if _line_of(ruled, box[3]) == row + 1:
+            bands.setdefault(row, []).append(box)
+    cut_at: dict[Box, list[float]] = {}
+    for row, band in bands.items():
+        if row == 0 or len(band) < _LINE_CELLS:  # the header's row stays whole: its names wrap
+            continue
+        top, bottom = ruled[row], ruled[row + 1]
+        lines = _text_lines(band, centres[bisect_left(centres, (top,)):bisect_right(centres, (bottom, math.inf))],
+                            height)
+        cuts = _row_cuts([found for found in lines.values() if len(found) > 1], height)
+        cut_at.update((b, cuts) for b, found in lines.items() if cuts and len(found) in (0, len(cuts) + 1))
+    return [piece for b in boxes for piece in (_cut_rows(b, cut_at[b]) if b in cut_at else (b,))]
+
+
+def _text_lines(band: Sequence[Box], centres: Sequence[tuple[float, float]], height: float
+                ) -> dict[Box, list[float]]:
+    """The middle heights of the lines of text in each cell of a row ``band``, top first, from the characters'
+    centres (y, x) of the row, sorted: a character more than half a character height below its cell's line
+    above starts a line. Each character is placed by one search among the cells' left edges."""
+    cells = sorted(band)
+    lefts = [b[0] for b in cells]
+    lines: dict[Box, list[list[float]]] = {b: [] for b in cells}
+    for cy, cx in centres:
+        i = bisect_right(lefts, cx) - 1
+        if i < 0 or cx > cells[i][2]:
+            continue
+        found = lines[cells[i]]
+        if found and cy - found[-1][-1] <= height / 2:
+            found[-1].append(cy)
+        else:
+            found.append([cy])
+    return {b: [sum(line) / len(line) for line in found] for b, found in lines.items()}
+
+
+def _row_cuts(cells: Sequence[Sequence[float]], height: float) -> list[float]:
+    """Where a row whose cells hold ``cells`` lines (each cell's line heights, of two lines or more) is cut: the
+    middles between the lines, when at least ``_LINE_CELLS`` cells hold the same number of lines, each level
+    with the others'; else none."""
+    if len(cells) < _LINE_CELLS or len({len(c) for c in cells}) != 1:
+        return []
+    levels = [sorted(c[i] for c in cells)[len(cells) // 2] for i in range(len(cells[0]))]
+    if any(abs(c[i] - level) > height * _LINE_ALIGN for c in cells for i, level in enumerate(levels)):
+        return []
+    return [(a + b) / 2 for a, b in itertools.pairwise(levels)]
+
+
+def _cut_rows(box: Box, cuts: Sequence[float]) -> list[Box]:
+    """``box`` cut across at each height of ``cuts`` (top first)."""
+    edges = [box[1], *cuts, box[3]]
+    return [(box[0], a, box[2], b) for a, b in itertools.pairwise(edges)]
+
+
 def grid_cells(
     boxes: Sequence[Box], chars: Iterable[tuple[float, float, float, float, str]]
 ) -> tuple[int, int, tuple[TableCell, ...]]:
@@ -740,8 +829,10 @@ def with_layout_tables(found: Sequence[PageTable], by_layout: Sequence[PageTable
 
     ``every``: the page has rules no ruled grid explains (a booktabs or ``\\hline`` table beside the grids), and
     the layout model's tables take the place of the finder's tables they overlap, unless none of them has as many
-    rows as the finder's table: the layout model then cut a ruled grid in pieces or lost rows of it (a grid of
-    shaded cells read as two tables of two rows), and the rules' reading stays. Otherwise they take the place only
+    cells with text as the finder's table: the layout model then cut a ruled grid in pieces or lost rows of it (a
+    grid of shaded cells read as two tables of two rows), and the rules' reading stays. Cells, not rows: a
+    finder's table whose rows ``split_at_lines`` read from its text may have more rows than the model's reading
+    and still hold whole columns of values in one cell where no rule parts them. Otherwise they take the place only
     of those with ``few_rows``. A table of the layout model's that overlaps a table kept is left out; the others
     come first, in their finder's order, then the tables kept.
     """
@@ -755,4 +846,9 @@ def _keeps(table: PageTable, over: Sequence[PageTable], *, every: bool) -> bool:
         return True
     if few_rows(table):
         return False
-    return not every or max(o.rows for o in over) < table.rows
+    return not every or max(_filled(o) for o in over) < _filled(table)
+
+
+def _filled(table: PageTable) -> int:
+    """The cells of ``table`` that hold text."""
+    return sum(1 for c in table.cells if c.text)

@@ -132,4 +132,4 @@ def test_documents_without_tables_are_chunked_as_before() -> None:
 def test_the_settings_string_says_when_a_document_has_tables(tables: bool) -> None:
     settings = chunker_settings(CONFIG, FakeCounter(), tables=tables)
     assert settings.startswith("chunker=v1;max_tokens=60;overlap=8;budget=60;tokenizer=fake-4")
-    assert settings.endswith(";tables=v2") is tables
+    assert settings.endswith(";tables=v3") is tables

@@ -76,7 +76,7 @@ def test_a_ruled_table_is_one_chunk_with_its_header_caption_and_known_cells(
     assert all(abs(a - b) <= 2 for a, b in zip(chunk.table.bbox, known.bbox, strict=True))
     texts = " ".join(c.text for c in result.chunks if c.kind == "text")
     assert "Regions and counts" not in texts and spec.rows[1][1] not in texts, "the table left the text"
-    assert result.chunker_settings.endswith(";tables=v2")
+    assert result.chunker_settings.endswith(";tables=v3")
     assert [c.kind for c in result.chunks].index("table") > 0, "in document order, after page 1's text"
 
 
@@ -141,6 +141,23 @@ def test_booktabs_shaded_and_plain_tables_are_tables_with_their_header_caption_a
     assert set(chunk.table.cells) == _cells(pdf.tables[0])
     assert chunk.text.split("\n")[2] == "| " + " | ".join(spec.rows[0]) + " |"
     assert spec.rows[2][1] not in " ".join(c.text for c in result.chunks if c.kind == "text"), "it left the text"
+
+
+@pytest.mark.parametrize("script", ["latin", "cyrillic", "japanese"])
+def test_a_table_ruled_between_groups_of_rows_keeps_each_row_and_each_groups_label_spans_its_rows(
+    script: str, counter: ModelTokenCounter,
+) -> None:
+    # rules between the columns, and across only above and below the header and each group (\hline, then
+    # \multirow): the lines finder sees one row per group, each cell a column of values
+    spans = ((1, 0, 3, 1), (4, 0, 4, 1))
+    spec = TableSpec(table_rows(7, 8, 4, script=script), spans=spans, caption="Table 6: Groups", style="groups",
+                     script=script)
+    pdf = make_table_pdf([spec])
+    result = _chunk(pdf.data, counter)
+    (chunk,) = [c for c in result.chunks if c.kind == "table"]
+    assert chunk.table is not None and chunk.table.header == spec.rows[0]
+    assert set(chunk.table.cells) == _cells(pdf.tables[0])
+    assert (chunk.table.rows, chunk.table.columns) == (8, 4)
 
 
 @pytest.mark.parametrize(("style", "script"), [("rules", "japanese"), ("shaded", "japanese"), ("plain", "japanese"),
@@ -255,7 +272,7 @@ def test_an_html_documents_table_comes_from_its_markup_with_spans_and_caption(co
     assert set(table.table.cells) == MARKUP_CELLS and table.table.header == ("Name", "Region", "", "Share")
     assert table.text.startswith("Table 6: Regions\n\n| Name | Region |  | Share |\n|---|---|---|---|\n| river |")
     assert result.chunks[0].text == "Vor der Tabelle: Größe und Maß.", "the rest of the document as it was"
-    assert "forest" not in result.chunks[2].text and result.chunker_settings.endswith(";tables=v2")
+    assert "forest" not in result.chunks[2].text and result.chunker_settings.endswith(";tables=v3")
     off = _chunk(html, counter, filename="report.html", tables="off")
     assert {c.kind for c in off.chunks} == {"text"} and "west & more" in off.chunks[0].text
 
@@ -280,7 +297,7 @@ def test_a_table_continued_on_the_next_page_is_one_table_its_header_once(
     assert {c.table.rows for c in parts if c.table is not None} == {14}, "one table of all its rows"
     assert _found_cells(result, 1) == _cells(pdf.tables[0]), "the repeated header is not a body row"
     assert (parts[0].page_start, parts[-1].page_end) == (1, 2)
-    assert result.chunker_settings.endswith(";tables=v2;continued=v1")
+    assert result.chunker_settings.endswith(";tables=v3;continued=v1")
     texts = [c.text for c in result.chunks if c.kind == "text"]
     assert texts == list(pdf.page_texts), "the paragraphs before and after, as written"
 
@@ -320,7 +337,7 @@ def test_a_header_of_two_rows_is_read_as_one_with_each_columns_names_top_first(
     assert set(chunk.table.cells) == _cells(pdf.tables[0]), "the header's spans, as drawn or as the text shows"
     assert chunk.text.split("\n")[2] == "| " + " | ".join(chunk.table.header) + " |"
     assert chunk.text.split("\n")[4].startswith(f"| {spec.rows[2][0]} |"), "the first body row under the delimiter"
-    assert result.chunker_settings.endswith(";tables=v2;headers=v1")
+    assert result.chunker_settings.endswith(";tables=v3;headers=v1")
 
 
 def test_a_table_with_a_two_row_header_continued_on_the_next_page_is_one_its_header_once(
@@ -332,7 +349,7 @@ def test_a_table_with_a_two_row_header_continued_on_the_next_page_is_one_its_hea
     parts = [c for c in result.chunks if c.kind == "table" and c.table is not None]
     assert {(c.table.rows, c.table.header_rows) for c in parts if c.table is not None} == {(16, 2)}
     assert _found_cells(result, 1) == _cells(pdf.tables[0]), "the repeated header rows are not body rows"
-    assert result.chunker_settings.endswith(";tables=v2;continued=v1;headers=v1")
+    assert result.chunker_settings.endswith(";tables=v3;continued=v1;headers=v1")
 
 
 def test_a_damaged_epub_is_laid_out_as_it_is_never_an_untyped_error(counter: ModelTokenCounter) -> None:

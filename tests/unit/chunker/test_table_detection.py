@@ -20,6 +20,7 @@ from docstream_chunker.table_detection import (
     ruled_rows,
     side_by_side_boxes,
     split_at_gaps,
+    split_at_lines,
     with_layout_grids,
     with_layout_tables,
     without_empty_columns,
@@ -152,6 +153,11 @@ def test_the_layout_models_tables_take_the_place_of_a_ruled_grid_read_as_two_row
     # rules beside the grids, and the layout model cut the ruled grid in two tables of fewer rows: the rules' stays
     top, bottom = table((62, 272, 268, 400), 6), table((62, 405, 268, 538), 6)
     assert with_layout_tables([whole, collapsed], [top, bottom, rows, beside], every=True) == [rows, beside, whole]
+    # the rules' rows read from the text (split_at_lines), three columns of values in one cell where no rule parts
+    # them: the model's reading of fewer rows and more columns has more cells with text, and takes its place
+    finer = PageTable(1, (62, 272, 268, 538), 10, 7,
+                      tuple(TableCell(r, c, 1, 1, f"{r}.{c}") for r in range(10) for c in range(7)))
+    assert with_layout_tables([whole], [finer], every=True) == [finer]
 
 
 def _line(x0: float, x1: float, y: float) -> tuple[float, float, float, float]:
@@ -343,3 +349,70 @@ def test_a_glyph_of_a_hostile_width_ends_at_its_cell() -> None:
     split = split_at_gaps(boxes, [*chars, wide])
     assert (50, 50, 250, 60) in split, "the row the glyph fills crosses the gap: it stays whole"
     assert len(split) == len(boxes) + 5, "the five rows of pairs are split"
+
+
+def _band(cells: list[list[str]], *, line: float = 12, top: float = 20) -> tuple[list, list]:
+    """A header row (0 to 20), one ruled row holding the columns' lines of text (``cells``, one list of lines a
+    column, 60 points wide), each line ``line`` points below the one above (a column of one line is centred),
+    then a ruled row of one line a cell."""
+    height = line * max(len(c) for c in cells) + 4
+    foot = top + height
+    boxes = [(60 * i, 0, 60 * i + 60, top) for i in range(len(cells))]
+    boxes += [(60 * i, top, 60 * i + 60, foot) for i in range(len(cells))]
+    boxes += [(60 * i, foot, 60 * i + 60, foot + 20) for i in range(len(cells))]
+    chars = [ch for i in range(len(cells)) for ch in _chars(f"h{i}", 60 * i + 2, 6)]
+    for i, lines in enumerate(cells):
+        first = top + 2 + (height - 4 - line * len(lines)) / 2 if len(lines) == 1 else top + 2
+        for j, text in enumerate(lines):
+            chars += _chars(text, 60 * i + 2, first + line * j)
+    chars += [ch for i in range(len(cells)) for ch in _chars(f"f{i}", 60 * i + 2, foot + 6)]
+    return boxes, chars
+
+
+def test_a_ruled_row_of_lines_level_across_its_cells_is_split_into_them_and_a_label_of_one_line_spans_them() -> None:
+    # rules between groups of rows only (\hline after each group, \multirow label): the finder's one row a group
+    cells = [["Group A"], ["1.5", "2.5", "3.5"], ["0.1", "0.2", "0.3"], ["x", "y", "z"]]
+    boxes, chars = _band(cells)
+    rows, columns, found = grid_cells(split_at_lines(boxes, chars), chars)
+    assert (rows, columns) == (5, 4)
+    assert {(c.row, c.col, c.row_span, c.text) for c in found if c.col == 0} == {
+        (0, 0, 1, "h0"), (1, 0, 3, "Group A"), (4, 0, 1, "f0")}
+    assert [c.text for c in found if c.col == 1] == ["h1", "1.5", "2.5", "3.5", "f1"]
+    assert [c.text for c in found if c.row == 3] == ["3.5", "0.3", "z"]
+
+
+def test_a_superscript_is_no_line_of_its_own_and_a_header_over_one_body_row_is_left_to_the_layout_model() -> None:
+    cells = [["Group A"], ["1.5", "2.5", "3.5"], ["0.1", "0.2", "0.3"], ["x", "y", "z"]]
+    boxes, chars = _band(cells)
+    raised = [(c[0] + 3, c[1] - 3, c[2] + 2, c[1] + 2, "5") for c in chars if c[4] == "."]  # 10^5 beside each value
+    split = split_at_lines(boxes, [*chars, *raised])
+    assert len(split) == len(boxes) + 3 * 2, "three cells of three lines: two cuts each"
+    header_and_body = [b for b in boxes if b[1] < 20 + 40]
+    assert split_at_lines(header_and_body, chars) == header_and_body, "two ruled rows: few_rows' case"
+
+
+@pytest.mark.parametrize(("cells", "why"), [
+    ([["a long", "text that", "wraps"], ["notes", "that wrap"], ["and more", "words", "over", "lines"], ["x"]],
+     "cells of different numbers of lines: wrapped text"),
+    ([["Group A"], ["1.5", "2.5", "3.5"], ["0.1", "0.2", "0.3"], ["x"]], "two cells of several lines only"),
+    ([["one"], ["two"], ["three"], ["four"]], "one line a cell"),
+])
+def test_a_ruled_row_whose_lines_are_not_rows_stays_whole(cells: list[list[str]], why: str) -> None:
+    boxes, chars = _band(cells)
+    assert split_at_lines(boxes, chars) == boxes, why
+
+
+def test_lines_that_are_not_level_across_the_cells_leave_the_row_whole() -> None:
+    boxes, chars = _band([["1.5", "2.5", "3.5"], ["0.1", "0.2", "0.3"], ["x", "y", "z"]])
+    lowered = [(c[0], c[1] + 5, c[2], c[3] + 5, c[4]) if 120 <= c[0] < 180 and c[1] > 20 else c for c in chars]
+    assert split_at_lines(boxes, lowered) == boxes, "the third column's lines sit half a line lower"
+
+
+def test_a_header_whose_names_wrap_onto_two_lines_stays_one_row() -> None:
+    names = [["Unseen", "damage"], ["Out-of", "sample"], ["Mean", "error"], ["Run", "time"]]
+    boxes = [(60 * i, 0, 60 * i + 60, 28) for i in range(4)]
+    boxes += [(60 * i, y, 60 * i + 60, y + 20) for i in range(4) for y in (28, 48)]
+    chars = [ch for i, lines in enumerate(names) for j, text in enumerate(lines)
+             for ch in _chars(text, 60 * i + 2, 2 + 12 * j)]
+    chars += [ch for i in range(4) for y in (34, 54) for ch in _chars(f"{i}.{y}", 60 * i + 2, y)]
+    assert split_at_lines(boxes, chars) == boxes
