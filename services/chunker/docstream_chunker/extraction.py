@@ -102,6 +102,7 @@ from docstream_chunker.table_detection import (
     side_by_side_boxes,
     split_at_gaps,
     split_at_lines,
+    split_spanning_rows,
     with_layout_grids,
     with_layout_tables,
     without_empty_columns,
@@ -884,7 +885,8 @@ def _laid_out(number: int, bbox: Box, boxes: list[Box], chars: Iterable[tuple[fl
     (``table_detection.split_at_gaps``: a pair of columns no rule or predicted line parts), and its rows that
     hold several rows of text (``table_detection.split_at_lines``: rules between groups of rows only)."""
     chars = list(chars)
-    rows, columns, cells = grid_cells(split_at_lines(split_at_gaps(boxes, chars), chars), chars)
+    rows, columns, cells = grid_cells(split_at_lines(split_at_gaps(split_spanning_rows(boxes, chars), chars), chars),
+                                      chars)
     if rows < 2 or columns < 2 or sum(1 for c in cells if c.text) < 2:
         return None
     return PageTable(number, bbox, rows, columns, cells)

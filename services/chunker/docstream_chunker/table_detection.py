@@ -405,6 +405,8 @@ than a word space (about a third of one), narrower than LaTeX's space between co
 type, about a character height)."""
 _GAP_ROWS = 3
 """Rows whose cell has text on both sides of the strip, at least, for a column to be split there."""
+_GAP_PASSES = 4
+"""Passes of ``split_at_gaps`` over the columns at most: a column of five aligned runs needs three."""
 
 
 def split_at_gaps(boxes: Sequence[Box], chars: Sequence[tuple[float, float, float, float, str]]) -> list[Box]:
@@ -415,8 +417,9 @@ def split_at_gaps(boxes: Sequence[Box], chars: Sequence[tuple[float, float, floa
     ``_GAP_HEIGHTS`` character heights wide holds no character of most of a column's one-column cells (all but
     a fifth: a centred title over several columns may cross it), and at least ``_GAP_ROWS`` of them have
     characters on both sides of it, each of those cells that no character crosses is split at the strip's
-    middle. A cell that one crosses stays whole (``grid_cells`` gives it a span of two). One split per column:
-    the widest strip.
+    middle. A cell that one crosses stays whole (``grid_cells`` gives it a span of two). One split per column
+    at a time, at the widest strip; the columns split are looked at again, so a column of three (``ccc``) is
+    split twice, at most ``_GAP_PASSES`` times over.
 
     Args:
         boxes: the finder's cell boxes.
@@ -427,6 +430,18 @@ def split_at_gaps(boxes: Sequence[Box], chars: Sequence[tuple[float, float, floa
         return list(boxes)
     height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
     centres = sorted(((g[0] + g[2]) / 2, (g[1] + g[3]) / 2, g[0], g[2]) for g in glyphs)
+    out = list(boxes)
+    for _ in range(_GAP_PASSES):
+        split = _split_columns(out, centres, height)
+        if len(split) == len(out):
+            break
+        out = split
+    return out
+
+
+def _split_columns(boxes: Sequence[Box], centres: Sequence[tuple[float, float, float, float]], height: float
+                   ) -> list[Box]:
+    """One pass of ``split_at_gaps``: each column split at its widest strip, where one qualifies."""
     xs = _snap(x for box in boxes for x in (box[0], box[2]))
     out = list(boxes)
     for left, right in itertools.pairwise(xs):
@@ -546,6 +561,49 @@ def split_at_lines(boxes: Sequence[Box], chars: Sequence[tuple[float, float, flo
                             height)
         cuts = _row_cuts([found for found in lines.values() if len(found) > 1], height)
         cut_at.update((b, cuts) for b, found in lines.items() if cuts and len(found) in (0, len(cuts) + 1))
+    return [piece for b in boxes for piece in (_cut_rows(b, cut_at[b]) if b in cut_at else (b,))]
+
+
+def split_spanning_rows(boxes: Sequence[Box], chars: Sequence[tuple[float, float, float, float, str]]
+                        ) -> list[Box]:
+    """The finder's cell boxes with each box that covers several rows of the grid, and holds one line of text
+    level with each of those rows' text, split at the rows' lines.
+
+    A grid whose rows one column rules (a column of shaded cells, ``\\cellcolor``) and the others do not gives
+    the ``lines`` finder one tall box over all those rows in each other column, holding a line per row. A box is
+    split when its lines are as many as the rows it covers, each level (within ``_LINE_ALIGN`` of a character
+    height) with the one line of that row's one-row cells. A label of one line over its rows (``\\multirow``)
+    is one line: it stays whole.
+
+    Args:
+        boxes: the finder's cell boxes.
+        chars: the characters inside the table: x0, y0, x1, y1 and the character.
+    """
+    glyphs = [c for c in chars if c[4].strip() and c[3] > c[1]]
+    ruled = _snap(y for box in boxes for y in (box[1], box[3]))
+    if not glyphs or len(ruled) < 3:
+        return list(boxes)
+    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
+    centres = sorted(((g[1] + g[3]) / 2, (g[0] + g[2]) / 2) for g in glyphs if g[3] - g[1] >= height * _FULL_HEIGHT)
+
+    def lines_of(box: Box) -> list[float]:
+        return _text_lines([box], centres[bisect_left(centres, (box[1],)):bisect_right(centres, (box[3], math.inf))],
+                           height)[box]
+
+    rows = {b: (_line_of(ruled, b[1]), _line_of(ruled, b[3])) for b in boxes}
+    seen: dict[int, list[float]] = {}  # each row's level: the one line of its one-row cells
+    for box, (top, bottom) in rows.items():
+        if bottom == top + 1 and len(found := lines_of(box)) == 1:
+            seen.setdefault(top, []).append(found[0])
+    levels = {row: sorted(found)[len(found) // 2] for row, found in seen.items()}
+    cut_at: dict[Box, list[float]] = {}
+    for box, (top, bottom) in rows.items():
+        if bottom - top < 2 or any(row not in levels for row in range(top, bottom)):
+            continue
+        found = lines_of(box)
+        if len(found) == bottom - top and all(abs(y - levels[row]) <= height * _LINE_ALIGN
+                                              for row, y in zip(range(top, bottom), found, strict=True)):
+            cut_at[box] = ruled[top + 1:bottom]
     return [piece for b in boxes for piece in (_cut_rows(b, cut_at[b]) if b in cut_at else (b,))]
 
 

@@ -21,6 +21,7 @@ from docstream_chunker.table_detection import (
     side_by_side_boxes,
     split_at_gaps,
     split_at_lines,
+    split_spanning_rows,
     with_layout_grids,
     with_layout_tables,
     without_empty_columns,
@@ -416,3 +417,49 @@ def test_a_header_whose_names_wrap_onto_two_lines_stays_one_row() -> None:
              for ch in _chars(text, 60 * i + 2, 2 + 12 * j)]
     chars += [ch for i in range(4) for y in (34, 54) for ch in _chars(f"{i}.{y}", 60 * i + 2, y)]
     assert split_at_lines(boxes, chars) == boxes
+
+
+def _shaded_column(left: list[list[str]], right: list[str], *, label: str | None = None) -> tuple[list, list]:
+    """A header row (0 to 20), then rows of 12 points that only the last column rules (one shaded cell a row, text
+    in ``right``); the columns before it are one tall box each over those rows, holding ``left``'s lines (a line a
+    row, or ``label`` alone, centred); 60 points a column."""
+    width = len(left) + 1
+    rows = len(right)
+    boxes = [(60 * i, 0, 60 * i + 60, 20) for i in range(width)]
+    boxes += [(60 * i, 20, 60 * i + 60, 20 + 12 * rows) for i in range(len(left))]
+    boxes += [(60 * len(left), 20 + 12 * r, 60 * width, 32 + 12 * r) for r in range(rows)]
+    chars = [ch for i in range(width) for ch in _chars(f"h{i}", 60 * i + 2, 6)]
+    chars += [ch for r, text in enumerate(right) for ch in _chars(text, 60 * len(left) + 2, 22 + 12 * r)]
+    for i, lines in enumerate(left):
+        if label is not None and i == 0:
+            chars += _chars(label, 2, 22 + 12 * (rows - 1) / 2)
+            continue
+        chars += [ch for r, text in enumerate(lines) for ch in _chars(text, 60 * i + 2, 22 + 12 * r)]
+    return boxes, chars
+
+
+def test_a_box_over_rows_that_another_column_rules_is_split_when_it_holds_a_line_level_with_each_row() -> None:
+    values = ["36.2", "39.0", "37.9", "37.4"]
+    boxes, chars = _shaded_column([["1", "3", "5", "10"], ["300", "100", "64", "32"]], values, label="Group")
+    rows, columns, cells = grid_cells(split_spanning_rows(boxes, chars), chars)
+    assert (rows, columns) == (5, 3)
+    assert {(c.row, c.col, c.row_span, c.text) for c in cells if c.col == 0} == {(0, 0, 1, "h0"), (1, 0, 4, "Group")}
+    assert [c.text for c in cells if c.col == 1] == ["h1", "300", "100", "64", "32"]
+
+
+def test_a_box_over_rows_whose_lines_are_not_one_a_row_stays_whole() -> None:
+    values = ["36.2", "39.0", "37.9", "37.4"]
+    boxes, chars = _shaded_column([["1", "3", "5", "10"]], values)
+    shifted = [(c[0], c[1] + 5, c[2], c[3] + 5, c[4]) if c[0] < 60 and c[1] > 20 else c for c in chars]
+    assert split_spanning_rows(boxes, shifted) == boxes, "its lines sit half a row lower than the rows' text"
+    three = [c for c in chars if not (c[0] < 60 and c[1] > 50)]  # three lines over four rows: the last row lost
+    assert split_spanning_rows(boxes, three) == boxes
+
+
+def test_a_column_of_three_aligned_runs_is_split_twice() -> None:
+    triples = [("0.53   3.6   1.1", 52), ("0.45   3.6   1.2", 52), ("0.45   3.3   1.3", 52), ("0.68   3.5   1.4", 52)]
+    boxes, chars = _rows_of(triples)
+    rows, columns, cells = grid_cells(split_at_gaps(boxes, chars), chars)
+    assert (rows, columns) == (4, 4)
+    assert [c.text for c in cells if c.row == 0] == ["r0", "0.53", "3.6", "1.1"]
+
