@@ -529,36 +529,27 @@ def split_at_lines(boxes: Sequence[Box], chars: Sequence[tuple[float, float, flo
     when at least ``_LINE_CELLS`` of its one-row cells hold the same number (two or more) of lines of text,
     each line level with the same line of the others (within ``_LINE_ALIGN`` of a character height; the lines
     are those of full-height characters, so a superscript is no line of its own): at the middle between each
-    two lines, in each of those cells and each empty one. The first row stays whole: a header's names wrap onto
-    two lines, level across its cells, as often as a header of two rows is ruled as one. A table of
-    ``_FEW_ROWS`` ruled rows or fewer is left as it is: a header and one body row is what ``few_rows`` gives
-    to the layout model, which reads it row by row. A cell of one line (a label over
-    the group, ``\\multirow``) stays whole, so ``grid_cells`` gives it a row span. A row whose cells hold
-    different numbers of lines (wrapped paragraphs, a label beside its wrapped text) stays as it is.
+    two lines, in each of those cells and each empty one. A cell of one line (a label over the group,
+    ``\\multirow``) stays whole, so ``grid_cells`` gives it a row span. A row whose cells hold different numbers
+    of lines (wrapped paragraphs, a label beside its wrapped text) stays as it is, and so does the first row: a
+    header's names wrap onto two lines, level across its cells, as often as a header of two rows is ruled as
+    one. A table of ``_FEW_ROWS`` ruled rows or fewer is left as it is: a header and one body row is what
+    ``few_rows`` gives to the layout model, which reads it row by row.
 
     Args:
         boxes: the finder's cell boxes.
         chars: the characters inside the table: x0, y0, x1, y1 and the character.
     """
-    glyphs = [c for c in chars if c[4].strip() and c[3] > c[1]]
     ruled = _snap(y for box in boxes for y in (box[1], box[3]))
-    if not glyphs or len(ruled) - 1 <= _FEW_ROWS:
+    lined = _line_centres(chars)
+    if lined is None or len(ruled) - 1 <= _FEW_ROWS:
         return list(boxes)
-    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
-    # the lines are those of full-height characters: a superscript or subscript sits between them
-    centres = sorted(((g[1] + g[3]) / 2, (g[0] + g[2]) / 2) for g in glyphs if g[3] - g[1] >= height * _FULL_HEIGHT)
-    bands: dict[int, list[Box]] = {}  # the one-row cells of each ruled row, by the row's index
-    for box in boxes:
-        row = _line_of(ruled, box[1])
-        if _line_of(ruled, box[3]) == row + 1:
-            bands.setdefault(row, []).append(box)
+    height, centres = lined
     cut_at: dict[Box, list[float]] = {}
-    for row, band in bands.items():
+    for row, band in _one_row_cells(boxes, ruled).items():
         if row == 0 or len(band) < _LINE_CELLS:  # the header's row stays whole: its names wrap
             continue
-        top, bottom = ruled[row], ruled[row + 1]
-        lines = _text_lines(band, centres[bisect_left(centres, (top,)):bisect_right(centres, (bottom, math.inf))],
-                            height)
+        lines = _text_lines(band, _between(centres, ruled[row], ruled[row + 1]), height)
         cuts = _row_cuts([found for found in lines.values() if len(found) > 1], height)
         cut_at.update((b, cuts) for b, found in lines.items() if cuts and len(found) in (0, len(cuts) + 1))
     return [piece for b in boxes for piece in (_cut_rows(b, cut_at[b]) if b in cut_at else (b,))]
@@ -579,32 +570,55 @@ def split_spanning_rows(boxes: Sequence[Box], chars: Sequence[tuple[float, float
         boxes: the finder's cell boxes.
         chars: the characters inside the table: x0, y0, x1, y1 and the character.
     """
-    glyphs = [c for c in chars if c[4].strip() and c[3] > c[1]]
     ruled = _snap(y for box in boxes for y in (box[1], box[3]))
-    if not glyphs or len(ruled) < 3:
+    lined = _line_centres(chars)
+    if lined is None or len(ruled) < 3:
         return list(boxes)
-    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
-    centres = sorted(((g[1] + g[3]) / 2, (g[0] + g[2]) / 2) for g in glyphs if g[3] - g[1] >= height * _FULL_HEIGHT)
-
-    def lines_of(box: Box) -> list[float]:
-        return _text_lines([box], centres[bisect_left(centres, (box[1],)):bisect_right(centres, (box[3], math.inf))],
-                           height)[box]
-
-    rows = {b: (_line_of(ruled, b[1]), _line_of(ruled, b[3])) for b in boxes}
-    seen: dict[int, list[float]] = {}  # each row's level: the one line of its one-row cells
-    for box, (top, bottom) in rows.items():
-        if bottom == top + 1 and len(found := lines_of(box)) == 1:
-            seen.setdefault(top, []).append(found[0])
-    levels = {row: sorted(found)[len(found) // 2] for row, found in seen.items()}
+    height, centres = lined
+    levels: dict[int, float] = {}  # each row's level: the one line of its one-row cells (their median)
+    for row, band in _one_row_cells(boxes, ruled).items():
+        ones = sorted(found[0] for found in _text_lines(band, _between(centres, ruled[row], ruled[row + 1]),
+                                                        height).values() if len(found) == 1)
+        if ones:
+            levels[row] = ones[len(ones) // 2]
     cut_at: dict[Box, list[float]] = {}
-    for box, (top, bottom) in rows.items():
+    for box in boxes:
+        top, bottom = _line_of(ruled, box[1]), _line_of(ruled, box[3])
         if bottom - top < 2 or any(row not in levels for row in range(top, bottom)):
             continue
-        found = lines_of(box)
+        found = _text_lines([box], _between(centres, box[1], box[3]), height)[box]
         if len(found) == bottom - top and all(abs(y - levels[row]) <= height * _LINE_ALIGN
                                               for row, y in zip(range(top, bottom), found, strict=True)):
             cut_at[box] = ruled[top + 1:bottom]
     return [piece for b in boxes for piece in (_cut_rows(b, cut_at[b]) if b in cut_at else (b,))]
+
+
+def _line_centres(chars: Sequence[tuple[float, float, float, float, str]]
+                  ) -> tuple[float, list[tuple[float, float]]] | None:
+    """The usual character height of ``chars`` (the median), and the centres (y, x) of the full-height ones,
+    sorted: the lines are those of full-height characters, a superscript or subscript sits between them. None
+    without a visible character."""
+    glyphs = [c for c in chars if c[4].strip() and c[3] > c[1]]
+    if not glyphs:
+        return None
+    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
+    return height, sorted(((g[1] + g[3]) / 2, (g[0] + g[2]) / 2) for g in glyphs
+                          if g[3] - g[1] >= height * _FULL_HEIGHT)
+
+
+def _one_row_cells(boxes: Sequence[Box], ruled: Sequence[float]) -> dict[int, list[Box]]:
+    """The boxes that cover one row of the grid ``ruled`` (its row lines), by the row's index."""
+    bands: dict[int, list[Box]] = {}
+    for box in boxes:
+        row = _line_of(ruled, box[1])
+        if _line_of(ruled, box[3]) == row + 1:
+            bands.setdefault(row, []).append(box)
+    return bands
+
+
+def _between(centres: Sequence[tuple[float, float]], top: float, bottom: float) -> Sequence[tuple[float, float]]:
+    """The centres (y, x; sorted) from ``top`` down to ``bottom``."""
+    return centres[bisect_left(centres, (top,)):bisect_right(centres, (bottom, math.inf))]
 
 
 def _text_lines(band: Sequence[Box], centres: Sequence[tuple[float, float]], height: float
