@@ -881,9 +881,10 @@ def _chars(page: pymupdf.Page, bbox: Box) -> Iterator[tuple[float, float, float,
 
 def _laid_out(number: int, bbox: Box, boxes: list[Box], chars: Iterable[tuple[float, float, float, float, str]]
               ) -> PageTable | None:
-    """The table of ``boxes`` and ``chars``, its columns that the text's alignment divides split
-    (``table_detection.split_at_gaps``: a pair of columns no rule or predicted line parts), and its rows that
-    hold several rows of text (``table_detection.split_at_lines``: rules between groups of rows only)."""
+    """The table of ``boxes`` and ``chars``, its boxes split where the text says the rules left cells merged:
+    a tall box over rows that another column rules (``table_detection.split_spanning_rows``), then a column that
+    the text's alignment divides (``split_at_gaps``: columns no rule or predicted line parts), then a ruled row
+    that holds several rows of text (``split_at_lines``: rules between groups of rows only)."""
     chars = list(chars)
     rows, columns, cells = grid_cells(split_at_lines(split_at_gaps(split_spanning_rows(boxes, chars), chars), chars),
                                       chars)

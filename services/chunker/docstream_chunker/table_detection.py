@@ -19,6 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from statistics import median_high
 from typing import cast
 
 from docstream.tables import Box, PageTable, TableCell
@@ -428,7 +429,7 @@ def split_at_gaps(boxes: Sequence[Box], chars: Sequence[tuple[float, float, floa
     glyphs = [c for c in chars if c[4].strip() and c[2] > c[0]]
     if not boxes or not glyphs:
         return list(boxes)
-    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
+    height = median_high(c[3] - c[1] for c in glyphs)
     centres = sorted(((g[0] + g[2]) / 2, (g[1] + g[3]) / 2, g[0], g[2]) for g in glyphs)
     out = list(boxes)
     for _ in range(_GAP_PASSES):
@@ -577,10 +578,10 @@ def split_spanning_rows(boxes: Sequence[Box], chars: Sequence[tuple[float, float
     height, centres = lined
     levels: dict[int, float] = {}  # each row's level: the one line of its one-row cells (their median)
     for row, band in _one_row_cells(boxes, ruled).items():
-        ones = sorted(found[0] for found in _text_lines(band, _between(centres, ruled[row], ruled[row + 1]),
-                                                        height).values() if len(found) == 1)
+        ones = [found[0] for found in _text_lines(band, _between(centres, ruled[row], ruled[row + 1]),
+                                                  height).values() if len(found) == 1]
         if ones:
-            levels[row] = ones[len(ones) // 2]
+            levels[row] = median_high(ones)
     cut_at: dict[Box, list[float]] = {}
     for box in boxes:
         top, bottom = _line_of(ruled, box[1]), _line_of(ruled, box[3])
@@ -601,7 +602,7 @@ def _line_centres(chars: Sequence[tuple[float, float, float, float, str]]
     glyphs = [c for c in chars if c[4].strip() and c[3] > c[1]]
     if not glyphs:
         return None
-    height = sorted(c[3] - c[1] for c in glyphs)[len(glyphs) // 2]
+    height = median_high(c[3] - c[1] for c in glyphs)
     return height, sorted(((g[1] + g[3]) / 2, (g[0] + g[2]) / 2) for g in glyphs
                           if g[3] - g[1] >= height * _FULL_HEIGHT)
 
@@ -647,7 +648,7 @@ def _row_cuts(cells: Sequence[Sequence[float]], height: float) -> list[float]:
     with the others'; else none."""
     if len(cells) < _LINE_CELLS or len({len(c) for c in cells}) != 1:
         return []
-    levels = [sorted(c[i] for c in cells)[len(cells) // 2] for i in range(len(cells[0]))]
+    levels = [median_high(c[i] for c in cells) for i in range(len(cells[0]))]
     if any(abs(c[i] - level) > height * _LINE_ALIGN for c in cells for i, level in enumerate(levels)):
         return []
     return [(a + b) / 2 for a, b in itertools.pairwise(levels)]
