@@ -51,6 +51,7 @@ from docstream.kafka.admin import ensure_topics
 from docstream.logging import configure_logging
 from docstream.models.embedding import PreparedBatch, Runtime, SentenceTransformerEmbedder, load_embedder
 from docstream.records import ChunkCreated
+from docstream.service import collect_garbage_less_often
 from docstream.settings import Settings
 from docstream.store import ResultStore, SqliteStore
 from docstream.tasks.base import Task, TaskContext
@@ -359,6 +360,7 @@ def main() -> None:
                         help="the plumbing alone: a zero-cost embedder (fixed vectors) instead of the model")
     args = parser.parse_args()
     configure_logging(level="WARNING", fmt="console")
+    collect_garbage_less_often()  # as in a service's process (run_service)
     logging.getLogger("cassandra").setLevel(logging.ERROR)  # SAI "experimental" server warnings
     batches = [int(b) for b in args.batch_sizes.split(",")]
     texts = _texts(args.chunks, args.words)

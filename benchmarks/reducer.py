@@ -57,6 +57,7 @@ from docstream.kafka.admin import ensure_topics  # noqa: E402
 from docstream.kafka.clients import producer_config  # noqa: E402
 from docstream.logging import configure_logging  # noqa: E402
 from docstream.records import ChunkResult, DocumentCompleted  # noqa: E402
+from docstream.service import collect_garbage_less_often  # noqa: E402
 from docstream.settings import Settings  # noqa: E402
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore, SqliteStore  # noqa: E402
 from docstream.topics import Topics  # noqa: E402
@@ -309,6 +310,7 @@ def main() -> None:
     args = parser.parse_args()
     eos = not args.no_eos
     configure_logging(level="WARNING", fmt="console")
+    collect_garbage_less_often()  # as in a service's process (run_service)
     print(cpu_banner())
     print(f"{'stack':<18} {'EOS':>4} {'records':>8} {'docs':>5} {'in flight':>9} {'window s':>9} {'records/s':>10} "
           f"{'docs/s':>7} {'CPU ms/rec':>11} {'from start s':>13} {'dupes':>6}")

@@ -125,7 +125,8 @@ def named_types(schemas: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, 
 
 def python_type(avro: Any, named: Mapping[str, Mapping[str, Any]], *, row: bool = False) -> str:
     """The Python type of an Avro type, as source: a nested record is a ``dict``, an enum its ``Literal`` alias, an
-    array a list (a tuple in a row: rows are immutable).
+    array a list (a tuple in a row: rows are immutable), and an array of floats a ``Sequence[float]``: a vector, which
+    the model's output and the decoder give as a ``docstream.avro.segments.Float32Vector``.
 
     Raises:
         ValueError: a type with no Python counterpart here (a union of two non-null types, an unknown name).
@@ -150,6 +151,8 @@ def python_type(avro: Any, named: Mapping[str, Mapping[str, Any]], *, row: bool 
         return str(avro["name"])
     if kind == "array":
         item = python_type(avro["items"], named, row=row)
+        if item == "float":
+            return "Sequence[float]"
         return f"tuple[{item}, ...]" if row else f"list[{item}]"
     if kind == "map":
         return f"dict[str, {python_type(avro['values'], named, row=row)}]"
@@ -225,6 +228,7 @@ def _header(doc: str, body: str, imports: Mapping[str, Sequence[str]]) -> str:
 
 
 _STDLIB: dict[str, Sequence[str]] = {
+    "collections.abc": ("Sequence",),
     "dataclasses": ("dataclass", "field"),
     "datetime": ("datetime",),
     "typing": ("Annotated", "Any", "ClassVar", "Literal"),

@@ -58,6 +58,7 @@ from docstream.kafka.clients import ReliableProducer, consumer_config
 from docstream.logging import configure_logging, get_logger
 from docstream.metrics import Metrics
 from docstream.records import ChunkResult, DocumentCompleted
+from docstream.service import collect_garbage_less_often
 from docstream.settings import Settings
 from docstream.store import DocumentResultRow, DocumentRow, JobsStore, ResultsStore, ResultStore, SqliteStore
 from docstream.store.base import TERMINAL_DOC_STATES
@@ -486,6 +487,7 @@ def run_job(
     deadline = None if timeout_s is None else started + timeout_s
     state_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(level=settings.log.level, fmt="json", service="run", file=state_dir / "run.log")
+    collect_garbage_less_often()  # the services run in this process
     phases = _Phases()
     phases.mark("run_started")
     names = [t.name for t in tasks]

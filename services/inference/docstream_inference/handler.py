@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from docstream.avro.segments import Float32Vector
 from docstream.errors import InputError
 from docstream.records import ChunkCreated, ChunkResult, copy_fields
 from docstream.store.base import ChunkRow
@@ -65,7 +66,7 @@ class ChunkOutcome:
 
     chunk: ChunkCreated
     model_id: str
-    embedding: list[float] = field(default_factory=list)  # shared, never copied: row and record use this list
+    embedding: Sequence[float] = field(default_factory=list)  # shared, never copied: row and record use this one
     error_code: str | None = None
     error: str | None = None
     runtime: str | None = None
@@ -124,7 +125,7 @@ def result_of(chunk: ChunkCreated, model_id: str, task: str, output: ChunkOutput
             return failed_result(chunk, model_id, TASK_OUTPUT_INVALID, str(exc), model_us=model_us, device=device,
                                  task=task)
     mentions = _placed(chunk, output.spans) if output.spans else ()
-    embedding = output.embedding if isinstance(output.embedding, list) else list(output.embedding)
+    embedding = output.embedding if isinstance(output.embedding, (list, Float32Vector)) else list(output.embedding)
     return ChunkOutcome(chunk=chunk, model_id=model_id, embedding=embedding, runtime=runtime, model_us=model_us,
                        device=device, task=task, label_scores=scores, mentions=mentions, output=text)
 
@@ -158,7 +159,7 @@ def output_of_row(row: ChunkRow) -> ChunkOutput:
     return ChunkOutput(embedding=row.embedding, label_scores=dict(row.label_scores), spans=spans, output=value)
 
 
-def ok_result(chunk: ChunkCreated, model_id: str, embedding: list[float], runtime: str | None = None, *,
+def ok_result(chunk: ChunkCreated, model_id: str, embedding: Sequence[float], runtime: str | None = None, *,
               model_us: int = 0, device: str | None = None) -> ChunkOutcome:
     """A chunk embedded by ``model_id`` (``embedding`` is kept, not copied) on ``runtime`` (a ``Runtime.label``;
     None: reused from the store, not made here), its share of the forward pass ``model_us`` on ``device``."""

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from docstream.avro.segments import Float32Vector
 from docstream.avro.serde import AvroSerde
 from docstream.errors import InputError, SchemaError
 from docstream.kafka.dlq import dlq_headers
@@ -125,6 +126,9 @@ def test_preview_decodes_and_shortens_or_shows_hex() -> None:
     assert preview(None, None) == "(no value)"
     listed = preview(b"x", lambda _: {"embedding": [0.5] * 384, "raw": b"abc"})
     assert "… (384 items)" in listed and "<3 bytes>" in listed
+    # a decoded vector (a Float32Vector, not a list) is shortened as a list is, a short one shown whole
+    vectors = preview(b"x", lambda _: {"embedding": Float32Vector([0.5] * 384), "short": Float32Vector([0.5])})
+    assert "… (384 items)" in vectors and '"short": [0.5]' in vectors
 
 
 def _render(renderable: Any) -> str:

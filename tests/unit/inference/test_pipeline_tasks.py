@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import numpy as np
+
+from docstream.avro.segments import Float32Vector
 from docstream.records import ChunkCreated
 from docstream.tasks.base import ChunkOutput, Label, Span, TaskRequest
 from docstream_inference.handler import (
@@ -64,6 +67,16 @@ def test_spans_become_mentions_in_document_offsets_with_their_page() -> None:
     assert record.task == "entities" and record.mentions[2]["page"] == 5 and record.embedding == []
     row = chunk_row(result)
     assert row.task == "entities" and row.mentions == result.mentions
+
+
+def test_a_models_vector_goes_into_the_row_and_the_record_as_its_bytes_never_a_list() -> None:
+    vector = Float32Vector(np.linspace(-1, 1, 384, dtype=np.float32))
+    result = result_of(_chunk(), "m", "embed", ChunkOutput(embedding=vector), "rt")
+    row, record = chunk_row(result), result_record(result, AT)
+    assert result.embedding is vector and row.embedding is vector and record.embedding is vector
+    # a task of the user's that gives a tuple or an array still gets a list of its floats
+    plain = result_of(_chunk(), "m", "mine", ChunkOutput(embedding=(0.5, 0.25)), "rt")
+    assert type(plain.embedding) is list and plain.embedding == [0.5, 0.25]
 
 
 def test_scores_and_user_outputs_go_into_the_row_and_the_record() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import threading
@@ -13,7 +14,7 @@ import pytest
 import structlog
 
 from docstream.errors import ConfigError, FatalError
-from docstream.service import EXIT_FAILED, EXIT_OK, ServiceHost, run_service
+from docstream.service import EXIT_FAILED, EXIT_OK, GC_YOUNG_THRESHOLD, ServiceHost, run_service
 from docstream.settings import CassandraSettings, Settings, StoreSettings
 from docstream.store import ResultStore
 from tests.fixtures.services import free_port, http_status
@@ -96,6 +97,19 @@ def test_what_run_returns_is_the_exit_code(settings: Settings) -> None:
 
 def test_a_body_without_serve_exits_0(settings: Settings) -> None:
     assert run_service(settings, "svc", lambda host: None) == EXIT_OK
+
+
+def test_a_service_collects_its_young_garbage_less_often_and_the_older_generations_as_before(
+    settings: Settings,
+) -> None:
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    try:
+        gc.set_threshold(700, 10, 10)  # CPython's default
+        assert run_service(settings, "svc", lambda host: seen.append(gc.get_threshold())) == EXIT_OK
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [(GC_YOUNG_THRESHOLD, 10, 10)] and GC_YOUNG_THRESHOLD > 700
 
 
 def test_open_store_migrates_when_asked(settings: Settings) -> None:

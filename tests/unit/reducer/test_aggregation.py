@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from docstream.avro.segments import Float32List
+from docstream.avro.segments import Float32Vector
 from docstream.errors import PoisonRecord
 from docstream.records import OUTPUT_TOO_LARGE, ChunkResult, DocumentCompleted
 from docstream.tasks.base import FoldInput
@@ -374,7 +374,7 @@ def test_the_embedding_sum_is_the_float64_sum_taken_one_value_at_a_time_to_the_l
     for index in range(20):
         vector = np.asarray([rng.choice([rng.gauss(0, 1), *specials]) for _ in range(16)], dtype=np.float32)
         tokens = rng.choice([0, 1, 7, 213, 4096])
-        chunk = Float32List(vector) if decoded else vector.tolist()
+        chunk = Float32Vector(vector) if decoded else vector.tolist()
         state = fold.add(state, FoldInput(index=index, token_count=tokens, page_start=1, page_end=1, embedding=chunk))
         expected = _python_sum(expected, vector.tolist(), tokens)
         assert [repr(x) for x in unpack_floats(state["sum"])] == [repr(x) for x in expected]

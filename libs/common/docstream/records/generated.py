@@ -4,6 +4,7 @@ the schema and run it again (docs/architecture.md "Adding a field")."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal
@@ -150,7 +151,7 @@ class ChunkResult(Record):
     """1-based last page of the chunk."""
     embedded_at: datetime
     """When the result was made (UTC)."""
-    embedding: list[float] = field(default_factory=list)
+    embedding: Sequence[float] = field(default_factory=list)
     """The embedding vector; empty when status is failed."""
     error_code: str | None = None
     """Machine-readable failure code when status is failed."""
@@ -253,7 +254,7 @@ class DocumentCompleted(Record):
     """Chunks whose inference failed."""
     token_count: int = 0
     """Tokens over all embedded chunks."""
-    embedding: list[float] = field(default_factory=list)
+    embedding: Sequence[float] = field(default_factory=list)
     """Document embedding: mean of chunk embeddings weighted by token_count; empty when failed."""
     error_code: str | None = None
     """Machine-readable reason when status is failed (encrypted, corrupt, empty, not_a_document, no_text, too_large,

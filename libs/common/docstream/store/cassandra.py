@@ -633,7 +633,7 @@ class CassandraStore(TableStore):
         for group in _partition_groups(rows, _ROWS_PER_REQUEST):
             batch = _batch(BatchType.UNLOGGED)
             for row in group:
-                packed = encode_embedding(row.embedding)  # a model's Float32List gives the bytes it holds
+                packed = encode_embedding(row.embedding)  # a model's Float32Vector gives the bytes it holds
                 vector = np.frombuffer(packed, dtype=_FLOAT32)
                 batch.add(chunk_insert, CHUNK_ROWS.to_columns(row, _ENCODING, encoded={"embedding": packed}))
                 if vector.size and _has_cosine(vector):

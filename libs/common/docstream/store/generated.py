@@ -5,6 +5,7 @@ tools.gen_records``: do not edit; change the declaration or the schema and run i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
@@ -88,7 +89,7 @@ class DocumentResultRow:
     """Chunks whose inference failed."""
     token_count: int
     """Tokens over all embedded chunks."""
-    embedding: list[float]
+    embedding: Sequence[float]
     """Document embedding: mean of chunk embeddings weighted by token_count; empty when failed."""
     chunker_settings: str
     """Canonical chunker settings the document was chunked with (see ChunkCreated); empty for results that predate
@@ -147,7 +148,7 @@ class ChunkRow:
     """Offset one past the last character in the document's extracted text."""
     token_count: int
     """Tokens in the chunk by the model tokenizer (without special tokens)."""
-    embedding: list[float]
+    embedding: Sequence[float]
     """The embedding vector; empty when status is failed."""
     status: ChunkStatus = "ok"
     """Outcome for this chunk."""

@@ -244,7 +244,7 @@ CHUNK_ROW = RowSpec(
     },
     stored=(
         Stored("model_id", holds="ChunkResult.model_id"),
-        Stored("embedding", type="list[float]", default=REQUIRED),
+        Stored("embedding", type="Sequence[float]", default=REQUIRED),
         Stored("status", default='"ok"'),
         Stored("table_part", type="TablePart | None", holds="ChunkCreated.table",
                doc="The table part of a ``table`` chunk (``ChunkCreated.table``, typed): page, bbox, caption, header, "
@@ -281,7 +281,7 @@ DOCUMENT_RESULT_ROW = RowSpec(
         Stored("chunk_count", default=REQUIRED),
         Stored("failed_chunks", default=REQUIRED),
         Stored("token_count", default=REQUIRED),
-        Stored("embedding", type="list[float]", default=REQUIRED),
+        Stored("embedding", type="Sequence[float]", default=REQUIRED),
         Stored("chunker_settings", type="str", default=REQUIRED,
                doc="Canonical chunker settings the document was chunked with (see ChunkCreated); empty for results "
                    "that predate v2."),

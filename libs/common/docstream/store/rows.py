@@ -351,7 +351,7 @@ _TYPES: dict[Any, ColumnType] = {
     dict[str, int]: _COUNTS,
     dict[str, float]: _SCORES,
     Annotated[dict[str, float], FLOAT32]: _FLOAT32_SCORES,
-    list[float]: _EMBEDDING,
+    Sequence[float]: _EMBEDDING,
     tuple[str, ...]: _WORDS,
     Annotated[tuple[str, ...], TEXTS]: _TEXTS,
     tuple[int, ...]: _INTS,

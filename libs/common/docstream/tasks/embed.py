@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from docstream.avro.segments import Float32List
+from docstream.avro.segments import Float32Vector
 from docstream.errors import PartialBatchError
 from docstream.metrics import EndpointMetrics, Metrics
 from docstream.models.embedder import Embedder
@@ -85,7 +85,7 @@ class EmbedTask:
             raise PartialBatchError([out if isinstance(out, BaseException) else ChunkOutput(embedding=_floats(out))
                                      for out in exc.outputs]) from None
         # each vector keeps its float32 bytes: the row and the record are written from them, never packed again
-        return [ChunkOutput(embedding=vector) for vector in Float32List.rows(rows)]
+        return [ChunkOutput(embedding=vector) for vector in Float32Vector.rows(rows)]
 
     def warm_up(self) -> None:
         """One small batch through the embedder."""

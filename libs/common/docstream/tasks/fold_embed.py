@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from docstream.avro.segments import Float32List
+from docstream.avro.segments import Float32Vector
 from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError
 
 __all__ = ["EmbedFold", "EmbeddingDimensionError", "pack_floats", "unpack_floats"]
@@ -57,8 +57,8 @@ def _unpacked(data: str | Sequence[float]) -> np.ndarray[Any, Any]:
 
 
 def _float64(vector: Sequence[float]) -> np.ndarray[Any, Any]:
-    """``vector`` as float64: a ``Float32List`` (a record's, as decoded) from its bytes, exactly its values."""
-    if type(vector) is Float32List:
+    """``vector`` as float64: a ``Float32Vector`` (a record's, as decoded) from its bytes, exactly its values."""
+    if type(vector) is Float32Vector:
         return np.frombuffer(vector.packed, dtype=_FLOAT32).astype(_FLOAT64)
     return np.asarray(vector, dtype=_FLOAT64)
 

@@ -256,9 +256,11 @@ def _shorten(value: Any) -> Any:
         return f"{value[:_MAX_STRING]}… ({len(value)} chars)"
     if isinstance(value, bytes):
         return f"<{len(value)} bytes>"
-    if isinstance(value, list | tuple) and len(value) > _SEQUENCE_PREVIEW:
-        head = ", ".join(str(_shorten(v)) for v in value[:_SEQUENCE_PREVIEW])
-        return f"[{head}, … ({len(value)} items)]"
+    if isinstance(value, Sequence) and not isinstance(value, str):  # a list, a tuple, a vector (Float32Vector)
+        if len(value) > _SEQUENCE_PREVIEW:
+            head = ", ".join(str(_shorten(v)) for v in value[:_SEQUENCE_PREVIEW])
+            return f"[{head}, … ({len(value)} items)]"
+        return [_shorten(v) for v in value]
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, dict):

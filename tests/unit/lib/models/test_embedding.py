@@ -136,8 +136,8 @@ def test_prepare_and_embed_match_model_encode(fp32_embedder: SentenceTransformer
 def test_the_embed_task_gives_each_vector_with_the_float32_bytes_it_is_written_as(
     fp32_embedder: SentenceTransformerEmbedder,
 ) -> None:
-    """The row and the record are written from the bytes the model gave (``Float32List``), never packed again."""
-    from docstream.avro.segments import Float32List, float32_bytes
+    """The row and the record are written from the bytes the model gave (``Float32Vector``), never packed again."""
+    from docstream.avro.segments import Float32Vector, float32_bytes
     from docstream.tasks.base import TaskRequest
     from docstream.tasks.embed import EmbedTask
 
@@ -145,7 +145,7 @@ def test_the_embed_task_gives_each_vector_with_the_float32_bytes_it_is_written_a
     outputs = task.run(task.prepare(REAL_TEXT, [TaskRequest("embed")] * len(REAL_TEXT)))
     vectors = fp32_embedder.embed(fp32_embedder.prepare(REAL_TEXT))
     for output, vector in zip(outputs, vectors, strict=True):
-        assert type(output.embedding) is Float32List and output.embedding == vector.tolist()
+        assert type(output.embedding) is Float32Vector and output.embedding == vector.tolist()
         assert float32_bytes(output.embedding) == vector.astype("<f4").tobytes()
 
 
