@@ -446,6 +446,53 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     two.stop_cleanly(_STOP_S)
 
 
+def test_an_at_least_once_reducer_recovers_the_tables_an_exactly_once_reducer_wrote(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
+) -> None:
+    """``kafka.transactions`` turned off on topics an exactly-once reducer wrote: each changelog partition it wrote
+    ends at a transaction's commit marker, which no consumer is given. The next reducer's table recovery ends all
+    the same, with the open documents' state, and it completes them."""
+    prefix = unique_name("rdx")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    docs = [_Doc(f"{job_id}-d{i:02d}", 4) for i in range(12)]
+    _seed_job(cassandra_store, job_id, [d.doc_id for d in docs])
+    first = [r for d in docs for r in d.records(job_id)[:2]]  # every document half in: open state in each table
+    rest = [r for d in docs for r in d.records(job_id)[2:]]
+    env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True)
+    once = ServiceProcess("exactly-once", env, tmp_path, command="reducer")
+    reducers.append(once)
+    once.start()
+    wait_for_topic(kafka_bootstrap, topics.results, once)
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, first))
+    wait_for_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", once)
+    read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", until=_table_holds(first), timeout_s=90,
+               what="the exactly-once reducer's table state", describe=once.tail)
+    once.stop_cleanly(_STOP_S)
+
+    least = ServiceProcess("at-least-once", {**env, "DOCSTREAM_KAFKA__TRANSACTIONS": "false"}, tmp_path,
+                           command="reducer")
+    reducers.append(least)
+    least.start()
+    deadline = time.monotonic() + 90
+    while not least.events("reducer_state_recovered"):
+        if time.monotonic() >= deadline or not least.alive():
+            pytest.fail(f"the at-least-once reducer never recovered its tables:\n{least.tail()}")
+        time.sleep(0.2)
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, rest))
+    completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs),
+                           timeout_s=90, what="every document", describe=least.tail)
+    for doc in docs:
+        out = next(r for r in completed.records if isinstance(r, DocumentCompleted) and r.doc_id == doc.doc_id)
+        assert (out.status, out.chunk_count) == ("completed", 4)
+        assert out.embedding == pytest.approx(doc.expected_embedding(), rel=1e-6)  # both halves folded
+    # the partitions it waited on ended at markers: the broker said so, not a timeout
+    assert least.events("changelog_ends_at_markers"), least.tail()
+    least.stop_cleanly(_STOP_S)
+
+
 def test_a_rebalance_under_exactly_once_commits_the_documents_completed_in_open_transactions_first(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
     unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],

@@ -244,7 +244,7 @@ def build_reducer(
     topics = Topics(kafka.topic_prefix)
     app = faust.App(reducer.app_id, **faust_settings(kafka, reducer))
     faust_shim.apply(app, transaction_timeout_s=reducer.transaction_timeout_s,
-                     idempotent=idempotent_producer)
+                     idempotent=idempotent_producer, span_probe=partial(spans_with_records, kafka))
     partitions = kafka.partitions
     table_args: dict[str, Any] = {
         "partitions": partitions,

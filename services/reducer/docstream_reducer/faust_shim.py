@@ -22,7 +22,10 @@ transport of its own, whose subclasses carry the fixes:
   (``Producer.send_soon``, ``Producer.flush``); under exactly-once the offsets commit only once every
   buffered send is acknowledged in its transaction (``Producer.commit_transactions``, ``_trn_locks``);
 * ``_TransactionalProducer``: its sender retries a FindCoordinator that lost its connection
-  (``Sender._find_coordinator``, wrapped on that sender instance only).
+  (``Sender._find_coordinator``, wrapped on that sender instance only);
+* ``_TableManager`` / ``_Recovery``: under at-least-once too, a table's recovery ends at a changelog whose last
+  offsets hold only transaction markers (``TableManager.recovery``, ``Recovery.active_offsets``,
+  ``active_highwaters``, ``in_recovery``).
 
 ``ReducerWorker`` (a bounded stop: ``Worker._schedule_shutdown``, ``_signal_stop_time``) and
 ``ThreadWorker`` (a quick loop close: ``Worker._sentinel_task``) are subclasses used only where the
@@ -52,6 +55,8 @@ import mode
 from aiokafka import errors as kafka_errors
 from aiokafka.producer.sender import Sender
 from faust import streams as faust_streams
+from faust.tables.manager import TableManager
+from faust.tables.recovery import Recovery
 from faust.transport import base as transport_base
 from faust.transport import consumer as transport_consumer
 from faust.transport import producer as transport_producer
@@ -69,6 +74,7 @@ __all__ = [
     "ReducerWorker",
     "Sends",
     "Shim",
+    "SpanProbe",
     "ThreadWorker",
     "apply",
     "check_signatures",
@@ -80,6 +86,10 @@ __all__ = [
 ]
 
 _log = get_logger(__name__)
+
+SpanProbe = Callable[[list[tuple[str, int, int, int]]], Mapping[tuple[str, int], bool]]
+"""Whether each ``(topic, partition, start, end)`` span holds a committed record, by ``(topic, partition)``; a span
+it could not decide is left out (``probe.spans_with_records``)."""
 
 PINNED: Mapping[str, str] = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0", "mode-streaming": "0.7.1"}
 """The distributions whose internals this module touches, at the versions it was written for."""
@@ -149,6 +159,12 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
         ("faust-streaming", faust_streams.Stream.noack_take,
          "(self, max_: int, within: Union[datetime.timedelta, float, str])"
          " -> AsyncGenerator[Sequence[+T_co], NoneType]"),
+    "faust.tables.manager.TableManager.recovery":
+        ("faust-streaming", TableManager.__dict__["recovery"].fget,
+         "(self) -> faust.tables.recovery.Recovery"),
+    "faust.tables.recovery.Recovery.__init__":
+        ("faust-streaming", Recovery.__init__,
+         "(self, app: faust.types.app.AppT, tables: faust.types.tables.TableManagerT, **kwargs: Any) -> None"),
     "mode.worker.Worker._schedule_shutdown":
         ("mode-streaming", mode.Worker._schedule_shutdown, "(self, signal: signal.Signals) -> None"),
     "mode.worker.Worker._sentinel_task":
@@ -165,6 +181,10 @@ _PRIVATE_FIELDS = (
     ("faust-streaming", faust_aiokafka.Consumer, "_n_acked"),
     ("faust-streaming", faust_aiokafka.Producer, "_trn_locks"),
     ("faust-streaming", faust_aiokafka.Producer, "_transaction_producers"),
+    ("faust-streaming", TableManager, "_recovery"),
+    ("faust-streaming", Recovery, "active_offsets"),
+    ("faust-streaming", Recovery, "active_highwaters"),
+    ("faust-streaming", Recovery, "in_recovery"),
 )
 
 class LibraryMismatchError(FatalError):
@@ -241,14 +261,18 @@ class Shim:
         self.app._transport = self.previous
 
 
-def apply(app: faust.App, *, transaction_timeout_s: float, idempotent: bool = False) -> Shim:
-    """Check the libraries, then give ``app`` the patched transport. Call it before the app starts.
+def apply(app: faust.App, *, transaction_timeout_s: float, idempotent: bool = False,
+          span_probe: SpanProbe | None = None) -> Shim:
+    """Check the libraries, then give ``app`` the patched transport and table manager. Call it before the app
+    starts and before it declares its tables.
 
     Args:
         app: the reducer's Faust app (broker ``kafka://``: the aiokafka driver).
         transaction_timeout_s: ``transaction_timeout_ms`` of its transactional producers.
         idempotent: its producers outside a transaction send with ``enable_idempotence`` and
             ``acks=all`` too (faust-streaming 0.15.3 has no setting for it).
+        span_probe: whether offset spans hold committed records (``probe.spans_with_records``); with it, an
+            at-least-once recovery ends at a changelog whose last offsets hold none (``_Recovery``).
 
     Raises:
         LibraryMismatchError: see ``check_versions`` and ``check_signatures``.
@@ -257,8 +281,9 @@ def apply(app: faust.App, *, transaction_timeout_s: float, idempotent: bool = Fa
     check_signatures()
     previous = app._transport
     transport = _Transport(app.conf.broker_consumer, app, transaction_timeout_ms=int(transaction_timeout_s * 1000),
-                           idempotent=idempotent)
+                           idempotent=idempotent, span_probe=span_probe)
     app.transport = transport
+    app.conf.TableManager = _TableManager  # type: ignore[assignment]  # faust types the setting as its SymbolArg
     return Shim(app=app, transport=transport, previous=previous)
 
 
@@ -752,10 +777,62 @@ class _Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
     Producer = _Producer
 
-    def __init__(self, url: Any, app: faust.App, *, transaction_timeout_ms: int, idempotent: bool = False) -> None:
+    def __init__(self, url: Any, app: faust.App, *, transaction_timeout_ms: int, idempotent: bool = False,
+                 span_probe: SpanProbe | None = None) -> None:
         super().__init__(url, app)
         self.transaction_timeout_ms = transaction_timeout_ms
         self.idempotent = idempotent
+        self.span_probe = span_probe
+
+
+_MARKER_CHECK_S = 5.0
+"""How often an at-least-once recovery asks whether what it waits for is only transaction markers (Faust's own
+check under exactly-once comes after two waits of 5 s)."""
+
+
+class _Recovery(Recovery):
+    """Table recovery that ends, under at-least-once too, where a changelog partition's last offsets hold no
+    committed record.
+
+    faust-streaming 0.15.3 recovers a changelog partition until it has read the record at the partition's end
+    offset minus one. A partition that an exactly-once reducer wrote ends at a transaction's commit marker, which
+    no consumer is given. Faust ends such a recovery under exactly-once only (its ``detect_aborted_tx``): an
+    at-least-once reducer on the topics of an exactly-once one waited for ever (docs/reducer.md "Exactly-once").
+    Here, every ``_MARKER_CHECK_S`` while an at-least-once recovery runs, the broker is asked (read_committed,
+    ``span_probe``) whether the offsets between what each partition has read and its end hold a record; a
+    partition whose offsets hold none, and that read nothing meanwhile, is recovered. Faust ends the recovery at
+    its next check.
+    """
+
+    @mode.Service.task
+    async def _end_at_markers(self) -> None:
+        while not self.should_stop:
+            await self.sleep(_MARKER_CHECK_S)
+            probe = getattr(self.app.transport, "span_probe", None)
+            if probe is not None and self.in_recovery and not self.app.in_transaction:
+                await self._end_where_only_markers_remain(probe)
+
+    async def _end_where_only_markers_remain(self, probe: SpanProbe) -> None:
+        waiting = {tp: (read, end) for tp, end in self.active_highwaters.items()
+                   if end is not None and (read := self.active_offsets.get(tp)) is not None and read < end}
+        if not waiting:
+            return
+        spans = [(tp.topic, tp.partition, read + 1, end + 1) for tp, (read, end) in waiting.items()]
+        found = await asyncio.get_running_loop().run_in_executor(None, probe, spans)
+        for tp, (read, end) in waiting.items():
+            if found.get((tp.topic, tp.partition)) is False and self.active_offsets.get(tp) == read:
+                _log.info("changelog_ends_at_markers", topic=tp.topic, partition=tp.partition, read=read, end=end)
+                self.active_offsets[tp] = end
+
+
+class _TableManager(TableManager):
+    """The app's table manager, whose recovery is a ``_Recovery``."""
+
+    @property
+    def recovery(self) -> Recovery:
+        if self._recovery is None:
+            self._recovery = _Recovery(self.app, self, beacon=self.beacon, loop=self.loop)
+        return self._recovery
 
 
 def exit_watchdog(seconds: float, code: int) -> threading.Timer:
