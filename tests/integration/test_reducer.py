@@ -389,6 +389,17 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     restarted.stop_cleanly(_STOP_S)
 
 
+def _reduce_into_the_table(reducer: ServiceProcess, bootstrap: str, prefix: str, records: list[ChunkResult]) -> None:
+    """Start ``reducer``, produce ``records`` and wait until its documents table's changelog holds every one."""
+    topics = Topics(prefix)
+    reducer.start()
+    wait_for_topic(bootstrap, topics.results, reducer)
+    _produce(bootstrap, topics.results, _encoded(AvroSerde(Settings().kafka), topics.results, records))
+    wait_for_topic(bootstrap, f"{prefix}-reducer-documents-changelog", reducer)
+    read_topic(bootstrap, f"{prefix}-reducer-documents-changelog", until=_table_holds(records), timeout_s=90,
+               what=f"{reducer.name}'s table state", describe=reducer.tail)
+
+
 def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
     unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
@@ -410,13 +421,8 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
     env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True)
     one = ServiceProcess("one", env, tmp_path, command="reducer")
     reducers.append(one)
-    one.start()
-    wait_for_topic(kafka_bootstrap, topics.results, one)
-    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, first))
     # the open document states are committed to the table's changelog before two joins
-    wait_for_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", one)
-    read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", until=_table_holds(first), timeout_s=90,
-               what="instance one's table state", describe=one.tail)
+    _reduce_into_the_table(one, kafka_bootstrap, prefix, first)
 
     two = ServiceProcess("two", {**env, "DOCSTREAM_REDUCER__DATA_DIR": str(tmp_path / "two-data")}, tmp_path,
                          command="reducer")
@@ -464,12 +470,7 @@ def test_an_at_least_once_reducer_recovers_the_tables_an_exactly_once_reducer_wr
     env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=True)
     once = ServiceProcess("exactly-once", env, tmp_path, command="reducer")
     reducers.append(once)
-    once.start()
-    wait_for_topic(kafka_bootstrap, topics.results, once)
-    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, first))
-    wait_for_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", once)
-    read_topic(kafka_bootstrap, f"{prefix}-reducer-documents-changelog", until=_table_holds(first), timeout_s=90,
-               what="the exactly-once reducer's table state", describe=once.tail)
+    _reduce_into_the_table(once, kafka_bootstrap, prefix, first)
     once.stop_cleanly(_STOP_S)
 
     least = ServiceProcess("at-least-once", {**env, "DOCSTREAM_KAFKA__TRANSACTIONS": "false"}, tmp_path,
