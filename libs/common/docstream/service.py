@@ -53,7 +53,8 @@ def collect_garbage_less_often() -> None:
     A service's records are freed by their reference counts as each batch moves on; the cyclic collector finds no
     garbage in them, yet at CPython's default it walks the objects in flight (a batch of records, their fields) every
     700 allocations. With the model out of the way (docs/performance.md "Plumbing capacity") that walk was a fifth of
-    the inference service's CPU a chunk. Cycles are still collected, a few thousand objects later.
+    the inference service's CPU a chunk, and a model load's objects cost a short ``docstream run`` half a second of
+    its start. Cycles are still collected, a few thousand objects later.
     """
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
