@@ -107,7 +107,8 @@ class Float32Vector(Sequence[float]):
     __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash
 
     def __repr__(self) -> str:
-        return f"Float32Vector({self.tolist()!r})"
+        """As the list of its values: a record's repr reads as before vectors kept their bytes."""
+        return repr(self.tolist())
 
     def tolist(self) -> list[float]:
         """The values as a list of Python floats (what JSON and the like take)."""

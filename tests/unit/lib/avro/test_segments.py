@@ -164,7 +164,7 @@ def test_a_float32_vector_reads_as_its_floats_and_gives_the_bytes_it_came_from()
     batch = np.broadcast_to(np.arange(4, dtype=np.float32), (3, 4))
     assert Float32Vector(batch[1]).packed == np.arange(4, dtype="<f4").tobytes()
     assert Float32Vector(np.arange(12, dtype=np.float32).reshape(3, 4)[:, 1]) == [1.0, 5.0, 9.0]
-    assert Float32Vector([1, 2.5]) == [1.0, 2.5]
+    assert Float32Vector([1, 2.5]) == [1.0, 2.5] and repr(Float32Vector([1, 2.5])) == "[1.0, 2.5]"
 
 
 def test_a_float32_vector_cannot_change_so_its_bytes_stay_its_values() -> None:
