@@ -32,7 +32,7 @@ from docstream.records import ChunkResult, DocumentCompleted, JobStatus
 from docstream.settings import CassandraSettings, Settings
 from docstream.store import DocumentRow, JobDocumentRow, JobRow, ResultStore
 from docstream.topics import Topics, dlq_topic
-from docstream_reducer.aggregation import DocumentState, decode_entry, document_key
+from docstream_reducer.aggregation import CompletionMarker, DocumentState, decode_entry, document_key
 from tests.fixtures.kafka import TopicReader, read_topic, wait_until
 from tests.fixtures.services import ServiceProcess
 from tests.fixtures.webhooks import ALLOW_PRIVATE_ENV, WebhookReceiver
@@ -389,6 +389,15 @@ def test_reducer_killed_halfway_completes_every_document_after_restart(
     restarted.stop_cleanly(_STOP_S)
 
 
+def _await_recovered(reducer: ServiceProcess, timeout_s: float = 90) -> None:
+    """Wait until ``reducer``'s current run has recovered its tables (it holds partitions and reads its inputs)."""
+    deadline = time.monotonic() + timeout_s
+    while not reducer.events("reducer_state_recovered", all_runs=False):
+        if time.monotonic() >= deadline or not reducer.alive():
+            pytest.fail(f"{reducer.name} never recovered its tables:\n{reducer.tail()}")
+        time.sleep(0.2)
+
+
 def _reduce_into_the_table(reducer: ServiceProcess, bootstrap: str, prefix: str, records: list[ChunkResult]) -> None:
     """Start ``reducer``, produce ``records`` and wait until its documents table's changelog holds every one."""
     topics = Topics(prefix)
@@ -477,11 +486,7 @@ def test_an_at_least_once_reducer_recovers_the_tables_an_exactly_once_reducer_wr
                            command="reducer")
     reducers.append(least)
     least.start()
-    deadline = time.monotonic() + 90
-    while not least.events("reducer_state_recovered"):
-        if time.monotonic() >= deadline or not least.alive():
-            pytest.fail(f"the at-least-once reducer never recovered its tables:\n{least.tail()}")
-        time.sleep(0.2)
+    _await_recovered(least)
     _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, rest))
     completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document(docs),
                            timeout_s=90, what="every document", describe=least.tail)
@@ -492,6 +497,48 @@ def test_an_at_least_once_reducer_recovers_the_tables_an_exactly_once_reducer_wr
     # the partitions it waited on ended at markers: the broker said so, not a timeout
     assert least.events("changelog_ends_at_markers"), least.tail()
     least.stop_cleanly(_STOP_S)
+
+
+def test_an_at_least_once_reducer_reads_no_table_change_of_an_aborted_transaction(
+    kafka_bootstrap: str, cassandra_settings: CassandraSettings, cassandra_store: ResultStore,
+    unique_name: Callable[[str], str], tmp_path: Path, reducers: list[ServiceProcess],
+) -> None:
+    """An exactly-once reducer killed mid-transaction leaves the table changes of that transaction in the changelog,
+    aborted: here a completion marker whose DocumentCompleted never committed. An at-least-once reducer on those
+    topics recovers without it, and the document's chunks, read again, complete it."""
+    prefix = unique_name("rdq")
+    topics = Topics(prefix)
+    serde = AvroSerde(Settings().kafka)
+    job_id = unique_name("job")
+    doc = _Doc(f"{job_id}-d00", 4)
+    _seed_job(cassandra_store, job_id, [doc.doc_id])
+    env = _env(kafka_bootstrap, prefix, cassandra_settings, tmp_path, transactions=False)
+    reducer = ServiceProcess("reducer", env, tmp_path)
+    reducers.append(reducer)
+    reducer.start()
+    changelog = f"{prefix}-reducer-documents-changelog"
+    _await_recovered(reducer)  # its changelog made, and a stop now is a clean one
+    reducer.stop_cleanly(_STOP_S)
+    # the aborted transaction: the document's completion marker, in every partition of the changelog
+    kafka = Settings().with_overrides(kafka={"bootstrap_servers": kafka_bootstrap}).kafka
+    aborter = Producer({**producer_config(kafka), "transactional.id": f"{prefix}-aborted"})
+    aborter.init_transactions(30)
+    aborter.begin_transaction()
+    key = json.dumps(document_key(doc.doc_id, _MODEL)).encode()
+    for partition in range(3):
+        marker = CompletionMarker("completed", doc.chunks, int(time.time() * 1000), partition)
+        aborter.produce(changelog, key=key, value=json.dumps(marker.to_json()).encode(), partition=partition)
+    assert aborter.flush(30) == 0
+    aborter.abort_transaction(30)
+
+    reducer.restart()
+    _await_recovered(reducer)
+    _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, doc.records(job_id)))
+    completed = read_topic(kafka_bootstrap, topics.completed, serde=serde, until=_every_document([doc]),
+                           timeout_s=60, what="the document whose aborted marker came first", describe=reducer.tail)
+    out = next(r for r in completed.records if isinstance(r, DocumentCompleted))
+    assert (out.doc_id, out.status, out.chunk_count) == (doc.doc_id, "completed", 4)
+    reducer.stop_cleanly(_STOP_S)
 
 
 def test_a_rebalance_under_exactly_once_commits_the_documents_completed_in_open_transactions_first(

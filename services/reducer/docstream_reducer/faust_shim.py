@@ -9,7 +9,8 @@ expected and what was found.
 Nothing here patches a class for the whole process. ``apply(app, ...)`` gives one Faust app a
 transport of its own, whose subclasses carry the fixes:
 
-* ``_Consumer`` / ``_ConsumerThread``: changelog ends read from the broker under exactly-once
+* ``_Consumer`` / ``_ConsumerThread``: only committed records read, at-least-once too
+  (``AIOKafkaConsumerThread._create_worker_consumer``); changelog ends read from the broker under exactly-once
   (``AIOKafkaConsumerThread._highwaters``); a fetch loop of its own (``Consumer._drain_messages``)
   that never marks an input record read, or a missing offset skipped, unless the broker gave it
   after the last seek and an agent took it (``FetchGate``; ``Consumer.perform_seek``, ``seek``,
@@ -100,6 +101,9 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
     "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._highwaters":
         ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread._highwaters,
          "(self, partitions: List[faust.types.tuples.TP]) -> Mapping[faust.types.tuples.TP, int]"),
+    "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._create_worker_consumer":
+        ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer,
+         "(self, transport: 'Transport') -> aiokafka.consumer.consumer.AIOKafkaConsumer"),
     "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._ensure_consumer":
         ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread._ensure_consumer,
          "(self) -> aiokafka.consumer.consumer.AIOKafkaConsumer"),
@@ -339,7 +343,14 @@ def partition_state(consumer: Any, tp: TP) -> dict[str, Any]:
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Reads changelog ends from the broker under exactly-once.
+    """Reads committed records only, and changelog ends from the broker.
+
+    faust-streaming 0.15.3 reads with isolation read_committed under exactly-once only. At-least-once, a reducer
+    on the topics of an exactly-once one that was killed mid-transaction read the records of the aborted
+    transaction: a completion marker whose DocumentCompleted was never committed came back into the table from the
+    changelog, and the document's chunks, read again, were dropped as already folded; it never completed. Every
+    record a reducer reads is committed, whatever the guarantee (the records of producers without transactions
+    are).
 
     faust-streaming 0.15.3 takes the end of a changelog partition, under exactly-once, from
     aiokafka's ``last_stable_offset``, which stays None until that partition has been fetched
@@ -347,6 +358,14 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     rebalance then restores nothing, or stops with ConsistencyError. A ListOffsets request
     (``end_offsets``) with isolation read_committed returns the broker's last stable offset.
     """
+
+    def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        if getattr(consumer, "_isolation_level", None) not in ("read_committed", "read_uncommitted"):
+            raise LibraryMismatchError("aiokafka", "AIOKafkaConsumer._isolation_level", "an isolation level",
+                                       repr(getattr(consumer, "_isolation_level", None)))
+        consumer._isolation_level = "read_committed"  # read when it starts, by the fetcher it makes then
+        return consumer
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return cast(Mapping[TP, int], await self._ensure_consumer().end_offsets(partitions))
