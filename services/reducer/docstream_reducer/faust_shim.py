@@ -64,7 +64,7 @@ from faust.transport import producer as transport_producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from docstream.errors import FatalError
+from docstream.errors import DocstreamError, FatalError
 from docstream.logging import get_logger
 
 __all__ = [
@@ -837,7 +837,11 @@ class _Recovery(Recovery):
         if not waiting:
             return
         spans = [(tp.topic, tp.partition, read + 1, end + 1) for tp, (read, end) in waiting.items()]
-        found = await asyncio.get_running_loop().run_in_executor(None, probe, spans)
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(None, probe, spans)
+        except DocstreamError as exc:  # the broker refused the look: the partitions wait for the next check
+            _log.warning("changelog_probe_failed", error_code=exc.code, error=exc.message[:300])
+            return
         for tp, (read, end) in waiting.items():
             if found.get((tp.topic, tp.partition)) is False and self.active_offsets.get(tp) == read:
                 _log.info("changelog_ends_at_markers", topic=tp.topic, partition=tp.partition, read=read, end=end)

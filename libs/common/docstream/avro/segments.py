@@ -41,7 +41,7 @@ class Float32Vector(Sequence[float]):
     ``numpy.asarray`` reads its bytes as a float32 array without a copy.
 
     Raises:
-        TypeError: on any change (it has no method that changes it).
+        TypeError: on item assignment or deletion (it has no method that changes it).
     """
 
     __slots__ = ("_view", "packed")
@@ -70,7 +70,7 @@ class Float32Vector(Sequence[float]):
         if array.ndim != 2:
             raise ValueError("Float32Vector.rows takes a two-dimensional array")
         data, width = array.tobytes(), array.shape[1] * _FLOAT32.itemsize
-        return [_holding(data[at:at + width]) for at in range(0, len(data), width)] if width else []
+        return [_holding(data[at * width:(at + 1) * width]) for at in range(array.shape[0])]
 
     @property
     def _values(self) -> Sequence[float]:
@@ -115,9 +115,12 @@ class Float32Vector(Sequence[float]):
         return list(self._values)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
-        """The values as a read-only float32 array over the bytes (a copy when ``dtype`` asks for another type)."""
+        """The values as a read-only float32 array over the bytes; a copy of its own when ``copy`` or ``dtype``
+        (another type) asks for one."""
         array = np.frombuffer(self.packed, dtype=_FLOAT32)
-        return array if dtype is None else array.astype(dtype)
+        if dtype is not None:
+            return array.astype(dtype)
+        return array.copy() if copy else array
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as its bytes."""

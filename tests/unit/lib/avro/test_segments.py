@@ -152,6 +152,7 @@ def test_a_float32_vector_reads_as_its_floats_and_gives_the_bytes_it_came_from()
     assert float32_bytes(vector) == vector.packed == row.astype("<f4").tobytes()
     # numpy reads its bytes as they are
     assert np.array_equal(np.asarray(vector), row) and np.asarray(vector, dtype=np.float64).dtype == np.float64
+    assert not np.asarray(vector).flags.writeable and np.array(vector, copy=True).flags.writeable
     plan = segment_plan(_raw("ChunkResult"))
     assert plan is not None
     record = _result(vector)
@@ -198,6 +199,7 @@ def test_a_models_batch_becomes_one_float32_vector_a_row_each_with_its_bytes() -
     assert [v.packed for v in vectors] == [row.astype("<f4").tobytes() for row in batch]
     assert [v.packed for v in Float32Vector.rows(np.broadcast_to(batch[0], (2, 384)))] == [batch[0].tobytes()] * 2
     assert Float32Vector.rows(np.zeros((0, 384), dtype=np.float32)) == []
+    assert Float32Vector.rows(np.zeros((2, 0), dtype=np.float32)) == [[], []]  # a row each, empty
     with pytest.raises(ValueError, match="two-dimensional"):
         Float32Vector.rows(batch[0])
 
