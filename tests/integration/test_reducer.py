@@ -437,11 +437,7 @@ def test_reducer_state_moves_with_partitions_when_a_second_instance_joins(
                          command="reducer")
     reducers.append(two)
     two.start()
-    deadline = time.monotonic() + 60
-    while '"reducer_state_recovered"' not in two.tail(400):
-        if time.monotonic() >= deadline or not two.alive():
-            pytest.fail(f"instance two never got partitions:\n{two.tail()}")
-        time.sleep(0.2)
+    _await_recovered(two, timeout_s=60)  # it got partitions
     _produce(kafka_bootstrap, topics.results, _encoded(serde, topics.results, rest))
     jobs = read_topic(kafka_bootstrap, topics.jobs, serde=serde, until=_final(job_id), timeout_s=120,
                       what="the final JobStatus after the rebalance", describe=two.tail)
