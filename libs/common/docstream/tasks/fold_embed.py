@@ -83,8 +83,10 @@ class EmbedFold:
                 f"chunk {chunk.index} has {len(vector)} dimensions, expected {total.size or 'at least 1'}")
         weight = float(max(chunk.token_count, 1))
         base = total if total.size else np.zeros(len(vector), dtype=_FLOAT64)
-        # element by element as float64: the product rounded, then the sum (0.0 + -0.0 is 0.0, as in Python)
-        summed = base + weight * _float64(vector)
+        # element by element as float64: the product rounded, then the sum (0.0 + -0.0 is 0.0, as in Python);
+        # an overflow is an infinity, as in Python, which finish refuses (EmbeddingDimensionError)
+        with np.errstate(over="ignore", invalid="ignore"):
+            summed = base + weight * _float64(vector)
         return {"w": float(state["w"]) + weight, "sum": pack_floats(summed)}
 
     def finish(self, state: dict[str, Any], *, chunk_count: int) -> DocumentOutput:
