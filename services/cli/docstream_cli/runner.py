@@ -287,7 +287,8 @@ class _Services:
 
     Building happens on the service's thread too, so the slow starts (the extraction child, the
     reducer's group join and table recovery) overlap each other and the model load. A service
-    that fails, to start or later, puts its error in ``errors``: the run fails with it.
+    that fails, to start or later, or that ends before the run stops it, puts its error in ``errors``:
+    the run fails with it.
     """
 
     def __init__(self, phases: _Phases) -> None:
@@ -317,6 +318,10 @@ class _Services:
                 return
             self._phases.mark(f"{name}_started")
             service.run()
+            with self._lock:
+                stopping = self._stopping
+            if not stopping:  # a service that ends by itself leaves work no one does: the run would wait forever
+                raise FatalError(f"the {name} stopped before the run ended", code="service_stopped")
         except BaseException as exc:  # noqa: BLE001 - a service thread hands its error to the run
             self.errors.append((name, exc))
             _log.error("service_failed", service=name, error_code=getattr(exc, "code", type(exc).__name__),

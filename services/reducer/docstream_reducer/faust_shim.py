@@ -104,6 +104,9 @@ SIGNATURES: Mapping[str, tuple[str, Callable[..., Any], str]] = {
     "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._create_worker_consumer":
         ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer,
          "(self, transport: 'Transport') -> aiokafka.consumer.consumer.AIOKafkaConsumer"),
+    "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread.verify_event_path":
+        ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread.verify_event_path,
+         "(self, now: float, tp: faust.types.tuples.TP) -> None"),
     "faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._ensure_consumer":
         ("faust-streaming", faust_aiokafka.AIOKafkaConsumerThread._ensure_consumer,
          "(self) -> aiokafka.consumer.consumer.AIOKafkaConsumer"),
@@ -369,6 +372,23 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return cast(Mapping[TP, int], await self._ensure_consumer().end_offsets(partitions))
+
+    def verify_event_path(self, now: float, tp: TP) -> None:
+        """Faust's livelock check of one partition, skipped while the partition has no fetch position yet.
+
+        faust-streaming 0.15.3 reads the partition's position, which aiokafka 0.14.0 asserts is set. A partition
+        that a rebalance has just assigned has none until its committed offset is fetched, and a check (every 2.5
+        commit intervals, whenever no rebalance is marked in progress) that fell in that window crashed the reducer
+        with an AssertionError. A partition with no position has read nothing whose progress could be checked.
+        """
+        if self._has_position(tp):
+            super().verify_event_path(now, tp)
+
+    def _has_position(self, tp: TP) -> bool:
+        subscription = self._ensure_consumer()._fetcher._subscriptions.subscription
+        assignment = subscription.assignment if subscription is not None else None
+        state = assignment.state_value(tp) if assignment is not None else None  # TP and aiokafka's are equal tuples
+        return state is not None and bool(state.has_valid_position)
 
 
 _YIELD_EVERY = 100

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from docstream.avro import AvroSerde
+from docstream.errors import FatalError
 from docstream.kafka.admin import create_topics
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
@@ -62,7 +63,11 @@ class ReducerService:
         self._stop_requested = threading.Event()
 
     def run_in_thread(self) -> None:
-        """Build the app on a new event loop in this thread and run it until ``stop()``."""
+        """Build the app on a new event loop in this thread and run it until ``stop()``.
+
+        Raises:
+            FatalError: ``reducer_crashed``, the worker ended with an error before ``stop()`` asked it to.
+        """
         context = self._context
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
@@ -86,6 +91,9 @@ class ReducerService:
             self._worker.execute_from_commandline()
         except SystemExit as exc:
             _log.info("reducer_stopped", exit_code=exc.code)
+            if exc.code not in (None, 0) and not self._stop_requested.is_set():
+                raise FatalError(f"the reducer's worker crashed (exit code {exc.code}); its log says why",
+                                 code="reducer_crashed") from exc
 
     def stop(self) -> None:
         """Ask the worker to shut down (thread-safe; before the worker runs, it does not start)."""

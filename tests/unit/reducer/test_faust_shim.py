@@ -22,7 +22,9 @@ import mode
 import pytest
 from aiokafka import errors as kafka_errors
 from aiokafka.client import CoordinationType
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.producer.sender import Sender
+from aiokafka.structs import TopicPartition
 from faust.streams import current_event
 from faust.transport import consumer as transport_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -157,6 +159,46 @@ def test_changelog_ends_come_from_the_broker_also_in_a_transaction(shimmed: Call
     tp = TP("t-changelog", 0)
     assert asyncio.run(thread_type._highwaters(thread, [tp])) == {tp: 41}
     assert asyncio.run(faust_aiokafka.AIOKafkaConsumerThread._highwaters(thread, [tp])) == {tp: None}
+
+
+def test_the_livelock_check_skips_a_partition_that_a_rebalance_assigned_before_it_has_a_position(
+    shimmed: Callable[..., faust.App],
+) -> None:
+    """Faust's check (every 2.5 commit intervals) read aiokafka's position of a partition just assigned, which
+    asserts it is set: the reducer crashed with an AssertionError in that window."""
+    app = shimmed("shim-livelock")
+    tp = TP("t-input", 0)
+
+    async def _check() -> list[str]:
+        async def _noop(*_: Any) -> None:
+            return None
+
+        consumer = app.transport.create_consumer(callback=_noop, on_partitions_revoked=_noop,
+                                                 on_partitions_assigned=_noop)
+        consumer._thread.thread_loop.close()
+        thread_type = type(consumer._thread)
+        subscriptions = SubscriptionState()  # aiokafka's own, as a rebalance leaves it: assigned, no position yet
+        subscriptions.assign_from_user({TopicPartition(tp.topic, tp.partition)})
+        aio = SimpleNamespace(_fetcher=SimpleNamespace(_subscriptions=subscriptions))
+        faust_app = SimpleNamespace(monitor=object(), topics=SimpleNamespace(acks_enabled_for=lambda _: True))
+        thread = thread_type.__new__(thread_type)  # the shim's class, its state set by hand (no event loop)
+        vars(thread).update(
+            _ensure_consumer=lambda: aio, _verify_aiokafka_event_path=lambda *_: False, time_started=0.0,
+            tp_stream_timeout_secs=300.0, consumer=SimpleNamespace(app=faust_app),
+        )
+        outcomes = []
+        for verify in (thread_type.verify_event_path, faust_aiokafka.AIOKafkaConsumerThread.verify_event_path):
+            try:
+                verify(thread, 1.0, tp)
+                outcomes.append("checked")
+            except AssertionError:
+                outcomes.append("crashed")
+        subscriptions.seek(TopicPartition(tp.topic, tp.partition), 7)  # the position fetched: checked as before
+        thread_type.verify_event_path(thread, 1.0, tp)
+        outcomes.append("checked")
+        return outcomes
+
+    assert asyncio.run(_check()) == ["checked", "crashed", "checked"]
 
 
 def test_a_rebalance_commits_the_handled_offsets_before_faust_forgets_them(
