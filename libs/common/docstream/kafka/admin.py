@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
 from docstream.errors import RetryableError
 from docstream.kafka.clients import admin_config, kafka_error
@@ -15,7 +15,7 @@ from docstream.logging import get_logger
 from docstream.settings import KafkaSettings
 from docstream.topics import Topics, dlq_topic
 
-__all__ = ["TopicSpec", "create_topics", "ensure_topics", "topic_specs"]
+__all__ = ["TopicSpec", "create_topics", "ensure_topics", "topic_specs", "wait_until_answered"]
 
 _log = get_logger(__name__)
 
@@ -60,9 +60,18 @@ def _spec(kafka: KafkaSettings, name: str, retention_ms: int) -> TopicSpec:
 
 
 def create_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec], *, timeout_s: float = 30.0) -> list[str]:
-    """Create ``specs`` that do not exist yet and wait until every one is in the metadata.
+    """Create ``specs`` that do not exist yet and wait until every one is in the metadata, and every partition of
+    those it created answers on its leader.
 
     Existing topics are left as they are (TOPIC_ALREADY_EXISTS is success).
+
+    A broker puts a new topic in its metadata before its replica manager hosts the partitions. An idempotent
+    producer's first request to a partition can then fail (NOT_LEADER_OR_FOLLOWER, retried) while its second,
+    sent behind it, lands once the partition is there; a broker before Kafka 4.5 accepts any first sequence from
+    a producer it has no state for, so it appends the second and refuses every retry of the first as out of
+    order, and the first request's records are lost with no error (KAFKA-15591). A `docstream run` on a loaded
+    machine lost three of eight documents that way. A ListOffsets request goes through the same replica
+    manager: once every new partition answers one, no produce to it meets that window.
 
     Returns:
         The names created by this call.
@@ -93,9 +102,53 @@ def create_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec], *, timeout_s
         except TimeoutError as exc:
             raise RetryableError(f"create topic {name}: no answer in {timeout_s} s", code="kafka_timeout") from exc
     _wait_for_metadata(admin, [s.name for s in specs], deadline)
+    new_partitions = {(s.name, p) for s in specs if s.name in created for p in range(s.partitions)}
+    wait_until_answered(new_partitions, lambda pending: _answering(admin, pending, deadline), deadline=deadline)
     if created:
         _log.info("topics_created", topics=created)
     return created
+
+
+def wait_until_answered(
+    partitions: Iterable[tuple[str, int]], answering: Callable[[set[tuple[str, int]]], set[tuple[str, int]]], *,
+    deadline: float, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+    pause_s: float = 0.05,
+) -> None:
+    """Ask ``answering`` which of the partitions not yet answered answer now, until all have (no I/O of its own).
+
+    Raises:
+        RetryableError: ``kafka_timeout``, some partition had not answered at ``deadline``.
+    """
+    pending = set(partitions)
+    while pending:
+        pending -= answering(pending)
+        if not pending:
+            return
+        if clock() >= deadline:
+            raise RetryableError(f"partitions not served by their leaders in time: {sorted(pending)[:10]}",
+                                 code="kafka_timeout")
+        sleep(pause_s)
+
+
+def _answering(admin: AdminClient, pending: set[tuple[str, int]], deadline: float) -> set[tuple[str, int]]:
+    """The partitions of ``pending`` whose leader answered a ListOffsets request (a refusal is asked again)."""
+    timeout = max(0.5, min(5.0, deadline - time.monotonic()))
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({TopicPartition(t, p): latest for t, p in pending},
+                                 request_timeout=timeout)
+    answered: set[tuple[str, int]] = set()
+    refusal = ""
+    for tp, future in futures.items():
+        try:
+            future.result(timeout=timeout + 1.0)
+            answered.add((tp.topic, tp.partition))
+        except KafkaException as exc:
+            refusal = str(exc)
+        except TimeoutError:
+            refusal = "no answer"
+    if refusal:
+        _log.debug("partitions_not_served_yet", partitions=len(pending) - len(answered), error=refusal)
+    return answered
 
 
 def _wait_for_metadata(admin: AdminClient, names: list[str], deadline: float) -> None:
