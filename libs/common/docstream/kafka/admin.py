@@ -60,8 +60,8 @@ def _spec(kafka: KafkaSettings, name: str, retention_ms: int) -> TopicSpec:
 
 
 def create_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec], *, timeout_s: float = 30.0) -> list[str]:
-    """Create ``specs`` that do not exist yet and wait until every one is in the metadata, and every partition of
-    those it created answers on its leader.
+    """Create ``specs`` that do not exist yet and wait until every one is in the metadata and every partition of
+    them answers on its leader.
 
     Existing topics are left as they are (TOPIC_ALREADY_EXISTS is success).
 
@@ -101,9 +101,11 @@ def create_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec], *, timeout_s
                 raise kafka_error(err, f"create topic {name}") from exc
         except TimeoutError as exc:
             raise RetryableError(f"create topic {name}: no answer in {timeout_s} s", code="kafka_timeout") from exc
-    _wait_for_metadata(admin, [s.name for s in specs], deadline)
-    new_partitions = {(s.name, p) for s in specs if s.name in created for p in range(s.partitions)}
-    wait_until_answered(new_partitions, lambda pending: _answering(admin, pending, deadline), deadline=deadline)
+    counts = _wait_for_metadata(admin, [s.name for s in specs], deadline)
+    # every partition, also of a topic another process created a moment ago (TOPIC_ALREADY_EXISTS here): an old
+    # partition answers at once, in the same request
+    partitions = {(name, p) for name, count in counts.items() for p in range(count)}
+    wait_until_answered(partitions, lambda pending: _answering(admin, pending, deadline), deadline=deadline)
     if created:
         _log.info("topics_created", topics=created)
     return created
@@ -151,16 +153,22 @@ def _answering(admin: AdminClient, pending: set[tuple[str, int]], deadline: floa
     return answered
 
 
-def _wait_for_metadata(admin: AdminClient, names: list[str], deadline: float) -> None:
+def _wait_for_metadata(admin: AdminClient, names: list[str], deadline: float) -> dict[str, int]:
+    """The partition count of each of ``names`` once every one is in the metadata."""
     missing = set(names)
+    counts: dict[str, int] = {}
     while True:
         try:
             metadata = admin.list_topics(timeout=max(0.1, min(2.0, deadline - time.monotonic())))
-            missing = {n for n in missing if n not in metadata.topics or metadata.topics[n].error is not None}
+            for name in list(missing):
+                topic = metadata.topics.get(name)
+                if topic is not None and topic.error is None:
+                    counts[name] = len(topic.partitions)
+                    missing.discard(name)
         except KafkaException as exc:
             _log.warning("topic_metadata_unavailable", error=str(exc))
         if not missing:
-            return
+            return counts
         if time.monotonic() >= deadline:
             raise RetryableError(f"topics not in metadata in time: {sorted(missing)}", code="kafka_timeout")
         time.sleep(0.1)
