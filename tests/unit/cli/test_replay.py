@@ -27,6 +27,7 @@ from docstream_cli.ops.replay_plan import (
     replay_source,
     resolve_offset,
 )
+from tests.fixtures.clock import FakeClock
 
 
 def _settings(**sections: dict[str, Any]) -> Settings:
@@ -250,17 +251,6 @@ class FakeGroupAdmin:
             self.busy -= 1
             raise RetryableError("live members", code="group_active")
         self.altered.append((group_id, topic, dict(offsets)))
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_apply_waits_for_members_to_leave_within_the_deadline() -> None:

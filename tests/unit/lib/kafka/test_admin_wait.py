@@ -7,17 +7,7 @@ import pytest
 
 from docstream.errors import RetryableError
 from docstream.kafka.admin import wait_until_answered
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from tests.fixtures.clock import FakeClock
 
 
 def test_it_asks_again_only_for_the_partitions_that_have_not_answered_until_all_have() -> None:
@@ -28,7 +18,7 @@ def test_it_asks_again_only_for_the_partitions_that_have_not_answered_until_all_
         asked.append(set(pending))
         return rounds.pop(0) & pending
 
-    clock = _Clock()
+    clock = FakeClock()
     wait_until_answered({("t", 0), ("t", 1), ("u", 0)}, answering, deadline=10.0, clock=clock, sleep=clock.sleep)
     assert asked == [{("t", 0), ("t", 1), ("u", 0)}, {("t", 0), ("u", 0)}, {("t", 0), ("u", 0)}]
     assert clock.now == pytest.approx(0.1)  # two pauses of 0.05 s
@@ -42,7 +32,7 @@ def test_nothing_to_wait_for_asks_nothing() -> None:
 
 
 def test_a_partition_that_never_answers_fails_at_the_deadline_naming_it() -> None:
-    clock = _Clock()
+    clock = FakeClock()
     with pytest.raises(RetryableError) as caught:
         wait_until_answered({("t", 0), ("t", 1)}, lambda pending: {("t", 1)} & pending, deadline=1.0, clock=clock,
                             sleep=clock.sleep)
