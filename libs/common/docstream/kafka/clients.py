@@ -17,12 +17,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from docstream.errors import DocstreamError, FatalError, PoisonRecord, RetryableError
 from docstream.logging import get_logger
+from docstream.retry import backoff_delay
 from docstream.settings import KafkaSettings
 
 __all__ = [
     "DeliveryCallback",
     "ReliableProducer",
     "admin_config",
+    "ask_committed",
     "common_config",
     "consumer_config",
     "consumer_error",
@@ -39,6 +41,8 @@ DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 _log = get_logger(__name__)
 _LIBRDKAFKA_LOGGER = logging.getLogger("docstream.librdkafka")
+_MIN_ASK_S = 1.0
+"""The shortest wait given to one ask: a last one close to the deadline still gets an answer."""
 _SECRET_WORDS = ("password", "secret", "token", "user.info", "key.pem", "private")
 _TRANSIENT = frozenset({
     KafkaError._MSG_TIMED_OUT,
@@ -221,8 +225,8 @@ def fetch_committed_offsets(
     not through ``AdminClient.list_consumer_group_offsets``: librdkafka 2.16 crashes the whole
     process (SIGSEGV in ``rd_kafka_cgrp_op``, librdkafka issue #5040) when the admin request's
     OffsetFetch is answered NOT_COORDINATOR, as it is right after the group's coordinator moved to
-    another broker (a broker killed or restarted on a cluster). A consumer has the group handle
-    that error path needs: it asks the new coordinator and tries again within ``timeout_s``.
+    another broker (a broker killed or restarted on a cluster). The consumer's answer of that kind is
+    asked again within ``timeout_s`` (``ask_committed``).
 
     Raises:
         RetryableError | FatalError: the broker did not answer in time, or refused.
@@ -230,13 +234,41 @@ def fetch_committed_offsets(
     if not partitions:
         return {}
     consumer = Consumer(consumer_config(kafka, group_id=group_id, client_id="docstream-offsets"))
+    asked = [TopicPartition(topic, p) for p in partitions]
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
-    except KafkaException as exc:
-        raise kafka_error(exc.args[0], f"offsets of group {group_id}") from exc
+        found = ask_committed(lambda timeout: consumer.committed(asked, timeout=timeout), timeout_s=timeout_s,
+                              context=f"offsets of group {group_id}")
     finally:
         consumer.close()
     return {int(tp.partition): int(tp.offset) for tp in found}
+
+
+def ask_committed(
+    ask: Callable[[float], list[TopicPartition]], *, timeout_s: float, context: str,
+    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+) -> list[TopicPartition]:
+    """``ask(timeout)`` (a consumer's ``committed``), asked again with backoff and jitter while it fails with a
+    transient error, until ``timeout_s`` passed. librdkafka answers an OffsetFetch that the group's coordinator
+    refused (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: a coordinator that moved, or a broker still loading
+    its offsets topic) with that error once, and does not ask again on its own.
+
+    Raises:
+        RetryableError: still refused, or unanswered, once ``timeout_s`` passed.
+        FatalError: the broker refused for good (authorization, an unknown group protocol).
+    """
+    deadline = clock() + timeout_s
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return ask(max(deadline - clock(), _MIN_ASK_S))
+        except KafkaException as exc:
+            error = kafka_error(exc.args[0], context)
+            left = deadline - clock()
+            if not isinstance(error, RetryableError) or left <= 0:
+                raise error from exc
+            _log.warning("committed_offsets_retry", attempt=attempt, error_code=error.code)
+        sleep(min(backoff_delay(attempt, base_s=0.1, max_s=2.0), left))
 
 
 def topic_partitions(consumer: Consumer, topic: str) -> list[int]:

@@ -26,13 +26,16 @@ from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from docstream.errors import RetryableError
-from docstream.kafka.clients import close_abandoned_consumer, create_consumer, kafka_error, topic_partitions
+from docstream.kafka.clients import (
+    ask_committed,
+    close_abandoned_consumer,
+    create_consumer,
+    topic_partitions,
+)
 from docstream.kafka.membership import MembershipWatch
 from docstream.kafka.offsets import TopicPartitionKey
 from docstream.logging import get_logger
 from docstream.metrics import Metrics
-from docstream.retry import backoff_delay
 from docstream.settings import KafkaSettings
 
 __all__ = ["Committer", "OffsetBook", "RebalanceHooks"]
@@ -42,34 +45,25 @@ _MEMBERSHIP_EVERY_S = 1.0
 
 OnCommit = Callable[[KafkaError | None, list[Any]], None]
 TopicPartitions = list[TopicPartitionKey]
-_OFFSET_FETCH_ATTEMPTS = 8
+_OFFSET_FETCH_S = 60.0
 
 
 def _at_committed(consumer: Consumer, tps: Sequence[tuple[str, int]]) -> list[TopicPartition]:
     """Each partition at the group's committed offset (the beginning where it has none: ``auto.offset.reset`` is
-    earliest), asked here with retries rather than left to ``assign()``: librdkafka reports an offset fetch that
-    fails (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: a coordinator that moved or is loading, a new broker
-    still making its offsets topic) as one consumer error and never fetches those partitions (the chunker of a
-    first ``docstream run`` on a new broker stalled so).
+    earliest), asked here (``ask_committed``) rather than left to ``assign()``: librdkafka reports an offset fetch
+    that fails (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: a coordinator that moved or is loading, a new
+    broker still making its offsets topic) as one consumer error and never fetches those partitions (the chunker
+    of a first ``docstream run`` on a new broker stalled so).
 
     Raises:
-        RetryableError: the coordinator did not answer in ``_OFFSET_FETCH_ATTEMPTS`` tries.
+        RetryableError: the coordinator did not answer in ``_OFFSET_FETCH_S``.
         FatalError: the broker refused.
     """
     asked = [TopicPartition(t, p) for t, p in tps]
-    for attempt in range(1, _OFFSET_FETCH_ATTEMPTS + 1):
-        try:
-            found = consumer.committed(asked, timeout=10.0)
-        except KafkaException as exc:
-            error = kafka_error(exc.args[0], "committed offsets of a static assignment")
-            if not isinstance(error, RetryableError) or attempt == _OFFSET_FETCH_ATTEMPTS:
-                raise error from exc
-            _log.warning("committed_offsets_retry", attempt=attempt, error_code=error.code)
-            time.sleep(backoff_delay(attempt, base_s=0.1, max_s=2.0))
-            continue
-        return [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-                for tp in found]
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+    found = ask_committed(lambda timeout: consumer.committed(asked, timeout=timeout), timeout_s=_OFFSET_FETCH_S,
+                          context="committed offsets of a static assignment")
+    return [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+            for tp in found]
 
 
 class OffsetBook(Protocol):
