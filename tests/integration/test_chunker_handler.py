@@ -19,7 +19,7 @@ from docstream.kafka.loop import Envelope
 from docstream.objectstore import ObjectStore
 from docstream.records import ChunkCreated, DocumentChunked, DocumentCompleted, DocumentSubmitted, utc_now
 from docstream.settings import Settings
-from docstream.store.base import JobDocumentRow
+from docstream.store.base import DocumentRow, JobDocumentRow
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_chunker.extraction import OcrPageStarted
@@ -176,6 +176,54 @@ def test_a_redelivered_submission_of_a_finished_document_keeps_its_rows_final(en
     row = env.store.get_document(submitted.doc_id)
     assert row is not None and row.status == final
     assert [r.status for r in env.store.iter_job_documents("job-1")] == [final]
+
+
+class _CompletesAfterTheRead(SqliteStore):
+    """A SQLite store that counts the reads of one document's row, notes at which read the chunker wrote the row,
+    and can have the reducer complete the document right after a given read: the interleaving of a redelivered
+    submission with the completion of the pass before it, held in place."""
+
+    watched: str | None = None
+    reads = 0
+    written_after: int | None = None
+    complete_after: int | None = None
+
+    def get_document(self, doc_id: str) -> DocumentRow | None:
+        row = super().get_document(doc_id)
+        if doc_id == self.watched:
+            self.reads += 1
+            if row is not None and self.reads == self.complete_after:
+                super().upsert_document(replace(row, status="completed", updated_at=utc_now()))
+                self.upsert_job_document(JobDocumentRow(row.job_id, doc_id, "completed", utc_now(), row.filename))
+        return row
+
+    def upsert_document(self, row: DocumentRow) -> None:
+        if row.doc_id == self.watched and self.written_after is None:
+            self.written_after = self.reads
+        super().upsert_document(row)
+
+
+def test_a_redelivery_read_before_the_document_completes_leaves_the_completion_standing(env: Env) -> None:
+    store = _CompletesAfterTheRead(env.root / "store.db")
+    handler = ChunkerHandler(env.settings.chunker, Topics(env.settings.kafka.topic_prefix), store,
+                             InlineExtractor(extractor_settings(env.settings)))
+    try:
+        submitted = env.submit(make_pdf(3, seed=9).data)
+        store.watched = submitted.doc_id
+        first = outputs_of(handler, submitted)
+        assert store.written_after, "the first pass wrote its rows after it read them"
+        # the redelivery: the pass before it completes between the read its rows are written after, and that write
+        store.reads, store.complete_after = 0, store.written_after
+
+        again = outputs_of(handler, submitted)
+
+        assert [c.chunk_id for c in again] == [c.chunk_id for c in first]  # type: ignore[attr-defined]
+        assert store.reads >= store.complete_after, "the redelivery read the row fewer times"
+        row = store.get_document(submitted.doc_id)
+        assert row is not None and row.status == "completed"
+        assert [r.status for r in store.iter_job_documents("job-1")] == ["completed"]
+    finally:
+        store.close()
 
 
 def test_a_finished_document_of_other_bytes_or_another_job_is_chunked_as_new(env: Env) -> None:

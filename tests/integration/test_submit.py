@@ -10,7 +10,7 @@ import tarfile
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -259,6 +259,35 @@ def test_resubmitting_to_a_job_adds_only_new_documents(make_intake: Callable[...
     two = ids.doc_id(job_id, ids.content_sha256(second))
     three = ids.doc_id(job_id, ids.content_sha256(third))
     assert keys == sorted([done, two, two, three])  # two.txt again: its rows said "submitted", never processed
+
+
+def test_a_document_produced_again_keeps_the_rows_the_pipeline_moved_on_since_they_were_read(
+    make_intake: Callable[..., Intake], tmp_path: Path,
+) -> None:
+    intake = make_intake()
+    data = _write(tmp_path / "one.txt", b"a document the pipeline completes while it is submitted again")
+    job_id = f"job-{uuid.uuid4().hex}"
+    intake.submit(tmp_path / "one.txt", job_id=job_id)
+    doc_id = ids.doc_id(job_id, ids.content_sha256(data))
+    row = intake.store.get_document(doc_id)
+    assert row is not None and row.status == "submitted"
+
+    def completes_meanwhile(asked: str, status: str) -> bool:
+        # read "submitted", so produced again; before the intake writes, the reducer completes the document
+        assert (asked, status) == (doc_id, "submitted")
+        intake.store.upsert_document(replace(row, status="completed", updated_at=datetime.now(UTC)))
+        intake.store.upsert_job_document(JobDocumentRow(job_id, doc_id, "completed", datetime.now(UTC), "one.txt"))
+        return True
+
+    clients = IntakeClients(intake_context(intake.settings), intake.store, intake.producer, intake.serde,
+                            intake.objects)
+    again = submit_paths([tmp_path / "one.txt"], JobRequest(job_id=job_id), clients, resubmit=completes_meanwhile)
+
+    assert [d.doc_id for d in again.documents] == [doc_id]
+    assert [key for key, _ in intake.read()] == [doc_id, doc_id]  # produced again
+    document = intake.store.get_document(doc_id)
+    assert document is not None and document.status == "completed"  # not taken back to "submitted"
+    assert [r.status for r in intake.store.iter_job_documents(job_id)] == ["completed"]
 
 
 def test_bad_requests_are_refused_before_anything_is_written(

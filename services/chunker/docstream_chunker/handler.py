@@ -56,6 +56,8 @@ _log = get_logger(__name__)
 _JOB_STATUS_TTL_S = 2.0
 _OCR_PROGRESS_S = 2.0  # a document in OCR has its rows' progress written at most this often
 _JOB_STATUS_CACHE_SIZE = 10_000
+_ROWS_WRITTEN: frozenset[str] = frozenset({"chunked", *TERMINAL_DOC_STATES})
+"""Statuses of a document's rows that a pass of the chunker already wrote them (and the reducer may be ending it)."""
 _TEXT_LAYER = ChunkSource("text_layer", None, ())
 
 
@@ -251,10 +253,9 @@ class ChunkerHandler:
             return self._failed(submitted, exc.code, exc.message, _micros_since(started))
         busy_us = _micros_since(started)
         now = self._clock()
-        if self._already_terminal(submitted):
-            # a redelivered or replayed submission: the chunks go out again (every write downstream
-            # is idempotent) but the rows keep their final status; the reducer, whose completion
-            # marker drops the redelivered chunks, would never write it back
+        if self._rows_written(submitted):
+            # a redelivered, duplicated or replayed submission: the chunks go out again (every write
+            # downstream is idempotent) but the rows stay as an earlier pass and the reducer left them
             _log.info("document_rechunked_rows_kept", chunk_count=len(result.chunks))
         else:
             self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
@@ -354,12 +355,16 @@ class ChunkerHandler:
             return []
         return self._failed(submitted, "source_deleted", "its source was deleted before it was chunked", 0)
 
-    def _already_terminal(self, submitted: DocumentSubmitted) -> bool:
-        """Whether this very document (same job, same bytes) already has a final status in the store."""
+    def _rows_written(self, submitted: DocumentSubmitted) -> bool:
+        """Whether this very document (same job, same bytes) has rows at ``chunked`` or past it: a redelivery, a
+        duplicate or a replay, whose rows an earlier pass wrote before it sent its chunks. Its rows are left as
+        they stand: the reducer may be writing ``completed`` from the earlier pass's chunks at this moment, and a
+        ``chunked`` written again could land after it, where the reducer, whose completion marker drops the
+        chunks of this pass, would never write it back."""
         row = self._store.get_document(submitted.doc_id)
         return (
             row is not None
-            and row.status in TERMINAL_DOC_STATES
+            and row.status in _ROWS_WRITTEN
             and row.job_id == submitted.job_id
             and row.content_sha256 == submitted.content_sha256
         )
@@ -462,8 +467,9 @@ class _OcrProgress:
 
     The documents and job_documents rows go to ``chunking``, with the document's page count and
     ``pages_by_source = {"ocr": pages OCR started on}`` (``docstream status`` shows them), at the
-    first OCR page and then at most every ``_OCR_PROGRESS_S``; a document whose rows are already
-    final (a redelivery) keeps them. A write that fails is logged: progress never fails a document.
+    first OCR page and then at most every ``_OCR_PROGRESS_S``; a document whose rows an earlier pass
+    wrote (a redelivery: ``chunked`` or final) keeps them. A write that fails is logged: progress never fails
+    a document.
     """
 
     def __init__(self, handler: ChunkerHandler, submitted: DocumentSubmitted) -> None:
@@ -482,7 +488,7 @@ class _OcrProgress:
         self._written_at = now
         try:
             if self._final is None:
-                self._final = handler._already_terminal(self._submitted)
+                self._final = handler._rows_written(self._submitted)
             if not self._final:
                 handler._write_rows(self._submitted, "chunking", handler._clock(), ocr=started)
         except RetryableError as exc:

@@ -535,9 +535,18 @@ def _write_rows(
     """Write the documents' rows, then the job's; returns the documents with the version each follows.
 
     A document with a source key becomes its source's current version (``advance_source``: its documents row,
-    then the sources row by compare-and-set, again behind a version submitted at the same time)."""
+    then the sources row by compare-and-set, again behind a version submitted at the same time).
+
+    A document already in the job (produced again: ``resubmit``) keeps its rows as they stand: the pipeline may
+    have moved them on since they were read, and a ``submitted`` written now would take a completed document
+    back (docs/reliability.md "Invariants": a document's status never moves back)."""
     written: list[SubmittedDocument] = []
     for doc in documents:
+        if doc.doc_id in collected.existing:
+            row = store.get_document(doc.doc_id)
+            if row is not None:
+                written.append(replace(doc, previous_doc_id=row.previous_doc_id))
+                continue
 
         def write_document(previous: str | None, doc: SubmittedDocument = doc) -> None:
             store.upsert_document(
