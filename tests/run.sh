@@ -60,6 +60,11 @@ else
   beside=()
   every=("$@")
 fi
+# The stack this script starts runs its JVMs on the C1 compiler alone: for a stack that lives one run, C2 cost more
+# CPU than its faster code saved (Cassandra 161 s of CPU and Kafka 39 s on a slice of the integration tests, then
+# 101 s and 23 s with C1; the slice's wall 254 s, then 219 s; docs/log/performance.md). DOCSTREAM_STACK_JAVA_OPTS set
+# (even empty) wins.
+export DOCSTREAM_STACK_JAVA_OPTS=${DOCSTREAM_STACK_JAVA_OPTS--XX:TieredStopAtLevel=1}
 # The stack starts in the background while DOCSTREAM_TEST_FIRST runs, the modules compile and the tests are
 # collected (its Java processes and those each wait on the other's CPU less than on themselves).
 started=0

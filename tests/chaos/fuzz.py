@@ -38,7 +38,7 @@ from docstream.errors import DocumentError, InputError
 from docstream.ids import content_sha256
 from docstream.objectstore import ObjectStore
 from docstream.settings import Settings
-from docstream_chunker.worker import ChunkRequest, ProcessExtractor
+from docstream_chunker.worker import KILL_GRACE_S, START_TIMEOUT_S, ChunkRequest, ProcessExtractor
 from docstream_ingest.archives import ARCHIVE_ERROR_CODES, ArchiveKind, ArchiveLimits, expand_archive
 from tests.chaos.harness import Sampler
 from tests.fixtures.contexts import extractor_settings
@@ -60,13 +60,10 @@ from tests.fixtures.services import ROOT
 
 __all__ = ["DOCUMENT_ERROR_CODES", "FuzzFigures", "FuzzSeed", "extraction_fuzz", "fuzz_settings", "seed_corpus"]
 
-# The extractor's own bounds (docstream_chunker.worker): the grace after the time limit before the kill, and the
-# most a child's start may take (spawn, imports, the tokenizer: 1-3 s on an idle machine, ten times that beside
-# three test workers on 2 cores) before it fails typed (extractor_start_failed). A child killed or dead on one
-# input starts again inside the next input's extraction, which may take that much longer; the IPC and the
-# result's transfer get the slack.
-_KILL_GRACE_S = 2.0
-_START_TIMEOUT_S = 120.0
+# Beyond the extractor's own bounds (docstream_chunker.worker: the grace after the time limit before the kill, and
+# the most a child's start may take, 1-3 s on an idle machine and ten times that beside three test workers on 2
+# cores), the IPC and the result's transfer get the slack. A child killed or dead on one input starts again inside
+# the next input's extraction, which may take that much longer.
 _SLACK_S = 10.0
 # what leaves the extractor with no child, so that the next extraction starts one
 _LEAVE_NO_CHILD = frozenset({"extractor_killed", "extractor_died", "extractor_recycled"})
@@ -228,7 +225,7 @@ class _Campaign:
         self.objects = ObjectStore(settings.object_store)
         self.figures = figures
         self.limits = ArchiveLimits.from_settings(settings.ingest)
-        self.hang_after_s = settings.chunker.timeout_s + _KILL_GRACE_S + _SLACK_S
+        self.hang_after_s = settings.chunker.timeout_s + KILL_GRACE_S + _SLACK_S
         self.restarting = False  # the last extraction left the child to be started again by the next one
         self.findings_dir = findings_dir
         self.current = b""  # the input being tried, saved with a finding
@@ -272,7 +269,7 @@ class _Campaign:
         events = self._child_events(label)
         # a child started again inside this extraction: the one the last extraction left, or one that died on this
         starts = int(self.restarting) + int("extractor_died" in events)
-        if elapsed > self.hang_after_s + starts * _START_TIMEOUT_S:
+        if elapsed > self.hang_after_s + starts * START_TIMEOUT_S:
             self.figures.hangs += 1
             self.found(label, "hang", f"{elapsed:.0f} s")
         self.restarting = bool(events & _LEAVE_NO_CHILD)

@@ -47,6 +47,8 @@ from docstream_chunker.ort_sessions import quiet_sessions
 from docstream_chunker.provenance import time_limit
 
 __all__ = [
+    "KILL_GRACE_S",
+    "START_TIMEOUT_S",
     "ChunkRequest",
     "DocumentProcessor",
     "Extractor",
@@ -58,8 +60,10 @@ __all__ = [
 
 _log = get_logger(__name__)
 _FETCH_CODES = frozenset({"source_not_found", "source_unreadable", "source_not_allowed"})
-_START_TIMEOUT_S = 120.0
-_KILL_GRACE_S = 2.0
+START_TIMEOUT_S = 120.0
+"""The most a child's start may take (spawn, imports, the tokenizer) before it fails ``extractor_start_failed``."""
+KILL_GRACE_S = 2.0
+"""How long past its time limit a child's answer is waited for before the child is killed."""
 _OCR_PROGRESS_EVERY = 10
 
 
@@ -329,7 +333,7 @@ class ProcessExtractor:
         process.start()
         child.close()
         self._process, self._conn = process, parent
-        if not parent.poll(_START_TIMEOUT_S):
+        if not parent.poll(START_TIMEOUT_S):
             self._kill()
             raise FatalError("the extraction process did not start", code="extractor_start_failed")
         try:
@@ -357,7 +361,7 @@ class ProcessExtractor:
             while True:
                 limit = time_limit(chunker.timeout_s, ocr_pages, chunker.ocr.page_timeout_s, chunker.max_timeout_s,
                                    layout_pages=layout_pages, per_layout_page_s=chunker.tables_page_timeout_s)
-                ready = self._conn.poll(max(0.0, sent + limit + _KILL_GRACE_S - time.monotonic()))
+                ready = self._conn.poll(max(0.0, sent + limit + KILL_GRACE_S - time.monotonic()))
                 reply = self._conn.recv() if ready else None
                 if reply is not None and reply[0] == "layout_page":
                     layout_pages = int(reply[1])

@@ -334,8 +334,7 @@ def partition_state(consumer: Any, tp: TP) -> dict[str, Any]:
     }
     try:
         aio = consumer._thread._ensure_consumer()
-        assignment = aio._subscription.subscription.assignment
-        fetched = assignment.state_value(tp) if assignment is not None else None
+        fetched = _fetch_state(aio, tp)
     except (AttributeError, kafka_errors.ConsumerStoppedError):
         fetched = None
     if fetched is not None:
@@ -343,6 +342,14 @@ def partition_state(consumer: Any, tp: TP) -> dict[str, Any]:
                      fetch_paused=fetched.paused, prefetched=tp in getattr(aio._fetcher, "_records", {}))
     return {key: int(value) if isinstance(value, int) and not isinstance(value, bool) else value
             for key, value in state.items()}
+
+
+def _fetch_state(aio: aiokafka.AIOKafkaConsumer, tp: TP) -> Any:
+    """aiokafka's fetch state of one partition (its position, highwater, lso, paused flag), or None while the
+    partition is not assigned. Faust's TP and aiokafka's TopicPartition are equal tuples."""
+    subscription = aio._subscription.subscription
+    assignment = subscription.assignment if subscription is not None else None
+    return assignment.state_value(tp) if assignment is not None else None
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -385,9 +392,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             super().verify_event_path(now, tp)
 
     def _has_position(self, tp: TP) -> bool:
-        subscription = self._ensure_consumer()._fetcher._subscriptions.subscription
-        assignment = subscription.assignment if subscription is not None else None
-        state = assignment.state_value(tp) if assignment is not None else None  # TP and aiokafka's are equal tuples
+        state = _fetch_state(self._ensure_consumer(), tp)
         return state is not None and bool(state.has_valid_position)
 
 

@@ -20,6 +20,7 @@ from docstream.topics import Topics
 from docstream_chunker.extraction import ChunkedDocument
 from docstream_chunker.handler import ChunkerHandler
 from docstream_chunker.worker import ChunkRequest
+from tests.fixtures.clock import FakeClock
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 
@@ -36,14 +37,6 @@ class FailingExtractor:
 
     def close(self) -> None:
         return None
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _submitted(n: int) -> DocumentSubmitted:

@@ -21,23 +21,16 @@ from docstream_chunker.provenance import ChunkSource, DocumentSources
 from docstream_chunker.worker import ChunkRequest
 from docstream_cli.ops.status import _status_table, in_ocr, ocr_rows
 from docstream_cli.runner import ocr_pages_started
+from tests.fixtures.clock import FakeClock
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 PAGES = 6
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class _OcrExtractor:
     """Starts OCR on every page, looking at the rows between pages, as the child's messages would arrive."""
 
-    def __init__(self, store: SqliteStore, clock: _Clock) -> None:
+    def __init__(self, store: SqliteStore, clock: FakeClock) -> None:
         self.store, self.clock = store, clock
         self.seen: list[tuple[str, dict[str, int], int | None]] = []
 
@@ -73,7 +66,7 @@ def _submitted() -> DocumentSubmitted:
 
 
 def test_ocr_pages_are_counted_and_written_to_the_rows_while_the_document_is_read(tmp_path: Path) -> None:
-    store, clock, metrics = _store(tmp_path), _Clock(), Metrics()
+    store, clock, metrics = _store(tmp_path), FakeClock(), Metrics()
     extractor = _OcrExtractor(store, clock)
     ChunkerHandler(ChunkerSettings(), Topics(), store, extractor, metrics=metrics, monotonic=clock).handle(_submitted())
 
@@ -88,7 +81,7 @@ def test_ocr_pages_are_counted_and_written_to_the_rows_while_the_document_is_rea
 
 
 def test_a_redelivered_document_keeps_its_final_rows(tmp_path: Path) -> None:
-    store, clock = _store(tmp_path), _Clock()
+    store, clock = _store(tmp_path), FakeClock()
     submitted = _submitted()
     store.upsert_document(DocumentRow(doc_id="doc-1", job_id="job-1", source_uri=submitted.source_uri,
                                       content_sha256=submitted.content_sha256, status="completed", updated_at=AT))

@@ -5,23 +5,13 @@ from __future__ import annotations
 import pytest
 
 from docstream_inference.batching import Batch, Batcher, BatchPolicy, order_by_length
-
-
-class FakeClock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.fixtures.clock import FakeClock
 
 
 def _batcher(
     size: int = 4, tokens: int = 1000, latency_s: float = 0.2, pool: int = 1
 ) -> tuple[Batcher[str], FakeClock]:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     return Batcher(BatchPolicy(size, tokens, latency_s, pool), clock), clock
 
 
@@ -68,10 +58,10 @@ def test_latency_cap_closes_a_lone_record_and_records_its_wait() -> None:
     batcher, clock = _batcher(latency_s=0.25)
     batcher.add("only", 3)
     assert batcher.time_left() == pytest.approx(0.25)
-    clock.advance(0.1)
+    clock.sleep(0.1)
     assert batcher.poll() is None
     assert batcher.time_left() == pytest.approx(0.15)
-    clock.advance(0.15)
+    clock.sleep(0.15)
     assert batcher.time_left() == 0.0
     batch = batcher.poll()
     assert batch is not None
@@ -84,7 +74,7 @@ def test_latency_cap_closes_a_lone_record_and_records_its_wait() -> None:
 def test_late_poll_records_the_true_wait() -> None:
     batcher, clock = _batcher(latency_s=0.2)
     batcher.add("a", 1)
-    clock.advance(0.5)
+    clock.sleep(0.5)
     batch = batcher.poll()
     assert batch is not None
     assert batch.oldest_wait_s == pytest.approx(0.5)
@@ -94,7 +84,7 @@ def test_wait_counts_from_arrival_time() -> None:
     batcher, clock = _batcher(latency_s=0.2)
     batcher.add("a", 1, arrived_at=clock.now - 0.15)
     assert batcher.time_left() == pytest.approx(0.05)
-    clock.advance(0.05)
+    clock.sleep(0.05)
     batch = batcher.poll()
     assert batch is not None
     assert batch.oldest_wait_s == pytest.approx(0.2)
@@ -110,7 +100,7 @@ def test_deadline_follows_the_oldest_record() -> None:
     batcher, clock = _batcher(latency_s=1.0)
     batcher.add("a", 1)
     first_deadline = batcher.deadline()
-    clock.advance(0.6)
+    clock.sleep(0.6)
     batcher.add("b", 1)
     assert batcher.deadline() == first_deadline
 
@@ -127,7 +117,7 @@ def test_a_backlog_of_overdue_records_still_fills_batches_to_size() -> None:
 def test_add_never_closes_on_latency_poll_does() -> None:
     batcher, clock = _batcher(latency_s=0.2)
     batcher.add("a", 1)
-    clock.advance(0.3)
+    clock.sleep(0.3)
     assert batcher.add("b", 1) == []
     batch = batcher.poll()
     assert batch is not None
@@ -138,7 +128,7 @@ def test_flush_closes_whatever_is_open() -> None:
     batcher, clock = _batcher()
     assert batcher.flush() == []
     batcher.add("a", 1)
-    clock.advance(0.05)
+    clock.sleep(0.05)
     [batch] = batcher.flush()
     assert batch.reason == "flush"
     assert batch.oldest_wait_s == pytest.approx(0.05)
@@ -189,7 +179,7 @@ def test_many_records_every_batch_respects_every_limit() -> None:
     batcher, clock = _batcher(size=5, tokens=40, latency_s=0.1)
     closed: list[Batch[str]] = []
     for i in range(200):
-        clock.advance(0.01 * (i % 7))
+        clock.sleep(0.01 * (i % 7))
         closed.extend(batcher.add(f"r{i}", (i * 13) % 17))
         polled = batcher.poll()
         if polled is not None:
@@ -207,7 +197,7 @@ def test_close_idle_closes_the_open_batch_before_its_deadline() -> None:
     batcher, clock = _batcher(size=16)
     assert batcher.close_idle() is None
     batcher.add("a", 10)
-    clock.advance(0.01)
+    clock.sleep(0.01)
     batch = batcher.close_idle()
     assert batch is not None
     assert (batch.items, batch.reason, batch.oldest_wait_s) == (("a",), "idle", pytest.approx(0.01))
@@ -241,7 +231,7 @@ def test_every_pooled_batch_takes_the_oldest_record() -> None:
     waiting: set[str] = set()
     closed: list[Batch[str]] = []
     for i, tokens in enumerate(lengths):
-        clock.advance(0.001)
+        clock.sleep(0.001)
         waiting.add(f"r{i}")
         for batch in batcher.add(f"r{i}", tokens):
             oldest = min(waiting, key=order.__getitem__)
@@ -271,11 +261,11 @@ def test_a_pooled_batch_keeps_to_the_token_limit_and_the_oldest() -> None:
 def test_latency_in_a_pool_follows_the_oldest_record_and_closes_one_batch() -> None:
     batcher, clock = _batcher(size=2, latency_s=0.2, pool=4)
     batcher.add("first", 100)
-    clock.advance(0.1)
+    clock.sleep(0.1)
     batcher.add("short", 5)
     batcher.add("shorter", 4)
     assert batcher.deadline() == pytest.approx(clock.now + 0.1)
-    clock.advance(0.11)
+    clock.sleep(0.11)
     batch = batcher.poll()
     assert batch is not None
     assert (batch.items, batch.reason) == (("first", "short"), "latency")
@@ -307,13 +297,13 @@ def test_an_urgent_record_is_cut_into_the_next_batch_before_older_ones_with_urge
     batcher, clock = _batcher(size=4, pool=4)
     closed: list[Batch[str]] = []
     for i in range(12):  # a backlog: the pool holds three batches' worth of older records
-        clock.advance(0.001)
+        clock.sleep(0.001)
         closed.extend(batcher.add(f"old{i}", 50))
     assert closed == []
     for i in range(3):
-        clock.advance(0.001)
+        clock.sleep(0.001)
         closed.extend(batcher.add(f"urgent{i}", 50, urgent=True))
-    clock.advance(0.001)
+    clock.sleep(0.001)
     closed.extend(batcher.add("old12", 50))  # the pool is full: a batch closes
     assert [b.items for b in closed] == [("old0", "urgent0", "urgent1", "urgent2")]  # in arrival order
     rest = batcher.flush()
@@ -324,10 +314,10 @@ def test_urgent_records_of_any_length_go_together_and_the_oldest_others_fill_the
     batcher, clock = _batcher(size=8, tokens=10_000, pool=4)
     closed: list[Batch[str]] = []
     for i in range(24):  # with the 5 below, 29: under the pool's 32
-        clock.advance(0.001)
+        clock.sleep(0.001)
         closed.extend(batcher.add(f"old{i}", 10 + (i * 37) % 190))
     for i, tokens in enumerate((12, 180, 64, 150, 33)):
-        clock.advance(0.001)
+        clock.sleep(0.001)
         closed.extend(batcher.add(f"urgent{i}", tokens, urgent=True))
     assert closed == []
     closed.extend(batcher.flush())

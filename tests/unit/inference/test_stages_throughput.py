@@ -12,14 +12,7 @@ from docstream.errors import StoreError
 from docstream.jobs.standing import RATE_EVERY_S
 from docstream.store.sqlite import SqliteStore
 from docstream_inference.stages import ThroughputWriter
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fixtures.clock import FakeClock
 
 
 class _Failing(SqliteStore):
@@ -36,7 +29,7 @@ def test_the_write_stage_writes_the_rate_of_its_group_every_few_seconds_and_agai
         tmp_path: Path) -> None:
     store = _Failing(tmp_path / "store.db")
     store.migrate()
-    clock = _Clock()
+    clock = FakeClock(1_000.0)
     writer = ThroughputWriter(store, "docstream-inference", clock=clock, instance="i-1")
     clock.now += RATE_EVERY_S
     writer.tick(5_000)

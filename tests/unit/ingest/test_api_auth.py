@@ -11,6 +11,7 @@ from docstream.store.base import ApiKeyRow
 from docstream_ingest.api.auth import ApiKeyAuthenticator, Principal
 from docstream_ingest.api.errors import ApiError
 from docstream_ingest.apikeys import generate_api_key
+from tests.fixtures.clock import FakeClock
 
 AT = datetime(2024, 5, 17, 12, 0, tzinfo=UTC)
 
@@ -27,14 +28,6 @@ class FakeKeyStore:
         return self.rows.get(key_id)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def keys() -> FakeKeyStore:
     return FakeKeyStore()
@@ -47,7 +40,7 @@ def _issue(store: FakeKeyStore, tenant: str = "acme") -> str:
 
 
 def _auth(store: FakeKeyStore, clock: FakeClock | None = None, cache_s: float = 30.0) -> ApiKeyAuthenticator:
-    return ApiKeyAuthenticator(store, cache_s=cache_s, monotonic=clock or FakeClock())  # type: ignore[arg-type]
+    return ApiKeyAuthenticator(store, cache_s=cache_s, monotonic=clock or FakeClock(100.0))  # type: ignore[arg-type]
 
 
 def test_a_valid_key_gives_its_tenant(keys: FakeKeyStore) -> None:
@@ -83,7 +76,7 @@ def test_a_malformed_key_never_reaches_the_store(keys: FakeKeyStore) -> None:
 
 def test_rows_are_cached_for_cache_s_then_read_again(keys: FakeKeyStore) -> None:
     key = _issue(keys)
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     auth = _auth(keys, clock, cache_s=30.0)
     for _ in range(5):
         auth.authenticate(key)
@@ -96,7 +89,7 @@ def test_rows_are_cached_for_cache_s_then_read_again(keys: FakeKeyStore) -> None
 def test_a_revoked_key_stops_working_once_the_cache_expires(keys: FakeKeyStore) -> None:
     key = _issue(keys)
     key_id = key.split("_")[1]
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     auth = _auth(keys, clock, cache_s=10.0)
     auth.authenticate(key)
     keys.rows[key_id] = replace(keys.rows[key_id], revoked_at=AT)

@@ -25,6 +25,7 @@ from docstream.store.base import ChunkRow, QueuedJobRow, TaskTally
 from docstream.tenants.usage import Usage
 from docstream_reducer.agents import CompletedRelay, DocumentReducer, Incoming, JobReducer, StoreCalls
 from docstream_reducer.aggregation import DocumentState, decode_entry
+from tests.fixtures.clock import FakeClock
 
 RESULTS, COMPLETED, JOBS, BY_JOB = "t.chunks.results", "t.documents.completed", "t.jobs", "t-by-job"
 LEGACY_RESULTS = "t.chunks.embedded"
@@ -132,7 +133,6 @@ class FakeStore:
     def delete_queued_job(self, lane: str, job_id: str) -> None:
         self._maybe_fail()
         self.queue.pop((lane, job_id), None)
-
 
 
 async def _no_sleep(_: float) -> None:
@@ -406,20 +406,12 @@ def test_relay_rekeys_by_job_and_dead_letters_garbage() -> None:
     assert dead.topic == COMPLETED + ".dlq"
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _by_job(doc_id: str, status: str = "completed", job_id: str = "j1") -> Incoming:
     body = {"job_id": job_id, "doc_id": doc_id, "status": status, "error_code": None}
     return _msg(json.dumps(body).encode(), topic=BY_JOB, key=job_id.encode())
 
 
-def _jobs(store: FakeStore, sink: FakeSink, clock: _Clock, jobs: dict[str, Any], docs: dict[str, Any]) -> JobReducer:
+def _jobs(store: FakeStore, sink: FakeSink, clock: FakeClock, jobs: dict[str, Any], docs: dict[str, Any]) -> JobReducer:
     return JobReducer(jobs, docs, SERDE, _calls(store), sink, JOBS, by_job_topic=BY_JOB, throttle_s=1.0,
                       clock=clock, reconcile_after_s=30.0)
 
@@ -429,7 +421,7 @@ def _job_row(count: int, job_id: str = "j1") -> JobRow:
 
 
 def test_job_counts_each_document_once_and_publishes_one_final_status() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(4)
     reducer = _jobs(store, sink, clock, jobs, docs)
     inputs: Sequence[tuple[str, str]] = [("a", "completed"), ("a", "completed"), ("b", "failed"), ("c", "partial"),
@@ -454,7 +446,7 @@ def test_job_counts_each_document_once_and_publishes_one_final_status() -> None:
 
 
 def test_throttled_changes_are_flushed_by_the_timer() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(10)
     reducer = _jobs(store, sink, clock, jobs, docs)
 
@@ -475,7 +467,7 @@ def test_throttled_changes_are_flushed_by_the_timer() -> None:
 
 
 def test_job_of_unknown_size_waits_for_its_row() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     reducer = _jobs(store, sink, clock, jobs, docs)
 
     async def run() -> None:
@@ -493,7 +485,7 @@ def test_job_of_unknown_size_waits_for_its_row() -> None:
 
 
 def test_records_after_the_final_status_are_ignored() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(1)
     reducer = _jobs(store, sink, clock, jobs, docs)
 
@@ -512,7 +504,7 @@ def test_growing_job_is_not_final_before_its_row_says_so() -> None:
             self.calls += 1
             return _job_row(1 if self.calls == 1 else 2)  # a document was added after the first read
 
-    store, sink, clock, jobs, docs = _GrowingStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = _GrowingStore(), FakeSink(), FakeClock(100.0), {}, {}
     reducer = _jobs(store, sink, clock, jobs, docs)
 
     async def run() -> None:
@@ -527,7 +519,7 @@ def test_growing_job_is_not_final_before_its_row_says_so() -> None:
 
 
 def test_a_stalled_job_is_reconciled_from_its_job_documents_rows() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(3)
     for doc_id, status in (("a", "completed"), ("b", "failed"), ("c", "partial")):
         store.job_documents[("j1", doc_id)] = JobDocumentRow("j1", doc_id, status, T0)  # type: ignore[arg-type]
@@ -566,7 +558,7 @@ def _by_job_usage(doc_id: str, usage: Usage, status: str = "completed") -> Incom
 def test_a_job_adds_up_its_documents_usage_once_in_its_status_row_and_metrics() -> None:
     from docstream.metrics import Metrics
 
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(3)
     metrics = Metrics()
     reducer = JobReducer(jobs, docs, SERDE, _calls(store), sink, JOBS, by_job_topic=BY_JOB, throttle_s=1.0,
@@ -592,7 +584,7 @@ def test_a_job_adds_up_its_documents_usage_once_in_its_status_row_and_metrics() 
 
 
 def test_the_recount_takes_the_usage_of_the_job_documents_rows() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(2)
     store.job_documents[("j1", "a")] = JobDocumentRow("j1", "a", "completed", T0, usage=_usage(100))
     store.job_documents[("j1", "b")] = JobDocumentRow("j1", "b", "completed", T0, usage=_usage(5))
@@ -650,7 +642,7 @@ def test_store_calls_do_not_retry_other_errors() -> None:
 def test_partition_watch_flags_partitions_with_waiting_records_and_no_progress() -> None:
     from docstream_reducer.watch import PartitionWatch, Stall
 
-    clock = _Clock()
+    clock = FakeClock(100.0)
     watch = PartitionWatch(20.0, clock)
     ends = {("t", 0): 9, ("t", 1): 3, ("t", 2): 5}
     committed = {("t", 0): 5, ("t", 2): 4}  # t[1]: nothing committed yet; t[2]: one marker after it
@@ -667,7 +659,7 @@ def test_partition_watch_flags_partitions_with_waiting_records_and_no_progress()
 def test_partition_watch_counts_handled_or_committed_offsets_as_progress() -> None:
     from docstream_reducer.watch import PartitionWatch, Stall
 
-    clock = _Clock()
+    clock = FakeClock(100.0)
     watch = PartitionWatch(20.0, clock)
     ends = {("t", 0): 30}
     watch.stalled(ends, {("t", 0): 3})
@@ -685,7 +677,7 @@ def test_partition_watch_counts_handled_or_committed_offsets_as_progress() -> No
 def test_partition_watch_rests_while_a_handler_runs_long_and_on_partitions_at_their_end() -> None:
     from docstream_reducer.watch import PartitionWatch, Stall
 
-    clock = _Clock()
+    clock = FakeClock(100.0)
     watch = PartitionWatch(20.0, clock)
     ends = {("t", 0): 9}
     watch.stalled(ends, {})
@@ -708,7 +700,7 @@ def test_partition_watch_rests_while_a_handler_runs_long_and_on_partitions_at_th
 def test_partition_watch_forgets_spans_without_records() -> None:
     from docstream_reducer.watch import PartitionWatch, Stall
 
-    clock = _Clock()
+    clock = FakeClock(100.0)
     watch = PartitionWatch(20.0, clock)
     watch.stalled({("t", 0): 12}, {("t", 0): 4})
     clock.now += 20
@@ -737,7 +729,7 @@ def test_relay_forwards_a_documents_chunked_tokens_keyed_by_job() -> None:
 
 
 def test_a_jobs_chunked_tokens_wait_in_its_lane_row_until_its_documents_end_once_each() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = replace(_job_row(3), options={"priority": "interactive"})
     reducer = _jobs(store, sink, clock, jobs, docs)
 
@@ -763,7 +755,7 @@ def test_a_jobs_chunked_tokens_wait_in_its_lane_row_until_its_documents_end_once
 
 
 def test_a_failed_lane_queue_write_waits_for_the_next_flush_and_statuses_still_go_out() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(10)
     reducer = _jobs(store, sink, clock, jobs, docs)
 
@@ -781,7 +773,7 @@ def test_a_failed_lane_queue_write_waits_for_the_next_flush_and_statuses_still_g
 
 
 def test_the_tokens_waiting_per_lane_and_tenant_are_a_gauge_that_a_tenant_leaves_when_its_jobs_end() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job_row(1)
     store.jobs["j2"] = replace(_job_row(2, "j2"), tenant="globex", options={"priority": "interactive"})
     metrics = Metrics()

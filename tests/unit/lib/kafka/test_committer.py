@@ -16,6 +16,7 @@ from docstream.kafka.committer import Committer, RebalanceHooks
 from docstream.kafka.offsets import OffsetTracker
 from docstream.metrics import Metrics
 from docstream.settings import Settings
+from tests.fixtures.clock import FakeClock
 
 TOPIC = "chunks"
 
@@ -74,21 +75,13 @@ class FakeConsumer:
         self.callbacks[f"on_{kind}"](self, [TopicPartition(TOPIC, p) for p in partitions])
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Rig:
     committer: Committer
     book: OffsetTracker
     consumers: list[FakeConsumer]
     events: list[tuple[Any, ...]]
-    clock: Clock
+    clock: FakeClock
     metrics: Metrics
 
     @property
@@ -104,7 +97,7 @@ def _rig(
     events: list[tuple[Any, ...]] = []
     consumers: list[FakeConsumer] = []
     book = OffsetTracker()
-    clock = Clock()
+    clock = FakeClock(1000.0)
     metrics = Metrics()
 
     def new_consumer(on_commit: Callable[[KafkaError | None, list[Any]], None]) -> Any:
