@@ -19,13 +19,13 @@ from docstream.tasks.base import DocumentOutput, FoldInput, TaskOutputError, Tas
 from docstream.tasks.selection import tasks_option
 from docstream.tenants.usage import Usage, across_tasks
 from docstream_reducer.aggregation import ANY_TASK, DocumentState, DocumentTally, DocumentTasks, apply, decode_entry
+from tests.fixtures.clock import FakeClock
 from tests.unit.reducer.test_agents import (
     BY_JOB,
     JOBS,
     T0,
     FakeSink,
     FakeStore,
-    _Clock,
     _jobs,
     _msg,
 )
@@ -148,7 +148,7 @@ def _job(count: int, tasks: tuple[str, ...]) -> JobRow:
 
 
 def test_a_job_of_two_tasks_completes_when_every_document_is_terminal_for_both() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job(3, ("embed", "entities"))
     reducer = _jobs(store, sink, clock, jobs, docs)
     inputs = [("a", "embed"), ("b", "entities"), ("a", "embed"), ("c", None), ("b", "embed"),
@@ -173,7 +173,7 @@ def test_a_job_of_two_tasks_completes_when_every_document_is_terminal_for_both()
 
 
 def test_a_recount_of_a_job_of_two_tasks_counts_only_documents_terminal_for_both() -> None:
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job(2, ("embed", "entities"))
     for doc_id, tasks in (("a", ("embed", "entities")), ("b", ("embed",))):
         for task in tasks:
@@ -194,7 +194,7 @@ def test_a_recount_repairs_a_count_lost_between_the_two_table_writes() -> None:
     """At-least-once: a kill after the job-documents entry was written and before the job's count was left the
     document marked counted but not counted; its redelivered record is then a duplicate. The recount starts from
     the store's rows, so the job completes."""
-    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), _Clock(), {}, {}
+    store, sink, clock, jobs, docs = FakeStore(), FakeSink(), FakeClock(100.0), {}, {}
     store.jobs["j1"] = _job(2, ("embed",))
     reducer = _jobs(store, sink, clock, jobs, docs)
 
@@ -211,7 +211,7 @@ def test_a_recount_repairs_a_count_lost_between_the_two_table_writes() -> None:
         store2.upsert_job_document_task("j1", doc_id, "embed", TaskTally("completed", Usage(pages=1, chunks=2,
                                                                                              tokens=3)), T0)
     docs2: dict[str, Any] = {}
-    reducer2 = _jobs(store2, sink2, _Clock(), jobs2, docs2)
+    reducer2 = _jobs(store2, sink2, FakeClock(100.0), jobs2, docs2)
 
     async def restarted() -> None:
         await reducer2.handle(_by_job("a", "embed", tasks=()))

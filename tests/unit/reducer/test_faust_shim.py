@@ -179,7 +179,8 @@ def test_the_livelock_check_skips_a_partition_that_a_rebalance_assigned_before_i
         thread_type = type(consumer._thread)
         subscriptions = SubscriptionState()  # aiokafka's own, as a rebalance leaves it: assigned, no position yet
         subscriptions.assign_from_user({TopicPartition(tp.topic, tp.partition)})
-        aio = SimpleNamespace(_subscription=subscriptions)
+        # the consumer's and its fetcher's subscription state are the one object, as in aiokafka
+        aio = SimpleNamespace(_subscription=subscriptions, _fetcher=SimpleNamespace(_subscriptions=subscriptions))
         faust_app = SimpleNamespace(monitor=object(), topics=SimpleNamespace(acks_enabled_for=lambda _: True))
         thread = thread_type.__new__(thread_type)  # the shim's class, its state set by hand (no event loop)
         vars(thread).update(
