@@ -130,6 +130,12 @@ class KafkaSettings(BaseModel):
     )
     heartbeat_interval_ms: int = Field(1000, ge=100, description="Consumer heartbeat.interval.ms.")
     max_poll_interval_ms: int = Field(300_000, ge=10_000, description="Consumer max.poll.interval.ms.")
+    rejoin_timeout_s: float = Field(
+        120.0, gt=0, le=3600,
+        description="A consumer outside its group (no member id) this long is closed and replaced by a new "
+                    "subscription (docs/messaging.md, the membership watch); a broker restart and a rejoin take "
+                    "well under a minute.",
+    )
     fetch_wait_max_ms: int = Field(
         500, ge=1, le=60_000,
         description="Consumer fetch.wait.max.ms: how long the broker holds a fetch that has no data yet (the "

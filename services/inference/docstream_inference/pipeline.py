@@ -104,7 +104,7 @@ class InferencePipeline:
         commit_interval_s: least time between two periodic (asynchronous) commits.
         clock: monotonic seconds (the batcher's clock).
         rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced by a new
-            one, as ConsumeLoop does (docs/messaging.md).
+            one, as ConsumeLoop does (docs/messaging.md; default: ``kafka.rejoin_timeout_s``).
         static_assignment: ``assign()`` every partition of the chunks topic instead of joining the
             group, as ConsumeLoop's option of that name: no group join delay and no rebalancing, for a
             process that is the only consumer of the topic (``docstream run``). Offsets are still
@@ -130,7 +130,7 @@ class InferencePipeline:
         revoke_grace_s: float = 3.0,
         commit_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
-        rejoin_timeout_s: float = 120.0,
+        rejoin_timeout_s: float | None = None,
         static_assignment: bool = False,
         run_unrequested: bool = False,
         hooks: StageHooks | None = None,

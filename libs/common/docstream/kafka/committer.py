@@ -130,7 +130,7 @@ class Committer:
         hooks: the driver's part of a rebalance.
         static_assignment: ``assign()`` every partition of ``topics`` instead of joining the group
             (one process is the only consumer: no join delay, no rebalancing, no membership watch).
-        rejoin_timeout_s: a consumer outside its group this long is replaced.
+        rejoin_timeout_s: a consumer outside its group this long is replaced (default: ``kafka.rejoin_timeout_s``).
         clock: monotonic seconds.
         member_id: reads a consumer's group member id (empty or None while outside the group).
         new_consumer: makes a consumer given its commit callback; default: ``create_consumer``.
@@ -147,7 +147,7 @@ class Committer:
         metrics: Metrics,
         hooks: RebalanceHooks | None = None,
         static_assignment: bool = False,
-        rejoin_timeout_s: float = 120.0,
+        rejoin_timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         member_id: Callable[[Consumer], str | None] | None = None,
         new_consumer: Callable[[OnCommit], Consumer] | None = None,
@@ -165,7 +165,7 @@ class Committer:
         self._member_id = member_id or (lambda consumer: consumer.memberid())
         self._new_consumer = new_consumer or (
             lambda on_commit: create_consumer(kafka, group_id=group_id, client_id=service, on_commit=on_commit))
-        self._membership = MembershipWatch(rejoin_timeout_s)
+        self._membership = MembershipWatch(kafka.rejoin_timeout_s if rejoin_timeout_s is None else rejoin_timeout_s)
         self._last_membership = clock()
         self._consumer: Consumer | None = None
         self._assigned: dict[TopicPartitionKey, None] = {}

@@ -129,7 +129,8 @@ class ConsumeLoop:
         static_assignment: ``assign()`` every partition of ``topics`` instead of joining the group
             (embedded single-process mode: no group join delay; no rebalancing).
         flush_timeout_s: how long revoke and exit wait for in-flight outputs.
-        rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced.
+        rejoin_timeout_s: a consumer outside its group (no member id) this long is replaced (default:
+            ``kafka.rejoin_timeout_s``).
         max_batch: most records one poll hands a ``BatchHandler`` (1: one at a time, whatever the handler).
         on_tombstone: takes the records without a value (by topic and key), under the same retries and DLQ; None:
             such a record is poison.
@@ -153,7 +154,7 @@ class ConsumeLoop:
         poll_timeout_s: float = 1.0,
         static_assignment: bool = False,
         flush_timeout_s: float = 30.0,
-        rejoin_timeout_s: float = 120.0,
+        rejoin_timeout_s: float | None = None,
         max_batch: int = 1,
         on_tombstone: TombstoneHandler | None = None,
         consumer_options: Mapping[str, Any] | None = None,
