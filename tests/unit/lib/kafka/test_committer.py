@@ -15,7 +15,7 @@ from docstream.errors import FatalError
 from docstream.kafka.committer import Committer, RebalanceHooks
 from docstream.kafka.offsets import OffsetTracker
 from docstream.metrics import Metrics
-from docstream.settings import Settings
+from docstream.settings import KafkaSettings, Settings
 from tests.fixtures.clock import FakeClock
 
 TOPIC = "chunks"
@@ -90,7 +90,8 @@ class Rig:
 
 
 def _rig(
-    *, static: bool = False, rejoin_timeout_s: float = 5.0, hooks: dict[str, Any] | None = None,
+    *, static: bool = False, rejoin_timeout_s: float | None = 5.0, kafka: KafkaSettings | None = None,
+    hooks: dict[str, Any] | None = None,
     partitions: tuple[int, ...] = (0, 1, 2), committed: dict[int, int] | None = None,
     refusals: list[int] | None = None,
 ) -> Rig:
@@ -113,7 +114,7 @@ def _rig(
     names = ("assigned", "revoking", "dropped", "replaced")
     given = hooks or {}
     committer = Committer(
-        Settings().kafka, group_id="g", topics=[TOPIC], service="svc", book=book, metrics=metrics,
+        kafka or Settings().kafka, group_id="g", topics=[TOPIC], service="svc", book=book, metrics=metrics,
         hooks=RebalanceHooks(**{n: given.get(n, hook(n)) for n in names}), static_assignment=static,
         rejoin_timeout_s=rejoin_timeout_s, clock=clock, new_consumer=new_consumer,
     )
@@ -219,6 +220,19 @@ def test_a_consumer_outside_its_group_too_long_is_replaced_and_what_it_held_is_d
     rig.consumer.member = ""
     rig.clock.now += 1.0
     assert not rig.committer.watch_membership()
+
+
+def test_the_rejoin_timeout_comes_from_the_kafka_settings_unless_given() -> None:
+    rig = _rig(rejoin_timeout_s=None, kafka=Settings().kafka.model_copy(update={"rejoin_timeout_s": 45.0}))
+    rig.committer.start()
+    rig.consumer.member = None
+    rig.clock.now += 1.0
+    rig.committer.watch_membership()  # outside the group from here
+    rig.clock.now += 44.5
+    assert not rig.committer.watch_membership()
+    rig.clock.now += 1.0
+    assert rig.committer.watch_membership()
+    assert rig.committer.consumers_replaced == 1
 
 
 def test_membership_is_read_at_most_once_a_second_and_a_member_resets_the_watch() -> None:
