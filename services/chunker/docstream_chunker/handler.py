@@ -57,7 +57,7 @@ _JOB_STATUS_TTL_S = 2.0
 _OCR_PROGRESS_S = 2.0  # a document in OCR has its rows' progress written at most this often
 _JOB_STATUS_CACHE_SIZE = 10_000
 _ROWS_WRITTEN: frozenset[str] = frozenset({"chunked", *TERMINAL_DOC_STATES})
-"""Statuses of a document's rows that a pass of the chunker already wrote them (and the reducer may be ending it)."""
+"""Statuses of a document's rows once a pass of the chunker has written them (the reducer may be ending it)."""
 _TEXT_LAYER = ChunkSource("text_layer", None, ())
 
 

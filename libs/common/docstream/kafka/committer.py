@@ -46,6 +46,7 @@ _MEMBERSHIP_EVERY_S = 1.0
 OnCommit = Callable[[KafkaError | None, list[Any]], None]
 TopicPartitions = list[TopicPartitionKey]
 _OFFSET_FETCH_S = 60.0
+"""How long a static assignment asks the group's committed offsets, asking again while the coordinator refuses."""
 
 
 def _at_committed(consumer: Consumer, tps: Sequence[tuple[str, int]]) -> list[TopicPartition]:
