@@ -184,6 +184,11 @@ class CassandraSettings(BaseModel):
     )
     write_concurrency: int = Field(64, ge=1, le=4096, description="Concurrent asynchronous writes in flight.")
     request_timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
+    reconnect_max_delay_s: float = Field(
+        5.0, gt=0, le=600,
+        description="Longest wait between the driver's attempts to reach a node it lost (doubling from 0.5 s, or "
+        "from this value when smaller); the attempts never stop.",
+    )
     ssl_ca_location: str | None = Field(None, description="CA file for TLS; unset: no TLS.")
 
 

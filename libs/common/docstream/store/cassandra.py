@@ -41,7 +41,7 @@ from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.concurrent import execute_concurrent
 from cassandra.connection import ConnectionException
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
 from cassandra.protocol import ErrorMessage, IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
 
@@ -162,6 +162,18 @@ _FLOAT32 = np.dtype("<f4")
 """A stored embedding's values: little-endian float32 (``docstream.store.codec``)."""
 
 
+_RECONNECT_BASE_S = 0.5
+
+
+def reconnection_policy(max_delay_s: float) -> ExponentialReconnectionPolicy:
+    """The driver's schedule for reaching a node it lost: doubling from 0.5 s up to ``max_delay_s``, never ending.
+
+    The driver's default doubles up to 600 s, so a service kept waiting minutes after a short outage was over, and it
+    stops after 64 attempts, after which a node that returns is never used again by that process.
+    """
+    return ExponentialReconnectionPolicy(min(_RECONNECT_BASE_S, max_delay_s), max_delay_s, max_attempts=None)
+
+
 def _has_cosine(vector: npt.NDArray[np.float32]) -> bool:
     # an SAI cosine index refuses zero and non-finite vectors
     return bool(vector.any() and np.isfinite(vector).all())
@@ -264,6 +276,7 @@ class CassandraStore(TableStore):
             connect_timeout=s.request_timeout_s,
             control_connection_timeout=s.request_timeout_s,
             max_schema_agreement_wait=int(_SCHEMA_TIMEOUT_S),
+            reconnection_policy=reconnection_policy(s.reconnect_max_delay_s),
         )
 
     @contextmanager
