@@ -6,9 +6,10 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -17,9 +18,17 @@ from docstream import ids
 from docstream.errors import ConfigError, DocumentError
 from docstream.kafka.loop import Envelope
 from docstream.objectstore import ObjectStore
-from docstream.records import ChunkCreated, DocumentChunked, DocumentCompleted, DocumentSubmitted, utc_now
+from docstream.records import (
+    ChunkCreated,
+    DocumentChunked,
+    DocumentCompleted,
+    DocumentSubmitted,
+    copy_fields,
+    utc_now,
+)
 from docstream.settings import Settings
 from docstream.store.base import DocumentRow, JobDocumentRow
+from docstream.store.rows import DOCUMENTS, JOB_DOCUMENTS, Columns, Table
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_chunker.extraction import OcrPageStarted
@@ -178,50 +187,58 @@ def test_a_redelivered_submission_of_a_finished_document_keeps_its_rows_final(en
     assert [r.status for r in env.store.iter_job_documents("job-1")] == [final]
 
 
-class _CompletesAfterTheRead(SqliteStore):
-    """A SQLite store that counts the reads of one document's row, notes at which read the chunker wrote the row,
-    and can have the reducer complete the document right after a given read: the interleaving of a redelivered
-    submission with the completion of the pass before it, held in place."""
+class _CompletesAfterARead(SqliteStore):
+    """A SQLite store that counts the reads of one document's documents and job_documents rows, and has the reducer
+    complete the document right after a given one of them: a completion landing between any read the chunker
+    makes and the write that follows it, held in place."""
 
     watched: str | None = None
     reads = 0
-    written_after: int | None = None
     complete_after: int | None = None
 
-    def get_document(self, doc_id: str) -> DocumentRow | None:
-        row = super().get_document(doc_id)
-        if doc_id == self.watched:
+    def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
+        found = super()._get(table, key, operation)
+        if self.watched is not None and table in (DOCUMENTS, JOB_DOCUMENTS) and self.watched in key:
             self.reads += 1
-            if row is not None and self.reads == self.complete_after:
-                super().upsert_document(replace(row, status="completed", updated_at=utc_now()))
-                self.upsert_job_document(JobDocumentRow(row.job_id, doc_id, "completed", utc_now(), row.filename))
-        return row
-
-    def upsert_document(self, row: DocumentRow) -> None:
-        if row.doc_id == self.watched and self.written_after is None:
-            self.written_after = self.reads
-        super().upsert_document(row)
+            if self.reads == self.complete_after:
+                row = self.get_document(self.watched)  # counted too: past complete_after
+                assert row is not None
+                self.upsert_document(replace(row, status="completed", updated_at=utc_now()))
+                self.upsert_job_document(JobDocumentRow(row.job_id, row.doc_id, "completed", utc_now(), row.filename))
+        return found
 
 
-def test_a_redelivery_read_before_the_document_completes_leaves_the_completion_standing(env: Env) -> None:
-    store = _CompletesAfterTheRead(env.root / "store.db")
+@pytest.mark.parametrize("earlier_pass", [False, True], ids=["two-passes-at-once", "a-redelivery"])
+def test_a_completion_between_any_read_of_the_chunker_and_its_write_stands(env: Env, earlier_pass: bool) -> None:
+    # two passes at once (a chunker that lost its partition, still extracting, beside its successor) both read
+    # the rows at `submitted`; the first's chunks complete the document before the second writes. Or a
+    # redelivery after a pass that wrote `chunked`. Either way the completion must stand, at whichever read of
+    # the second pass it lands after.
+    store = _CompletesAfterARead(env.root / "store.db")
     handler = ChunkerHandler(env.settings.chunker, Topics(env.settings.kafka.topic_prefix), store,
                              InlineExtractor(extractor_settings(env.settings)))
     try:
-        submitted = env.submit(make_pdf(3, seed=9).data)
-        store.watched = submitted.doc_id
-        first = outputs_of(handler, submitted)
-        assert store.written_after, "the first pass wrote its rows after it read them"
-        # the redelivery: the pass before it completes between the read its rows are written after, and that write
-        store.reads, store.complete_after = 0, store.written_after
+        after = 0
+        while True:
+            after += 1
+            submitted = env.submit(make_pdf(2, seed=100 + after).data)
+            # the intake's rows, then, for a redelivery, the pass before it
+            store.upsert_document(copy_fields(DocumentRow, submitted, status="submitted", updated_at=utc_now()))
+            store.upsert_job_document(JobDocumentRow("job-1", submitted.doc_id, "submitted", utc_now(), "doc.pdf"))
+            if earlier_pass:
+                outputs_of(handler, submitted)
+            store.watched, store.reads, store.complete_after = submitted.doc_id, 0, after
 
-        again = outputs_of(handler, submitted)
+            outputs_of(handler, submitted)
 
-        assert [c.chunk_id for c in again] == [c.chunk_id for c in first]  # type: ignore[attr-defined]
-        assert store.reads >= store.complete_after, "the redelivery read the row fewer times"
-        row = store.get_document(submitted.doc_id)
-        assert row is not None and row.status == "completed"
-        assert [r.status for r in store.iter_job_documents("job-1")] == ["completed"]
+            store.watched = None
+            if store.reads < after:  # no read of the pass left to complete after
+                break
+            row = store.get_document(submitted.doc_id)
+            assert row is not None and row.status == "completed", f"completed after read {after}, then {row}"
+            statuses = [r.status for r in store.iter_job_documents("job-1") if r.doc_id == submitted.doc_id]
+            assert statuses == ["completed"], f"completed after read {after}"
+        assert after > 2, "the pass read its rows fewer than twice"
     finally:
         store.close()
 

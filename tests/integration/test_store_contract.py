@@ -38,6 +38,7 @@ from docstream.store.rows import (
     CHUNKS,
     DOCUMENT_RESULT_ROWS,
     DOCUMENT_RESULTS,
+    DOCUMENTS,
     JOB_DOCUMENT_ROWS,
     JOB_DOCUMENTS,
     MAPPINGS,
@@ -258,6 +259,89 @@ def test_job_document_upsert_overwrites(store: ResultStore) -> None:
     failed = replace(first, status="failed", error_code="encrypted", updated_at=T0 + timedelta(seconds=1))
     store.upsert_job_document(failed)
     assert list(store.iter_job_documents(job_id)) == [failed]
+
+
+def _at_or_past_chunked(row: DocumentRow | JobDocumentRow) -> bool:
+    return row.status in ("chunked", "completed")
+
+
+def test_a_conditional_write_writes_over_no_row_or_a_row_not_kept_and_keeps_a_kept_one(store: ResultStore) -> None:
+    doc = _document(_uid("doc"), _uid("job"), status="submitted", page_count=None)
+    chunked = replace(doc, status="chunked", page_count=3, updated_at=T0 + timedelta(seconds=1))
+
+    assert store.write_document_unless(doc, _at_or_past_chunked)  # no row
+    assert store.write_document_unless(chunked, _at_or_past_chunked)  # submitted: not kept
+    assert not store.write_document_unless(replace(chunked, page_count=99), _at_or_past_chunked)
+    assert store.get_document(doc.doc_id) == chunked
+
+    job_doc = JobDocumentRow(doc.job_id, doc.doc_id, "chunked", T0, filename="report.pdf")
+    assert store.write_job_document_unless(job_doc, _at_or_past_chunked)  # no row
+    assert not store.write_job_document_unless(replace(job_doc, filename="other.pdf"), _at_or_past_chunked)
+    assert list(store.iter_job_documents(doc.job_id)) == [job_doc]
+
+
+def test_a_conditional_write_over_a_row_a_task_entry_created_keeps_the_entry(store: ResultStore) -> None:
+    job_id, doc_id = _uid("job"), _uid("doc")
+    tally = TaskTally("completed")
+    store.upsert_job_document_task(job_id, doc_id, "embed", tally, T0)  # a row with no status: submitted
+    row = JobDocumentRow(job_id, doc_id, "chunked", T0 + timedelta(seconds=1), filename="a.pdf")
+
+    assert store.write_job_document_unless(row, _at_or_past_chunked)
+
+    assert list(store.iter_job_documents(job_id)) == [replace(row, tasks={"embed": tally})]
+
+
+def test_a_conditional_write_is_decided_again_on_a_row_moved_on_between_its_read_and_its_write(
+    store: ResultStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert isinstance(store, TableStore)
+    doc = _document(_uid("doc"), _uid("job"), status="submitted")
+    store.upsert_document(doc)
+    job_doc = JobDocumentRow(doc.job_id, doc.doc_id, "submitted", T0)
+    store.upsert_job_document(job_doc)
+    completed_at = T0 + timedelta(seconds=5)
+    read = store._get
+    raced: list[str] = []
+
+    def read_then_complete(table: Table, key: tuple[str, ...], operation: str) -> object:
+        found = read(table, key, operation)
+        if operation.endswith("_unless") and operation not in raced:  # the reducer completes it, after the read
+            raced.append(operation)
+            store.upsert_document(replace(doc, status="completed", updated_at=completed_at))
+            store.upsert_job_document(replace(job_doc, status="completed", updated_at=completed_at))
+        return found
+
+    monkeypatch.setattr(store, "_get", read_then_complete)
+
+    assert not store.write_document_unless(replace(doc, status="chunked"), _at_or_past_chunked)
+    assert not store.write_job_document_unless(replace(job_doc, status="chunked"), _at_or_past_chunked)
+
+    assert raced == ["write_document_unless", "write_job_document_unless"]
+    monkeypatch.undo()
+    assert store.get_document(doc.doc_id) == replace(doc, status="completed", updated_at=completed_at)
+    assert [r.status for r in store.iter_job_documents(doc.job_id)] == ["completed"]
+
+
+def test_a_conditional_write_that_loses_every_round_fails_retryably(
+    store: ResultStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert isinstance(store, TableStore)
+    doc = _document(_uid("doc"), _uid("job"), status="submitted")
+    store.upsert_document(doc)
+    found = store._get(DOCUMENTS, (doc.doc_id,), "get_document")
+    losses: list[int] = []
+
+    def always_changed(table: Table, values: object, expected: object, operation: str) -> tuple[bool, object]:
+        losses.append(1)
+        return False, found  # another writer changed it again, to a row that is not kept
+
+    monkeypatch.setattr(store, "_put_if", always_changed)
+
+    with pytest.raises(StoreError) as raised:
+        store.write_document_unless(replace(doc, status="chunked"), _at_or_past_chunked)
+
+    assert raised.value.code == "store_cas_contended"
+    assert len(losses) == 8
 
 
 def test_document_round_trip_overwrite_and_missing(store: ResultStore) -> None:

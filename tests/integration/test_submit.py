@@ -27,7 +27,8 @@ from docstream.kafka.clients import ReliableProducer
 from docstream.objectstore import ObjectStore
 from docstream.records import DocumentSubmitted
 from docstream.settings import Settings
-from docstream.store.base import JobDocumentRow, JobRow
+from docstream.store.base import DocumentRow, JobDocumentRow, JobRow
+from docstream.store.rows import Table
 from docstream.store.sqlite import SqliteStore
 from docstream.tasks.base import Label, TaskRequest
 from docstream.tasks.selection import job_tasks
@@ -288,6 +289,39 @@ def test_a_document_produced_again_keeps_the_rows_the_pipeline_moved_on_since_th
     document = intake.store.get_document(doc_id)
     assert document is not None and document.status == "completed"  # not taken back to "submitted"
     assert [r.status for r in intake.store.iter_job_documents(job_id)] == ["completed"]
+
+
+def test_a_document_the_pipeline_moved_on_between_the_intakes_read_and_its_write_keeps_its_rows(
+    make_intake: Callable[..., Intake], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # two submissions of one job at once: both found the job new; the other one's record went through the
+    # pipeline between this one's read and its write of the rows
+    intake = make_intake()
+    data = _write(tmp_path / "one.txt", b"a document two submissions of its job send at the same time")
+    job_id = f"job-{uuid.uuid4().hex}"
+    sha = ids.content_sha256(data)
+    doc_id = ids.doc_id(job_id, sha)
+    store = intake.store
+    read = store._get
+    raced: list[str] = []
+
+    def read_then_complete(table: Table, key: tuple[str, ...], operation: str) -> object:
+        found = read(table, key, operation)
+        if operation == "get_job" and key == (job_id,) and not raced:
+            raced.append(operation)
+            now = datetime.now(UTC)
+            store.upsert_document(DocumentRow(doc_id, job_id, "file:///elsewhere/one.txt", sha, "completed", now))
+            store.upsert_job_document(JobDocumentRow(job_id, doc_id, "completed", now, "one.txt"))
+        return found
+
+    monkeypatch.setattr(store, "_get", read_then_complete)
+
+    intake.submit(tmp_path / "one.txt", job_id=job_id)
+
+    assert raced, "the intake never read the job"
+    document = store.get_document(doc_id)
+    assert document is not None and document.status == "completed"
+    assert [r.status for r in store.iter_job_documents(job_id)] == ["completed"]
 
 
 def test_bad_requests_are_refused_before_anything_is_written(

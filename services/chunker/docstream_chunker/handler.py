@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 
 from docstream.errors import DocumentError, InputError, PoisonRecord, RetryableError
 from docstream.ids import check_source_key, chunk_id
@@ -253,16 +254,15 @@ class ChunkerHandler:
             return self._failed(submitted, exc.code, exc.message, _micros_since(started))
         busy_us = _micros_since(started)
         now = self._clock()
-        if self._rows_written(submitted):
-            # a redelivered, duplicated or replayed submission: the chunks go out again (every write
-            # downstream is idempotent) but the rows stay as an earlier pass and the reducer left them
-            _log.info("document_rechunked_rows_kept", chunk_count=len(result.chunks))
-        else:
-            self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
-                             sources=result.sources)
+        if self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
+                            sources=result.sources, unless_written=True):
             if self._limited is not None and self._limited(submitted.tenant):
                 # its tokens are enqueued until it ends (docs/operations.md "Quotas and admission")
                 self._store.set_document_tokens(submitted.tenant, submitted.doc_id, result.token_count)
+        else:
+            # a redelivered, duplicated or replayed submission: the chunks go out again (every write
+            # downstream is idempotent) but the rows stay as an earlier pass and the reducer left them
+            _log.info("document_rechunked_rows_kept", chunk_count=len(result.chunks))
         self._count_pages(result.sources)
         _log.info(
             "document_chunked",
@@ -355,20 +355,6 @@ class ChunkerHandler:
             return []
         return self._failed(submitted, "source_deleted", "its source was deleted before it was chunked", 0)
 
-    def _rows_written(self, submitted: DocumentSubmitted) -> bool:
-        """Whether this very document (same job, same bytes) has rows at ``chunked`` or past it: a redelivery, a
-        duplicate or a replay, whose rows an earlier pass wrote before it sent its chunks. Its rows are left as
-        they stand: the reducer may be writing ``completed`` from the earlier pass's chunks at this moment, and a
-        ``chunked`` written again could land after it, where the reducer, whose completion marker drops the
-        chunks of this pass, would never write it back."""
-        row = self._store.get_document(submitted.doc_id)
-        return (
-            row is not None
-            and row.status in _ROWS_WRITTEN
-            and row.job_id == submitted.job_id
-            and row.content_sha256 == submitted.content_sha256
-        )
-
     def _job_cancelled(self, job_id: str) -> bool:
         job = self._job(job_id)
         return job is not None and job.status == "cancelled"
@@ -431,11 +417,20 @@ class ChunkerHandler:
         usage: Usage | None = None,
         sources: DocumentSources | None = None,
         ocr: OcrPageStarted | None = None,
-    ) -> None:
+        unless_written: bool = False,
+    ) -> bool:
+        """Write the document's documents and job_documents rows at ``status``; whether they were written.
+
+        ``unless_written``: rows that a pass of the chunker wrote already (``chunked``, or final since) stay as
+        they stand, decided by the store at the write (``write_document_unless``), never on a read made before it:
+        the reducer may be writing ``completed`` from an earlier pass's chunks at any moment, and a ``chunked``
+        that landed after it would take the document back where nothing writes it forward again (the reducer's
+        completion marker drops this pass's chunks).
+        """
         by_source = dict(sources.by_source) if sources is not None else {}
         if ocr is not None:  # in OCR: the pages it started on so far, of the document's pages
             page_count, by_source = ocr.page_count, {"ocr": ocr.ocr_pages}
-        self._store.upsert_document(
+        document = (
             copy_fields(  # the submitted record's own fields (ids, source, filename, the earlier version), then these
                 DocumentRow, submitted,
                 status=status,
@@ -448,17 +443,23 @@ class ChunkerHandler:
                 pages_by_source=by_source,
             )
         )
-        self._store.upsert_job_document(
-            JobDocumentRow(
-                job_id=submitted.job_id,
-                doc_id=submitted.doc_id,
-                status=status,
-                updated_at=now,
-                filename=submitted.filename,
-                error_code=error_code,
-                usage=usage,
-            )
+        in_job = JobDocumentRow(
+            job_id=submitted.job_id,
+            doc_id=submitted.doc_id,
+            status=status,
+            updated_at=now,
+            filename=submitted.filename,
+            error_code=error_code,
+            usage=usage,
         )
+        if not unless_written:
+            self._store.upsert_document(document)
+            self._store.upsert_job_document(in_job)
+            return True
+        if not self._store.write_document_unless(document, partial(written_by_a_pass, submitted)):
+            return False
+        self._store.write_job_document_unless(in_job, written_in_job)
+        return True
 
 
 class _OcrProgress:
@@ -476,7 +477,7 @@ class _OcrProgress:
         self._handler = handler
         self._submitted = submitted
         self._written_at: float | None = None
-        self._final: bool | None = None
+        self._final = False  # its rows were found written by a pass: they stay
 
     def __call__(self, started: OcrPageStarted) -> None:
         handler = self._handler
@@ -487,12 +488,26 @@ class _OcrProgress:
             return
         self._written_at = now
         try:
-            if self._final is None:
-                self._final = handler._rows_written(self._submitted)
             if not self._final:
-                handler._write_rows(self._submitted, "chunking", handler._clock(), ocr=started)
+                self._final = not handler._write_rows(self._submitted, "chunking", handler._clock(), ocr=started,
+                                                      unless_written=True)
         except RetryableError as exc:
             _log.warning("ocr_progress_not_written", error_code=exc.code, error=exc.message[:200])
+
+
+def written_by_a_pass(submitted: DocumentSubmitted, row: DocumentRow) -> bool:
+    """Whether a documents row is this very document's (same job, same bytes) at ``chunked`` or past it: a pass of
+    the chunker wrote it before sending its chunks, and the reducer may have moved it on since."""
+    return (
+        row.status in _ROWS_WRITTEN
+        and row.job_id == submitted.job_id
+        and row.content_sha256 == submitted.content_sha256
+    )
+
+
+def written_in_job(row: JobDocumentRow) -> bool:
+    """Whether a job_documents row is at ``chunked`` or past it (its key holds the job)."""
+    return row.status in _ROWS_WRITTEN
 
 
 def _micros_since(started: float) -> int:

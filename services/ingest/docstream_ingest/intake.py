@@ -482,6 +482,11 @@ class _Collector:
         )
 
 
+def _moved_on(row: DocumentRow | JobDocumentRow) -> bool:
+    """Whether the pipeline moved a document's row past ``submitted``: a submission's rows never go over it."""
+    return row.status != "submitted"
+
+
 def _resubmit_if_unprocessed(_doc_id: str, status: DocState) -> bool:
     """Default rule: a document of the job is produced again only while still ``submitted``."""
     return status == "submitted"
@@ -539,7 +544,9 @@ def _write_rows(
 
     A document already in the job (produced again: ``resubmit``) keeps its rows as they stand: the pipeline may
     have moved them on since they were read, and a ``submitted`` written now would take a completed document
-    back (docs/reliability.md "Invariants": a document's status never moves back)."""
+    back (docs/reliability.md "Invariants": a document's status never moves back). The rows of the others are
+    written unless the pipeline moved them on in the meantime (a second submission of the same job at the same
+    time), decided by the store at the write (``write_document_unless``)."""
     written: list[SubmittedDocument] = []
     for doc in documents:
         if doc.doc_id in collected.existing:
@@ -549,7 +556,7 @@ def _write_rows(
                 continue
 
         def write_document(previous: str | None, doc: SubmittedDocument = doc) -> None:
-            store.upsert_document(
+            store.write_document_unless(
                 DocumentRow(
                     doc_id=doc.doc_id,
                     job_id=job_id,
@@ -561,7 +568,8 @@ def _write_rows(
                     filename=doc.filename,
                     source_key=doc.source_key,
                     previous_doc_id=previous,
-                )
+                ),
+                _moved_on,
             )
 
         if doc.source_key:  # this version is the source's current one from now on
@@ -571,7 +579,8 @@ def _write_rows(
             doc = replace(doc, previous_doc_id=previous)
         else:
             write_document(None)
-        store.upsert_job_document(JobDocumentRow(job_id, doc.doc_id, "submitted", now, filename=doc.filename))
+        store.write_job_document_unless(JobDocumentRow(job_id, doc.doc_id, "submitted", now, filename=doc.filename),
+                                        _moved_on)
         written.append(doc)
     # The jobs row goes last: it never counts documents whose rows are not written yet.
     store.upsert_job(

@@ -8,7 +8,7 @@ no lightweight transactions on the hot path.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -161,6 +161,11 @@ class ResultsStore(Protocol):
     def upsert_document(self, row: DocumentRow) -> None:
         """Write a documents row."""
 
+    def write_document_unless(self, row: DocumentRow, keep: Callable[[DocumentRow], bool]) -> bool:
+        """Write a documents row unless the one standing at the write is to stay (``keep`` of it, which reads its
+        status, job_id and content_sha256 alone); whether it was written. A compare-and-set: a writer that moved
+        the row on after this one's read is never overwritten by a decision made before it."""
+
     def get_document(self, doc_id: str) -> DocumentRow | None:
         """Read a documents row."""
 
@@ -212,6 +217,10 @@ class JobsStore(Protocol):
 
     def upsert_job_document(self, row: JobDocumentRow) -> None:
         """Write a job_documents row (its ``tasks`` entries are left as they are)."""
+
+    def write_job_document_unless(self, row: JobDocumentRow, keep: Callable[[JobDocumentRow], bool]) -> bool:
+        """Write a job_documents row unless the one standing at the write is to stay (``keep`` of it, which reads
+        its status alone); whether it was written. A compare-and-set, as ``write_document_unless``."""
 
     def upsert_job_document_task(self, job_id: str, doc_id: str, task: str, tally: TaskTally,
                                  updated_at: datetime) -> None:

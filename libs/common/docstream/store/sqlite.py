@@ -239,6 +239,21 @@ class SqliteStore(TableStore):
     def _upsert(self, table: Table, values: Sequence[Any], operation: str) -> None:
         self._write(_upsert_sql(table), values, operation)
 
+    def _put_if(self, table: Table, values: Sequence[Any], expected: Mapping[str, Any] | None,
+                operation: str) -> tuple[bool, Columns | None]:
+        # one transaction under the write lock: no writer changes the row between the read and the write
+        key = tuple(values[table.columns.index(name)] for name in table.key)
+        conn = self._connection()
+        with self._errors(operation), self._transaction(conn):
+            found: sqlite3.Row | None = conn.execute(
+                f"SELECT {table.select_list} FROM {table.name} WHERE {table.key_condition}", key).fetchone()
+            stands = found is not None and expected is not None and all(
+                found[name] == value for name, value in expected.items())
+            if not (stands or (found is None and expected is None)):
+                return False, found
+            conn.execute(_upsert_sql(table), values)
+        return True, None
+
     def _delete(self, table: Table, key: Sequence[Any], operation: str) -> None:
         self._write(f"DELETE FROM {table.name} WHERE {table.key_condition}", key, operation)
 

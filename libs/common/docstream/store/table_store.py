@@ -12,10 +12,11 @@ stays in that backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
+from docstream.errors import StoreError
 from docstream.store.base import (
     ApiKeyRow,
     ChunkRow,
@@ -59,6 +60,12 @@ tasks, at most 8, and the models of replays beside them)."""
 R = TypeVar("R")
 
 _STATUS_COLUMNS = ("status", "error_code", *USAGE_COLUMNS, "updated_at")
+_KEPT_BY_DOCUMENTS = ("status", "job_id", "content_sha256")
+"""The documents columns a conditional write is decided on (``write_document_unless``)."""
+_KEPT_BY_JOB_DOCUMENTS = ("status",)
+_CAS_ROUNDS = 8
+"""Compare-and-set rounds of one conditional write before it gives up (``store_cas_contended``, retryable): each
+round lost means another writer changed the row between this one's read and its write."""
 
 
 def _doc_id(row: JobDocumentRow) -> str:
@@ -86,6 +93,16 @@ class TableStore(ABC):
     @abstractmethod
     def _upsert(self, table: Table, values: Sequence[Any], operation: str) -> None:
         """Write one row: ``values`` in ``table.columns`` order."""
+
+    @abstractmethod
+    def _put_if(self, table: Table, values: Sequence[Any], expected: Mapping[str, Any] | None,
+                operation: str) -> tuple[bool, Columns | None]:
+        """Write one row (``values`` in ``table.columns`` order) only while the row stands as ``expected``.
+
+        ``expected``: the stored values of some columns the row must still hold (None: no row may stand). Decided
+        atomically against every other writer of the row. Returns whether it was written, and when not, the row
+        that stands (None: none does).
+        """
 
     @abstractmethod
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
@@ -134,6 +151,29 @@ class TableStore(ABC):
     def _put(self, mapping: RowMapping[R], row: R, operation: str) -> None:
         """Upsert one row of ``mapping``'s table."""
         self._upsert(mapping.table, mapping.to_columns(row, self._encoding), operation)
+
+    def _put_unless(self, mapping: RowMapping[R], row: R, keep: Callable[[R], bool], compared: tuple[str, ...],
+                    operation: str) -> bool:
+        """Upsert one row unless ``keep`` says the row that stands stays, decided on the row as it stands at the
+        write: a compare-and-set on ``compared`` (the columns ``keep`` reads), read again and decided again when
+        another writer changed them in between.
+
+        Raises:
+            StoreError: the write failed transiently, or lost ``_CAS_ROUNDS`` rounds in a row (``store_cas_contended``).
+        """
+        table = mapping.table
+        values = mapping.to_columns(row, self._encoding)
+        key = tuple(values[table.columns.index(name)] for name in table.key)
+        found = self._get(table, key, operation)
+        for _ in range(_CAS_ROUNDS):
+            if found is not None and keep(mapping.from_columns(found, self._encoding)):
+                return False
+            expected = None if found is None else {name: found[name] for name in compared}
+            written, found = self._put_if(table, values, expected, operation)
+            if written:
+                return True
+        raise StoreError(f"{operation}: the row changed under {_CAS_ROUNDS} writes in a row",
+                         code="store_cas_contended")
 
     def _read(self, mapping: RowMapping[R], key: tuple[Any, ...], operation: str) -> R | None:
         """One row of ``mapping``'s table by its key, or None."""
@@ -193,6 +233,16 @@ class TableStore(ABC):
                         {"updated_at": self._encoding.timestamp(updated_at)}, {"status": "submitted"},
                         "upsert_job_document_task")
 
+    def write_job_document_unless(self, row: JobDocumentRow, keep: Callable[[JobDocumentRow], bool]) -> bool:
+        """Write a job_documents row unless the one that stands is to stay (``keep`` of it is true): as
+        ``write_document_unless``, by compare-and-set on its status alone (``keep`` reads no other column). Its
+        ``tasks`` entries are left as they are. Returns whether the row was written.
+
+        Raises:
+            StoreError: the write failed transiently; ``store_cas_unknown``: it may or may not have landed.
+        """
+        return self._put_unless(JOB_DOCUMENT_ROWS, row, keep, _KEPT_BY_JOB_DOCUMENTS, "write_job_document_unless")
+
     def update_job_document_status(self, job_id: str, doc_id: str, status: DocState, error_code: str | None,
                                    usage: Usage | None, updated_at: datetime) -> None:
         """Set only status, error_code, usage and updated_at of a job_documents row (filename and tasks stay).
@@ -238,6 +288,20 @@ class TableStore(ABC):
             StoreError: the write failed transiently.
         """
         self._put(DOCUMENT_ROWS, row, "upsert_document")
+
+    def write_document_unless(self, row: DocumentRow, keep: Callable[[DocumentRow], bool]) -> bool:
+        """Write a documents row unless the one that stands is to stay (``keep`` of it is true).
+
+        Decided on the row as it stands at the write, by compare-and-set on its status, job and bytes (a
+        lightweight transaction on Cassandra, a transaction on SQLite), so a writer that moves the row on between
+        this one's read and its write is never overwritten by a decision made before it. ``keep`` must read no
+        more of the row than those three columns. Returns whether the row was written.
+
+        Raises:
+            StoreError: the write failed transiently; ``store_cas_unknown``: it may or may not have landed (a
+                second call decides on what stands).
+        """
+        return self._put_unless(DOCUMENT_ROWS, row, keep, _KEPT_BY_DOCUMENTS, "write_document_unless")
 
     def get_document(self, doc_id: str) -> DocumentRow | None:
         """Read a documents row.

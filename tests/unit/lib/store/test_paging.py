@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from docstream.errors import RetryableError, StoreError
 from docstream.store.base import (
     ApiKeyRow,
     ChunkRow,
@@ -129,6 +130,15 @@ class InMemoryTableStore(TableStore):
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
         return self.tables.get(table.name, {}).get(tuple(key))
 
+    def _put_if(self, table: Table, values: Sequence[Any], expected: Mapping[str, Any] | None,
+                operation: str) -> tuple[bool, Columns | None]:
+        found = self._get(table, [values[table.columns.index(k)] for k in table.key], operation)
+        if (found is None) != (expected is None) or (
+                found is not None and expected is not None and any(found[c] != v for c, v in expected.items())):
+            return False, found
+        self._upsert(table, values, operation)
+        return True, None
+
     def _delete(self, table: Table, key: Sequence[Any], operation: str) -> None:
         self.tables.get(table.name, {}).pop(tuple(key), None)
 
@@ -223,3 +233,53 @@ def test_job_document_tasks_survive_the_row_upsert_and_the_status_update() -> No
     store.update_job_document_status("job", "doc-1", "partial", "model_error", None, T0)
     assert store.list_job_documents("job", after="doc-0", limit=1) == [
         replace(documents[1], status="partial", error_code="model_error", tasks={"entities": tally})]
+
+
+# -- conditional writes ------------------------------------------------------------------
+
+
+def _completed(row: DocumentRow) -> bool:
+    return row.status == "completed"
+
+
+class _MovedOnAtTheWrite(InMemoryTableStore):
+    """Another writer moves the documents row on to each of ``moves`` in turn, just before each conditional write."""
+
+    def __init__(self, moves: list[str]) -> None:
+        super().__init__(page_size=2)
+        self.moves = moves
+        self.writes = 0
+
+    def _put_if(self, table: Table, values: Sequence[Any], expected: Mapping[str, Any] | None,
+                operation: str) -> tuple[bool, Columns | None]:
+        self.writes += 1
+        if self.moves:
+            self._update(table, [values[table.columns.index(k)] for k in table.key], ("status",),
+                         (self.moves.pop(0),), "another writer")
+        return super()._put_if(table, values, expected, operation)
+
+
+def test_a_conditional_write_decides_again_on_each_row_another_writer_left_and_keeps_the_one_to_stay() -> None:
+    store = _MovedOnAtTheWrite([])
+    document = DocumentRow(doc_id="doc", job_id="job", source_uri="u", content_sha256="s", status="submitted",
+                           updated_at=T0)
+    store.upsert_document(document)
+    store.moves = ["chunking", "completed"]
+
+    assert not store.write_document_unless(replace(document, status="chunked"), _completed)
+
+    assert store.writes == 2
+    assert store.get_document("doc") == replace(document, status="completed")
+
+
+def test_a_conditional_write_that_loses_every_round_fails_with_a_retryable_code() -> None:
+    store = _MovedOnAtTheWrite(["chunking", "submitted"] * 8)
+    document = DocumentRow(doc_id="doc", job_id="job", source_uri="u", content_sha256="s", status="submitted",
+                           updated_at=T0)
+    store.upsert_document(document)
+
+    with pytest.raises(StoreError) as raised:
+        store.write_document_unless(replace(document, status="chunked"), _completed)
+
+    assert raised.value.code == "store_cas_contended" and isinstance(raised.value, RetryableError)
+    assert store.writes == 8
