@@ -360,6 +360,28 @@ def chunk_writetimes(settings: CassandraSettings, doc_ids: Iterable[str], model_
         cluster.shutdown()
 
 
+def discard_vectors(settings: CassandraSettings) -> list[str]:
+    """Empty the keyspace's vector tables; the tables emptied.
+
+    A Cassandra node's stop flushes its memtables, and a vector table's SAI index trains its quantization (k-means)
+    on the vectors of that flush: with the thousands that the tests before a scenario leave, 25-30 s on a busy
+    2-core machine, then a SIGKILL and a start twice as long. A scenario that stops Cassandra would measure that
+    instead of the pipeline. TRUNCATE drops the memtables unflushed (the test stack takes no snapshots); only
+    earlier tests' vectors go, and each test checks its own.
+    """
+    cluster = cluster_of(settings)
+    try:
+        session = cluster.connect(settings.keyspace)
+        tables = [row[0] for row in session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (settings.keyspace,))
+            if row[0].startswith("chunk_vectors_d")]
+        for table in tables:
+            session.execute(f"TRUNCATE {table}", timeout=120)
+        return tables
+    finally:
+        cluster.shutdown()
+
+
 @dataclass
 class JobExpectations:
     """A submitted job and what every one of its documents must end as."""
