@@ -113,3 +113,32 @@ def test_a_page_whose_script_has_no_language_data_is_flagged_not_read_in_latin(t
     assert [s.ocr_languages for s in sources][1:] == ["rus", "rus"]
     assert texts[1] and not texts.get(2, "").strip() and not texts.get(3, "").strip(), (
         "no Latin look-alikes of the Cyrillic pages are kept")
+
+
+def _fonts_renamed(data: bytes, page: int, name: str) -> bytes:
+    """``data`` with the fonts of its page ``page`` (0-based) named ``name``, as their producer named them."""
+    with pymupdf.open(stream=data, filetype="pdf") as doc:
+        for font in doc[page].get_fonts():
+            doc.xref_set_key(font[0], "BaseFont", f"/{name}")
+        return bytes(doc.tobytes(garbage=3, deflate=True))
+
+
+@pytest.mark.parametrize(("font", "script", "language"), [("ABCDEF+LARM1000", "cyrillic", "rus"),
+                                                         ("TimesNewRomanGreek,Bold", "greek", "ell")])
+def test_a_page_whose_font_names_its_script_is_read_in_it_without_script_detection(
+    tmp_path: Path, font: str, script: str, language: str,
+) -> None:
+    # Tesseract without its script detection data: only the font's name (TeX's T2A Computer Modern, a code page's
+    # Greek font) says what the page after a Latin one is written in; its layer maps its glyphs to nothing
+    tessdata = Path(pymupdf.get_tessdata())
+    for name in ("eng.traineddata", f"{language}.traineddata", "configs", "tessconfigs"):
+        (tmp_path / name).symlink_to(tessdata / name)
+    t = _texts()
+    pdf = make_misread_pdf([("layer", t["latin"]), ("unmapped", t[script])])
+
+    texts, sources = _extract(_fonts_renamed(pdf.data, 1, font), OcrSettings(tessdata=str(tmp_path)))
+
+    assert [(s.reason, s.ocr_languages) for s in sources] == [("text_layer", None), ("ocr_reads_better", language)]
+    kept = texts[2]
+    assert script_share(kept, script) >= 0.98, kept[:80]
+    assert character_error_rate(normalise_text(kept), normalise_text(pdf.page_texts[1])) <= CER_BOUNDS[script]

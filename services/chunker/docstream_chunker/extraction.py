@@ -85,7 +85,7 @@ from docstream_chunker.provenance import (
     time_limit,
     wants_ocr,
 )
-from docstream_chunker.scripts import CJK_LANGUAGES, ocr_languages, osd_language, script_of_language
+from docstream_chunker.scripts import CJK_LANGUAGES, font_script, ocr_languages, osd_language, script_of_language
 from docstream_chunker.table_detection import (
     Matrix,
     aligned_columns,
@@ -485,7 +485,7 @@ class PageOcr:
             return None, "ocr_unavailable", self.languages[0]
         self._starting(number)
         trusted = layer.verdict not in GARBAGE_VERDICTS or layer.redecoded is not None
-        language = (layer.language if trusted else None) or self.previous_language()
+        language = (layer.language if trusted else None) or _fonts_language(page, number) or self.previous_language()
         guessed = language is not None and not (trusted and layer.language)
         detected = None
         if language is None:
@@ -577,6 +577,23 @@ in a wrong script's)."""
 CJK_SURE = 0.6
 """A CJK reading chosen by OSD with a mean word confidence below this is tried in the other CJK
 languages (measured: 0.91-0.93 in the right language, 0.27-0.31 in a wrong one)."""
+
+
+def _fonts_language(page: pymupdf.Page, number: int) -> str | None:
+    """The language of the script the page's font names say (``scripts.font_script``: TeX's T2A or LGR fonts, a
+    code page's Cyrillic or Greek fonts), None when they say none: what a layer that lies still tells of its
+    script. A guess like a neighbouring page's script: an unsure reading in it is checked against OSD."""
+    failures: tuple[type[Exception], ...] = (*mupdf_errors(), ValueError)
+    try:
+        names = [str(font[3]) for font in page.get_fonts()]
+    except failures as exc:
+        _log.warning("page_fonts_unreadable", page=number, error=str(exc)[:300])
+        return None
+    script = font_script(names)
+    language = osd_language(script) if script else None
+    if language is not None:
+        _log.info("ocr_script_from_fonts", page=number, script=script, language=language)
+    return language
 
 
 def _detect_script(engine: OcrEngine, page: pymupdf.Page, dpi: int) -> str | None:

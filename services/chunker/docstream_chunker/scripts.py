@@ -16,6 +16,7 @@ exactly what the document holds.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 
@@ -28,6 +29,7 @@ __all__ = [
     "SCRIPT_LANGUAGE",
     "TRADITIONAL_MARKERS",
     "claimed_language",
+    "font_script",
     "judged_text",
     "language_scripts",
     "letters_by_script",
@@ -224,3 +226,43 @@ CJK_LANGUAGES: frozenset[str] = frozenset({"chi_sim", "chi_tra", "jpn", "kor"})
 def osd_language(script: str) -> str | None:
     """The Tesseract language for an OSD script name (``Arabic`` → ``ara``), None for a script without one."""
     return OSD_LANGUAGES.get(script)
+
+
+_FONT_SCRIPTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # TeX's LH fonts in T2A, T2B, T2C and X2 (larm1000, labx1200): the encoding's letters, then Computer Modern's
+    (re.compile(r"(l[abc]|rx)(rm|bx|ti|sl|tt|ss|cc|sx|si|it|bi|bl|ui|dh|fi|ff|vt|tl|tc|sc|xc|b|i)[a-z]{0,2}\d{4}"),
+     "Cyrillic"),
+    (re.compile(r"wncy[a-z]{1,2}\d{1,2}"), "Cyrillic"),  # TeX's OT2 Washington Cyrillic (wncyr10)
+    (re.compile(r"gr[a-z]{2}\d{4}"), "Greek"),  # TeX's LGR fonts of cbgreek (grmn1000)
+    (re.compile(r".*[a-z](cyr|cyrillic)"), "Cyrillic"),  # code-page fonts: Times New Roman Cyr, Arial Cyr
+    (re.compile(r".*[a-z]greek"), "Greek"),  # Arial Greek, Times New Roman Greek
+    (re.compile(r".*[a-z]hebrew"), "Hebrew"),
+    (re.compile(r".*[a-z]arabic"), "Arabic"),
+    (re.compile(r".*(t2[abc]|x2|ot2)"), "Cyrillic"),  # a TeX encoding in the name (CMR10-T2A)
+    (re.compile(r".*lgr"), "Greek"),
+)
+"""Font family names that say their glyphs' script, whatever the text layer maps them to (lower case, no spaces;
+matched whole, the subset tag and the style after a hyphen or comma left out, then the name with its style)."""
+
+
+def font_script(names: Iterable[str]) -> str | None:
+    """The one script that the names of a page's fonts say (``FONT_SCRIPTS``), or None when they say none or
+    more than one.
+
+    Old producers set Cyrillic and Greek in 8-bit fonts whose text layer reads as Latin-1 or maps to nothing:
+    TeX's T2A, OT2 and LGR fonts, Windows' code-page fonts. Their names are the one part of such a layer that
+    still tells the script.
+
+    Args:
+        names: the fonts' base names as a PDF gives them (``ABCDEF+LARM1000``, ``TimesNewRomanCyr,Bold``).
+    """
+    found: set[str] = set()
+    for name in names:
+        bare = name.rpartition("+")[2].replace(" ", "").lower()
+        family = re.split(r"[-,]", bare, maxsplit=1)[0]
+        for candidate in dict.fromkeys((family, bare)):
+            script = next((script for pattern, script in _FONT_SCRIPTS if pattern.fullmatch(candidate)), None)
+            if script is not None:
+                found.add(script)
+                break
+    return found.pop() if len(found) == 1 else None

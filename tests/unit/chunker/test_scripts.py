@@ -10,6 +10,7 @@ from docstream_chunker.scripts import (
     OSD_LANGUAGES,
     SCRIPT_LANGUAGE,
     claimed_language,
+    font_script,
     judged_text,
     letters_by_script,
     ocr_languages,
@@ -126,3 +127,30 @@ def test_the_confidence_of_a_reading_is_its_words_mean_weighted_by_length() -> N
             "5\t1\t1\t1\t1\t2\t0\t0\t10\t10\t30\tab", "5\t1\t1\t1\t1\t3\t0\t0\t10\t10\t95\t "]
     assert tsv_confidence("\n".join([header, *rows])) == round((90 * 4 + 30 * 2) / 6 / 100, 4)
     assert tsv_confidence(header) is None
+
+
+@pytest.mark.parametrize(("names", "script"), [
+    (["ABCDEF+LARM1000"], "Cyrillic"),  # TeX's LH fonts: T2A
+    (["labx1200", "CMR10"], "Cyrillic"),  # a T2A font beside Computer Modern's own
+    (["lcrm1000"], "Cyrillic"),  # T2C
+    (["rxrm1000"], "Cyrillic"),  # X2
+    (["WNCYR10"], "Cyrillic"),  # OT2
+    (["CMR10-T2A"], "Cyrillic"),
+    (["GRMN1000"], "Greek"),  # LGR (cbgreek)
+    (["TimesNewRomanCyr,Bold"], "Cyrillic"),  # a code page's fonts
+    (["Arial Cyr"], "Cyrillic"),
+    (["ArialGreek-Bold"], "Greek"),
+    (["TimesNewRomanHebrew"], "Hebrew"),
+    (["SimplifiedArabic"], "Arabic"),
+])
+def test_font_names_that_say_a_script_give_it(names: list[str], script: str) -> None:
+    assert font_script(names) == script
+
+
+@pytest.mark.parametrize("names", [
+    [], ["Helvetica"], ["ABCDEF+DejaVuSans"], ["CMR10"], ["SFRM1000"], ["Lato-Bold"], ["Lato1234"], ["LatoBlack"],
+    ["Cyrus"], ["Gravity"], ["TimesNewRomanPS-BoldMT"], ["NimbusSans-Regular"],
+    ["LARM1000", "GRMN1000"],  # two scripts: neither
+])
+def test_font_names_that_say_no_one_script_give_none(names: list[str]) -> None:
+    assert font_script(names) is None
