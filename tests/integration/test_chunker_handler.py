@@ -187,6 +187,39 @@ def test_a_redelivered_submission_of_a_finished_document_keeps_its_rows_final(en
     assert [r.status for r in env.store.iter_job_documents("job-1")] == [final]
 
 
+@pytest.mark.parametrize("earlier", ["chunked", "completed", "failed"])
+def test_a_redelivery_that_fails_where_an_earlier_pass_did_not_ends_nothing_again(env: Env, earlier: str) -> None:
+    submitted = env.submit(make_pdf(3, seed=12).data)
+    outputs_of(_handler(env), submitted)
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None and row.status == "chunked"
+    if earlier != "chunked":  # what the reducer writes when the document ends
+        env.store.upsert_document(replace(row, status=earlier, updated_at=utc_now()))  # type: ignore[arg-type]
+        env.store.upsert_job_document(JobDocumentRow("job-1", submitted.doc_id, earlier, utc_now(), "doc.pdf"))  # type: ignore[arg-type]
+    # the redelivery meets a lower page limit (as a time limit on a loaded machine would fail it)
+    strict = env.settings.with_overrides(chunker={"max_pages": 2})
+    handler = ChunkerHandler(strict.chunker, Topics(strict.kafka.topic_prefix), env.store,
+                             InlineExtractor(extractor_settings(strict)))
+    assert [type(o).__name__ for o in outputs_of(handler, env.submit(make_pdf(3, seed=13).data, job_id="job-2"))] == [
+        "DocumentCompleted"], "the lower limit fails a new document"
+
+    again = outputs_of(handler, submitted)
+
+    assert again == [], "no second DocumentCompleted, and no failed one beside the earlier pass's chunks"
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None and row.status == earlier
+    assert [r.status for r in env.store.iter_job_documents("job-1")] == [earlier]
+
+    # a replay under another model: that model's consumers get its completion; the rows stay as they are
+    replay = strict.with_overrides(chunker={"max_pages": 2, "model_id": "another-model"})
+    replayed = outputs_of(ChunkerHandler(replay.chunker, Topics(replay.kafka.topic_prefix), env.store,
+                                         InlineExtractor(extractor_settings(replay))), submitted)
+    assert [(type(o).__name__, getattr(o, "status", None), getattr(o, "model_id", None)) for o in replayed] == [
+        ("DocumentCompleted", "failed", "another-model")]
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None and row.status == earlier
+
+
 class _CompletesAfterARead(SqliteStore):
     """A SQLite store that counts the reads of one document's documents and job_documents rows, and has the reducer
     complete the document right after a given one of them: a completion landing between any read the chunker
@@ -318,9 +351,9 @@ def test_each_bad_document_fails_with_its_code_and_rows(env: Env) -> None:
 
 def test_unreadable_sources_fail_with_fetch_failed(env: Env) -> None:
     handler = _handler(env)
-    good = env.submit(make_pdf(1).data)
-    for uri in (good.source_uri + "-missing", "/etc/hostname", "file:///etc/hostname"):
-        moved = DocumentSubmitted(**{**good.to_record(), "source_uri": uri})
+    for seed, uri in enumerate(("{stored}-missing", "/etc/hostname", "file:///etc/hostname")):
+        good = env.submit(make_pdf(1, seed=seed).data)  # a document of its own each: one ends once
+        moved = DocumentSubmitted(**{**good.to_record(), "source_uri": uri.format(stored=good.source_uri)})
         [completed] = outputs_of(handler, moved)
         assert isinstance(completed, DocumentCompleted) and completed.error_code == "fetch_failed"
 

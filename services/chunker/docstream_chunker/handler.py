@@ -372,8 +372,11 @@ class ChunkerHandler:
         return job
 
     def _skipped(self, submitted: DocumentSubmitted) -> list[Output]:
-        """A document of a cancelled job: rows marked skipped, nothing produced."""
-        self._write_rows(submitted, "skipped", self._clock(), error_code="job_cancelled")
+        """A document of a cancelled job: rows marked skipped, nothing produced. One that a pass chunked before
+        (a redelivery, a replay) keeps its rows: it ends where its chunks went."""
+        if not self._write_rows(submitted, "skipped", self._clock(), error_code="job_cancelled", unless_written=True):
+            _log.info("document_not_skipped_rows_kept", reason="job_cancelled")
+            return []
         if self._limited is not None and self._limited(submitted.tenant):
             # it ends here, unseen by the reducer: its slot frees now (docs/operations.md "Quotas and admission")
             self._store.release_documents(submitted.tenant, [submitted.doc_id])
@@ -381,9 +384,18 @@ class ChunkerHandler:
         return []
 
     def _failed(self, submitted: DocumentSubmitted, code: str, message: str, busy_us: int) -> list[Output]:
+        """The document failed here: its rows, then its DocumentCompleted. One that a pass chunked before (a
+        redelivery or a replay whose extraction failed where the first did not: a time limit on a loaded machine, a
+        lower page limit) keeps its rows, and gets no DocumentCompleted of this pass unless this pass is a replay
+        under another model (``chunker.model_id``), whose consumers count that model's completions: it ends where
+        its chunks went, once for each model (docs/reliability.md "Invariants")."""
         now = self._clock()
         stage_us = {STAGE_CHUNKER: busy_us} if busy_us else {}
-        self._write_rows(submitted, "failed", now, error_code=code, error=message, usage=Usage(stage_us=stage_us))
+        written = self._write_rows(submitted, "failed", now, error_code=code, error=message,
+                                   usage=Usage(stage_us=stage_us), unless_written=True)
+        if not written and self._chunker.model_id in (None, submitted.model_id):
+            _log.warning("document_failure_after_an_earlier_pass_ignored", error_code=code, error=message[:500])
+            return []
         if self._metrics is not None:
             self._metrics.records_failed.labels("chunker", code).inc()
         _log.warning("document_failed", error_code=code, error=message[:500])
