@@ -38,7 +38,6 @@ from docstream.store.rows import (
     CHUNKS,
     DOCUMENT_RESULT_ROWS,
     DOCUMENT_RESULTS,
-    DOCUMENTS,
     JOB_DOCUMENT_ROWS,
     JOB_DOCUMENTS,
     MAPPINGS,
@@ -320,28 +319,6 @@ def test_a_conditional_write_is_decided_again_on_a_row_moved_on_between_its_read
     monkeypatch.undo()
     assert store.get_document(doc.doc_id) == replace(doc, status="completed", updated_at=completed_at)
     assert [r.status for r in store.iter_job_documents(doc.job_id)] == ["completed"]
-
-
-def test_a_conditional_write_that_loses_every_round_fails_retryably(
-    store: ResultStore, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    assert isinstance(store, TableStore)
-    doc = _document(_uid("doc"), _uid("job"), status="submitted")
-    store.upsert_document(doc)
-    found = store._get(DOCUMENTS, (doc.doc_id,), "get_document")
-    losses: list[int] = []
-
-    def always_changed(table: Table, values: object, expected: object, operation: str) -> tuple[bool, object]:
-        losses.append(1)
-        return False, found  # another writer changed it again, to a row that is not kept
-
-    monkeypatch.setattr(store, "_put_if", always_changed)
-
-    with pytest.raises(StoreError) as raised:
-        store.write_document_unless(replace(doc, status="chunked"), _at_or_past_chunked)
-
-    assert raised.value.code == "store_cas_contended"
-    assert len(losses) == 8
 
 
 def test_document_round_trip_overwrite_and_missing(store: ResultStore) -> None:

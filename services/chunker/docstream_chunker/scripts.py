@@ -246,7 +246,7 @@ matched whole, the subset tag and the style after a hyphen or comma left out, th
 
 
 def font_script(names: Iterable[str]) -> str | None:
-    """The one script that the names of a page's fonts say (``FONT_SCRIPTS``), or None when they say none or
+    """The one script that the names of a page's fonts say (``_FONT_SCRIPTS``), or None when they say none or
     more than one.
 
     Old producers set Cyrillic and Greek in 8-bit fonts whose text layer reads as Latin-1 or maps to nothing:

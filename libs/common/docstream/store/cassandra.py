@@ -323,20 +323,19 @@ class CassandraStore(TableStore):
         # a lightweight transaction: INSERT IF NOT EXISTS for no row (a refusal answers the row that stands), else
         # an UPDATE IF on the expected columns (a refusal answers those alone: the row is read again, at the
         # store's consistency, which sees the transaction that refused this one)
-        by_name = dict(zip(table.columns, values, strict=True))
-        key = tuple(by_name[name] for name in table.key)
+        key = table.key_of(values)
         if expected is None:
             found = self._execute(_insert(f"{self._ks}.{table.name}", table.column_list) + " IF NOT EXISTS",
                                   values, operation)
             if not found or found[0]["[applied]"]:
                 return True, None
             return False, found[0]
-        columns = [name for name in table.columns if name not in table.key]
-        assignments = ", ".join(f"{name} = ?" for name in columns)
+        assigned = [(name, value) for name, value in zip(table.columns, values, strict=True) if name not in table.key]
+        assignments = ", ".join(f"{name} = ?" for name, _ in assigned)
         conditions = " AND ".join(f"{name} = ?" for name in expected)
         found = self._execute(
             f"UPDATE {self._ks}.{table.name} SET {assignments} WHERE {table.key_condition} IF {conditions}",
-            (*(by_name[name] for name in columns), *key, *expected.values()), operation)
+            (*(value for _, value in assigned), *key, *expected.values()), operation)
         if not found or found[0]["[applied]"]:
             return True, None
         return False, self._get(table, key, operation)

@@ -129,6 +129,10 @@ class Table:
         """The condition that selects one row by its key: ``a = ? AND b = ?``."""
         return " AND ".join(f"{name} = ?" for name in self.key)
 
+    def key_of(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        """The key's values (``key`` order) of a row's ``values`` in ``columns`` order."""
+        return tuple(values[self.columns.index(name)] for name in self.key)
+
 
 class Columns(Protocol):
     """A fetched row, read by column name: a ``dict``, a ``sqlite3.Row``."""

@@ -70,6 +70,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 
 @functools.cache
+def _row_sql(table: Table) -> str:
+    """The read of one row of ``table`` by its key."""
+    return f"SELECT {table.select_list} FROM {table.name} WHERE {table.key_condition}"
+
+
 def _upsert_sql(table: Table) -> str:
     updates = ", ".join(f"{name} = excluded.{name}" for name in table.columns if name not in table.key)
     placeholders = ", ".join("?" for _ in table.columns)
@@ -242,11 +247,9 @@ class SqliteStore(TableStore):
     def _put_if(self, table: Table, values: Sequence[Any], expected: Mapping[str, Any] | None,
                 operation: str) -> tuple[bool, Columns | None]:
         # one transaction under the write lock: no writer changes the row between the read and the write
-        key = tuple(values[table.columns.index(name)] for name in table.key)
         conn = self._connection()
         with self._errors(operation), self._transaction(conn):
-            found: sqlite3.Row | None = conn.execute(
-                f"SELECT {table.select_list} FROM {table.name} WHERE {table.key_condition}", key).fetchone()
+            found: sqlite3.Row | None = conn.execute(_row_sql(table), table.key_of(values)).fetchone()
             stands = found is not None and expected is not None and all(
                 found[name] == value for name, value in expected.items())
             if not (stands or (found is None and expected is None)):
@@ -258,7 +261,7 @@ class SqliteStore(TableStore):
         self._write(f"DELETE FROM {table.name} WHERE {table.key_condition}", key, operation)
 
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
-        return self._one(f"SELECT {table.select_list} FROM {table.name} WHERE {table.key_condition}", key, operation)
+        return self._one(_row_sql(table), key, operation)
 
     def _update(self, table: Table, key: Sequence[Any], columns: Sequence[str], values: Sequence[Any],
                 operation: str) -> None:

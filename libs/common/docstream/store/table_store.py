@@ -163,8 +163,7 @@ class TableStore(ABC):
         """
         table = mapping.table
         values = mapping.to_columns(row, self._encoding)
-        key = tuple(values[table.columns.index(name)] for name in table.key)
-        found = self._get(table, key, operation)
+        found = self._get(table, table.key_of(values), operation)
         for _ in range(_CAS_ROUNDS):
             if found is not None and keep(mapping.from_columns(found, self._encoding)):
                 return False

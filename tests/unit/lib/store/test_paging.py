@@ -132,7 +132,7 @@ class InMemoryTableStore(TableStore):
 
     def _put_if(self, table: Table, values: Sequence[Any], expected: Mapping[str, Any] | None,
                 operation: str) -> tuple[bool, Columns | None]:
-        found = self._get(table, [values[table.columns.index(k)] for k in table.key], operation)
+        found = self._get(table, table.key_of(values), operation)
         if (found is None) != (expected is None) or (
                 found is not None and expected is not None and any(found[c] != v for c, v in expected.items())):
             return False, found
@@ -254,7 +254,7 @@ class _MovedOnAtTheWrite(InMemoryTableStore):
                 operation: str) -> tuple[bool, Columns | None]:
         self.writes += 1
         if self.moves:
-            self._update(table, [values[table.columns.index(k)] for k in table.key], ("status",),
+            self._update(table, table.key_of(values), ("status",),
                          (self.moves.pop(0),), "another writer")
         return super()._put_if(table, values, expected, operation)
 
