@@ -6,8 +6,9 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -228,12 +229,18 @@ class _CompletesAfterARead(SqliteStore):
     watched: str | None = None
     reads = 0
     complete_after: int | None = None
+    other_pass: Callable[[], object] | None = None
+    """The other pass, run whole before the completion (its reads are not counted)."""
 
     def _get(self, table: Table, key: Sequence[Any], operation: str) -> Columns | None:
         found = super()._get(table, key, operation)
         if self.watched is not None and table in (DOCUMENTS, JOB_DOCUMENTS) and self.watched in key:
             self.reads += 1
             if self.reads == self.complete_after:
+                watched, self.watched = self.watched, None
+                if self.other_pass is not None:
+                    self.other_pass()
+                self.watched = watched
                 row = self.get_document(self.watched)  # counted too: past complete_after
                 assert row is not None
                 self.upsert_document(replace(row, status="completed", updated_at=utc_now()))
@@ -241,12 +248,14 @@ class _CompletesAfterARead(SqliteStore):
         return found
 
 
-@pytest.mark.parametrize("earlier_pass", [False, True], ids=["two-passes-at-once", "a-redelivery"])
-def test_a_completion_between_any_read_of_the_chunker_and_its_write_stands(env: Env, earlier_pass: bool) -> None:
+@pytest.mark.parametrize("case", ["two-passes-at-once", "a-redelivery", "an-external-producers-record"])
+def test_a_completion_between_any_read_of_the_chunker_and_its_write_stands(env: Env, case: str) -> None:
     # two passes at once (a chunker that lost its partition, still extracting, beside its successor) both read
     # the rows at `submitted`; the first's chunks complete the document before the second writes. Or a
-    # redelivery after a pass that wrote `chunked`. Either way the completion must stand, at whichever read of
-    # the second pass it lands after.
+    # redelivery after a pass that wrote `chunked`. Or two passes of an external producer's record, which names
+    # its source and no earlier version: each pass writes its `submitted` rows itself (``_versioned``), and the
+    # other pass runs whole and completes the document after one of this pass's reads. Either way the
+    # completion must stand, at whichever read of the second pass it lands after.
     store = _CompletesAfterARead(env.root / "store.db")
     handler = ChunkerHandler(env.settings.chunker, Topics(env.settings.kafka.topic_prefix), store,
                              InlineExtractor(extractor_settings(env.settings)))
@@ -254,11 +263,17 @@ def test_a_completion_between_any_read_of_the_chunker_and_its_write_stands(env: 
         after = 0
         while True:
             after += 1
-            submitted = env.submit(make_pdf(2, seed=100 + after).data)
-            # the intake's rows, then, for a redelivery, the pass before it
-            store.upsert_document(copy_fields(DocumentRow, submitted, status="submitted", updated_at=utc_now()))
-            store.upsert_job_document(JobDocumentRow("job-1", submitted.doc_id, "submitted", utc_now(), "doc.pdf"))
-            if earlier_pass:
+            data = make_pdf(2, seed=100 + after).data
+            if case == "an-external-producers-record":
+                submitted = env.submit(data, source_key=f"s3://in/{after}.pdf")
+                store.other_pass = partial(outputs_of, handler, submitted)
+            else:
+                submitted = env.submit(data)
+                # the intake's rows, then, for a redelivery, the pass before it
+                store.upsert_document(copy_fields(DocumentRow, submitted, status="submitted", updated_at=utc_now()))
+                store.upsert_job_document(JobDocumentRow("job-1", submitted.doc_id, "submitted", utc_now(),
+                                                         "doc.pdf"))
+            if case == "a-redelivery":
                 outputs_of(handler, submitted)
             store.watched, store.reads, store.complete_after = submitted.doc_id, 0, after
 
@@ -269,6 +284,8 @@ def test_a_completion_between_any_read_of_the_chunker_and_its_write_stands(env: 
                 break
             row = store.get_document(submitted.doc_id)
             assert row is not None and row.status == "completed", f"completed after read {after}, then {row}"
+            # the source's first version: never its own earlier one, whichever pass advanced it
+            assert (row.previous_doc_id, row.generation) == (None, 1 if row.source_key else None), row
             statuses = [r.status for r in store.iter_job_documents("job-1") if r.doc_id == submitted.doc_id]
             assert statuses == ["completed"], f"completed after read {after}"
         assert after > 2, "the pass read its rows fewer than twice"

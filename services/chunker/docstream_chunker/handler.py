@@ -327,14 +327,16 @@ class ChunkerHandler:
         earlier version. A record of an external producer names the source and not that version: it becomes the
         source's current version here, its documents row first (docs/intake.md "Versions of a document"). A
         document handled before (a redelivery, a replay) keeps its place: a replayed older version never displaces
-        a newer one, and a deleted one stays deleted.
+        a newer one, and a deleted one stays deleted. Rows a pass of the chunker wrote (``chunked``, or final since)
+        stay as they stand, decided at the write: another pass of the same record may complete the document
+        between this pass's reads and its writes.
         """
         if not submitted.source_key or submitted.previous_doc_id is not None:
             return submitted
         now = self._clock()
 
         def write_document(previous: str | None) -> None:
-            self._write_rows(replace(submitted, previous_doc_id=previous), "submitted", now)
+            self._write_rows(replace(submitted, previous_doc_id=previous), "submitted", now, unless_written=True)
 
         previous, _ = advance_source(self._store, submitted.tenant, submitted.source_key, submitted.doc_id,
                                               content_sha256=submitted.content_sha256, job_id=submitted.job_id,

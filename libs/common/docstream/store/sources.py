@@ -102,8 +102,9 @@ def advance_source(store: ResultStore, tenant: str, source_key: str, doc_id: str
     ``write_document(previous_doc_id)`` writes the version's documents row first, and its generation is set on it
     (a delete walking the source's versions finds every version the sources row leads to); then the sources row is
     swapped. When another
-    version got there first, the row is written again behind that one. Returns the version before it (None: the
-    source's first, or first since its delete) and its generation.
+    version got there first, the row is written again behind that one. A version that is its source's current
+    one already (another pass of its record advanced it since ``doc_id``'s row was read) keeps its place and its
+    row. Returns the version before it (None: the source's first, or first since its delete) and its generation.
 
     Raises:
         StoreError: the store failed transiently, or the row kept changing (``source_contended``).
@@ -116,6 +117,9 @@ def advance_source(store: ResultStore, tenant: str, source_key: str, doc_id: str
             # advanced before (a redelivery, a submission again to its job): it keeps its place, and a version
             # deleted since stays deleted (``fence``)
             return before.previous_doc_id, before.generation
+        if current is not None and current.live and current.doc_id == doc_id:
+            now_current = store.get_document(doc_id)  # written before the source was swapped to it
+            return (now_current.previous_doc_id if now_current is not None else None), current.generation
         previous = current.doc_id if current is not None and current.live else None
         generation = (current.generation if current is not None else 0) + 1
         write_document(previous)

@@ -71,6 +71,36 @@ def test_versions_get_generations_in_submission_order_and_a_redelivery_keeps_its
         store.close()
 
 
+class _ReadBeforeTheOtherPass(SqliteStore):
+    """A store whose next read of one documents row answers as it stood before another pass advanced it: none."""
+
+    stale: str | None = None
+
+    def get_document(self, doc_id: str) -> DocumentRow | None:
+        if doc_id == self.stale:
+            self.stale = None
+            return None
+        return super().get_document(doc_id)
+
+
+def test_a_version_another_pass_made_current_since_its_read_keeps_its_place_and_its_row(tmp_path: Path) -> None:
+    # two passes of an external producer's record: the other one advanced v2 (and the pipeline completed it)
+    # after this one read v2's row; this one must neither write its row again nor follow v2 with v2
+    store = _ReadBeforeTheOtherPass(tmp_path / "s.db")
+    store.migrate()
+    try:
+        _version(store, "v1")
+        _version(store, "v2")
+        store.stale = "v2"
+        assert _version(store, "v2", "submitted") == "v1"
+        row = store.get_document("v2")
+        assert row is not None and (row.status, row.previous_doc_id, row.generation) == ("completed", "v1", 2)
+        source = store.get_source("acme", "s3://b/a.pdf")
+        assert source is not None and (source.doc_id, source.generation) == ("v2", 2)
+    finally:
+        store.close()
+
+
 def test_concurrent_submissions_of_one_source_never_fork_its_chain(tmp_path: Path) -> None:
     store = _store(tmp_path, "completed")
     ready = threading.Barrier(8)
