@@ -116,6 +116,47 @@ class Incoming:
     value: bytes | None
 
 
+@dataclass(slots=True)
+class _Ending:
+    """A document that completed in a batch: its key and state, its record (with what its documents row knows once
+    its rows are written), and the record that completed it with its index in the batch."""
+
+    key: str
+    state: DocumentState
+    completed: DocumentCompleted
+    msg: Incoming
+    index: int
+
+
+class _Batch:
+    """What a batch of the documents agent holds until its end: the documents it left open (state, index of their
+    last record) and those it completed, in order; a later record of either reads what the batch made of it."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, tuple[DocumentState, int]] = {}
+        self.ending: list[_Ending] = []
+        self._latest: dict[str, DocumentState | CompletionMarker] = {}
+
+    def entry(self, key: str, table: Table) -> DocumentState | CompletionMarker | None:
+        """The document's entry as the batch left it, else as the table holds it."""
+        held = self._latest.get(key)
+        if held is not None:
+            return held
+        raw = table.get(key)
+        return None if raw is None else decode_entry(raw)
+
+    def keep_open(self, key: str, state: DocumentState, index: int) -> None:
+        """The document stays open at ``state``, last changed by the batch's record ``index``."""
+        self.open[key] = (state, index)
+        self._latest[key] = state
+
+    def end(self, done: _Ending, entry: DocumentState | CompletionMarker) -> None:
+        """``done`` completed; a later record of it in the batch reads ``entry``."""
+        self.open.pop(done.key, None)
+        self.ending.append(done)
+        self._latest[done.key] = entry
+
+
 class Sink(Protocol):
     """Produces a record and returns once the broker acknowledged it."""
 
@@ -240,10 +281,12 @@ class DocumentReducer:
     async def handle_batch(self, msgs: Sequence[Incoming], entering: Callable[[int], None] = _stay) -> None:
         """Fold a batch of ChunkResult records in, in order; write each open document's state once, at the end.
 
-        A document that completes in the batch is written when it completes, as by ``handle``. One that stays
-        open is written after the batch's last record: its state in between lives here only, and the caller
-        acknowledges the batch's records after this returns, so a crash in between leaves them unacknowledged
-        and they are read and folded again (the fold ignores an index it holds; docs/reducer.md "Batches").
+        The documents that complete in the batch end after its last record is folded: their rows are written at
+        once (those of one document one after the other), then each is marked and produced in the order it
+        completed, as by ``handle``. One that stays open is written after them: its state in between lives here
+        only, and the caller acknowledges the batch's records after this returns, so a crash in between leaves
+        them unacknowledged and they are read and folded again (the fold ignores an index it holds; a document
+        whose completion was not produced completes again; docs/reducer.md "Batches").
 
         Args:
             msgs: the records, in the order they were read.
@@ -251,25 +294,21 @@ class DocumentReducer:
                 index of a document's last record before its state is written (the Faust agent makes that record
                 the current event: a table change goes to the changelog partition of the current record).
         """
-        open_states: dict[str, tuple[DocumentState, int]] = {}
+        batch = _Batch()
         for index, msg in enumerate(msgs):
             entering(index)
-            await self._handle(msg, index, open_states)
-        for key, (state, index) in open_states.items():
+            await self._handle(msg, index, batch)
+        await self._end(batch.ending, entering)
+        for key, (state, index) in batch.open.items():
             entering(index)
             self._table[key] = state.to_json()
 
-    async def _handle(self, msg: Incoming, index: int, open_states: dict[str, tuple[DocumentState, int]]) -> None:
+    async def _handle(self, msg: Incoming, index: int, batch: _Batch) -> None:
         self._expire_markers(msg.partition, msg.timestamp_ms)
         try:
             chunk = self._decode(msg)
             key = document_key(chunk.doc_id, chunk.model_id)
-            held = open_states.get(key)
-            if held is not None:
-                entry: DocumentState | CompletionMarker | None = held[0]
-            else:
-                raw = self._table.get(key)
-                entry = None if raw is None else decode_entry(raw)
+            entry = batch.entry(key, self._table)
             fold = self._fold(chunk.task)
             state, completed = apply(entry, chunk, fold)
             if completed is not None and isinstance(fold, StoredAnswersFold):
@@ -281,20 +320,44 @@ class DocumentReducer:
         if state is entry:
             _log.debug("chunk_duplicate_ignored", doc_id=chunk.doc_id, chunk_index=chunk.chunk_index)
             return
-        if completed is None:
-            assert isinstance(state, DocumentState)
-            open_states[key] = (state, index)
-            return
-        open_states.pop(key, None)
-        completed = self._bounded(completed)
-        if waits_for_document_step(completed):
-            # the document stage writes its rows and publishes it once its document-level step is done
-            topic = self._document_step_topic
-        else:
-            topic = self._completed_topic
-            completed = await self._store(record_completion, self._store.store, completed, utc_now())
-        value = self._serde.serialize(completed, topic)
         assert isinstance(state, DocumentState)
+        if completed is None:
+            batch.keep_open(key, state, index)
+            return
+        completed = self._bounded(completed)
+        batch.end(_Ending(key, state, completed, msg, index), self._emitted(state, completed, msg))
+
+    async def _end(self, ending: Sequence[_Ending], entering: Callable[[int], None]) -> None:
+        """Write the rows of the documents that completed in a batch, then mark and produce each in turn.
+
+        The rows of different documents are written at once; a document that completed twice in the batch (a
+        failed chunk's ok replay, two models) has its rows written in order. When a write fails for good, the
+        others are waited for and the first failure raised: no document of the batch is marked or produced,
+        and the batch is read again.
+        """
+        chains: dict[str, list[_Ending]] = {}
+        for done in ending:
+            if not waits_for_document_step(done.completed):
+                chains.setdefault(done.completed.doc_id, []).append(done)
+        outcomes = await asyncio.gather(*(self._record(chain) for chain in chains.values()), return_exceptions=True)
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
+            raise failure
+        for done in ending:
+            entering(done.index)
+            await self._publish(done)
+
+    async def _record(self, chain: Sequence[_Ending]) -> None:
+        """Write the rows of one document's completions, in order; each takes what its documents row knows."""
+        for done in chain:
+            done.completed = await self._store(record_completion, self._store.store, done.completed, utc_now())
+
+    async def _publish(self, done: _Ending) -> None:
+        # the document stage writes its rows and publishes it once its document-level step is done
+        step = waits_for_document_step(done.completed)
+        topic = self._document_step_topic if step else self._completed_topic
+        completed, msg = done.completed, done.msg
+        value = self._serde.serialize(completed, topic)
         # Exactly-once: the state change goes BEFORE the record. Faust commits a transaction whenever
         # its commit timer fires, also while this handler awaits the send; written after it, a
         # commit there took the DocumentCompleted without the marker, and after a crash the input
@@ -302,13 +365,13 @@ class DocumentReducer:
         # docs/reliability.md). At-least-once keeps the record first: a crash between the two then
         # repeats the record instead of losing it.
         if self._exactly_once:
-            self._mark_emitted(key, state, completed, msg)
+            self._mark_emitted(done)
         # same partition as the source record: under exactly-once the output, the state change and
         # the input offset belong to one transaction (docs/reducer.md "Exactly-once")
         await self._sink.send(topic, completed.doc_id.encode(), value, partition=msg.partition, transactional=True)
         if not self._exactly_once:
-            self._mark_emitted(key, state, completed, msg)
-        _log.info("document_completed" if topic == self._completed_topic else "document_step_pending",
+            self._mark_emitted(done)
+        _log.info("document_step_pending" if step else "document_completed",
                   job_id=completed.job_id, doc_id=completed.doc_id, status=completed.status,
                   chunk_count=completed.chunk_count, failed_chunks=completed.failed_chunks)
         if self._metrics is not None:
@@ -339,14 +402,18 @@ class DocumentReducer:
                      limit=self._limit)
         return output_too_large(completed, size, self._limit)
 
-    def _mark_emitted(self, key: str, state: DocumentState, completed: DocumentCompleted, msg: Incoming) -> None:
+    @staticmethod
+    def _emitted(state: DocumentState, completed: DocumentCompleted, msg: Incoming) -> DocumentState | CompletionMarker:
+        """What the table holds of a document once it is produced: its marker, or, when it ended failed or partial,
+        its state marked emitted (the sums stay: a failed chunk that succeeds later, a replayed dead letter, still
+        counts)."""
         if completed.status == "completed":
-            self._table[key] = CompletionMarker("completed", completed.chunk_count, msg.timestamp_ms,
-                                                msg.partition).to_json()
-        else:
-            # keep the sums: a failed chunk that succeeds later (a replayed dead letter) still counts
-            self._table[key] = state.emitted(msg.timestamp_ms, msg.partition).to_json()
-        heapq.heappush(self._markers.setdefault(msg.partition, []), (msg.timestamp_ms, key))
+            return CompletionMarker("completed", completed.chunk_count, msg.timestamp_ms, msg.partition)
+        return state.emitted(msg.timestamp_ms, msg.partition)
+
+    def _mark_emitted(self, done: _Ending) -> None:
+        self._table[done.key] = self._emitted(done.state, done.completed, done.msg).to_json()
+        heapq.heappush(self._markers.setdefault(done.msg.partition, []), (done.msg.timestamp_ms, done.key))
 
     def _fold(self, task: str) -> TaskFold:
         """The fold of ``task``, found once.

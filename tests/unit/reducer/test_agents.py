@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import random
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -850,6 +851,61 @@ def test_a_failed_batch_writes_no_open_state_and_its_redelivery_completes_once()
     asyncio.run(reducer.handle_batch(batch))  # and once more: a redelivery after the writes
     assert sorted(c.doc_id for c in sink.records(COMPLETED)) == ["a", "b"]
     assert table["a|m"]["kind"] == table["b|m"]["kind"] == "done"
+
+
+def test_the_documents_that_complete_in_a_batch_have_their_rows_written_at_once() -> None:
+    # each document's first read waits at a barrier that only all three reaching it together passes: written
+    # one after the other, the first would wait out the barrier's timeout and the batch fail
+    arrived = threading.Barrier(3, timeout=30)
+
+    class _AtOnce(FakeStore):
+        def get_document(self, doc_id: str) -> DocumentRow | None:
+            arrived.wait()
+            return super().get_document(doc_id)
+
+    store, sink, table = _AtOnce(), FakeSink(), {}
+    reducer = _documents(store, sink, table)
+    records = [_chunk(doc, i, 2) for i in range(2) for doc in ("a", "b", "c")]
+    asyncio.run(reducer.handle_batch([_msg(_encode(r), offset=n) for n, r in enumerate(records)]))
+    assert [c.doc_id for c in sink.records(COMPLETED)] == ["a", "b", "c"]  # produced in the order they completed
+    assert sorted(d for d, _ in store.results) == ["a", "b", "c"]
+    assert all(table[f"{doc}|m"]["kind"] == "done" for doc in "abc")
+
+
+def test_a_document_whose_rows_cannot_be_written_holds_back_every_completion_of_its_batch() -> None:
+    class _FailsFor(FakeStore):
+        failing: str | None = "b"
+
+        def upsert_document_result(self, row: DocumentResultRow) -> None:
+            if row.doc_id == self.failing:
+                raise StoreError("cassandra timeout")
+            super().upsert_document_result(row)
+
+    store, sink, table = _FailsFor(), FakeSink(), {}
+    reducer = _documents(store, sink, table)
+    batch = [_msg(_encode(_chunk(doc, i, 2)), offset=n)
+             for n, (doc, i) in enumerate([("a", 0), ("b", 0), ("a", 1), ("b", 1), ("c", 0)])]
+    with pytest.raises(FatalError, match="store kept failing"):
+        asyncio.run(reducer.handle_batch(batch))
+    # a's rows were written beside b's attempts, but nothing of the batch is produced or kept: it is read again
+    assert not sink.sent and table == {}
+    store.failing = None
+    asyncio.run(reducer.handle_batch(batch))
+    asyncio.run(reducer.handle_batch(batch))  # and once more: a redelivery after the writes
+    assert sorted(c.doc_id for c in sink.records(COMPLETED)) == ["a", "b"]
+    assert table["a|m"]["kind"] == table["b|m"]["kind"] == "done" and table["c|m"]["kind"] == "state"
+
+
+def test_a_document_completed_twice_in_one_batch_writes_and_produces_both_in_order() -> None:
+    # partial with a failed chunk, then the failed chunk's dead letter replayed ok, all in one batch
+    store, sink, table = FakeStore(), FakeSink(), {}
+    reducer = _documents(store, sink, table, ttl_ms=60_000)
+    records = [_chunk("a", 0, 2), _chunk("a", 1, 2, ok=False), _chunk("a", 1, 2), _chunk("a", 1, 2)]
+    asyncio.run(reducer.handle_batch([_msg(_encode(r), offset=n, ts_ms=1_000 + n) for n, r in enumerate(records)]))
+    assert [(c.status, c.failed_chunks) for c in sink.records(COMPLETED)] == [("partial", 1), ("completed", 0)]
+    assert store.results[("a", "m")].status == "completed" and store.documents == {}
+    assert store.job_documents[("j1", "a")].status == "completed"
+    assert table["a|m"]["kind"] == "done"
 
 
 @pytest.mark.parametrize("seed", range(8))
