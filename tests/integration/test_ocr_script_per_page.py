@@ -142,3 +142,26 @@ def test_a_page_whose_font_names_its_script_is_read_in_it_without_script_detecti
     kept = texts[2]
     assert script_share(kept, script) >= 0.98, kept[:80]
     assert character_error_rate(normalise_text(kept), normalise_text(pdf.page_texts[1])) <= CER_BOUNDS[script]
+
+
+def test_a_page_that_nothing_names_the_script_of_is_tried_in_each_installed_script_without_script_detection(
+    tmp_path: Path,
+) -> None:
+    # Tesseract without its script detection data, and fonts that name no script: a Cyrillic page after a Latin
+    # one, then a Greek page after it, each with a layer that maps its glyphs to nothing. Read in the script of
+    # the page before, each reading is unsure; a strip of the page read in every installed script finds its own
+    tessdata = Path(pymupdf.get_tessdata())
+    for name in ("eng.traineddata", "rus.traineddata", "ell.traineddata", "configs", "tessconfigs"):
+        (tmp_path / name).symlink_to(tessdata / name)
+    t = _texts()
+    pdf = make_misread_pdf([("layer", t["latin"]), ("unmapped", t["cyrillic"]), ("unmapped", t["greek"])])
+
+    texts, sources = _extract(pdf.data, OcrSettings(tessdata=str(tmp_path)))
+
+    assert [(s.reason, s.ocr_languages) for s in sources] == [
+        ("text_layer", None), ("ocr_reads_better", "rus"), ("ocr_reads_better", "ell")]
+    for number, script in ((2, "cyrillic"), (3, "greek")):
+        kept = texts[number]
+        assert script_share(kept, script) >= 0.98, kept[:80]
+        cer = character_error_rate(normalise_text(kept), normalise_text(pdf.page_texts[number - 1]))
+        assert cer <= CER_BOUNDS[script], (number, cer)

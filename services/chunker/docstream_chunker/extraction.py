@@ -85,7 +85,14 @@ from docstream_chunker.provenance import (
     time_limit,
     wants_ocr,
 )
-from docstream_chunker.scripts import CJK_LANGUAGES, font_script, ocr_languages, osd_language, script_of_language
+from docstream_chunker.scripts import (
+    CJK_LANGUAGES,
+    font_script,
+    ocr_languages,
+    osd_language,
+    script_of_language,
+    trial_languages,
+)
 from docstream_chunker.table_detection import (
     Matrix,
     aligned_columns,
@@ -394,13 +401,15 @@ class PageOcr:
       ``mojibake``: its characters say nothing of the page's script), except a layer that is a
       known mis-decoding, whose re-decoded text names its script (Windows-1251 bytes read as
       Latin-1 are Russian);
+    * else the script the page's font names say (``scripts.font_script``: TeX's T2A, a code page's Greek);
     * else the script of the page before it (its usable layer, or what OCR read it in);
     * else the script the engine's detection sees on the page image (Tesseract OSD);
     * else the configured languages.
 
     A reading that came from a neighbour's script and that the engine is unsure of (mean word
     confidence below ``SCRIPT_SURE``) is checked against the page image: OSD names its script,
-    and when that is another, the page is read in it too and the surer reading is kept. A
+    and when that is another, the page is read in it too and the surer reading is kept; without OSD,
+    a strip of the page is tried in each installed script (``_try_scripts``). A
     manual whose first pages are Latin and whose later pages are Cyrillic in fonts without a
     Unicode map is read in Cyrillic from its first Cyrillic page. A script whose language data
     is not installed is not read with another script's: the page is flagged
@@ -527,8 +536,10 @@ class PageOcr:
         script's letters).
         """
         detected = _detect_script(engine, page, self.dpi)
-        other = (osd_language(detected) or detected) if detected else None
-        if other is None or script_of_language(other) == script_of_language(language):
+        if detected is None:  # no OSD (its data missing, too little text for it): the scripts tried on a strip
+            return self._try_scripts(engine, page, number, reading, language, image_area), None
+        other = osd_language(detected) or detected
+        if script_of_language(other) == script_of_language(language):
             return reading, None
         languages = ocr_languages(other, self.languages, engine.installed)
         if languages is None:
@@ -539,6 +550,35 @@ class PageOcr:
         _log.info("ocr_script_checked", page=number, guessed=language, detected=other,
                   kept="+".join(kept.languages), confidence=kept.confidence)
         return kept, None
+
+    def _try_scripts(
+        self, engine: OcrEngine, page: pymupdf.Page, number: int, reading: OcrReading, language: str,
+        image_area: float,
+    ) -> OcrReading:
+        """An unsure reading whose script OSD cannot check, checked by trial: a strip across the page
+        (``_trial_strip``) is read in the reading's language and in each other script that has language data
+        (``scripts.trial_languages``), and when another script reads the strip surer, the page is read in it and
+        the surer of the two page readings kept. Only with the engine's confidences (Debian's Tesseract command)."""
+        if reading.confidence is None:
+            return reading
+        candidates = trial_languages(language, self.languages, engine.installed)
+        own = ocr_languages(language, self.languages, engine.installed)
+        if not candidates or own is None:
+            return reading
+        strip = _trial_strip(page, number)
+        best, surest = own, _strip_confidence(engine, page, number, own, self.dpi, strip)
+        for languages in candidates:
+            confidence = _strip_confidence(engine, page, number, languages, self.dpi, strip)
+            if confidence > surest:
+                best, surest = languages, confidence
+        kept = reading
+        if best != own:
+            again = _recognize(engine, page, number, best, self.dpi, best[0], image_area)
+            if again is not None and (again.confidence or 0.0) > (reading.confidence or 0.0):
+                kept = again
+        _log.info("ocr_scripts_tried", page=number, guessed=language, tried=len(candidates),
+                  strip_best="+".join(best), kept="+".join(kept.languages), confidence=kept.confidence)
+        return kept
 
     def _settle_cjk(
         self, engine: OcrEngine, page: pymupdf.Page, number: int, reading: OcrReading, language: str,
@@ -574,6 +614,9 @@ SCRIPT_SURE = 0.7
 """A reading in a script taken from a neighbouring page, with a mean word confidence below this, is checked against
 the script OSD sees on the page (measured on generated pages at 200 dpi: 0.86-0.96 in the right language, 0.16-0.53
 in a wrong script's)."""
+TRIAL_STRIP_SHARE = 0.3
+"""The height of the strip of a page read in each installed script when OSD cannot check an unsure reading's script
+(``PageOcr._try_scripts``), as a share of the page's height."""
 CJK_SURE = 0.6
 """A CJK reading chosen by OSD with a mean word confidence below this is tried in the other CJK
 languages (measured: 0.91-0.93 in the right language, 0.27-0.31 in a wrong one)."""
@@ -964,6 +1007,40 @@ def _settle(
     if settled.text == layer.text:
         return layer, settled.source
     return _titled(layer.number, settled.text, titles), settled.source
+
+
+def _trial_strip(page: pymupdf.Page, number: int) -> pymupdf.Rect:
+    """The strip of a page its scripts are tried on: the top of what its text blocks cover (of a scan: its images),
+    ``TRIAL_STRIP_SHARE`` of the page's height at most, as wide as they are; the whole page when it has neither."""
+    import pymupdf
+
+    rect = page.rect
+    try:
+        boxes = [pymupdf.Rect(block[:4]) for block in page.get_text("blocks")]
+        boxes = boxes or [pymupdf.Rect(image["bbox"]) for image in page.get_image_info()]
+    except mupdf_errors() as exc:
+        _log.warning("page_layout_unreadable", page=number, error=str(exc)[:300])
+        boxes = []
+    area = pymupdf.Rect()
+    for box in boxes:
+        area |= box
+    area &= rect
+    if area.is_empty:
+        area = pymupdf.Rect(rect)
+    return pymupdf.Rect(area.x0, area.y0, area.x1, min(area.y1, area.y0 + rect.height * TRIAL_STRIP_SHARE))
+
+
+def _strip_confidence(engine: OcrEngine, page: pymupdf.Page, number: int, languages: tuple[str, ...], dpi: int,
+                      strip: pymupdf.Rect) -> float:
+    """The engine's mean word confidence reading ``strip`` of the page in ``languages``; 0 when it reads nothing
+    there or fails."""
+    failures: tuple[type[Exception], ...] = (*mupdf_errors(), OSError, ConfigError)
+    try:
+        result = engine.recognize(page, languages=languages, dpi=dpi, clip=strip)
+    except failures as exc:
+        _log.warning("page_ocr_failed", page=number, engine=engine.name, error=str(exc)[:500])
+        return 0.0
+    return result.confidence or 0.0
 
 
 def _recognize(

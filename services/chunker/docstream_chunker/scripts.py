@@ -213,6 +213,25 @@ def ocr_languages(language: str, configured: Iterable[str], installed: Iterable[
     return tuple(dict.fromkeys(own))
 
 
+def trial_languages(language: str, configured: Iterable[str], installed: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+    """What reads each script other than ``language``'s that the engine has data for (``ocr_languages`` of it), in
+    ``SCRIPT_LANGUAGE``'s order, each once: the scripts a page is tried in when nothing else names its script.
+
+    Args:
+        language: the language the page was read in.
+        configured: ``chunker.ocr.languages``.
+        installed: the languages the engine has data for.
+    """
+    have = frozenset(installed)
+    mine = ocr_languages(language, configured, have)
+    found: dict[tuple[str, ...], None] = {}
+    for script, reads in SCRIPT_LANGUAGE.items():
+        languages = ocr_languages(reads, configured, have)
+        if languages is not None and languages != mine and script != script_of_language(language):
+            found.setdefault(languages)
+    return tuple(found)
+
+
 OSD_LANGUAGES: dict[str, str] = {
     "Latin": "eng", "Cyrillic": "rus", "Greek": "ell", "Arabic": "ara", "Hebrew": "heb", "Devanagari": "hin",
     "Han": "chi_sim", "HanS": "chi_sim", "HanT": "chi_tra", "Japanese": "jpn", "Korean": "kor", "Hangul": "kor",

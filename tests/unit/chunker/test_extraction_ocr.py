@@ -46,7 +46,8 @@ class FakeEngine:
         self.detections += 1
         return self.script
 
-    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
+    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int,
+                  clip: pymupdf.Rect | None = None) -> OcrResult:
         self.pages.append(page.number + 1)
         self.languages.append(tuple(languages))
         return OcrResult(self.texts[page.number], self.name, 0.9)
@@ -153,7 +154,8 @@ class ScriptEngine(FakeEngine):
         super().__init__((), **kw)  # type: ignore[arg-type]
         self.readings = readings
 
-    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
+    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int,
+                  clip: pymupdf.Rect | None = None) -> OcrResult:
         self.pages.append(page.number + 1)
         self.languages.append(tuple(languages))
         return OcrResult(self.readings.get(tuple(languages), ""), self.name)
@@ -226,7 +228,8 @@ class SureEngine(ScriptEngine):
         super().__init__({k: v[0] for k, v in readings.items()}, **kw)
         self.confidences = {k: v[1] for k, v in readings.items()}
 
-    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int) -> OcrResult:
+    def recognize(self, page: pymupdf.Page, *, languages: Sequence[str], dpi: int,
+                  clip: pymupdf.Rect | None = None) -> OcrResult:
         result = super().recognize(page, languages=languages, dpi=dpi)
         return OcrResult(result.text, self.name, self.confidences.get(tuple(languages), 0.1))
 

@@ -15,6 +15,7 @@ from docstream_chunker.scripts import (
     letters_by_script,
     ocr_languages,
     osd_language,
+    trial_languages,
 )
 
 # what PyMuPDF gives for a born-digital Arabic exam: presentation forms (U+FExx), as in issue 28
@@ -154,3 +155,25 @@ def test_font_names_that_say_a_script_give_it(names: list[str], script: str) -> 
 ])
 def test_font_names_that_say_no_one_script_give_none(names: list[str]) -> None:
     assert font_script(names) is None
+
+
+INSTALLED = ("ara", "chi_sim", "chi_tra", "ell", "eng", "heb", "hin", "jpn", "kor", "osd", "rus", "ukr")
+
+
+@pytest.mark.parametrize(("language", "configured", "tried"), [
+    # one reading per other script with data, in its configured languages first, else its own
+    ("eng", ["eng"], [("rus",), ("ell",), ("ara",), ("heb",), ("hin",), ("kor",), ("jpn",), ("chi_sim",)]),
+    ("rus", ["eng", "ukr"], [("eng",), ("ell",), ("ara",), ("heb",), ("hin",), ("kor",), ("jpn",), ("chi_sim",)]),
+    ("deu", ["deu", "ukr"], [("ukr",), ("ell",), ("ara",), ("heb",), ("hin",), ("kor",), ("jpn",), ("chi_sim",)]),
+    # Japanese data reads Han and Kana: neither is tried again for a Japanese reading; Chinese is another script's
+    ("jpn", ["eng"], [("eng",), ("rus",), ("ell",), ("ara",), ("heb",), ("hin",), ("kor",)]),
+])
+def test_the_scripts_a_page_is_tried_in_are_each_other_installed_script_once(
+    language: str, configured: list[str], tried: list[tuple[str, ...]],
+) -> None:
+    assert list(trial_languages(language, configured, INSTALLED)) == tried
+
+
+def test_no_script_is_tried_without_its_language_data() -> None:
+    assert trial_languages("eng", ["eng"], ["eng", "osd"]) == ()
+    assert trial_languages("eng", ["eng", "rus"], ["eng", "rus"]) == (("rus",),)
