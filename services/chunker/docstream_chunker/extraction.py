@@ -502,7 +502,11 @@ class PageOcr:
             language = (osd_language(detected) or detected) if detected else None
         if language is None:  # nothing names the page's script: the document's languages, all of them
             reading = _recognize(engine, page, number, self.languages, self.dpi, None, image_area)
-            return reading, None if reading is not None else "ocr_failed", self.languages[0]
+            if reading is None:
+                return None, "ocr_failed", self.languages[0]
+            if reading.confidence is not None and reading.confidence < SCRIPT_SURE:  # and OSD could not say
+                reading = self._try_scripts(engine, page, number, reading, reading.judged_in, image_area)
+            return reading, None, self.languages[0]
         languages = ocr_languages(language, self.languages, engine.installed)
         if languages is None:
             _log.warning("ocr_unavailable_for_script", page=number, language=language,
