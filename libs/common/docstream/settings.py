@@ -626,6 +626,11 @@ class ReducerSettings(BaseModel):
         20, ge=1, le=1000,
         description="How long the documents agent waits for a batch to fill before it folds what it has.",
     )
+    store_threads: int = Field(
+        16, ge=1, le=64,
+        description="Threads of the reducer's store calls: the rows of the documents that complete in one batch are "
+                    "written side by side on them (docs/reducer.md \"Batches\").",
+    )
     stall_timeout_s: float = Field(
         20.0, ge=1, le=3600,
         description="A source partition with records waiting and no progress for this long is re-fetched; "

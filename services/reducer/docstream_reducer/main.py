@@ -44,7 +44,8 @@ def main(settings: Settings) -> int:
         create_topics(settings.kafka, internal_topic_specs(settings.kafka, settings.reducer))
         check_partitions(settings.kafka)
         store = host.open_store(migrate=True)
-        executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
+        executor = ThreadPoolExecutor(max_workers=settings.reducer.store_threads,
+                                      thread_name_prefix="reducer-store")
         host.on_exit(lambda: executor.shutdown(wait=False, cancel_futures=True))
         settings.reducer.data_dir.mkdir(parents=True, exist_ok=True)
         reducer = build_reducer(

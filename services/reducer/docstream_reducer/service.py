@@ -57,7 +57,8 @@ class ReducerService:
         self._context = context
         self._store = store
         self._metrics = metrics
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="reducer-store")
+        self._executor = ThreadPoolExecutor(max_workers=context.reducer.store_threads,
+                                            thread_name_prefix="reducer-store")
         self._worker: ThreadWorker | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
