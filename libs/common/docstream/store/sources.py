@@ -119,8 +119,11 @@ def advance_source(store: ResultStore, tenant: str, source_key: str, doc_id: str
             return before.previous_doc_id, before.generation
         if current is not None and current.live and current.doc_id == doc_id:
             now_current = store.get_document(doc_id)  # written before the source was swapped to it
-            return (now_current.previous_doc_id if now_current is not None else None), current.generation
-        previous = current.doc_id if current is not None and current.live else None
+            if now_current is not None:
+                return now_current.previous_doc_id, current.generation
+            previous = None  # its row is gone: written again, and a version never follows itself
+        else:
+            previous = current.doc_id if current is not None and current.live else None
         generation = (current.generation if current is not None else 0) + 1
         write_document(previous)
         store.set_document_generation(doc_id, generation)

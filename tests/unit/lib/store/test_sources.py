@@ -101,6 +101,19 @@ def test_a_version_another_pass_made_current_since_its_read_keeps_its_place_and_
         store.close()
 
 
+def test_a_current_version_whose_row_is_gone_is_written_again_never_following_itself(tmp_path: Path) -> None:
+    store = _store(tmp_path, "completed", "completed")
+    try:
+        store.delete_document_rows("v2")
+        with store._connection() as conn:  # the documents row itself, as a cleanup by hand leaves it
+            conn.execute("DELETE FROM documents WHERE doc_id = 'v2'")
+        assert _version(store, "v2", "submitted") is None
+        row = store.get_document("v2")
+        assert row is not None and (row.status, row.previous_doc_id, row.generation) == ("submitted", None, 3)
+    finally:
+        store.close()
+
+
 def test_concurrent_submissions_of_one_source_never_fork_its_chain(tmp_path: Path) -> None:
     store = _store(tmp_path, "completed")
     ready = threading.Barrier(8)
