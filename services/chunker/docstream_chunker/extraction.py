@@ -59,7 +59,7 @@ from docstream_chunker.chunking import (
 from docstream_chunker.continuation import join_continued
 from docstream_chunker.furniture import edge_of, strip_furniture
 from docstream_chunker.markup_tables import MarkupTable, marker_index, take_tables
-from docstream_chunker.ocr import OcrEngine, open_engine
+from docstream_chunker.ocr import OcrEngine, OcrResult, open_engine
 from docstream_chunker.page_quality import (
     MIN_GLYPHS,
     SCAN_IMAGE_AREA,
@@ -1038,13 +1038,19 @@ def _strip_confidence(engine: OcrEngine, page: pymupdf.Page, number: int, langua
                       strip: pymupdf.Rect) -> float:
     """The engine's mean word confidence reading ``strip`` of the page in ``languages``; 0 when it reads nothing
     there or fails."""
+    result = _engine_read(engine, page, number, languages, dpi, strip)
+    return (result.confidence or 0.0) if result is not None else 0.0
+
+
+def _engine_read(engine: OcrEngine, page: pymupdf.Page, number: int, languages: tuple[str, ...], dpi: int,
+                 clip: pymupdf.Rect | None = None) -> OcrResult | None:
+    """What the engine reads of the page (or its ``clip``) in ``languages``; None when it failed on it (logged)."""
     failures: tuple[type[Exception], ...] = (*mupdf_errors(), OSError, ConfigError)
     try:
-        result = engine.recognize(page, languages=languages, dpi=dpi, clip=strip)
+        return engine.recognize(page, languages=languages, dpi=dpi, clip=clip)
     except failures as exc:
         _log.warning("page_ocr_failed", page=number, engine=engine.name, error=str(exc)[:500])
-        return 0.0
-    return result.confidence or 0.0
+        return None
 
 
 def _recognize(
@@ -1056,11 +1062,8 @@ def _recognize(
     page_language: str | None,
     image_area: float,
 ) -> OcrReading | None:
-    failures: tuple[type[Exception], ...] = (*mupdf_errors(), OSError, ConfigError)
-    try:
-        result = engine.recognize(page, languages=languages, dpi=dpi)
-    except failures as exc:  # the engine failed on this page: keep the text layer
-        _log.warning("page_ocr_failed", page=number, engine=engine.name, error=str(exc)[:500])
+    result = _engine_read(engine, page, number, languages, dpi)
+    if result is None:  # the engine failed on this page: keep the text layer
         return None
     # the OCR text is judged on its own: the fonts and the glyph trace are the text layer's, not its
     after = assess_page(_text_facts(result.text, image_area), languages=languages)
