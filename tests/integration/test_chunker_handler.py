@@ -28,8 +28,10 @@ from docstream.records import (
     utc_now,
 )
 from docstream.settings import Settings
-from docstream.store.base import DocumentRow, JobDocumentRow
+from docstream.store.base import DocumentRow, JobDocumentRow, JobRow
+from docstream.store.completion import record_completion
 from docstream.store.rows import DOCUMENTS, JOB_DOCUMENTS, Columns, Table
+from docstream.store.sources import delete_source
 from docstream.store.sqlite import SqliteStore
 from docstream.topics import Topics
 from docstream_chunker.extraction import OcrPageStarted
@@ -219,6 +221,36 @@ def test_a_redelivery_that_fails_where_an_earlier_pass_did_not_ends_nothing_agai
         ("DocumentCompleted", "failed", "another-model")]
     row = env.store.get_document(submitted.doc_id)
     assert row is not None and row.status == earlier
+
+
+@pytest.mark.parametrize("since", ["source-deleted", "job-cancelled"])
+def test_a_pass_that_died_before_its_chunks_went_out_is_ended_by_the_next_whatever_happened_since(
+    env: Env, since: str,
+) -> None:
+    # a pass wrote `chunked` and died before its chunks went out (its outputs are dropped here); then the source is
+    # deleted, or the job cancelled, and the record is delivered again. The rows cannot tell chunks that went out
+    # from chunks that did not, and only the chunks end the document: they must go out again, or its job runs on
+    env.store.upsert_job(JobRow("job-1", "default", utc_now(), "running", 1))
+    submitted = env.submit(make_pdf(3, seed=21).data, source_key="s3://in/died.pdf")
+    first = outputs_of(_handler(env), submitted)
+    assert first and [r.status for r in env.store.iter_job_documents("job-1")] == ["chunked"]
+    if since == "source-deleted":
+        delete_source(env.store, "default", "s3://in/died.pdf")
+    else:
+        env.store.upsert_job(JobRow("job-1", "default", utc_now(), "cancelled", 1))
+
+    again = outputs_of(_handler(env), submitted)
+
+    assert [c.chunk_id for c in again] == [c.chunk_id for c in first]  # type: ignore[attr-defined]
+    row = env.store.get_document(submitted.doc_id)
+    assert row is not None and row.status == "chunked", "the rows stay as the first pass wrote them"
+    # once they are all in, the reducer ends the document, once
+    ended = record_completion(env.store, DocumentCompleted(
+        job_id="job-1", doc_id=submitted.doc_id, status="completed", completed_at=utc_now(), model_id=MODEL_ID,
+        chunk_count=len(again)), utc_now())
+    expected = ("failed", "source_deleted") if since == "source-deleted" else ("completed", None)
+    assert (ended.status, ended.error_code) == expected
+    assert [(r.status, r.error_code) for r in env.store.iter_job_documents("job-1")] == [expected]
 
 
 class _CompletesAfterARead(SqliteStore):

@@ -240,7 +240,9 @@ class ChunkerHandler:
             RetryableError: the object store or the result store is unavailable.
         """
         if self._job_cancelled(submitted.job_id):
-            return self._skipped(submitted)
+            skipped = self._skipped(submitted)
+            if skipped is not None:
+                return skipped
         submitted = self._versioned(submitted)
         deleted = self._deleted(submitted)
         if deleted is not None:
@@ -344,15 +346,21 @@ class ChunkerHandler:
         return replace(submitted, previous_doc_id=previous)
 
     def _deleted(self, submitted: DocumentSubmitted) -> list[Output] | None:
-        """None: the document is not deleted; else what a deleted one gives (docs/reliability.md "Invariants"): no
-        chunk, ever. One whose chunks never went out (``submitted``, or ``chunking``: its rows say ``chunked`` before
-        its chunks are produced) ends failed here (``source_deleted``), so that its job completes; one whose chunks
-        went out ends where they go (the reducer's ``record_completion`` fails it with the same code), and one that
-        ended keeps its rows: each document ends once."""
+        """None: the document is not deleted, or a pass chunked it and it has not ended; else what a deleted one
+        gives (docs/reliability.md "Invariants"). One whose chunks never went out (``submitted``, or ``chunking``:
+        its rows say ``chunked`` before its chunks are produced) ends failed here (``source_deleted``), so that its
+        job completes, and one that ended keeps its rows and gets no chunk: each document ends once.
+
+        One a pass chunked ends where its chunks go (the reducer's ``record_completion`` fails it with the same
+        code). That pass may have died before they all went out, and its rows cannot tell: they go out again
+        (None), and inference takes back the rows it writes of them (``enforce``)."""
         row = self._store.get_document(submitted.doc_id)
         if row is None or fence(self._store, row, submitted.tenant) != "source_deleted":
             return None
-        if row.status not in ("submitted", "chunking"):
+        if row.status == "chunked":
+            _log.info("document_deleted_chunks_sent_again")
+            return None
+        if row.status in TERMINAL_DOC_STATES:
             _log.info("document_deleted_not_rechunked", status=row.status)
             return []
         return self._failed(submitted, "source_deleted", "its source was deleted before it was chunked", 0)
@@ -373,10 +381,16 @@ class ChunkerHandler:
         self._jobs[job_id] = (now, job)
         return job
 
-    def _skipped(self, submitted: DocumentSubmitted) -> list[Output]:
-        """A document of a cancelled job: rows marked skipped, nothing produced. One that a pass chunked before
-        (a redelivery, a replay) keeps its rows: it ends where its chunks went."""
+    def _skipped(self, submitted: DocumentSubmitted) -> list[Output] | None:
+        """A document of a cancelled job: rows marked skipped, nothing produced. One that ended keeps its rows.
+
+        None: a pass chunked it before (a redelivery, a replay) and it has not ended. It ends where its chunks go,
+        and that pass may have died before they all went out: they go out again."""
         if not self._write_rows(submitted, "skipped", self._clock(), error_code="job_cancelled", unless_written=True):
+            row = self._store.get_document(submitted.doc_id)
+            if row is not None and row.status == "chunked" and written_by_a_pass(submitted, row):
+                _log.info("document_cancelled_chunks_sent_again")
+                return None
             _log.info("document_not_skipped_rows_kept", reason="job_cancelled")
             return []
         if self._limited is not None and self._limited(submitted.tenant):

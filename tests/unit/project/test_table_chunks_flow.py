@@ -106,7 +106,7 @@ def test_an_external_producers_record_of_a_known_source_becomes_its_next_version
     assert row is not None and (row.source_key, row.previous_doc_id) == ("s3://b/x.pdf", "doc-0")
 
 
-def test_a_deleted_version_is_never_chunked_again_and_one_in_flight_ends_failed(tmp_path: Path) -> None:
+def test_a_deleted_version_that_ended_is_never_chunked_again_and_one_in_flight_ends_failed(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     store.migrate()
     handler = ChunkerHandler(ChunkerSettings(), Topics(), store, _Extractor())
@@ -127,10 +127,12 @@ def test_a_deleted_version_is_never_chunked_again_and_one_in_flight_ends_failed(
         store.set_document_generation("doc-2", 1)
         outputs = handler.handle(replace(in_flight, previous_doc_id="doc-1"))
         assert [(o.value.status, o.value.error_code) for o in outputs] == [("failed", "source_deleted")]  # type: ignore[union-attr]
-        # one whose chunks went out before the delete (a redelivery, a replay): the reducer ends it, not the chunker
-        # (each document ends once)
+        # one a pass chunked before the delete (a redelivery, a replay): the reducer ends it, not the chunker (each
+        # document ends once), and its chunks go out again, since that pass may have died before they all went out
         store.upsert_document(replace(store.get_document("doc-2"), status="chunked"))  # type: ignore[arg-type]
-        assert handler.handle(replace(in_flight, previous_doc_id="doc-1")) == []
+        again = _chunks(handler.handle(replace(in_flight, previous_doc_id="doc-1")))
+        assert again and {c.doc_id for c in again} == {"doc-2"}  # type: ignore[union-attr]
+        assert store.get_document("doc-2").status == "chunked"  # type: ignore[union-attr]
     finally:
         store.close()
 
