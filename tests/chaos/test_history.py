@@ -37,7 +37,11 @@ tombstone), ``submit_delete`` (a big version and at once a delete: a version in 
 (kill -9 of inference or the reducer, restarted after a pause), ``replay`` (the chunker stopped, its group reset
 to the history's start, started again) and ``pause``; besides them ``plan_sink_kills`` puts ``SINK_KILLS`` kill -9
 of the sink (restarted after a pause) at places drawn from a stream of the seed of their own, so the plans of the
-seeds kept before the sink came stay as they were. Submitted again after a delete, a source starts a new
+seeds kept before the sink came stay as they were; ``plan_external`` puts ``EXTERNAL`` ``produce`` operations in the
+same way: a version a producer of its own puts straight on the intake topic (``DocstreamClient.submit_uri`` with the
+source's key and no earlier version, its bytes in the object store, in a job no row announced), which the chunker
+makes its source's next version; the history goes on once the chunker has, so the model knows its place, and the
+replays and kills after it read it again. Submitted again after a delete, a source starts a new
 chain. The duplicate upload name of the HTTP API is not exercised: the shared pipeline runs no API.
 
 Seeds: ``DOCSTREAM_CHAOS_SEED`` (tests/chaos/harness.py) gives the histories' seeds; `make test` runs
@@ -66,10 +70,12 @@ import pytest
 
 from docstream import ids
 from docstream.avro.serde import AvroSerde
+from docstream.client import DocstreamClient
 from docstream.errors import StoreError
+from docstream.objectstore import ObjectStore
 from docstream.records import DocumentCompleted
-from docstream.settings import SinkSettings
-from docstream.store.base import ResultStore, SourceRow
+from docstream.settings import ObjectStoreSettings, SinkSettings
+from docstream.store.base import TERMINAL_DOC_STATES, ResultStore, SourceRow
 from docstream_cli.ops.delete import source_key_of
 from docstream_sink.connect import open_engine
 from docstream_sink.engine import SinkEngine
@@ -106,6 +112,9 @@ KEPT_SEEDS: list[tuple[int, int, str]] = [
     (20241130001, 8, "a version deleted after it was chunked, read again by the chunker (a replay), was failed by "
                      "the chunker and ended by the reducer: two DocumentCompleted (fixed: the chunker ends a "
                      "deleted version only when its chunks never went out)"),
+    (20241130000, 8, "the chunker replay re-embedded a version the sink held, and the sink kept the first vectors "
+                     "(vector_mismatch; fixed: a chunk the chunker sends again keeps its stored result, "
+                     "ChunkCreated.resent)"),
 ]
 """(seed, operations, why) of histories that once broke an invariant: they run in every mode, before the drawn
 ones."""
@@ -115,21 +124,15 @@ KEPT_SEEDS_FULL: list[tuple[int, int, str]] = [
     *((seed, 14, "the sink deleted every point of a source submitted again after its delete, on a completion of a "
                  "version deleted before (fixed: a deleted version's completion settles the source as the store has "
                  "it)") for seed in (9000, 9002, 9003)),
-    (9001, 14, "the sink: vectors of a version re-embedded by a replay (KNOWN_VIOLATIONS)"),
+    (9001, 14, "the sink: vectors of a version re-embedded by a replay (fixed: a chunk the chunker sends again keeps "
+               "its stored result, ChunkCreated.resent)"),
 ]
 """Kept seeds of longer histories: they run under ``DOCSTREAM_CHAOS_FULL=1``."""
-KNOWN_VIOLATIONS: dict[str, str] = {
-    r"\{'missing': 0, 'extra': 0, 'stale': 0, 'vector_mismatch': [1-9]\d*\}":
-        "a chunker replay re-chunks a version that completed and that the sink wrote: inference embeds its chunks "
-        "again and rewrites its chunk rows with other vectors (the CPU bf16 autocast runtime: one text's vector "
-        "moves by up to 7e-4 a component with the batch it is in, beyond points.VECTOR_TOLERANCE 1e-4), and no "
-        "DocumentCompleted tells the sink, whose points keep the first vectors (sink verify: vector_mismatch). "
-        "Seed 9001 (s1 v3)",
-}
+KNOWN_VIOLATIONS: dict[str, str] = {}
 """A violation that matches one of these patterns (re.search) while nothing else is violated makes its history
 xfail, with the reason, instead of failing: an open bug, named. Remove the entry with the fix."""
 
-Kind = Literal["submit", "race", "delete", "submit_delete", "kill", "replay", "pause"]
+Kind = Literal["submit", "race", "delete", "submit_delete", "kill", "replay", "pause", "produce"]
 _WEIGHTS: dict[Kind, float] = {"submit": 5.0, "race": 1.5, "delete": 2.0, "submit_delete": 1.0, "kill": 1.5,
                                "pause": 1.0, "replay": 0.5}
 _KILLED = ("inference", "reducer")
@@ -137,6 +140,8 @@ _GROUP_WAIT_S = 180.0
 SINK = "history"
 """The sink beside the pipeline: ``docstream sink run history`` ([sinks.history], a PostgreSQL table)."""
 SINK_SERVICE = "sink"
+EXTERNAL = (1, 2)
+"""Versions a producer of its own puts on the intake topic in a history: (``SHORT``, otherwise)."""
 SINK_KILLS = (1, 2)
 """kill -9 of the sink in a history: (``SHORT``, otherwise)."""
 
@@ -156,7 +161,7 @@ class Operation:
     pause_s: float = 0.0
 
     def __str__(self) -> str:
-        if self.kind in ("submit", "race", "submit_delete"):
+        if self.kind in ("submit", "race", "submit_delete", "produce"):
             return f"{self.kind} s{self.source} {'+'.join(f'{p}p' for p in self.pages)}"
         if self.kind == "delete":
             return f"delete s{self.source}"
@@ -229,6 +234,17 @@ def plan_sink_kills(seed: int, plan: list[Operation]) -> list[Operation]:
     return out
 
 
+def plan_external(seed: int, plan: list[Operation], sources: int) -> list[Operation]:
+    """``plan`` with ``EXTERNAL`` ``produce`` operations (a version of a drawn source, a big one or a one-page one)
+    at places drawn from a stream of the seed of their own, as ``plan_sink_kills``."""
+    rng = random.Random(f"external-{seed}")
+    out = list(plan)
+    for _ in range(EXTERNAL[1] if FULL else EXTERNAL[0]):
+        pages = rng.randint(*BIG_PAGES) if rng.random() < 0.4 else 1
+        out.insert(rng.randrange(len(out) + 1), Operation("produce", rng.randrange(sources), (pages,)))
+    return out
+
+
 def _seeds() -> list[Any]:
     kept = [(seed, operations) for seed, operations, _ in (*KEPT_SEEDS, *(KEPT_SEEDS_FULL if FULL else ()))]
     drawn = [(SCALE.seed * 1000 + i, OPERATIONS) for i in range(HISTORIES)]
@@ -249,6 +265,9 @@ class Version:
     generation: int
     previous: str | None
     pages: int
+    external: bool = False
+    """Put on the intake topic by a producer of its own: its job has no row that counts its documents, and it ends
+    with its document."""
 
 
 @dataclass
@@ -322,22 +341,56 @@ class History:
             self.kill(operation.service or "inference", operation.pause_s)
         elif operation.kind == "replay":
             self.replay()
+        elif operation.kind == "produce":
+            self.produce(self.sources[operation.source or 0], operation.pages[0])
         else:
             time.sleep(operation.pause_s)
             self.note(str(operation))
 
     def submit(self, source: Source, pages: int) -> None:
-        self._content += 1
-        data = make_pdf(pages, seed=self.seed * 100 + self._content, section_every=2).data
+        data = self._next_content(pages)
         source.path.write_bytes(data)
-        job_id = new_job_id("history")
-        previous = source.versions[-1].doc_id if source.versions and source.live else None
-        version = Version(source.index, ids.doc_id(job_id, ids.content_sha256(data)), job_id,
-                          source.generation + 1, previous, pages)
-        self.pipeline.submit([source.path], job_id)
+        version = self._next_version(source, data, new_job_id("history"), pages)
+        self.pipeline.submit([source.path], version.job_id)
         source.versions.append(version)
-        self.note("submit", source=source.index, doc_id=version.doc_id, job_id=job_id,
-                  generation=version.generation, previous=previous, pages=pages)
+        self.note("submit", **asdict(version))
+
+    def produce(self, source: Source, pages: int) -> None:
+        """A version put straight on the intake topic, as a producer of its own puts it; returns once the chunker
+        made it its source's current version (its documents row has its generation)."""
+        data = self._next_content(pages)
+        sha = ids.content_sha256(data)
+        uri = ObjectStore(ObjectStoreSettings(url=self.pipeline.env["DOCSTREAM_OBJECT_STORE__URL"])).put(data, sha)
+        version = self._next_version(source, data, new_job_id("history-external"), pages, external=True)
+        with DocstreamClient(self.pipeline.env["DOCSTREAM_KAFKA__BOOTSTRAP_SERVERS"],
+                             topic_prefix=self.pipeline.prefix) as client:
+            doc_id = client.submit_uri(uri, job_id=version.job_id, content_sha256=sha, size_bytes=len(data),
+                                       filename=source.path.name, media_type="application/pdf",
+                                       source_key=source.key)
+        assert doc_id == version.doc_id
+        source.versions.append(version)
+        self.note("produce", **asdict(version))
+
+        def versioned() -> bool:
+            try:
+                document = self.store.get_document(doc_id)
+            except StoreError:
+                return False  # reconnecting: poll again
+            return document is not None and document.generation is not None
+
+        self.pipeline.until(versioned, f"the chunker to make s{source.index}'s produced version current",
+                            _GROUP_WAIT_S, poll_s=0.25)
+
+    def _next_content(self, pages: int) -> bytes:
+        self._content += 1
+        return make_pdf(pages, seed=self.seed * 100 + self._content, section_every=2).data
+
+    def _next_version(self, source: Source, data: bytes, job_id: str, pages: int, *, external: bool = False) -> Version:
+        """The version ``data`` becomes, submitted now: after the source's current one, or the first of a new chain
+        after a delete."""
+        previous = source.versions[-1].doc_id if source.versions and source.live else None
+        return Version(source.index, ids.doc_id(job_id, ids.content_sha256(data)), job_id, source.generation + 1,
+                       previous, pages, external)
 
     def delete(self, source: Source) -> None:
         for attempt in range(3):  # source_contended (exit 1) is worth another try; unknown (2) never is
@@ -389,9 +442,13 @@ def _ready(pipeline: Pipeline, name: str) -> None:
     pipeline.until(lambda: sink.logged("partitions_assigned"), "the sink to be ready", _GROUP_WAIT_S, alive=(name,))
 
 
-def _jobs_ended(store: ResultStore, job_ids: list[str]) -> bool:
+def _ended(store: ResultStore, versions: list[Version]) -> bool:
+    """Whether every version ended: its job completed, or, for a produced one (a job that counts no documents),
+    its document."""
     try:
-        return all((job := store.get_job(j)) is not None and job.status == "completed" for j in job_ids)
+        return all((document := store.get_document(v.doc_id)) is not None and document.status in TERMINAL_DOC_STATES
+                   if v.external else (job := store.get_job(v.job_id)) is not None and job.status == "completed"
+                   for v in versions)
     except StoreError:
         return False  # reconnecting: poll again
 
@@ -402,13 +459,13 @@ def _groups(pipeline: Pipeline) -> list[tuple[str, str]]:
             (pipeline.env["DOCSTREAM_REDUCER__APP_ID"], topics.results)]
 
 
-def _quiesce(pipeline: Pipeline, store: ResultStore, probe: KafkaProbe, job_ids: list[str]) -> float:
+def _quiesce(pipeline: Pipeline, store: ResultStore, probe: KafkaProbe, versions: list[Version]) -> float:
     """Wait until every job ended and every stage read its topic to the end (twice in a row, a second apart: a
     stage that caught up may still produce what the next one reads); seconds waited."""
     started = time.monotonic()
     for name in ("chunker", *_KILLED):
         wait_ready(pipeline, name)
-    pipeline.until(lambda: _jobs_ended(store, job_ids), "every job of the history to end", SCALE.job_timeout_s,
+    pipeline.until(lambda: _ended(store, versions), "every version of the history to end", SCALE.job_timeout_s,
                    poll_s=0.25)
 
     def idle() -> bool:
@@ -714,7 +771,7 @@ def test_a_random_history_of_versions_deletes_replays_and_kills_keeps_the_invari
     kafka_bootstrap: str, history_report: ChaosReport, tmp_path: Path,
 ) -> None:
     count, planned = plan_history(seed, operations)
-    plan = plan_sink_kills(seed, planned)
+    plan = plan_external(seed, plan_sink_kills(seed, planned), count)
     folder = tmp_path / f"history-{seed}"
     folder.mkdir()
     history = History(seed, pipeline, cassandra_store, folder,
@@ -727,7 +784,7 @@ def test_a_random_history_of_versions_deletes_replays_and_kills_keeps_the_invari
         for operation in plan:
             history.run(operation)
         ops_s = time.monotonic() - started
-        quiet_s = _quiesce(pipeline, cassandra_store, probe, [v.job_id for v in history.versions])
+        quiet_s = _quiesce(pipeline, cassandra_store, probe, history.versions)
         vector = _probe_vector(cassandra_store, history.versions)
         for source in history.sources:
             violations += check_source(cassandra_store, source, vector)
@@ -753,6 +810,7 @@ def test_a_random_history_of_versions_deletes_replays_and_kills_keeps_the_invari
         "deletes": sum(len(s.deletes) for s in history.sources),
         "kills": sum(o.kind == "kill" and o.service != SINK_SERVICE for o in plan),
         "sink_kills": sum(o.service == SINK_SERVICE for o in plan), "replays": sum(o.kind == "replay" for o in plan),
+        "produced": sum(o.kind == "produce" for o in plan),
         "completed_after_newer": late, "fenced": dict(_fenced(pipeline) - fenced_before),
         "sink_points": sum(d in doc_ids for d, _ in held.values()),
         "exported_chunks": sum(r.get("record") == "chunk" for rs in exported.values() for r in rs),

@@ -185,6 +185,8 @@ def test_a_redelivered_submission_of_a_finished_document_keeps_its_rows_final(en
     again = outputs_of(handler, submitted)
 
     assert [c.chunk_id for c in again] == [c.chunk_id for c in first]  # type: ignore[attr-defined]
+    # marked sent again, so that inference keeps what it stored of them: only the first pass's are not
+    assert {c.resent for c in first} == {False} and {c.resent for c in again} == {True}  # type: ignore[attr-defined]
     row = env.store.get_document(submitted.doc_id)
     assert row is not None and row.status == final
     assert [r.status for r in env.store.iter_job_documents("job-1")] == [final]

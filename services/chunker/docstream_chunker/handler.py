@@ -256,14 +256,16 @@ class ChunkerHandler:
             return self._failed(submitted, exc.code, exc.message, _micros_since(started))
         busy_us = _micros_since(started)
         now = self._clock()
-        if self._write_rows(submitted, "chunked", now, page_count=result.page_count, media_type=result.media_type,
-                            sources=result.sources, unless_written=True):
+        resent = not self._write_rows(submitted, "chunked", now, page_count=result.page_count,
+                                      media_type=result.media_type, sources=result.sources, unless_written=True)
+        if not resent:
             if self._limited is not None and self._limited(submitted.tenant):
                 # its tokens are enqueued until it ends (docs/operations.md "Quotas and admission")
                 self._store.set_document_tokens(submitted.tenant, submitted.doc_id, result.token_count)
         else:
             # a redelivered, duplicated or replayed submission: the chunks go out again (every write
-            # downstream is idempotent) but the rows stay as an earlier pass and the reducer left them
+            # downstream is idempotent), marked so that inference reuses what it stored of them, and the rows
+            # stay as an earlier pass and the reducer left them
             _log.info("document_rechunked_rows_kept", chunk_count=len(result.chunks))
         self._count_pages(result.sources)
         _log.info(
@@ -277,10 +279,10 @@ class ChunkerHandler:
             ocr_pages=result.sources.ocr_pages,
             duration_s=round(busy_us / 1e6, 3),
         )
-        return self._chunk_outputs(submitted, result, now, busy_us)
+        return self._chunk_outputs(submitted, result, now, busy_us, resent=resent)
 
     def _chunk_outputs(
-        self, submitted: DocumentSubmitted, result: ChunkedDocument, now: datetime, busy_us: int
+        self, submitted: DocumentSubmitted, result: ChunkedDocument, now: datetime, busy_us: int, *, resent: bool
     ) -> list[Output]:
         count = len(result.chunks)
         # each chunk carries its share of the document's time: the reducer adds each index once
@@ -309,6 +311,7 @@ class ChunkerHandler:
                     created_at=now,
                     stage_us={STAGE_CHUNKER: share} if share else {},
                     table=chunk.table.to_record() if chunk.table is not None else None,
+                    resent=resent,
                 ),
             )
             for chunk, share, source in zip(result.chunks, shares, sources, strict=True)

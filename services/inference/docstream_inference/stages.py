@@ -196,8 +196,10 @@ class ReusableOutputs:
 class StoredResults:
     """Results already in the store that a batch's chunks can reuse instead of running the model.
 
-    * By chunk_id (``by_chunk_id``: ``inference.reuse_stored``, always for generate): the chunk's own stored
-      row under the same model_id. One read per (document, model_id) of a batch.
+    * By chunk_id (``by_chunk_id``: ``inference.reuse_stored``, always for generate; and always for a chunk the
+      chunker sent again, ``ChunkCreated.resent``): the chunk's own stored row under the same model_id. One read
+      per (document, model_id) of a batch. A chunk sent again keeps the result stored first, which a sink may
+      hold already: a model's output may move with the batch it is in (bf16), and nothing would tell the sink.
     * By text, always: a chunk of a new version of a source (``ChunkCreated.previous_doc_id``) reuses the stored
       row of the same text in that earlier version, under the same model_id (docs/intake.md "Versions of a
       document"). The earlier version's rows are read once per (document, model_id) and kept for the next
@@ -218,10 +220,11 @@ class StoredResults:
         """The stored outputs of the chunks of ``chunks`` (each under its model id) that have one."""
         found: dict[str, ChunkOutput] = {}
         by_version: set[str] = set()
-        if self._by_chunk_id:
-            wanted: dict[tuple[str, str], set[str]] = {}
-            for chunk, model_id in zip(chunks, model_ids, strict=True):
+        wanted: dict[tuple[str, str], set[str]] = {}
+        for chunk, model_id in zip(chunks, model_ids, strict=True):
+            if self._by_chunk_id or chunk.resent:
                 wanted.setdefault((chunk.doc_id, model_id), set()).add(chunk.chunk_id)
+        if wanted:
             for (doc_id, model_id), ids in sorted(wanted.items()):
                 for row in self._store.iter_chunks(doc_id, model_id):
                     if row.chunk_id in ids and _reusable(row, task):

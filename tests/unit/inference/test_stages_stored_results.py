@@ -4,6 +4,7 @@ SQLite store."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -87,6 +88,19 @@ def test_by_chunk_id_finds_a_chunks_own_row_and_says_so(store: CountingStore) ->
     found = StoredResults(store).find([own], ["m"], "embed")
     assert set(found.outputs) == {"doc-v1-1"} and not found.by_version
     assert not StoredResults(store, by_chunk_id=False).find([own], ["m"], "embed").outputs
+
+
+def test_a_chunk_the_chunker_sent_again_keeps_its_stored_result_without_reuse_asked(store: CountingStore) -> None:
+    # a redelivery or a replay of the chunker: the model would give another vector for the same text under bf16
+    # (it moves with the batch), which a sink holding the first would not be told of
+    resent = replace(_chunk(1, "edited before", previous=None, doc_id=V1), resent=True)
+    first_pass = _chunk(2, "kept last", previous=None, doc_id=V1)
+    found = StoredResults(store, by_chunk_id=False).find([resent, first_pass], ["m", "m"], "embed")
+    assert set(found.outputs) == {"doc-v1-1"} and not found.by_version
+    assert list(found.outputs["doc-v1-1"].embedding) == [1.0, 1.0]
+    assert store.reads == 1, "one read of the document sent again, none for a first pass"
+    assert not StoredResults(store, by_chunk_id=False).find([first_pass], ["m"], "embed").outputs
+    assert store.reads == 1
 
 
 def test_only_the_last_few_earlier_versions_are_kept_in_memory(store: CountingStore) -> None:

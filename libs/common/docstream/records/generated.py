@@ -115,6 +115,10 @@ class ChunkCreated(Record):
     """Running heads, page numbers and footers of the chunk's pages that left its text (chunker.furniture auto: short
     text repeated at the same place on the pages around; docs/chunking.md "Page furniture"), each once, in page
     order; empty with furniture off and in records written before v10."""
+    resent: bool = False
+    """Sent again: the pass of the chunker that sent it found the document's rows written by an earlier pass (a
+    redelivery, a replay), so its chunk may have a stored result, which inference reuses instead of running the
+    model again (docs/reliability.md "Invariants"). false in records written before v12."""
 
     @property
     def key(self) -> str:

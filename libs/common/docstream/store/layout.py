@@ -229,6 +229,7 @@ CHUNK_ROW = RowSpec(
             "previous_doc_id": "the document's, in its documents row",
             "tenant": "the job's, in its jobs row",
             "priority": "the job's, in its options",
+            "resent": "a transport flag: whether inference looks for the chunk's stored result first",
         },
         "ChunkResult": {
             "chunk_count": "the document's, in its documents row once chunked",
