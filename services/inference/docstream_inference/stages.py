@@ -224,11 +224,10 @@ class StoredResults:
         for chunk, model_id in zip(chunks, model_ids, strict=True):
             if self._by_chunk_id or chunk.resent:
                 wanted.setdefault((chunk.doc_id, model_id), set()).add(chunk.chunk_id)
-        if wanted:
-            for (doc_id, model_id), ids in sorted(wanted.items()):
-                for row in self._store.iter_chunks(doc_id, model_id):
-                    if row.chunk_id in ids and _reusable(row, task):
-                        found[row.chunk_id] = output_of_row(row)
+        for (doc_id, model_id), ids in sorted(wanted.items()):
+            for row in self._store.iter_chunks(doc_id, model_id):
+                if row.chunk_id in ids and _reusable(row, task):
+                    found[row.chunk_id] = output_of_row(row)
         for chunk, model_id in zip(chunks, model_ids, strict=True):
             if chunk.chunk_id in found or not chunk.previous_doc_id:
                 continue
