@@ -67,6 +67,7 @@ from docstream_chunker.page_quality import (
     PageFacts,
     PageVerdict,
     assess_page,
+    lookalike_share,
     script_quality,
 )
 from docstream_chunker.provenance import (
@@ -504,7 +505,7 @@ class PageOcr:
             reading = _recognize(engine, page, number, self.languages, self.dpi, None, image_area)
             if reading is None:
                 return None, "ocr_failed", self.languages[0]
-            if reading.confidence is not None and reading.confidence < SCRIPT_SURE:  # and OSD could not say
+            if _unsure(reading):  # and OSD could not say
                 reading = self._try_scripts(engine, page, number, reading, reading.judged_in, image_area)
             return reading, None, self.languages[0]
         languages = ocr_languages(language, self.languages, engine.installed)
@@ -520,7 +521,7 @@ class PageOcr:
         reading = _recognize(engine, page, number, languages, self.dpi, page_language, image_area)
         if reading is None:
             return None, "ocr_failed", language
-        if guessed and reading.confidence is not None and reading.confidence < SCRIPT_SURE:
+        if guessed and _unsure(reading):
             checked, unavailable = self._check_script(engine, page, number, reading, language, image_area)
             if unavailable is not None:
                 return None, "ocr_unavailable_for_script", unavailable
@@ -562,13 +563,15 @@ class PageOcr:
         """An unsure reading whose script OSD cannot check, checked by trial: a strip across the page
         (``_trial_strip``) is read in the reading's language and in each other script that has language data
         (``scripts.trial_languages``), and when another script reads the strip surer, the page is read in it and
-        the surer of the two page readings kept. Only with the engine's confidences (Debian's Tesseract command)."""
-        if reading.confidence is None:
-            return reading
+        the surer of the two page readings kept. Without the engine's confidences (MuPDF's built-in Tesseract,
+        which reads whole pages only) the page is read in each of them, and the reading with the fewest look-alike
+        words (``page_quality.lookalike_share``) kept."""
         candidates = trial_languages(language, self.languages, engine.installed)
         own = ocr_languages(language, self.languages, engine.installed)
         if not candidates or own is None:
             return reading
+        if reading.confidence is None:
+            return self._try_whole_pages(engine, page, number, reading, candidates, image_area)
         strip = _trial_strip(page, number)
         best, surest = own, _strip_confidence(engine, page, number, own, self.dpi, strip)
         for languages in candidates:
@@ -582,6 +585,24 @@ class PageOcr:
                 kept = again
         _log.info("ocr_scripts_tried", page=number, guessed=language, tried=len(candidates),
                   strip_best="+".join(best), kept="+".join(kept.languages), confidence=kept.confidence)
+        return kept
+
+    def _try_whole_pages(
+        self, engine: OcrEngine, page: pymupdf.Page, number: int, reading: OcrReading,
+        candidates: Sequence[tuple[str, ...]], image_area: float,
+    ) -> OcrReading:
+        """``_try_scripts`` without confidences: the page read in each candidate, the reading with the fewest
+        look-alike words kept (the first of equals: the reading in hand before any other)."""
+        kept, fewest = reading, lookalike_share(reading.text)
+        for languages in candidates:
+            if not fewest:
+                break
+            again = _recognize(engine, page, number, languages, self.dpi, languages[0], image_area)
+            share = lookalike_share(again.text) if again is not None else 1.0
+            if again is not None and share < fewest:
+                kept, fewest = again, share
+        _log.info("ocr_scripts_tried", page=number, guessed=reading.judged_in, tried=len(candidates),
+                  kept="+".join(kept.languages), lookalike_share=fewest)
         return kept
 
     def _settle_cjk(
@@ -618,6 +639,19 @@ SCRIPT_SURE = 0.7
 """A reading in a script taken from a neighbouring page, with a mean word confidence below this, is checked against
 the script OSD sees on the page (measured on generated pages at 200 dpi: 0.86-0.96 in the right language, 0.16-0.53
 in a wrong script's)."""
+LOOKALIKES_SURE = 0.02
+"""The same for a reading without a confidence (MuPDF's built-in Tesseract): a share of look-alike words
+(``page_quality.lookalike_share``) above this makes it unsure (measured on generated pages: 0.0 in the right script;
+0.15-0.40 in Latin for Cyrillic and Greek, 0.04 in Cyrillic for Greek). An unsure reading costs a reading of the page
+in each other installed script; the fewest look-alikes decide."""
+
+
+def _unsure(reading: OcrReading) -> bool:
+    """Whether a reading may be in the wrong script: its engine's confidence below ``SCRIPT_SURE``, or without one,
+    its look-alike words above ``LOOKALIKES_SURE``."""
+    if reading.confidence is not None:
+        return reading.confidence < SCRIPT_SURE
+    return lookalike_share(reading.text) > LOOKALIKES_SURE
 TRIAL_STRIP_SHARE = 0.3
 """The height of the strip of a page read in each installed script when OSD cannot check an unsure reading's script
 (``PageOcr._try_scripts``), as a share of the page's height."""

@@ -54,7 +54,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import filterfalse, repeat
+from itertools import filterfalse, pairwise, repeat
 from typing import Literal
 
 from docstream_chunker.redecoding import Redecoding, redecode
@@ -85,6 +85,7 @@ __all__ = [
     "Verdict",
     "assess_page",
     "expected_scripts",
+    "lookalike_share",
     "needs_ocr",
     "script_quality",
     "text_quality",
@@ -324,6 +325,28 @@ def text_quality(text: str, *, languages: Sequence[str] = ("eng",)) -> float:
         languages: Tesseract language codes of the document (``eng``, ``rus``, ``chi_sim``...).
     """
     return round(_measure(text).quality(expected_scripts(languages)), 4)
+
+
+def lookalike_share(text: str) -> float:
+    """The share of ``text``'s words (two letters or more) that real words seldom are: a small letter followed by a
+    capital inside the word, or letters and digits mixed (``cnylwaTb``, ``xne6``, ``SiaPalo``). OCR in the wrong
+    script reads a page's letters as their look-alikes in its own (Cyrillic and Greek as Latin), which makes such
+    words, and which ``script_quality`` takes for words. It ranks readings where the engine gives no confidence
+    (MuPDF's built-in Tesseract): measured on generated pages, 0.0 in the right script, 0.04-0.40 in a wrong one.
+    Over the text's bounded sample; 0 for a text without such words to judge.
+    """
+    words = [core for core in map(str.strip, _sample(text).split(), repeat(_EDGE))
+             if len(core) > 1 and any(map(str.isalpha, core)) and core.isalnum()]
+    if not words:
+        return 0.0
+    odd = sum(1 for word in words if _lookalike(word))
+    return round(odd / len(words), 4)
+
+
+def _lookalike(word: str) -> bool:
+    if any(map(str.isdigit, word)):
+        return True
+    return any(a.islower() and b.isupper() for a, b in pairwise(word))
 
 
 def script_quality(text: str, language: str) -> float:

@@ -15,6 +15,7 @@ from docstream_chunker.page_quality import (
     PageFacts,
     assess_page,
     expected_scripts,
+    lookalike_share,
     needs_ocr,
     text_quality,
 )
@@ -158,3 +159,24 @@ def test_a_short_text_is_judged_only_from_min_text_chars() -> None:
     short = CP1251_AS_LATIN1[: MIN_TEXT_CHARS - 5]
     assert assess_page(facts(short), languages=["rus"]).verdict == "ok"
     assert assess_page(facts(CP1251_AS_LATIN1[:80]), languages=["rus"]).verdict == "mojibake"
+
+
+# readings of MuPDF's built-in Tesseract of a Cyrillic page in eng, and of a Greek page in rus (tests/integration/
+# test_ocr_script_per_page.py): look-alikes of the page's letters in the wrong script
+CYRILLIC_IN_LATIN = "Jleto xne6 cnylwaTb NOTOM, TaM MONOKO paboTa XOpoliMN G6oNbWON TaM MHe 3UMa? MuTb Takon Neto"
+GREEK_IN_CYRILLIC = "Про! илтёра Еёро», шаль ола: отиу баВабо илиеёра х=циоуас ‚огуоро, трёуо драфо. Деу оубролос"
+
+
+@pytest.mark.parametrize("text", [ENGLISH, GERMAN, FRENCH, RUSSIAN])
+def test_real_words_are_no_look_alikes(text: str) -> None:
+    assert lookalike_share(text) == 0.0
+
+
+def test_a_name_with_a_capital_inside_counts_as_one_word_of_its_text() -> None:
+    assert lookalike_share("the iPhone they sold in 2020 was new") == round(1 / 7, 4)
+
+
+def test_a_reading_in_the_wrong_script_is_full_of_look_alikes() -> None:
+    assert lookalike_share(CYRILLIC_IN_LATIN) > 0.3
+    assert 0.02 < lookalike_share(GREEK_IN_CYRILLIC) < 0.1  # fewer: Cyrillic has fewer of Greek's look-alikes
+    assert lookalike_share("") == lookalike_share("12 34, 56") == 0.0
