@@ -198,3 +198,9 @@ def test_without_the_tesseract_command_a_page_is_tried_in_each_installed_script_
         assert script_share(kept, script) >= 0.98, kept[:80]
         cer = character_error_rate(normalise_text(kept), normalise_text(pdf.page_texts[number - 1]))
         assert cer <= MUPDF_CER_BOUNDS[script], (number, cer)
+
+    # a document that opens with such a page: read in the configured languages (eng), look-alikes, tried
+    first = make_misread_pdf([("unmapped", t["cyrillic"]), ("layer", t["latin"])])
+    texts, sources = _extract(first.data, OcrSettings(tessdata=str(tmp_path)))
+    assert [(s.reason, s.ocr_languages) for s in sources] == [("ocr_reads_better", "rus"), ("text_layer", None)]
+    assert script_share(texts[1], "cyrillic") >= 0.98, texts[1][:80]
