@@ -172,6 +172,8 @@ def _default(field: Mapping[str, Any], type_text: str) -> str | None:
         return "()" if type_text.startswith(("tuple[", "Annotated[tuple[")) else "field(default_factory=list)"
     if value == {}:
         return "field(default_factory=dict)"
+    if isinstance(value, str) and type_text == "bytes":  # Avro writes a bytes default as its bytes' code points
+        return repr(value.encode("latin-1"))
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (int, float)):

@@ -18,6 +18,8 @@ import pytest
 from docstream import ids
 from docstream.errors import ConfigError, DocumentError
 from docstream.kafka.loop import Envelope
+from docstream.models.files import resolve_model_path
+from docstream.models.tokenization import tokenizer_fingerprint, unpack_token_ids
 from docstream.objectstore import ObjectStore
 from docstream.records import (
     ChunkCreated,
@@ -117,11 +119,22 @@ def test_a_good_document_gives_its_chunks_and_rows(env: Env) -> None:
         assert (c.job_id, c.doc_id, c.model_id, c.chunk_count) == ("job-1", submitted.doc_id, MODEL_ID, len(chunks))
         assert c.chunk_id == ids.chunk_id(submitted.content_sha256, c.chunker_settings, c.chunk_index)
         assert 0 < c.token_count <= 254 and c.heading
+        # its token ids, as the model's tokenizer reads its text: inference does not tokenize it again
+        assert c.tokenizer == tokenizer_fingerprint(resolve_model_path(None))
+        assert len(unpack_token_ids(c.token_ids)) == c.token_count
     row = env.store.get_document(submitted.doc_id)
     assert row is not None
     assert (row.status, row.page_count, row.media_type, row.error_code) == ("chunked", 12, "application/pdf", None)
     [job_row] = list(env.store.iter_job_documents("job-1"))
     assert (job_row.doc_id, job_row.status) == (submitted.doc_id, "chunked")
+
+
+def test_without_token_ids_the_chunks_carry_none(env: Env) -> None:
+    off = env.settings.with_overrides(chunker={"token_ids": False})
+    handler = ChunkerHandler(off.chunker, Topics(off.kafka.topic_prefix), env.store,
+                             InlineExtractor(extractor_settings(off)))
+    chunks = outputs_of(handler, env.submit(make_pdf(2, seed=2).data))
+    assert chunks and {(c.token_ids, c.tokenizer) for c in chunks} == {(b"", None)}  # type: ignore[attr-defined]
 
 
 TASKS = [{"name": "embed", "labels": []}, {"name": "entities", "labels": []},

@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 
 from docstream.avro.serde import AvroSerde
 from docstream.kafka.admin import ensure_topics
+from docstream.metrics import Metrics
 from docstream.models.embedding import Embedder, load_embedder
 from docstream.models.files import resolve_model_path
 from docstream.records import ChunkCreated, ChunkResult
@@ -36,6 +38,7 @@ from tests.fixtures.inference import (
     committed_offsets,
     end_offsets,
     make_chunks,
+    metric_value,
     partitions_of,
     pipeline_settings,
     produce_chunks,
@@ -229,6 +232,28 @@ def test_kill_9_and_crash_between_write_and_commit_lose_nothing(
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
     return load_embedder(InferenceSettings(runtime="fp32"))
+
+
+def test_chunks_that_carry_their_token_ids_reach_the_model_untokenized_with_the_same_vectors(
+    broker: str, unique_name: Callable[[str], str], tmp_path: Path, embedder: Embedder, reference_model: Any,
+) -> None:
+    # what the chunker sends (chunker.token_ids): the model's inputs are built from the ids, and a record of a
+    # producer without them (or of another tokenizer) is tokenized as before; both give the model's own vectors
+    prefix = unique_name("inids")
+    settings = pipeline_settings(broker, prefix, tmp_path, inference={"max_batch_size": 16})
+    topics, serde, metrics = Topics(prefix), AvroSerde(settings.kafka), Metrics()
+    carried = make_chunks(prefix[-8:], 3, 10)
+    plain = [replace(c, doc_id=f"{c.doc_id}-plain", chunk_id=f"{c.chunk_id}-plain", token_ids=b"", tokenizer=None)
+             for c in carried[:10]]
+    other = [replace(c, doc_id=f"{c.doc_id}-other", chunk_id=f"{c.chunk_id}-other", tokenizer="another")
+             for c in carried[:10]]
+    with running_pipeline(settings, embedder, metrics=metrics) as (_, store):
+        produced = produce_chunks(broker, topics.chunks, carried + plain + other, serde)
+        read_topic(broker, topics.results, expected=len(produced), serde=serde, timeout_s=120)
+        rows = _rows(store, produced)
+    _assert_rows_match_the_model(rows, produced, reference_model)
+    assert metric_value(metrics, "docstream_prepared_chunks_total", by="token_ids") == len(carried)
+    assert metric_value(metrics, "docstream_prepared_chunks_total", by="text") == len(plain) + len(other)
 
 
 def test_a_lone_chunk_leaves_at_once_when_the_model_is_idle(

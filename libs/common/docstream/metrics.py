@@ -62,6 +62,11 @@ class Metrics:
             "found: chunk_id (the chunk's own row) or version (the same text in the source's earlier version).",
             ["service", "by"], registry=r,
         )
+        self.prepared_chunks = Counter(
+            "docstream_prepared_chunks", "Chunks the inference service made ready for its model, by how: token_ids "
+            "(built from the token ids the chunker carried) or text (tokenized here).",
+            ["service", "by"], registry=r,
+        )
         self.sink_documents = Counter(
             "docstream_sink_documents", "Completed documents a sink handled, by outcome: written, removed (a "
             "deleted source), or why it skipped one (failed, no_vectors, not_current, unknown_document, retired).",

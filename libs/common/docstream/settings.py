@@ -318,6 +318,10 @@ class ChunkerSettings(BaseModel):
         "auto", description="auto: running heads, page numbers and footers (short text repeated at the same place "
         "on the pages around it) leave the chunk text and are kept in each chunk's page_furniture "
         "(docs/chunking.md \"Page furniture\"); off: they stay in the text.")
+    token_ids: bool = Field(
+        True, description="Carry each chunk's token ids on its record (ChunkCreated.token_ids, by the chunker's "
+        "tokenizer): the inference service builds its model's inputs from them instead of tokenizing the text again "
+        "(docs/inference.md \"Token ids from the chunker\"); off: records without them, inference tokenizes.")
     model_id: str | None = Field(
         None, max_length=200,
         description="The model_id every chunk asks for instead of its submission's (docstream replay --service "

@@ -141,6 +141,7 @@ class Chunk:
             page of an offset ``o`` in the chunk is ``page_start + bisect_right(page_breaks, o)``.
         kind: ``text``, or ``table``: the chunk is one part of a table, its text the part's Markdown.
         table: the table part (``kind`` ``table``), else None.
+        token_ids: the text's token ids (``ModelTokenCounter.token_ids``), when carried; else empty.
     """
 
     index: int
@@ -154,6 +155,7 @@ class Chunk:
     page_breaks: tuple[int, ...] = ()
     kind: ChunkKind = "text"
     table: TablePart | None = None
+    token_ids: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

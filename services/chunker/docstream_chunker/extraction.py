@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from docstream.errors import ConfigError, DocumentError
 from docstream.logging import get_logger
+from docstream.models.tokenization import ModelTokenCounter
 from docstream.tables import Box, PageTable
 from docstream_chunker.chunking import (
     Chunk,
@@ -238,6 +239,7 @@ class ChunkedDocument:
         chunks: the chunks in order (never empty).
         chunk_sources: each chunk's provenance, in the same order (empty: not recorded).
         sources: the document's pages counted by verdict and by text source.
+        tokenizer: the fingerprint of the tokenizer that made the chunks' ``token_ids`` (None: none carried).
     """
 
     page_count: int
@@ -246,11 +248,23 @@ class ChunkedDocument:
     chunks: tuple[Chunk, ...]
     chunk_sources: tuple[ChunkSource, ...] = ()
     sources: DocumentSources = field(default_factory=DocumentSources)
+    tokenizer: str | None = None
 
     @property
     def token_count(self) -> int:
         """Tokens over all chunks (overlaps counted in every chunk)."""
         return sum(chunk.token_count for chunk in self.chunks)
+
+
+def with_token_ids(document: ChunkedDocument, counter: ModelTokenCounter) -> ChunkedDocument:
+    """``document`` with each chunk's token ids (``ModelTokenCounter.token_ids``) and the tokenizer's fingerprint; as
+    it is when the tokenizer has none."""
+    if counter.fingerprint is None:
+        return document
+    ids = counter.token_ids([chunk.text for chunk in document.chunks])
+    return replace(document, chunks=tuple(replace(chunk, token_ids=packed)
+                                          for chunk, packed in zip(document.chunks, ids, strict=True)),
+                   tokenizer=counter.fingerprint)
 
 
 def _hint(filename: str | None, media_type: str | None) -> str | None:

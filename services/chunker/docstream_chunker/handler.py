@@ -312,6 +312,7 @@ class ChunkerHandler:
                     stage_us={STAGE_CHUNKER: share} if share else {},
                     table=chunk.table.to_record() if chunk.table is not None else None,
                     resent=resent,
+                    tokenizer=result.tokenizer if chunk.token_ids else None,
                 ),
             )
             for chunk, share, source in zip(result.chunks, shares, sources, strict=True)

@@ -42,7 +42,7 @@ from docstream.models.tokenization import ModelTokenCounter, load_token_counter
 from docstream.objectstore import ObjectStore
 from docstream.settings import ChunkerSettings, InferenceSettings, LogSettings, ObjectStoreSettings
 from docstream_chunker.chunking import ChunkingConfig
-from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes
+from docstream_chunker.extraction import ChunkedDocument, OcrPageStarted, PageOcr, chunk_bytes, with_token_ids
 from docstream_chunker.ort_sessions import quiet_sessions
 from docstream_chunker.provenance import time_limit
 
@@ -152,7 +152,7 @@ class DocumentProcessor:
         if request.content_sha256 and content_sha256(data) != request.content_sha256:
             raise DocumentError("the bytes at source_uri do not hash to content_sha256", code="content_mismatch")
         fetched = time.monotonic() - started
-        return chunk_bytes(
+        chunked = chunk_bytes(
             data,
             config=config,
             counter=self.counter,
@@ -170,6 +170,7 @@ class DocumentProcessor:
             tables=self._chunker.tables,
             furniture=self._chunker.furniture,
         )
+        return with_token_ids(chunked, self.counter) if self._chunker.token_ids else chunked
 
     def _fetch(self, source_uri: str) -> bytes:
         try:

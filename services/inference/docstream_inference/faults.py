@@ -29,6 +29,7 @@ from docstream.tasks.base import (
     bind_task_metrics,
     close_task,
     has_document_step,
+    token_ids_accepted,
 )
 from docstream_inference.stages import StageHooks
 
@@ -100,6 +101,16 @@ class FaultyTask:
     def prepare(self, texts: Sequence[str], requests: Sequence[TaskRequest]) -> PreparedTexts:
         """Prepare with the wrapped runner."""
         return self._inner.prepare(texts, requests)
+
+    @property
+    def token_ids_of(self) -> str | None:
+        """The wrapped runner's (``token_ids_accepted``)."""
+        return token_ids_accepted(self._inner)
+
+    def prepare_token_ids(self, texts: Sequence[str], requests: Sequence[TaskRequest],
+                          token_ids: Sequence[bytes | None]) -> PreparedTexts:
+        """Prepare with the wrapped runner, from token ids."""
+        return self._inner.prepare_token_ids(texts, requests, token_ids)  # type: ignore[attr-defined,no-any-return]
 
     def run(self, batch: PreparedTexts) -> Sequence[ChunkOutput]:
         """Sleep, fail on the marked text, else run.

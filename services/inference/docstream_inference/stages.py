@@ -37,7 +37,16 @@ from docstream.retry import backoff_delay
 from docstream.settings import RetrySettings
 from docstream.store.base import ChunkRow, JobsStore, ResultsStore, ResultStore
 from docstream.store.sources import enforce
-from docstream.tasks.base import EMBED, ChunkOutput, PreparedTexts, Task, TaskRequest, failure_output
+from docstream.tasks.base import (
+    EMBED,
+    ChunkOutput,
+    PreparedTexts,
+    Task,
+    TaskRequest,
+    failure_output,
+    token_ids_accepted,
+    usable_token_ids,
+)
 from docstream.tenants.usage import apportion
 from docstream_inference.batching import Batch, Batcher, CloseReason, order_by_length
 from docstream_inference.fair_queue import FairQueue, Waiting
@@ -469,6 +478,13 @@ class BatchStage(_StageThread):
             for batch in self._batcher.add(item, tokens, arrived_at=item.received_at, urgent=urgent):
                 self._emit(batch)
 
+    def _count_prepared(self, carried: int, tokenized: int) -> None:
+        """``docstream_prepared_chunks_total``: chunks built from their carried token ids, and tokenized here."""
+        if carried:
+            self._metrics.prepared_chunks.labels(self._service, "token_ids").inc(carried)
+        if tokenized:
+            self._metrics.prepared_chunks.labels(self._service, "text").inc(tokenized)
+
     def _emit(self, batch: Batch[ConsumedChunk] | None) -> None:
         if batch is None:
             return
@@ -499,7 +515,16 @@ class BatchStage(_StageThread):
                     len(found.outputs) - len(found.by_version))
         order = order_by_length([w.chunk.token_count for w in runnable])
         works = tuple(order.apply(runnable))
-        prepared = task.prepare([w.chunk.text for w in works], [w.request for w in works])
+        texts, requests = [w.chunk.text for w in works], [w.request for w in works]
+        accepted = token_ids_accepted(task)
+        if accepted is None or not works:
+            carried = 0
+            prepared = task.prepare(texts, requests)
+        else:
+            ids = usable_token_ids([w.chunk.token_ids for w in works], [w.chunk.tokenizer for w in works], accepted)
+            carried = sum(1 for row in ids if row is not None)
+            prepared = task.prepare_token_ids(texts, requests, ids)  # type: ignore[attr-defined]
+        self._count_prepared(carried, len(works) - carried)
         busy_us = _micros_since(started)
         model_ids = tuple(task.model_id_for(w.request) for w in works)
         put_until(self._outbox, ModelBatch(works, prepared, unavailable, stats, reused, busy_us, model_ids),

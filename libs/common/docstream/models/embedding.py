@@ -42,6 +42,7 @@ from docstream.models.runtime import (
     runtime_cache_key,
     runtime_candidates,
 )
+from docstream.models.tokenization import ModelTokenCounter, SpecialTokens, load_token_counter, model_inputs
 from docstream.settings import InferenceSettings, user_dir
 
 __all__ = [
@@ -143,6 +144,7 @@ class SentenceTransformerEmbedder:
             raise ConfigError(f"the model in {path} has no fixed embedding size or length", code="model_unavailable")
         self._dimension = int(dimension)
         self._max_tokens = int(max_tokens)
+        self._from_ids = _TokenIdInputs.checked(path, model)
 
     @property
     def model_id(self) -> str:
@@ -189,6 +191,23 @@ class SentenceTransformerEmbedder:
         """Tokenize ``texts`` (truncated to ``max_tokens``) for one forward pass."""
         features = self._model.preprocess(list(texts)) if texts else {}
         return PreparedBatch(texts=tuple(texts), features=features)
+
+    @property
+    def token_ids_of(self) -> str | None:
+        """The tokenizer fingerprint whose token ids ``prepare_token_ids`` takes; None: it takes none (the model's
+        inputs built from ids did not match its own tokenizer's at load)."""
+        return self._from_ids.fingerprint if self._from_ids is not None else None
+
+    def prepare_token_ids(self, texts: Sequence[str], token_ids: Sequence[bytes | None]) -> PreparedBatch:
+        """``prepare`` for texts whose token ids (``pack_token_ids``, under ``token_ids_of``) are given: the same
+        inputs, with no tokenizing but of the texts whose ids are None (by the same tokenizer, here).
+
+        Raises:
+            ValueError: no ids are taken (``token_ids_of`` is None), or a row is not packed ids.
+        """
+        if self._from_ids is None:
+            raise ValueError("this model takes no token ids")
+        return PreparedBatch(texts=tuple(texts), features=self._from_ids.features(token_ids, texts))
 
     def embed(self, batch: PreparedBatch) -> Vectors:
         """Run the model on a prepared batch: float32, shape (n, dimension)."""
@@ -407,6 +426,76 @@ def _write_cache(file: Path, entry: dict[str, Any]) -> None:
         os.replace(name, file)
     except OSError as exc:  # a read-only home only costs the next start a measurement
         _log.warning("runtime_cache_unwritable", cache_file=str(file), error=str(exc))
+
+
+_CHECK_TEXTS = (
+    "  The quick brown fox, jumps over the lazy dog: 42 times!  ",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю.",
+    "Ξεσκεπάζω την ψυχοφθόρα βδελυγμία. 東京は日本の首都です。北京是中国的首都。",
+    "UPPER and lower CASE, naïve café, e-mail@example.org, x86_64 " * 40,
+    "",
+)
+"""Texts the inputs built from token ids are checked on against the model's own tokenizer at load: scripts, case,
+edges, one too long for any model here (cut), and an empty one."""
+
+
+class _TokenIdInputs:
+    """The model's inputs built from token ids (``tokenization.model_inputs``), the way its own tokenizer builds them
+    from texts: ``checked`` makes one only when the two agree on ``_CHECK_TEXTS``."""
+
+    def __init__(self, counter: ModelTokenCounter, fingerprint: str, special: SpecialTokens, max_length: int,
+                 names: tuple[str, ...], extras: dict[str, Any]) -> None:
+        self._counter = counter
+        self.fingerprint = fingerprint
+        self._special = special
+        self._max_length = max_length
+        self._names = names
+        self._extras = extras
+
+    @classmethod
+    def checked(cls, path: Path, model: Any) -> _TokenIdInputs | None:
+        """None, logged as ``token_ids_refused``, when the folder's tokenizer cannot make ids or the inputs built
+        from them differ from the model's own."""
+        import torch
+
+        try:
+            counter = load_token_counter(str(path), "check")
+            pad = getattr(model.tokenizer, "pad_token_id", None)
+            special = counter.special_tokens_around(int(pad) if pad is not None else 0)
+        except (ConfigError, OSError, ValueError) as exc:
+            _log.info("token_ids_refused", reason=str(exc)[:200])
+            return None
+        if counter.fingerprint is None or special is None:
+            _log.info("token_ids_refused", reason="no fingerprint or no special-token template")
+            return None
+        own = dict(model.preprocess(list(_CHECK_TEXTS)))
+        tensors = {name: value for name, value in own.items() if isinstance(value, torch.Tensor)}
+        names = tuple(name for name in ("input_ids", "attention_mask", "token_type_ids") if name in tensors)
+        found = cls(counter, counter.fingerprint, special, int(model.max_seq_length), names,
+                    {name: value for name, value in own.items() if name not in tensors})
+        built = found.features(counter.token_ids(_CHECK_TEXTS), _CHECK_TEXTS)
+        if set(tensors) != set(names) or any(not torch.equal(built[name], tensors[name]) for name in names):
+            _log.warning("token_ids_refused", reason="the inputs built from token ids differ from the tokenizer's",
+                         inputs=sorted(tensors))
+            return None
+        return found
+
+    def features(self, token_ids: Sequence[bytes | None], texts: Sequence[str]) -> dict[str, Any]:
+        """The model's input tensors of texts given as packed token ids; a text whose ids are None is tokenized.
+
+        Raises:
+            ValueError: a row is not packed ids.
+        """
+        import torch
+
+        missing = [at for at, ids in enumerate(token_ids) if ids is None]
+        rows = list(token_ids)
+        for at, ids in zip(missing, self._counter.token_ids([texts[at] for at in missing]), strict=True):
+            rows[at] = ids
+        inputs = model_inputs([row or b"" for row in rows], self._special, self._max_length)
+        arrays = {"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask,
+                  "token_type_ids": inputs.token_type_ids}
+        return {**{name: torch.from_numpy(arrays[name]) for name in self._names}, **self._extras}
 
 
 def _build(runtime: Runtime, path: Path, settings: InferenceSettings, *, shared: Any = None) -> Embedder:

@@ -7,22 +7,42 @@ file are switched off: counts are of the whole text.
 
 Counting is the chunker's hot path, so single words are cached (bounded) and misses are
 encoded in one ``encode_batch_fast`` call.
+
+Token ids carried on a chunk's record (``ModelTokenCounter.token_ids``, ``ChunkCreated.token_ids``) spare the
+inference service its tokenizing: ``tokenizer_fingerprint`` names the tokenizer that made them, and
+``model_inputs`` builds a model's input rows from them (its special tokens around each, padding, mask), the rows
+its own tokenizer would give for the texts; the embedder checks that it does before it takes any
+(docs/inference.md "Token ids from the chunker").
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from docstream.errors import ConfigError
 from docstream.models.files import resolve_model_path
 from docstream.models.token_counter import TokenCounter
 
-__all__ = ["ModelTokenCounter", "TokenCounter", "load_token_counter"]
+__all__ = [
+    "ModelInputs",
+    "ModelTokenCounter",
+    "SpecialTokens",
+    "TokenCounter",
+    "load_token_counter",
+    "model_inputs",
+    "pack_token_ids",
+    "special_tokens_of",
+    "tokenizer_fingerprint",
+    "unpack_token_ids",
+]
 
 # Pre-tokenizers that split on whitespace first, and normalizers that act per character: with
 # both, a text's count is the sum of its whitespace-separated words' counts.
@@ -52,7 +72,11 @@ class ModelTokenCounter:
         special_tokens: int,
         additive: bool,
         cache_size: int = 200_000,
+        fingerprint: str | None = None,
+        lower_case: bool = False,
     ) -> None:
+        self._fingerprint = fingerprint
+        self._lower_case = lower_case
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self._tokenizer = tokenizer
@@ -109,6 +133,22 @@ class ModelTokenCounter:
                 cuts.append(start)
         return cuts
 
+    @property
+    def fingerprint(self) -> str | None:
+        """``tokenizer_fingerprint`` of the model folder (None: not known, no ids are carried)."""
+        return self._fingerprint
+
+    def special_tokens_around(self, pad_id: int) -> SpecialTokens | None:
+        """``special_tokens_of`` this tokenizer."""
+        return special_tokens_of(self._tokenizer, pad_id)
+
+    def token_ids(self, texts: Sequence[str]) -> list[bytes]:
+        """Each text's token ids without special tokens (``pack_token_ids``), of the text as a sentence-transformers
+        model reads it: stripped, and lower-cased where its ``do_lower_case`` says so. Not truncated."""
+        prepared = [text.strip().lower() if self._lower_case else text.strip() for text in texts]
+        encoded = self._tokenizer.encode_batch_fast(prepared, add_special_tokens=False)
+        return [pack_token_ids(enc.ids) for enc in encoded]
+
     def encode_count(self, text: str) -> int:
         """Tokens in ``text`` by a plain encode (no cache): what the model sees, less specials."""
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
@@ -139,6 +179,104 @@ def _max_sequence_length(folder: Path) -> int | None:
     return None
 
 
+def _lower_case(folder: Path) -> bool:
+    path = folder / "sentence_bert_config.json"
+    return path.is_file() and json.loads(path.read_text()).get("do_lower_case") is True
+
+
+def tokenizer_fingerprint(folder: Path) -> str:
+    """The identity of a sentence-transformers folder's tokenizing: ``tokenizer.json`` and its ``do_lower_case``, hashed
+    (16 hex digits). Token ids made under one fingerprint are taken only by a model of the same.
+
+    Raises:
+        OSError: no readable ``tokenizer.json``.
+    """
+    digest = hashlib.sha256((folder / "tokenizer.json").read_bytes())
+    digest.update(b"lower" if _lower_case(folder) else b"as-is")
+    return digest.hexdigest()[:16]
+
+
+def pack_token_ids(ids: Sequence[int]) -> bytes:
+    """Token ids as a record carries them: little-endian uint32."""
+    return np.asarray(ids, dtype="<u4").tobytes()
+
+
+def unpack_token_ids(data: bytes) -> np.ndarray[Any, Any]:
+    """The inverse of ``pack_token_ids``.
+
+    Raises:
+        ValueError: not a whole number of uint32 values.
+    """
+    if len(data) % 4:
+        raise ValueError("token ids are not a whole number of uint32 values")
+    return np.frombuffer(data, dtype="<u4")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecialTokens:
+    """What a tokenizer puts around one text: ids (and their token type ids) before and after it, the type id of the
+    text's own tokens, and the id that pads a row."""
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    prefix_types: tuple[int, ...]
+    suffix_types: tuple[int, ...]
+    text_type: int
+    pad_id: int
+
+
+def special_tokens_of(tokenizer: Tokenizer, pad_id: int) -> SpecialTokens | None:
+    """The special tokens ``tokenizer`` puts around one text, read from its encoding of a one-token text with and
+    without them; None when that encoding is not the text's tokens between a prefix and a suffix."""
+    bare = tokenizer.encode("a", add_special_tokens=False)
+    full = tokenizer.encode("a", add_special_tokens=True)
+    ids, types, plain = list(full.ids), list(full.type_ids), list(bare.ids)
+    for start in range(len(ids) - len(plain) + 1):
+        if ids[start:start + len(plain)] == plain:
+            end = start + len(plain)
+            return SpecialTokens(tuple(ids[:start]), tuple(ids[end:]), tuple(types[:start]), tuple(types[end:]),
+                                 types[start] if plain else 0, pad_id)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInputs:
+    """Input rows of one forward pass, padded on the right to the longest: int64 arrays of shape (texts, length)."""
+
+    input_ids: np.ndarray[Any, Any]
+    attention_mask: np.ndarray[Any, Any]
+    token_type_ids: np.ndarray[Any, Any]
+
+
+def model_inputs(rows: Sequence[bytes], special: SpecialTokens, max_length: int) -> ModelInputs:
+    """The model's input rows of texts given as packed token ids (``pack_token_ids``): each text's ids cut to what
+    ``max_length`` leaves beside the special tokens, then the special tokens around them, then padding.
+
+    Raises:
+        ValueError: a row is not packed token ids, or ``max_length`` leaves no room for a token.
+    """
+    around = len(special.prefix) + len(special.suffix)
+    room = max_length - around
+    if room < 1:
+        raise ValueError(f"max_length {max_length} leaves no room beside {around} special tokens")
+    texts = [unpack_token_ids(row)[:room] for row in rows]
+    width = max((len(ids) for ids in texts), default=0) + around
+    input_ids = np.full((len(texts), width), special.pad_id, dtype=np.int64)
+    mask = np.zeros((len(texts), width), dtype=np.int64)
+    types = np.zeros((len(texts), width), dtype=np.int64)
+    head, tail = len(special.prefix), len(special.suffix)
+    for at, ids in enumerate(texts):
+        end = head + len(ids)
+        input_ids[at, :head] = special.prefix
+        input_ids[at, head:end] = ids
+        input_ids[at, end:end + tail] = special.suffix
+        mask[at, :end + tail] = 1
+        types[at, :head] = special.prefix_types
+        types[at, head:end] = special.text_type
+        types[at, end:end + tail] = special.suffix_types
+    return ModelInputs(input_ids, mask, types)
+
+
 def load_token_counter(model_path: str | None, model_id: str) -> ModelTokenCounter:
     """The tokenizer of a sentence-transformers model folder, as a ``TokenCounter``.
 
@@ -163,4 +301,6 @@ def load_token_counter(model_path: str | None, model_id: str) -> ModelTokenCount
         max_sequence_length=_max_sequence_length(folder),
         special_tokens=specials,
         additive=_is_additive(config),
+        fingerprint=tokenizer_fingerprint(folder),
+        lower_case=_lower_case(folder),
     )

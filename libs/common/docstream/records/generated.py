@@ -119,6 +119,15 @@ class ChunkCreated(Record):
     """Sent again: the pass of the chunker that sent it found the document's rows written by an earlier pass (a
     redelivery, a replay), so its chunk may have a stored result, which inference reuses instead of running the
     model again (docs/reliability.md "Invariants"). false in records written before v12."""
+    token_ids: bytes = b''
+    """The chunk's text as the tokenizer named by tokenizer reads it (stripped, lower-cased where the model says so):
+    its token ids without special tokens, little-endian uint32, not truncated (chunker.token_ids). The inference
+    service builds its model's inputs from them instead of tokenizing the text, under a model of the same
+    tokenizer (docs/inference.md "Token ids from the chunker"). Empty: not carried, and in records written before
+    v12."""
+    tokenizer: str | None = None
+    """The fingerprint of the tokenizer that made token_ids (docstream.models.tokenization.tokenizer_fingerprint);
+    null when none are carried."""
 
     @property
     def key(self) -> str:

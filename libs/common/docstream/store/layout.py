@@ -230,6 +230,8 @@ CHUNK_ROW = RowSpec(
             "tenant": "the job's, in its jobs row",
             "priority": "the job's, in its options",
             "resent": "a transport flag: whether inference looks for the chunk's stored result first",
+            "token_ids": "the model's input, carried so that inference does not tokenize again",
+            "tokenizer": "goes with token_ids",
         },
         "ChunkResult": {
             "chunk_count": "the document's, in its documents row once chunked",

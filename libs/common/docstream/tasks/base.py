@@ -506,7 +506,10 @@ class Task(Protocol):
     """A loaded task runner: chunk texts in, one ``ChunkOutput`` each out (in an inference service).
 
     Optional, found by name: ``bind_metrics(metrics, service)`` (called once by the pipeline, to count
-    into its ``docstream.metrics.Metrics``) and ``close()`` (called once when the pipeline stops).
+    into its ``docstream.metrics.Metrics``), ``close()`` (called once when the pipeline stops), and
+    ``token_ids_of`` with ``prepare_token_ids(texts, requests, token_ids)``: the fingerprint of the tokenizer whose
+    ids the runner takes, and ``prepare`` from the ids the chunker carried, None for a text to tokenize
+    (``token_ids_accepted``, ``usable_token_ids``).
     """
 
     @property
@@ -652,6 +655,19 @@ def bind_task_metrics(task: object, metrics: Any, service: str) -> None:
     bind = getattr(task, "bind_metrics", None)
     if callable(bind):
         bind(metrics, service)
+
+
+def token_ids_accepted(task: object) -> str | None:
+    """The fingerprint of the tokenizer whose token ids the task runner takes (its optional ``token_ids_of``, with
+    ``prepare_token_ids``); None: it tokenizes every text itself."""
+    accepted = getattr(task, "token_ids_of", None)
+    return accepted if isinstance(accepted, str) and callable(getattr(task, "prepare_token_ids", None)) else None
+
+
+def usable_token_ids(token_ids: Sequence[bytes], tokenizers: Sequence[str | None], accepted: str) -> list[bytes | None]:
+    """Each chunk's carried token ids where they are of the ``accepted`` tokenizer, else None (to tokenize)."""
+    pairs = zip(token_ids, tokenizers, strict=True)
+    return [ids if ids and tokenizer == accepted else None for ids, tokenizer in pairs]
 
 
 def close_task(task: object) -> None:

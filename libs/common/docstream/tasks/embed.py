@@ -73,6 +73,26 @@ class EmbedTask:
         """Tokenize."""
         return PreparedTexts(tuple(texts), tuple(requests), self._embedder.prepare(texts))
 
+    @property
+    def token_ids_of(self) -> str | None:
+        """The tokenizer fingerprint whose token ids ``prepare_token_ids`` takes (the embedder's); None: none (an
+        endpoint, or a model whose inputs from ids did not check out at load)."""
+        accepted: str | None = getattr(self._embedder, "token_ids_of", None)
+        return accepted
+
+    def prepare_token_ids(self, texts: Sequence[str], requests: Sequence[TaskRequest],
+                          token_ids: Sequence[bytes | None]) -> PreparedTexts:
+        """``prepare`` from the chunks' token ids (``ChunkCreated.token_ids`` of ``token_ids_of``), tokenizing only
+        the texts whose ids are None.
+
+        Raises:
+            ValueError: the embedder takes no token ids.
+        """
+        prepare = getattr(self._embedder, "prepare_token_ids", None)
+        if prepare is None:
+            raise ValueError("the embedder takes no token ids")
+        return PreparedTexts(tuple(texts), tuple(requests), prepare(texts, token_ids))
+
     def run(self, batch: PreparedTexts) -> list[ChunkOutput]:
         """The forward pass: a vector per text.
 

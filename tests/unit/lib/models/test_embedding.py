@@ -254,3 +254,59 @@ def test_bf16_autocast_stays_within_cosine_of_fp32(fp32_embedder: SentenceTransf
     )
     texts = REAL_TEXT[:3]
     assert _cosines(bf16.embed(bf16.prepare(texts)), fp32_embedder.embed(fp32_embedder.prepare(texts))).min() >= 0.9999
+
+
+SCRIPT_TEXTS = [
+    "  Leading and trailing spaces, UPPER case and digits 123  ",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю.",
+    "Ξεσκεπάζω την ψυχοφθόρα βδελυγμία.",
+    "東京は日本の首都です。北京是中国的首都。서울은 한국의 수도입니다.",
+    "مرحبا بالعالم، هذه جملة عربية. שלום עולם. नमस्ते दुनिया।",
+    " ".join(REAL_TEXT * 20),  # longer than the model: cut
+    "",
+]
+
+
+def test_inputs_built_from_the_chunkers_token_ids_are_the_tokenizers_and_give_the_same_vectors(
+    fp32_embedder: SentenceTransformerEmbedder,
+) -> None:
+    """What inference builds from ``ChunkCreated.token_ids`` (made by the chunker's tokenizer) is what the model's own
+    tokenizer makes of the texts, in any script, cut where it cuts: the same vectors, bit for bit."""
+    import torch
+
+    from docstream.models.tokenization import load_token_counter
+
+    counter = load_token_counter(None, "all-MiniLM-L6-v2")
+    assert fp32_embedder.token_ids_of == counter.fingerprint is not None
+    ids = counter.token_ids(SCRIPT_TEXTS)
+    own = fp32_embedder.prepare(SCRIPT_TEXTS).features
+    built = fp32_embedder.prepare_token_ids(SCRIPT_TEXTS, ids).features
+    assert set(built) == set(own)
+    for name, value in own.items():
+        assert torch.equal(built[name], value) if isinstance(value, torch.Tensor) else built[name] == value, name
+    assert own["input_ids"].shape[1] == fp32_embedder.max_tokens
+    assert np.array_equal(fp32_embedder.embed(fp32_embedder.prepare_token_ids(SCRIPT_TEXTS, ids)),
+                          fp32_embedder.embed(fp32_embedder.prepare(SCRIPT_TEXTS)))
+
+
+def test_the_embed_task_prepares_from_the_token_ids_of_its_own_tokenizer_and_tokenizes_the_rest(
+    fp32_embedder: SentenceTransformerEmbedder,
+) -> None:
+    from docstream.models.tokenization import load_token_counter
+    from docstream.tasks.base import TaskRequest, token_ids_accepted, usable_token_ids
+    from docstream.tasks.embed import EmbedTask
+
+    task = EmbedTask(fp32_embedder)
+    counter = load_token_counter(None, "all-MiniLM-L6-v2")
+    accepted = token_ids_accepted(task)
+    assert accepted == counter.fingerprint is not None
+    assert token_ids_accepted(object()) is None
+    texts, requests = REAL_TEXT, [TaskRequest("embed")] * len(REAL_TEXT)
+    carried = counter.token_ids(texts)
+    # another tokenizer's ids and a chunk without ids are tokenized here; the others built from their ids
+    ids = usable_token_ids([carried[0], b"", *carried[2:]], ["another", accepted, *[accepted] * (len(texts) - 2)],
+                           accepted)
+    assert ids == [None, None, *carried[2:]]
+    mixed = task.run(task.prepare_token_ids(texts, requests, ids))
+    tokenized = task.run(task.prepare(texts, requests))
+    assert np.array_equal(np.vstack([o.embedding for o in mixed]), np.vstack([o.embedding for o in tokenized]))
