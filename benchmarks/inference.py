@@ -21,6 +21,10 @@ from deploy/local; ``--broker embedded`` (the embedded Kafka broker, in a tempor
     .venv/bin/python benchmarks/inference.py --device cuda --batch-sizes 32,64,128,256
     .venv/bin/python benchmarks/inference.py --task entities --chunks 256 --words 170 --batch-sizes 16,64
 
+The chunks carry their token ids, as the chunker sends them (``chunker.token_ids``); ``--no-token-ids`` leaves them
+out, so the service tokenizes each text (a producer of its own). With a real model, the CPU split by thread
+prints the batch stage's share (where tokenizing happens).
+
 ``--task entities`` runs the entities service instead, against spaCy's own ``nlp.pipe`` over the same
 texts (the default pipeline, the pipeline's own batch size): target ratio >= 0.85.
 """
@@ -50,6 +54,7 @@ from docstream.avro.serde import AvroSerde
 from docstream.kafka.admin import ensure_topics
 from docstream.logging import configure_logging
 from docstream.models.embedding import PreparedBatch, Runtime, SentenceTransformerEmbedder, load_embedder
+from docstream.models.tokenization import load_token_counter
 from docstream.records import ChunkCreated
 from docstream.service import collect_garbage_less_often
 from docstream.settings import Settings
@@ -108,17 +113,24 @@ def _texts(count: int, words: int, seed: int = 7) -> list[str]:
     return texts
 
 
+TOKEN_IDS = True
+"""Whether the chunks carry their token ids, as the chunker sends them (``chunker.token_ids``; ``--no-token-ids``)."""
+
+
 def _chunks(texts: list[str], run: str, per_doc: int = 50, task: str = "embed") -> list[ChunkCreated]:
     at = datetime.now(UTC)
     tasks = [] if task == "embed" else [{"name": task, "labels": []}]  # the job asks for the task
+    counter = load_token_counter(None, "all-MiniLM-L6-v2")
+    ids = counter.token_ids(texts) if TOKEN_IDS else [b""] * len(texts)
+    tokenizer = counter.fingerprint if TOKEN_IDS else None
     return [
         ChunkCreated(
             job_id=f"bench-{run}", doc_id=f"bench-{run}-{i // per_doc}", chunk_id=f"{run}-{i}",
             chunk_index=i % per_doc, chunk_count=per_doc, content_sha256="0" * 64, text=text, page_start=1,
             page_end=1, char_start=0, char_end=len(text), token_count=len(text.split()) + 2,
-            chunker_settings="bench", created_at=at, tasks=tasks,
+            chunker_settings="bench", created_at=at, tasks=tasks, token_ids=token_ids, tokenizer=tokenizer,
         )
-        for i, text in enumerate(texts)
+        for i, (text, token_ids) in enumerate(zip(texts, ids, strict=True))
     ]
 
 
@@ -356,9 +368,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--task", choices=["embed", "entities"], default="embed",
                         help="entities: the entities service against spaCy's own nlp.pipe (default pipeline)")
+    parser.add_argument("--no-token-ids", action="store_true",
+                        help="chunks without their token ids (a producer of its own): the service tokenizes them")
     parser.add_argument("--zero-cost", action="store_true",
                         help="the plumbing alone: a zero-cost embedder (fixed vectors) instead of the model")
     args = parser.parse_args()
+    global TOKEN_IDS
+    TOKEN_IDS = not args.no_token_ids
     configure_logging(level="WARNING", fmt="console")
     collect_garbage_less_often()  # as in a service's process (run_service)
     logging.getLogger("cassandra").setLevel(logging.ERROR)  # SAI "experimental" server warnings
@@ -395,6 +411,7 @@ def main() -> None:
             results.append(row)
             print(f"{batch:>6} {raw:>13.1f} {service:>17.1f} {service / raw:>6.2f} {raw_cpu:>17.1f} "
                   f"{service_cpu:>20.1f} {rss.peak / 2**20:>13.0f}")
+            print(f"       service CPU ms/chunk by thread: {THREAD_SPLITS[-1]}", flush=True)
         max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak RSS of the whole run: {max_rss:.0f} MiB")
     if args.json:
