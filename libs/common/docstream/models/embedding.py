@@ -42,7 +42,13 @@ from docstream.models.runtime import (
     runtime_cache_key,
     runtime_candidates,
 )
-from docstream.models.tokenization import ModelTokenCounter, SpecialTokens, load_token_counter, model_inputs
+from docstream.models.tokenization import (
+    ModelTokenCounter,
+    SpecialTokens,
+    load_token_counter,
+    model_inputs,
+    valid_token_ids,
+)
 from docstream.settings import InferenceSettings, user_dir
 
 __all__ = [
@@ -481,14 +487,12 @@ class _TokenIdInputs:
         return found
 
     def features(self, token_ids: Sequence[bytes | None], texts: Sequence[str]) -> dict[str, Any]:
-        """The model's input tensors of texts given as packed token ids; a text whose ids are None is tokenized.
-
-        Raises:
-            ValueError: a row is not packed ids.
-        """
+        """The model's input tensors of texts given as packed token ids; a text whose ids are None, or not ids this
+        tokenizer makes (``valid_token_ids``: a corrupt or foreign record), is tokenized."""
         import torch
 
-        missing = [at for at, ids in enumerate(token_ids) if ids is None]
+        size = self._counter.vocabulary_size
+        missing = [at for at, ids in enumerate(token_ids) if ids is None or not valid_token_ids(ids, size)]
         rows = list(token_ids)
         for at, ids in zip(missing, self._counter.token_ids([texts[at] for at in missing]), strict=True):
             rows[at] = ids

@@ -42,6 +42,7 @@ __all__ = [
     "special_tokens_of",
     "tokenizer_fingerprint",
     "unpack_token_ids",
+    "valid_token_ids",
 ]
 
 # Pre-tokenizers that split on whitespace first, and normalizers that act per character: with
@@ -138,6 +139,11 @@ class ModelTokenCounter:
         """``tokenizer_fingerprint`` of the model folder (None: not known, no ids are carried)."""
         return self._fingerprint
 
+    @property
+    def vocabulary_size(self) -> int:
+        """Ids this tokenizer gives, its added tokens included: every id it makes is below it."""
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
     def special_tokens_around(self, pad_id: int) -> SpecialTokens | None:
         """``special_tokens_of`` this tokenizer."""
         return special_tokens_of(self._tokenizer, pad_id)
@@ -210,6 +216,15 @@ def unpack_token_ids(data: bytes) -> np.ndarray[Any, Any]:
     if len(data) % 4:
         raise ValueError("token ids are not a whole number of uint32 values")
     return np.frombuffer(data, dtype="<u4")
+
+
+def valid_token_ids(data: bytes, vocabulary_size: int) -> bool:
+    """Whether ``data`` is packed token ids a model of ``vocabulary_size`` ids can take: an id past it would index
+    outside its embedding table (on a GPU, an error that ends the process's use of the device)."""
+    if len(data) % 4:
+        return False
+    ids = np.frombuffer(data, dtype="<u4")
+    return not ids.size or int(ids.max()) < vocabulary_size
 
 
 @dataclass(frozen=True, slots=True)

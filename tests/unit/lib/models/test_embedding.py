@@ -310,3 +310,20 @@ def test_the_embed_task_prepares_from_the_token_ids_of_its_own_tokenizer_and_tok
     mixed = task.run(task.prepare_token_ids(texts, requests, ids))
     tokenized = task.run(task.prepare(texts, requests))
     assert np.array_equal(np.vstack([o.embedding for o in mixed]), np.vstack([o.embedding for o in tokenized]))
+
+
+def test_ids_no_model_of_this_tokenizer_takes_are_never_used_the_text_is_tokenized(
+    fp32_embedder: SentenceTransformerEmbedder,
+) -> None:
+    """A corrupt or foreign record's ids (past the vocabulary: on a GPU, an index error that ends the process's use of
+    the device; not whole uint32s) are not built into inputs: its text is tokenized."""
+    import torch
+
+    from docstream.models.tokenization import load_token_counter, pack_token_ids
+
+    counter = load_token_counter(None, "all-MiniLM-L6-v2")
+    texts = REAL_TEXT[:3]
+    hostile = [pack_token_ids([counter.vocabulary_size + 5, 7]), b"\x01\x00\x00", *counter.token_ids(texts[2:])]
+    built = fp32_embedder.prepare_token_ids(texts, hostile).features
+    own = fp32_embedder.prepare(texts).features
+    assert all(torch.equal(built[name], own[name]) for name in ("input_ids", "attention_mask", "token_type_ids"))

@@ -15,6 +15,7 @@ from docstream.models.tokenization import (
     pack_token_ids,
     tokenizer_fingerprint,
     unpack_token_ids,
+    valid_token_ids,
 )
 
 BERT = SpecialTokens(prefix=(101,), suffix=(102,), prefix_types=(0,), suffix_types=(0,), text_type=0, pad_id=0)
@@ -54,3 +55,9 @@ def test_the_fingerprint_follows_the_tokenizer_and_its_case_rule(tmp_path: Path)
     lowered = tokenizer_fingerprint(tmp_path)
     (tmp_path / "tokenizer.json").write_text('{"x": 1}')
     assert len({first, lowered, tokenizer_fingerprint(tmp_path)}) == 3
+
+
+def test_valid_token_ids_are_whole_uint32s_below_the_vocabulary() -> None:
+    assert valid_token_ids(pack_token_ids([0, 9]), 10) and valid_token_ids(b"", 10)
+    assert not valid_token_ids(pack_token_ids([10]), 10)
+    assert not valid_token_ids(b"\x01\x00", 10)
