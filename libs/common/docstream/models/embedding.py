@@ -497,9 +497,7 @@ class _TokenIdInputs:
         for at, ids in zip(missing, self._counter.token_ids([texts[at] for at in missing]), strict=True):
             rows[at] = ids
         inputs = model_inputs([row or b"" for row in rows], self._special, self._max_length)
-        arrays = {"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask,
-                  "token_type_ids": inputs.token_type_ids}
-        return {**{name: torch.from_numpy(arrays[name]) for name in self._names}, **self._extras}
+        return {**{name: torch.from_numpy(getattr(inputs, name)) for name in self._names}, **self._extras}
 
 
 def _build(runtime: Runtime, path: Path, settings: InferenceSettings, *, shared: Any = None) -> Embedder:

@@ -221,9 +221,10 @@ def unpack_token_ids(data: bytes) -> np.ndarray[Any, Any]:
 def valid_token_ids(data: bytes, vocabulary_size: int) -> bool:
     """Whether ``data`` is packed token ids a model of ``vocabulary_size`` ids can take: an id past it would index
     outside its embedding table (on a GPU, an error that ends the process's use of the device)."""
-    if len(data) % 4:
+    try:
+        ids = unpack_token_ids(data)
+    except ValueError:
         return False
-    ids = np.frombuffer(data, dtype="<u4")
     return not ids.size or int(ids.max()) < vocabulary_size
 
 
